@@ -1,0 +1,185 @@
+/*
+ * anyreduce: all-reduce for tensor-parallel inference on any NVIDIA GPU and link.
+ *
+ * Public C API. Shaped like NCCL's: an opaque communicator, result codes, an error string,
+ * a last-error message, a unique id + init-rank rendezvous, and abort.
+ *
+ * General contracts (they hold for every call below unless the call says otherwise):
+ *  - No call ever terminates the process. Failures come back as anyrResult_t; the message of
+ *    the most recent failure is available from anyrGetLastError().
+ *  - Collective calls (anyrCommInitRank*, anyrAllReduce, anyrCommSetAlgorithm,
+ *    anyrCommDestroy) must be made by every rank of the communicator, in the same order,
+ *    with the same count, datatype, op and algorithm.
+ *  - Every wait, on the host and on the device, is bounded by the communicator's timeout
+ *    (ANYR_TIMEOUT_MS, default 30000 ms). An expired wait names the rank waited for.
+ *  - Results are bit-identical on every rank: every anyreduce algorithm accumulates in fp32
+ *    in ascending rank order. (The NCCL path gives NCCL's own guarantees.)
+ *
+ * Alignment rule: send and receive buffers must be aligned to the size of one element
+ * (2 bytes for fp16/bf16, 4 for fp32). 16-byte alignment is faster; any element count works.
+ */
+#ifndef ANYREDUCE_ANYREDUCE_H_
+#define ANYREDUCE_ANYREDUCE_H_
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+#define ANYR_MAJOR 0
+#define ANYR_MINOR 1
+#define ANYR_PATCH 0
+#define ANYR_VERSION_CODE (ANYR_MAJOR * 10000 + ANYR_MINOR * 100 + ANYR_PATCH)
+
+#if defined(__GNUC__)
+#define ANYR_API __attribute__((visibility("default")))
+#else
+#define ANYR_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opaque communicator. */
+typedef struct anyrComm* anyrComm_t;
+
+typedef enum {
+  anyrSuccess = 0,
+  anyrCudaError = 1,       /* a CUDA runtime call failed */
+  anyrSystemError = 2,     /* an operating-system call failed (socket, fork, memory) */
+  anyrInternalError = 3,   /* a bug in anyreduce: please report it */
+  anyrInvalidArgument = 4, /* an argument broke a documented rule; the message names it */
+  anyrInvalidUsage = 5,    /* the call is not allowed in this state */
+  anyrRemoteError = 6,     /* another rank failed or sent something invalid */
+  anyrTimeout = 7,         /* a bounded wait expired; the message names the rank */
+  anyrAborted = 8,         /* the communicator was aborted */
+  anyrNcclError = 9,       /* an NCCL call failed */
+  anyrUnsupported = 10,    /* this hardware or build cannot do what was asked */
+  anyrNumResults = 11
+} anyrResult_t;
+
+typedef enum {
+  anyrFloat32 = 0,
+  anyrFloat16 = 1,
+  anyrBfloat16 = 2,
+  anyrNumTypes = 3
+} anyrDataType_t;
+
+typedef enum { anyrSum = 0, anyrNumOps = 1 } anyrRedOp_t;
+
+/* Algorithms. anyrAlgoAuto lets the communicator choose (see anyrCommExplain). */
+typedef enum {
+  anyrAlgoAuto = 0,
+  anyrAlgoOneShotPush = 1, /* each rank writes its data into every rank's buffer */
+  anyrAlgoOneShotPull = 2, /* each rank reads every peer's buffer after a flag handshake */
+  anyrAlgoTwoShot = 3,     /* reduce-scatter, then all-gather, by peer reads */
+  anyrAlgoNccl = 4,        /* ncclAllReduce on the communicator's NCCL communicator */
+  anyrNumAlgos = 5
+} anyrAlgo_t;
+
+#define ANYR_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[ANYR_UNIQUE_ID_BYTES];
+} anyrUniqueId;
+
+/* Communicator configuration. Initialize with ANYR_CONFIG_INITIALIZER; every field left at
+ * its "undefined" value takes the environment variable named in its comment, and failing that
+ * the documented default. Explicit fields win over the environment. */
+#define ANYR_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define ANYR_CONFIG_UNDEF_SIZE ((size_t)-1)
+typedef struct {
+  size_t size;            /* sizeof(anyrConfig_t) */
+  unsigned int magic;     /* ANYR_CONFIG_MAGIC */
+  unsigned int version;   /* ANYR_VERSION_CODE */
+  int algorithm;          /* anyrAlgo_t to force; ANYR_ALGO; default anyrAlgoAuto */
+  int timeoutMs;          /* bound on every wait; ANYR_TIMEOUT_MS; default 30000 */
+  size_t oneShotMaxBytes; /* largest one-shot message; ANYR_ONESHOT_MAX_BYTES */
+  size_t
+      twoShotMaxBytes; /* largest message the auto choice gives two-shot; ANYR_TWOSHOT_MAX_BYTES */
+  size_t chunkBytes;   /* staging size per rank for pull/two-shot; ANYR_CHUNK_BYTES; 8 MiB */
+  int useNccl;         /* 1: create/keep an NCCL communicator; ANYR_USE_NCCL; default 1 */
+  int maxBlocks;       /* cap on thread blocks per kernel; ANYR_MAX_BLOCKS; 0 = automatic */
+} anyrConfig_t;
+#define ANYR_CONFIG_MAGIC 0x414e5952u
+#define ANYR_CONFIG_INITIALIZER                                                        \
+  {                                                                                    \
+    sizeof(anyrConfig_t), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, ANYR_CONFIG_UNDEF_INT, \
+        ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_SIZE,         \
+        ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT           \
+  }
+
+/* Library version as ANYR_VERSION_CODE. */
+ANYR_API anyrResult_t anyrGetVersion(int* version);
+
+/* Creates a unique id for a new communicator: rank 0's bootstrap address (loopback unless
+ * ANYR_SOCKET_ADDR or ANYR_SOCKET_IFNAME choose otherwise), a port, and a random secret that
+ * every rank must present. Call it in the process that will be rank 0 (it then keeps the
+ * listening socket); any other process works too, and rank 0 then binds the port itself.
+ * Distribute the id to the other ranks by any means. */
+ANYR_API anyrResult_t anyrGetUniqueId(anyrUniqueId* uniqueId);
+
+/* Creates the communicator of rank `rank` in `nranks` (2..8 on one host; more through NCCL).
+ * Uses the current CUDA device. Blocks until every rank arrived or the timeout expired; the
+ * error then names the ranks that never arrived. config may be NULL. */
+ANYR_API anyrResult_t anyrCommInitRank(anyrComm_t* comm, int nranks, anyrUniqueId uniqueId,
+                                       int rank);
+ANYR_API anyrResult_t anyrCommInitRankConfig(anyrComm_t* comm, int nranks, anyrUniqueId uniqueId,
+                                             int rank, const anyrConfig_t* config);
+
+/* Creates the communicator from an existing NCCL communicator (ncclComm_t passed as void*):
+ * the setup exchange runs through it, and the NCCL path uses it. The NCCL communicator must
+ * outlive this communicator and is not destroyed with it. Collective over its ranks. */
+ANYR_API anyrResult_t anyrCommInitFromNccl(anyrComm_t* comm, void* ncclComm,
+                                           const anyrConfig_t* config);
+
+/* Frees every resource. Waits (bounded) for work the communicator launched to finish. */
+ANYR_API anyrResult_t anyrCommDestroy(anyrComm_t comm);
+
+/* Releases every kernel of this communicator that is still waiting and puts the communicator
+ * in the aborted state; only anyrCommDestroy is allowed afterwards. Safe from any thread. */
+ANYR_API anyrResult_t anyrCommAbort(anyrComm_t comm);
+
+/* Error state of the communicator's device work without synchronizing: anyrSuccess, or the
+ * failure (a timeout naming a rank, an abort). Non-blocking. */
+ANYR_API anyrResult_t anyrCommGetAsyncError(anyrComm_t comm, anyrResult_t* asyncError);
+
+ANYR_API anyrResult_t anyrCommCount(const anyrComm_t comm, int* count);
+ANYR_API anyrResult_t anyrCommUserRank(const anyrComm_t comm, int* rank);
+ANYR_API anyrResult_t anyrCommCuDevice(const anyrComm_t comm, int* device);
+
+/* The communicator's NCCL communicator (ncclComm_t as void*), or NULL when it has none. */
+ANYR_API anyrResult_t anyrCommGetNcclComm(const anyrComm_t comm, void** ncclComm);
+
+/* Sum all-reduce of `count` elements. sendbuff == recvbuff is in place. Asynchronous on
+ * `stream` (which must belong to the communicator's device); never synchronizes the host;
+ * capturable in CUDA graphs. Any device pointers: no registration step. */
+ANYR_API anyrResult_t anyrAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    anyrDataType_t datatype, anyrRedOp_t op, anyrComm_t comm,
+                                    cudaStream_t stream);
+
+/* Forces one algorithm for later calls (anyrAlgoAuto restores the choice). Collective: every
+ * rank must set the same value. Fails with anyrUnsupported, naming why, for an algorithm this
+ * communicator's hardware does not admit. */
+ANYR_API anyrResult_t anyrCommSetAlgorithm(anyrComm_t comm, anyrAlgo_t algorithm);
+
+/* The algorithm anyrAllReduce would use for this message, without running it. */
+ANYR_API anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count,
+                                             anyrDataType_t datatype, anyrAlgo_t* algorithm);
+
+/* Writes a JSON document describing the communicator: topology, admission of every
+ * algorithm with its reason, and the size thresholds in use. Writes at most `len` bytes
+ * (NUL-terminated); *needed receives the full length + 1. */
+ANYR_API anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed);
+
+/* Short names: "auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl"; NULL if invalid. */
+ANYR_API const char* anyrAlgoName(anyrAlgo_t algorithm);
+
+ANYR_API const char* anyrGetErrorString(anyrResult_t result);
+
+/* Message of the last failure: of `comm` when non-NULL, else of the calling thread. */
+ANYR_API const char* anyrGetLastError(anyrComm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ANYREDUCE_ANYREDUCE_H_ */

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the build needs from distribution packages, only where it is missing:
+# CMake, a C++17 compiler, CLI11, nlohmann-json, GoogleTest. The CUDA toolkit (with NCCL) is
+# expected at /usr/local/cuda (or CUDA_HOME); it is not installed here.
+set -euo pipefail
+missing=()
+have_header() { [ -e "/usr/include/$1" ] || [ -e "/usr/local/include/$1" ]; }
+command -v cmake >/dev/null || missing+=(cmake)
+command -v g++ >/dev/null || missing+=(g++)
+command -v make >/dev/null || missing+=(make)
+have_header CLI/CLI.hpp || missing+=(libcli11-dev)
+have_header nlohmann/json.hpp || missing+=(nlohmann-json3-dev)
+have_header gtest/gtest.h || missing+=(libgtest-dev)
+command -v clang-format >/dev/null || missing+=(clang-format)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -x "$CUDA_HOME/bin/nvcc" ]; then
+  echo "deps: the CUDA toolkit (12.8 or newer, with NCCL) is needed at $CUDA_HOME (nvcc not found)" >&2
+  exit 1
+fi
+echo "deps: ok (nvcc: $("$CUDA_HOME/bin/nvcc" --version | tail -2 | head -1))"

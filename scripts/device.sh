@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Everything that needs GPUs, in one call: build on the GPU machine, run the GPU tests, probe,
+# benchmark anyreduce against NCCL (and PyTorch symmetric memory) on all visible GPUs.
+# Logs and JSON go to $OUT (or ./device-out). Every multi-process step runs under `timeout`.
+#
+#   scripts/device.sh [quick|full]     (default: full)
+set -uo pipefail
+MODE=${1:-full}
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+ARCH=${ANYR_CUDA_ARCHS:-native}
+JOBS=$(nproc)
+BUILD=${BUILD:-build-device}
+
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+step "machine"
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$OUT/gpus.txt"
+nvidia-smi topo -m 2>&1 | tee -a "$OUT/gpus.txt" | head -12
+
+step "build (CUDA architectures: $ARCH)"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
+  -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build "$BUILD" -j"$JOBS" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
+echo "built"
+
+step "GPU tests"
+timeout -k 10 900 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 600 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+step "CPU tests"
+timeout -k 10 300 ctest --test-dir "$BUILD" -LE gpu -j8 2>&1 | tail -5
+
+step "probe"
+timeout -k 10 300 "$BUILD/tools/anyreduce" probe --json "$OUT/topology.json" 2>&1 | tee "$OUT/probe.txt"
+
+if [ "$MODE" = quick ]; then
+  step "bench (quick)"
+  timeout -k 10 600 "$BUILD/tools/anyreduce" bench -b 1K -e 64M -f 4 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+else
+  step "bench bf16 1K..256M, all algorithms"
+  timeout -k 10 900 "$BUILD/tools/anyreduce" bench -b 1K -e 256M -f 2 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+  step "bench fp32 / fp16 (auto and nccl)"
+  timeout -k 10 300 "$BUILD/tools/anyreduce" bench -b 1K -e 16M -f 4 -d fp16,fp32 -a auto 2>&1 | tee "$OUT/bench-dtypes.txt"
+  step "bench eager launches"
+  timeout -k 10 300 "$BUILD/tools/anyreduce" bench -b 1K -e 16M -f 4 -a auto --no-graph 2>&1 | tee "$OUT/bench-eager.txt"
+  step "torch symmetric memory, same machine"
+  timeout -k 10 300 python3 tools/peers/torch_symm_bench.py --json "$OUT/torch-symm.json" 2>&1 | grep -v Warning | tee "$OUT/torch-symm.txt"
+fi
+step "done"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds everything (CUDA kernels included, warnings as errors) and runs the tests. On a
+# machine without a GPU the tests labelled `gpu` are excluded, and this says so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+BUILD=${BUILD:-build}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" ${ANYR_CMAKE_ARGS:-}
+cmake --build "$BUILD" -j"$(nproc)"
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  ctest --test-dir "$BUILD" --output-on-failure
+else
+  n=$(ctest --test-dir "$BUILD" -N -L gpu | grep -c 'Test *#' || true)
+  echo "No GPU on this machine: excluding the $n tests labelled 'gpu' (run them on a GPU machine: scripts/device.sh)."
+  ctest --test-dir "$BUILD" --output-on-failure -LE gpu
+  echo "No GPU on this machine: the $n tests labelled 'gpu' were excluded, not run."
+fi

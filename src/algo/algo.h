@@ -1,0 +1,26 @@
+// Host-side entry points of the device algorithms. One .cu file per algorithm; each takes
+// the plain AllReduceArgs struct and a launch shape, and returns the launch's cudaError_t.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "anyreduce/anyreduce.h"
+#include "transport/device_handles.h"
+
+namespace anyr {
+
+constexpr int kAlgoThreads = 512;
+
+struct LaunchShape {
+  int blocks = 1;
+  bool aligned = false;  // input and output are 16-byte aligned
+};
+
+cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
+                              const LaunchShape& shape, cudaStream_t stream);
+cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
+                              const LaunchShape& shape, cudaStream_t stream);
+cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
+                          cudaStream_t stream);
+
+}  // namespace anyr

@@ -1,0 +1,206 @@
+// Device-side helpers shared by every algorithm: element conversion, 16-byte vector access
+// with a scalar tail, memory-ordering primitives, and the bounded wait. Included by .cu files
+// only. No framework headers: raw pointers and the plain structs of device_handles.h.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "transport/device_handles.h"
+
+namespace anyr {
+namespace dev {
+
+// ---- element types ------------------------------------------------------------------------
+template <typename T>
+struct Elem;
+template <>
+struct Elem<float> {
+  static constexpr int kPerVec = 4;
+  __device__ static float toFloat(float x) { return x; }
+  __device__ static float fromFloat(float x) { return x; }
+};
+template <>
+struct Elem<__half> {
+  static constexpr int kPerVec = 8;
+  __device__ static float toFloat(__half x) { return __half2float(x); }
+  __device__ static __half fromFloat(float x) { return __float2half_rn(x); }
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  static constexpr int kPerVec = 8;
+  __device__ static float toFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+  __device__ static __nv_bfloat16 fromFloat(float x) { return __float2bfloat16_rn(x); }
+};
+
+union Vec {
+  uint4 u;
+  uint32_t w[4];
+  unsigned char b[16];
+};
+
+// Loads vector `v` of `in` (count elements). kAligned: the pointer is 16-byte aligned, so
+// full vectors are loaded with one instruction; a partial last vector, or an unaligned
+// pointer, goes element by element with zero padding.
+template <typename T, bool kAligned>
+__device__ __forceinline__ Vec loadVec(const T* in, uint64_t v, uint64_t count) {
+  constexpr int E = Elem<T>::kPerVec;
+  Vec r;
+  uint64_t first = v * E;
+  if (kAligned && first + E <= count) {
+    r.u = *reinterpret_cast<const uint4*>(in + first);
+    return r;
+  }
+  r.u = make_uint4(0, 0, 0, 0);
+  T* e = reinterpret_cast<T*>(&r);
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    if (first + i < count) e[i] = in[first + i];
+  }
+  return r;
+}
+
+template <typename T, bool kAligned>
+__device__ __forceinline__ void storeVec(T* out, uint64_t v, uint64_t count, const Vec& x) {
+  constexpr int E = Elem<T>::kPerVec;
+  uint64_t first = v * E;
+  if (kAligned && first + E <= count) {
+    *reinterpret_cast<uint4*>(out + first) = x.u;
+    return;
+  }
+  const T* e = reinterpret_cast<const T*>(&x);
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    if (first + i < count) out[first + i] = e[i];
+  }
+}
+
+// Fixed-order accumulation: acc += vector x, elementwise in fp32.
+template <typename T>
+__device__ __forceinline__ void accumulate(float (&acc)[Elem<T>::kPerVec], const Vec& x) {
+  const T* e = reinterpret_cast<const T*>(&x);
+#pragma unroll
+  for (int i = 0; i < Elem<T>::kPerVec; ++i) acc[i] += Elem<T>::toFloat(e[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ Vec packVec(const float (&acc)[Elem<T>::kPerVec]) {
+  Vec r;
+  T* e = reinterpret_cast<T*>(&r);
+#pragma unroll
+  for (int i = 0; i < Elem<T>::kPerVec; ++i) e[i] = Elem<T>::fromFloat(acc[i]);
+  return r;
+}
+
+// ---- memory ordering ----------------------------------------------------------------------
+__device__ __forceinline__ uint4 loadVolatile(const void* p) {
+  uint4 r;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p)
+               : "memory");
+  return r;
+}
+__device__ __forceinline__ uint4 loadCg(const void* p) {
+  return __ldcg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ void storeRelaxed(void* p, const uint4& v) {
+  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ void storeReleaseSys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t loadAcquireSys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// ---- bounded waits ------------------------------------------------------------------------
+// A waiter checks, every kCheckEvery spins, the deadline, this communicator's abort flag (set
+// by the host), and whether a peer announced a failure. On any of them it records why in the
+// host-visible ErrorRecord (first failing thread wins), tells every peer to stop, and returns
+// false; the kernel then exits without finishing (the communicator is failed from then on).
+constexpr uint32_t kCheckEvery = 1024;
+
+struct Waiter {
+  const WaitControl& wc;
+  uint64_t deadline = 0;
+  uint32_t spins = 0;
+  __device__ explicit Waiter(const WaitControl& c) : wc(c) {}
+
+  __device__ __noinline__ void fail(int32_t code, int32_t waitedRank, int32_t what,
+                                    uint32_t epoch) {
+    if (atomicCAS(&wc.state->failClaim, 0, 1) == 0) {
+      ErrorRecord* e = wc.error;
+      e->waitedRank = waitedRank;
+      e->what = what;
+      e->block = static_cast<int32_t>(blockIdx.x);
+      e->epoch = epoch;
+      __threadfence_system();
+      *reinterpret_cast<volatile int32_t*>(&e->code) = code;
+      __threadfence_system();
+      if (code != kFailPeerAborted) {
+        for (int p = 0; p < wc.nranks; ++p) {
+          if (p != wc.rank && wc.peerHeaders[p] != nullptr) {
+            *reinterpret_cast<volatile int32_t*>(&wc.peerHeaders[p]->abortedBy) = wc.rank + 1;
+          }
+        }
+        __threadfence_system();
+      }
+    }
+  }
+
+  // Returns true to keep spinning, false when the wait must be abandoned.
+  __device__ __forceinline__ bool keepWaiting(int32_t waitedRank, int32_t what, uint32_t epoch) {
+    if (++spins % kCheckEvery != 0) return true;
+    return slowCheck(waitedRank, what, epoch);
+  }
+
+  __device__ __noinline__ bool slowCheck(int32_t waitedRank, int32_t what, uint32_t epoch) {
+    uint64_t now = globalTimerNs();
+    if (deadline == 0) deadline = now + wc.timeoutNs;
+    if (*reinterpret_cast<volatile const int32_t*>(&wc.error->code) != kFailNone) return false;
+    if (*wc.hostAbort != 0) {
+      fail(kFailAborted, waitedRank, what, epoch);
+      return false;
+    }
+    int32_t by = *reinterpret_cast<volatile int32_t*>(&wc.ownHeader->abortedBy);
+    if (by != 0) {
+      fail(kFailPeerAborted, by - 1, what, epoch);
+      return false;
+    }
+    if (now > deadline) {
+      fail(kFailTimeout, waitedRank, what, epoch);
+      return false;
+    }
+    return true;
+  }
+};
+
+// Marks this block done; the last block of the kernel runs `last` (advancing epochs). Every
+// thread of the block must call it.
+template <typename F>
+__device__ __forceinline__ void finishKernel(LocalState* st, F last) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    uint32_t done = atomicAdd(&st->doneBlocks, 1u);
+    if (done == gridDim.x - 1) {
+      last();
+      st->doneBlocks = 0;
+      __threadfence();
+    }
+  }
+}
+
+}  // namespace dev
+}  // namespace anyr

@@ -1,0 +1,96 @@
+#include "algo/nccl_path.h"
+
+#include <chrono>
+#include <thread>
+
+#include "bootstrap/bootstrap.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace anyr {
+
+namespace {
+
+ncclDataType_t ncclType(anyrDataType_t t) {
+  switch (t) {
+    case anyrFloat32:
+      return ncclFloat32;
+    case anyrFloat16:
+      return ncclFloat16;
+    case anyrBfloat16:
+      return ncclBfloat16;
+    default:
+      throwError(anyrInvalidArgument, "argument 'datatype': unsupported");
+  }
+}
+
+// Polls a non-blocking communicator until its pending operation settles or the deadline.
+ncclResult_t settle(ncclComm_t comm, int timeoutMs) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  ncclResult_t state = ncclInProgress;
+  while (true) {
+    ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r != ncclSuccess) return r;
+    if (state != ncclInProgress) return state;
+    if (std::chrono::steady_clock::now() > deadline) return ncclInProgress;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+}  // namespace
+
+void checkNccl(ncclResult_t r, ncclComm_t comm, const char* what) {
+  if (r == ncclSuccess) return;
+  std::string msg = std::string(what) + ": " + ncclGetErrorString(r);
+  if (comm != nullptr) {
+    const char* last = ncclGetLastError(comm);
+    if (last != nullptr && *last != '\0') msg += " (" + std::string(last) + ")";
+  }
+  throwError(anyrNcclError, msg);
+}
+
+ncclComm_t createNcclComm(Bootstrap& bs, int timeoutMs, std::string* why) {
+  ncclUniqueId id{};
+  ncclResult_t idResult = ncclSuccess;
+  if (bs.rank() == 0) idResult = ncclGetUniqueId(&id);
+  int32_t rootOk = idResult == ncclSuccess ? 1 : 0;
+  bs.broadcast(&rootOk, sizeof(rootOk), 0);
+  if (!rootOk) {
+    *why = "ncclGetUniqueId failed on rank 0";
+    return nullptr;
+  }
+  bs.broadcast(&id, sizeof(id), 0);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, bs.size(), id, bs.rank(), &config);
+  if (r == ncclInProgress || r == ncclSuccess) r = settle(comm, timeoutMs);
+  if (r == ncclSuccess) return comm;
+  if (r == ncclInProgress) {
+    *why = "ncclCommInitRankConfig did not finish within " + std::to_string(timeoutMs) + " ms";
+  } else {
+    *why = std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r);
+  }
+  if (comm != nullptr) ncclCommAbort(comm);
+  return nullptr;
+}
+
+void releaseNcclComm(ncclComm_t comm, bool ok) {
+  if (comm == nullptr) return;
+  ncclResult_t r = ok ? ncclCommDestroy(comm) : ncclCommAbort(comm);
+  if (r != ncclSuccess)
+    ANYR_LOG(Warn, -1, "releasing NCCL communicator: " << ncclGetErrorString(r));
+}
+
+void ncclAllReduceSum(ncclComm_t comm, const void* in, void* out, size_t count,
+                      anyrDataType_t dtype, cudaStream_t stream, int timeoutMs) {
+  ncclResult_t r = ncclAllReduce(in, out, count, ncclType(dtype), ncclSum, comm, stream);
+  if (r == ncclInProgress) r = settle(comm, timeoutMs);
+  if (r == ncclInProgress) {
+    throwError(anyrTimeout,
+               "ncclAllReduce was still being enqueued after " + std::to_string(timeoutMs) + " ms");
+  }
+  checkNccl(r, comm, "ncclAllReduce");
+}
+
+}  // namespace anyr

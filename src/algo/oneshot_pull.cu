@@ -1,0 +1,113 @@
+// One-shot pull: each rank stages its input in its own registered buffer, tells every peer
+// so with a per-block flag, waits for every peer's flag, then reads all peers' staged data
+// and reduces in rank order. For links where peer reads beat peer writes.
+//
+// Buffers and flags: staging alternates between two buffers by the parity of a device-side
+// epoch shared by all blocks (advanced by the last block of each kernel). Block b of every
+// rank covers the same vector range (same grid on every rank: the shape is computed from
+// agreed values), so block b only waits for block b of its peers. A flag holds the epoch of
+// the last call in which its writer's block signalled; waiting is "flag - epoch >= 0".
+// Reuse is safe: this rank overwrites staging buffer (j % 2) only at call j+2, after its call
+// j+1 received every peer's call-j+1 flag, which each peer raised only after its whole call-j
+// kernel (and so all its reads of this rank's buffer) completed.
+#include "algo/algo.h"
+#include "algo/device_common.cuh"
+
+namespace anyr {
+namespace {
+
+using dev::Elem;
+using dev::Vec;
+
+template <typename T, bool kAligned>
+__global__ void __launch_bounds__(kAlgoThreads) oneShotPullKernel(AllReduceArgs a) {
+  const T* in = static_cast<const T*>(a.input);
+  T* out = static_cast<T*>(a.output);
+  const int rank = a.wait.rank;
+  const int n = a.wait.nranks;
+  LocalState* st = a.wait.state;
+  const uint32_t epoch = st->syncEpoch + 1;
+  const uint64_t bufOffset = a.layout.stagingOffset + (epoch & 1u) * a.layout.chunkBytes;
+
+  // This block's vector range.
+  const uint64_t per = (a.numVecs + gridDim.x - 1) / gridDim.x;
+  const uint64_t lo = per * blockIdx.x;
+  const uint64_t hi = min(a.numVecs, lo + per);
+
+  // 1. Stage this block's range of the input.
+  char* own = a.peerWorkspace[rank];
+  for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
+    Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
+    dev::storeRelaxed(own + bufOffset + v * 16, x.u);
+  }
+  __syncthreads();
+
+  // 2. Signal every peer (release: orders the block's staging stores before the flag), then
+  //    wait for every peer's signal.
+  __shared__ int blockFailed;
+  if (threadIdx.x == 0) blockFailed = 0;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < n && t != rank) {
+    FlagArea* peerFlags = reinterpret_cast<FlagArea*>(a.peerWorkspace[t] + a.layout.flagsOffset);
+    dev::storeReleaseSys(&peerFlags->start[blockIdx.x][rank], epoch);
+  }
+  __syncthreads();
+  if (t < n && t != rank) {
+    const FlagArea* flags = reinterpret_cast<const FlagArea*>(own + a.layout.flagsOffset);
+    dev::Waiter waiter(a.wait);
+    while (static_cast<int32_t>(dev::loadAcquireSys(&flags->start[blockIdx.x][t]) - epoch) < 0) {
+      if (!waiter.keepWaiting(t, kWaitStartFlag, epoch)) {
+        blockFailed = 1;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+
+  // 3. Read every rank's staged range in rank order and reduce.
+  if (!blockFailed) {
+    for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
+      float acc[Elem<T>::kPerVec] = {};
+      for (int s = 0; s < n; ++s) {
+        Vec x;
+        if (s == rank) {
+          x = dev::loadVec<T, kAligned>(in, v, a.count);
+        } else {
+          x.u = dev::loadCg(a.peerWorkspace[s] + bufOffset + v * 16);
+        }
+        dev::accumulate<T>(acc, x);
+      }
+      dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc));
+    }
+  }
+
+  dev::finishKernel(st, [&] { st->syncEpoch = epoch; });
+}
+
+template <typename T>
+cudaError_t launchTyped(const AllReduceArgs& a, const LaunchShape& shape, cudaStream_t stream) {
+  if (shape.aligned) {
+    oneShotPullKernel<T, true><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
+  } else {
+    oneShotPullKernel<T, false><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
+                              const LaunchShape& shape, cudaStream_t stream) {
+  switch (dtype) {
+    case anyrFloat32:
+      return launchTyped<float>(a, shape, stream);
+    case anyrFloat16:
+      return launchTyped<__half>(a, shape, stream);
+    case anyrBfloat16:
+      return launchTyped<__nv_bfloat16>(a, shape, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace anyr

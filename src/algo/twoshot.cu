@@ -1,0 +1,155 @@
+// Two-shot: reduce-scatter, then all-gather, both by peer reads.
+//
+// The vectors are cut into n segments; rank s owns segment s. Within every segment, block b
+// of every rank covers the same sub-range, so block b only ever waits for block b of peers:
+//   1. stage this block's sub-range of every segment except the own one; signal "start";
+//   2. wait for every peer's start flag; reduce the own segment's sub-range by reading every
+//      peer's staging (rank order, fp32), write it to the output and to the result buffer;
+//      signal "end";
+//   3. wait for every peer's end flag; copy every other segment's sub-range from its owner's
+//      result buffer into the output.
+// Every element is reduced by exactly one rank, so all ranks get identical bits, and they are
+// the same bits the one-shot algorithms produce (same order, same fp32 accumulation).
+// Buffer reuse follows oneshot_pull.cu: staging and result alternate by epoch parity; buffer
+// (j % 2) is rewritten at call j+2, after every peer's call-j+1 start flag, which the peer
+// raised after its whole call-j kernel finished.
+// In place is safe: a block reads its own input sub-ranges (staging in step 1, own segment in
+// step 2) before it writes the output there (steps 2 and 3), and no other block touches them.
+#include "algo/algo.h"
+#include "algo/device_common.cuh"
+
+namespace anyr {
+namespace {
+
+using dev::Elem;
+using dev::Vec;
+
+struct Range {
+  uint64_t lo, hi;
+};
+
+__device__ __forceinline__ Range subRange(uint64_t numVecs, int n, int seg) {
+  const uint64_t segLen = (numVecs + n - 1) / n;
+  const uint64_t segLo = min(numVecs, segLen * seg);
+  const uint64_t segHi = min(numVecs, segLo + segLen);
+  const uint64_t per = (segLen + gridDim.x - 1) / gridDim.x;
+  const uint64_t lo = min(segHi, segLo + per * blockIdx.x);
+  return Range{lo, min(segHi, lo + per)};
+}
+
+// Raises flag `which` (start or end) for this block on every peer, then waits for every
+// peer's. Returns false when the wait was abandoned (the communicator is then failed).
+__device__ bool blockBarrier(const AllReduceArgs& a, bool isEnd, uint32_t epoch) {
+  __shared__ int blockFailed;
+  const int rank = a.wait.rank;
+  const int n = a.wait.nranks;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t == 0) blockFailed = 0;
+  __syncthreads();
+  if (t < n && t != rank) {
+    FlagArea* peer = reinterpret_cast<FlagArea*>(a.peerWorkspace[t] + a.layout.flagsOffset);
+    uint32_t* f = isEnd ? &peer->end[blockIdx.x][rank] : &peer->start[blockIdx.x][rank];
+    dev::storeReleaseSys(f, epoch);
+    const FlagArea* own =
+        reinterpret_cast<const FlagArea*>(a.peerWorkspace[rank] + a.layout.flagsOffset);
+    const uint32_t* w = isEnd ? &own->end[blockIdx.x][t] : &own->start[blockIdx.x][t];
+    dev::Waiter waiter(a.wait);
+    while (static_cast<int32_t>(dev::loadAcquireSys(w) - epoch) < 0) {
+      if (!waiter.keepWaiting(t, isEnd ? kWaitEndFlag : kWaitStartFlag, epoch)) {
+        blockFailed = 1;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return blockFailed == 0;
+}
+
+template <typename T, bool kAligned>
+__global__ void __launch_bounds__(kAlgoThreads) twoShotKernel(AllReduceArgs a) {
+  const T* in = static_cast<const T*>(a.input);
+  T* out = static_cast<T*>(a.output);
+  const int rank = a.wait.rank;
+  const int n = a.wait.nranks;
+  LocalState* st = a.wait.state;
+  const uint32_t epoch = st->syncEpoch + 1;
+  const uint64_t parity = epoch & 1u;
+  const uint64_t stagingOffset = a.layout.stagingOffset + parity * a.layout.chunkBytes;
+  const uint64_t resultOffset = a.layout.resultOffset + parity * a.layout.chunkBytes;
+  char* own = a.peerWorkspace[rank];
+
+  // 1. Stage the sub-ranges peers will reduce.
+  for (int s = 0; s < n; ++s) {
+    if (s == rank) continue;
+    Range r = subRange(a.numVecs, n, s);
+    for (uint64_t v = r.lo + threadIdx.x; v < r.hi; v += blockDim.x) {
+      Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
+      dev::storeRelaxed(own + stagingOffset + v * 16, x.u);
+    }
+  }
+  bool ok = blockBarrier(a, false, epoch);
+
+  // 2. Reduce the own segment's sub-range.
+  if (ok) {
+    Range r = subRange(a.numVecs, n, rank);
+    for (uint64_t v = r.lo + threadIdx.x; v < r.hi; v += blockDim.x) {
+      float acc[Elem<T>::kPerVec] = {};
+      for (int s = 0; s < n; ++s) {
+        Vec x;
+        if (s == rank) {
+          x = dev::loadVec<T, kAligned>(in, v, a.count);
+        } else {
+          x.u = dev::loadCg(a.peerWorkspace[s] + stagingOffset + v * 16);
+        }
+        dev::accumulate<T>(acc, x);
+      }
+      Vec y = dev::packVec<T>(acc);
+      dev::storeRelaxed(own + resultOffset + v * 16, y.u);
+      dev::storeVec<T, kAligned>(out, v, a.count, y);
+    }
+    ok = blockBarrier(a, true, epoch);
+  }
+
+  // 3. Gather the other segments from their owners.
+  if (ok) {
+    for (int k = 1; k < n; ++k) {
+      int s = (rank + k) % n;
+      Range r = subRange(a.numVecs, n, s);
+      for (uint64_t v = r.lo + threadIdx.x; v < r.hi; v += blockDim.x) {
+        Vec x;
+        x.u = dev::loadCg(a.peerWorkspace[s] + resultOffset + v * 16);
+        dev::storeVec<T, kAligned>(out, v, a.count, x);
+      }
+    }
+  }
+
+  dev::finishKernel(st, [&] { st->syncEpoch = epoch; });
+}
+
+template <typename T>
+cudaError_t launchTyped(const AllReduceArgs& a, const LaunchShape& shape, cudaStream_t stream) {
+  if (shape.aligned) {
+    twoShotKernel<T, true><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
+  } else {
+    twoShotKernel<T, false><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
+                          cudaStream_t stream) {
+  switch (dtype) {
+    case anyrFloat32:
+      return launchTyped<float>(a, shape, stream);
+    case anyrFloat16:
+      return launchTyped<__half>(a, shape, stream);
+    case anyrBfloat16:
+      return launchTyped<__nv_bfloat16>(a, shape, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace anyr

@@ -1,0 +1,246 @@
+// The C API boundary: the only place anyr::Error is caught and turned into a result code.
+// Every function records the failure's message for anyrGetLastError (per thread, and per
+// communicator when one is involved) and returns; nothing here exits or aborts.
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "anyreduce/anyreduce.h"
+#include "bootstrap/bootstrap.h"
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+
+struct anyrComm {
+  std::unique_ptr<anyr::Communicator> impl;
+  std::mutex mu;
+  std::string lastError;
+  bool destroyed = false;
+};
+
+namespace {
+
+thread_local std::string tlsLastError;
+
+void record(anyrComm_t comm, const std::string& msg) {
+  tlsLastError = msg;
+  if (comm != nullptr) {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    comm->lastError = msg;
+  }
+}
+
+template <typename F>
+anyrResult_t guarded(anyrComm_t comm, const char* fn, F&& f) {
+  try {
+    f();
+    return anyrSuccess;
+  } catch (const anyr::Error& e) {
+    record(comm, std::string(fn) + ": " + e.what());
+    ANYR_LOG(Info, -1, fn << " failed: " << e.what());
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    record(comm, std::string(fn) + ": out of host memory");
+    return anyrSystemError;
+  } catch (const std::exception& e) {
+    record(comm, std::string(fn) + ": internal error: " + e.what());
+    return anyrInternalError;
+  } catch (...) {
+    record(comm, std::string(fn) + ": internal error: unknown exception");
+    return anyrInternalError;
+  }
+}
+
+anyr::Communicator& live(anyrComm_t comm) {
+  ANYR_REQUIRE_ARG(comm != nullptr, "comm", "must not be NULL");
+  if (comm->impl == nullptr) anyr::throwError(anyrInvalidUsage, "communicator was destroyed");
+  return *comm->impl;
+}
+
+}  // namespace
+
+extern "C" {
+
+anyrResult_t anyrGetVersion(int* version) {
+  return guarded(nullptr, "anyrGetVersion", [&] {
+    ANYR_REQUIRE_ARG(version != nullptr, "version", "must not be NULL");
+    *version = ANYR_VERSION_CODE;
+  });
+}
+
+anyrResult_t anyrGetUniqueId(anyrUniqueId* uniqueId) {
+  return guarded(nullptr, "anyrGetUniqueId", [&] {
+    ANYR_REQUIRE_ARG(uniqueId != nullptr, "uniqueId", "must not be NULL");
+    anyr::createUniqueId(uniqueId);
+  });
+}
+
+anyrResult_t anyrCommInitRankConfig(anyrComm_t* comm, int nranks, anyrUniqueId uniqueId, int rank,
+                                    const anyrConfig_t* config) {
+  return guarded(nullptr, "anyrCommInitRank", [&] {
+    ANYR_REQUIRE_ARG(comm != nullptr, "comm", "must not be NULL");
+    *comm = nullptr;
+    ANYR_REQUIRE_ARG(nranks >= 1 && nranks <= 4096, "nranks",
+                     "world size " + std::to_string(nranks) + " out of range 1..4096");
+    ANYR_REQUIRE_ARG(
+        rank >= 0 && rank < nranks, "rank",
+        "rank " + std::to_string(rank) + " out of range 0.." + std::to_string(nranks - 1));
+    anyr::Config cfg = anyr::resolveConfig(config);
+    auto bs = anyr::createTcpBootstrap(uniqueId, rank, nranks, cfg.timeoutMs);
+    auto handle = std::make_unique<anyrComm>();
+    handle->impl = anyr::Communicator::create(std::move(bs), cfg, nullptr);
+    *comm = handle.release();
+  });
+}
+
+anyrResult_t anyrCommInitRank(anyrComm_t* comm, int nranks, anyrUniqueId uniqueId, int rank) {
+  return anyrCommInitRankConfig(comm, nranks, uniqueId, rank, nullptr);
+}
+
+anyrResult_t anyrCommInitFromNccl(anyrComm_t* comm, void* ncclComm, const anyrConfig_t* config) {
+  return guarded(nullptr, "anyrCommInitFromNccl", [&] {
+    ANYR_REQUIRE_ARG(comm != nullptr, "comm", "must not be NULL");
+    *comm = nullptr;
+    ANYR_REQUIRE_ARG(ncclComm != nullptr, "ncclComm", "must not be NULL");
+    anyr::Config cfg = anyr::resolveConfig(config);
+    auto bs = anyr::createNcclBootstrap(ncclComm, cfg.timeoutMs);
+    auto handle = std::make_unique<anyrComm>();
+    handle->impl =
+        anyr::Communicator::create(std::move(bs), cfg, static_cast<ncclComm_t>(ncclComm));
+    *comm = handle.release();
+  });
+}
+
+anyrResult_t anyrCommDestroy(anyrComm_t comm) {
+  if (comm == nullptr) {
+    record(nullptr, "anyrCommDestroy: argument 'comm': must not be NULL");
+    return anyrInvalidArgument;
+  }
+  anyrResult_t r = guarded(nullptr, "anyrCommDestroy", [&] {
+    if (comm->impl) comm->impl->destroy();
+  });
+  comm->impl.reset();
+  delete comm;
+  return r;
+}
+
+anyrResult_t anyrCommAbort(anyrComm_t comm) {
+  return guarded(comm, "anyrCommAbort", [&] { live(comm).abort(); });
+}
+
+anyrResult_t anyrCommGetAsyncError(anyrComm_t comm, anyrResult_t* asyncError) {
+  return guarded(comm, "anyrCommGetAsyncError", [&] {
+    ANYR_REQUIRE_ARG(asyncError != nullptr, "asyncError", "must not be NULL");
+    std::string msg;
+    *asyncError = live(comm).asyncError(&msg);
+    if (*asyncError != anyrSuccess) record(comm, msg);
+  });
+}
+
+anyrResult_t anyrCommCount(const anyrComm_t comm, int* count) {
+  return guarded(comm, "anyrCommCount", [&] {
+    ANYR_REQUIRE_ARG(count != nullptr, "count", "must not be NULL");
+    *count = live(comm).size();
+  });
+}
+
+anyrResult_t anyrCommUserRank(const anyrComm_t comm, int* rank) {
+  return guarded(comm, "anyrCommUserRank", [&] {
+    ANYR_REQUIRE_ARG(rank != nullptr, "rank", "must not be NULL");
+    *rank = live(comm).rank();
+  });
+}
+
+anyrResult_t anyrCommCuDevice(const anyrComm_t comm, int* device) {
+  return guarded(comm, "anyrCommCuDevice", [&] {
+    ANYR_REQUIRE_ARG(device != nullptr, "device", "must not be NULL");
+    *device = live(comm).device();
+  });
+}
+
+anyrResult_t anyrCommGetNcclComm(const anyrComm_t comm, void** ncclComm) {
+  return guarded(comm, "anyrCommGetNcclComm", [&] {
+    ANYR_REQUIRE_ARG(ncclComm != nullptr, "ncclComm", "must not be NULL");
+    *ncclComm = live(comm).nccl();
+  });
+}
+
+anyrResult_t anyrAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           anyrDataType_t datatype, anyrRedOp_t op, anyrComm_t comm,
+                           cudaStream_t stream) {
+  return guarded(comm, "anyrAllReduce",
+                 [&] { live(comm).allReduce(sendbuff, recvbuff, count, datatype, op, stream); });
+}
+
+anyrResult_t anyrCommSetAlgorithm(anyrComm_t comm, anyrAlgo_t algorithm) {
+  return guarded(comm, "anyrCommSetAlgorithm", [&] { live(comm).setAlgorithm(algorithm); });
+}
+
+anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count, anyrDataType_t datatype,
+                                    anyrAlgo_t* algorithm) {
+  return guarded(comm, "anyrCommQueryAlgorithm", [&] {
+    ANYR_REQUIRE_ARG(algorithm != nullptr, "algorithm", "must not be NULL");
+    *algorithm = live(comm).queryAlgorithm(count, datatype);
+  });
+}
+
+anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed) {
+  return guarded(comm, "anyrCommExplain", [&] {
+    std::string s = live(comm).explainJson();
+    if (needed != nullptr) *needed = s.size() + 1;
+    if (buf != nullptr && len > 0) {
+      size_t n = std::min(len - 1, s.size());
+      std::memcpy(buf, s.data(), n);
+      buf[n] = '\0';
+    }
+  });
+}
+
+const char* anyrAlgoName(anyrAlgo_t algorithm) {
+  static const char* const names[anyrNumAlgos] = {"auto", "oneshot-push", "oneshot-pull", "twoshot",
+                                                  "nccl"};
+  if (algorithm < 0 || algorithm >= anyrNumAlgos) return nullptr;
+  return names[algorithm];
+}
+
+const char* anyrGetErrorString(anyrResult_t result) {
+  switch (result) {
+    case anyrSuccess:
+      return "no error";
+    case anyrCudaError:
+      return "CUDA call failed";
+    case anyrSystemError:
+      return "system call failed";
+    case anyrInternalError:
+      return "internal error (please report)";
+    case anyrInvalidArgument:
+      return "invalid argument";
+    case anyrInvalidUsage:
+      return "invalid usage";
+    case anyrRemoteError:
+      return "remote rank failed";
+    case anyrTimeout:
+      return "timed out";
+    case anyrAborted:
+      return "communicator aborted";
+    case anyrNcclError:
+      return "NCCL call failed";
+    case anyrUnsupported:
+      return "not supported on this hardware or build";
+    default:
+      return "unknown result code";
+  }
+}
+
+const char* anyrGetLastError(anyrComm_t comm) {
+  if (comm != nullptr) {
+    std::lock_guard<std::mutex> lock(comm->mu);
+    thread_local std::string copy;
+    copy = comm->lastError;
+    return copy.c_str();
+  }
+  return tlsLastError.c_str();
+}
+
+}  // extern "C"

@@ -1,0 +1,732 @@
+#include "core/comm.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "algo/algo.h"
+#include "algo/nccl_path.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "topology/probe.h"
+#include "transport/check.h"
+
+namespace anyr {
+
+namespace {
+
+uint64_t roundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+using Clock = std::chrono::steady_clock;
+
+const char* waitWhatName(int32_t w) {
+  switch (w) {
+    case kWaitPushData:
+      return "one-shot push data";
+    case kWaitStartFlag:
+      return "start flag";
+    case kWaitEndFlag:
+      return "end flag";
+    default:
+      return "nothing";
+  }
+}
+
+// Serialized GPU description exchanged at init: JSON of a one-GPU topology, padded.
+constexpr size_t kGpuInfoWire = 4096;
+
+}  // namespace
+
+size_t dtypeSize(anyrDataType_t t) {
+  switch (t) {
+    case anyrFloat32:
+      return 4;
+    case anyrFloat16:
+    case anyrBfloat16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+uint64_t WorkspaceLayout::hash() const {
+  const uint64_t fields[] = {headerOffset,  flagsOffset,   checkOffset,  checkBytes, pushOffset,
+                             pushSlotBytes, stagingOffset, resultOffset, chunkBytes, totalBytes};
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t f : fields) {
+    h ^= f;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+WorkspaceLayout computeLayout(const Config& cfg, int nranks) {
+  WorkspaceLayout l{};
+  const uint64_t page = 4096;
+  l.headerOffset = 0;
+  l.flagsOffset = page;
+  l.checkOffset = roundUp(l.flagsOffset + sizeof(FlagArea), page);
+  l.checkBytes = roundUp(sizeof(CheckArea), page);
+  l.pushOffset = l.checkOffset + l.checkBytes;
+  uint64_t oneShot = cfg.oneShotMaxBytes ? cfg.oneShotMaxBytes : defaultOneShotMaxBytes(nranks);
+  l.pushSlotBytes = roundUp(std::max<uint64_t>(oneShot, 64u << 10), page);
+  l.stagingOffset =
+      roundUp(l.pushOffset + 3 * l.pushSlotBytes * static_cast<uint64_t>(nranks), page);
+  l.chunkBytes = cfg.chunkBytes;
+  l.resultOffset = l.stagingOffset + 2 * l.chunkBytes;
+  l.totalBytes = l.resultOffset + 2 * l.chunkBytes;
+  return l;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Creation
+// ---------------------------------------------------------------------------------------------
+
+std::unique_ptr<Communicator> Communicator::create(std::unique_ptr<Bootstrap> bs, const Config& cfg,
+                                                   ncclComm_t externalNccl) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->init(std::move(bs), cfg, externalNccl);
+  return c;
+}
+
+void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclComm_t externalNccl) {
+  bs_ = std::move(bs);
+  rank_ = bs_->rank();
+  nranks_ = bs_->size();
+  ANYR_CUDA_CHECK(cudaGetDevice(&device_));
+  ANYR_CUDA_CHECK(cudaStreamCreateWithFlags(&internalStream_, cudaStreamNonBlocking));
+  ANYR_CUDA_CHECK(cudaEventCreateWithFlags(&lastWork_, cudaEventDisableTiming));
+
+  // Host-mapped failure record and abort word: kernels write/read them without any host
+  // synchronization; the host reads them on every call.
+  ANYR_CUDA_CHECK(cudaHostAlloc(&hostMapped_, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(hostMapped_, 0, 64);
+  hError_ = static_cast<ErrorRecord*>(hostMapped_);
+  hAbort_ =
+      reinterpret_cast<volatile int32_t*>(static_cast<char*>(hostMapped_) + sizeof(ErrorRecord));
+  void* dMapped = nullptr;
+  ANYR_CUDA_CHECK(cudaHostGetDevicePointer(&dMapped, hostMapped_, 0));
+  dError_ = static_cast<ErrorRecord*>(dMapped);
+  dAbort_ = reinterpret_cast<const int32_t*>(static_cast<char*>(dMapped) + sizeof(ErrorRecord));
+
+  agreeConfig(cfg);
+  exchangeDeviceInfo();
+  initNccl(externalNccl);
+  initTransport();
+  checkTransport();
+  decide();
+  bs_->barrier();
+  ANYR_LOG(
+      Info, rank_,
+      "communicator ready: " << nranks_ << " ranks, device " << device_ << ", " << cfg_.describe());
+}
+
+void Communicator::agreeConfig(const Config& local) {
+  // Rank 0's resolved configuration is the communicator's; a rank whose own differs is told.
+  Config::Wire w = local.toWire();
+  bs_->broadcast(&w, sizeof(w), 0);
+  cfg_ = Config::fromWire(w);
+  if (!(cfg_ == local)) {
+    ANYR_LOG(Warn, rank_,
+             "this rank's configuration (" << local.describe()
+                                           << ") differs from rank 0's; using rank 0's ("
+                                           << cfg_.describe() << ")");
+  }
+}
+
+void Communicator::exchangeDeviceInfo() {
+  Topology mine;
+  mine.gpus.push_back(probeGpu(device_));
+  mine.gpus[0].index = rank_;
+  mine.resizePairs();
+  std::string text = topologyToJson(mine, -1);
+  if (text.size() >= kGpuInfoWire) {
+    throwError(anyrInternalError,
+               "GPU description too long to exchange (" + std::to_string(text.size()) + " bytes)");
+  }
+  std::vector<char> buf(kGpuInfoWire, 0);
+  std::memcpy(buf.data(), text.data(), text.size());
+  std::vector<char> all(kGpuInfoWire * static_cast<size_t>(nranks_));
+  bs_->allGather(buf.data(), all.data(), kGpuInfoWire);
+
+  topo_ = Topology();
+  topo_.source = "communicator";
+  topo_.hostName = mine.hostName;
+  int drv = 0, rt = 0;
+  (void)cudaDriverGetVersion(&drv);
+  (void)cudaRuntimeGetVersion(&rt);
+  topo_.cudaDriverVersion = drv;
+  topo_.cudaRuntimeVersion = rt;
+  for (int r = 0; r < nranks_; ++r) {
+    const char* p = all.data() + kGpuInfoWire * static_cast<size_t>(r);
+    Topology t = topologyFromJson(std::string(p, strnlen(p, kGpuInfoWire)));
+    if (t.gpus.size() != 1) {
+      throwError(anyrRemoteError,
+                 "rank " + std::to_string(r) + " sent a malformed GPU description");
+    }
+    topo_.gpus.push_back(t.gpus[0]);
+  }
+  topo_.resizePairs();
+
+  facts_.nranks = nranks_;
+  facts_.sameHost = true;
+  facts_.distinctDevices = true;
+  for (int r = 0; r < nranks_; ++r) {
+    if (topo_.gpus[static_cast<size_t>(r)].hostHash != topo_.gpus[0].hostHash)
+      facts_.sameHost = false;
+    for (int q = 0; q < r; ++q) {
+      if (topo_.gpus[static_cast<size_t>(r)].pciBusId ==
+              topo_.gpus[static_cast<size_t>(q)].pciBusId &&
+          topo_.gpus[static_cast<size_t>(r)].hostHash ==
+              topo_.gpus[static_cast<size_t>(q)].hostHash) {
+        facts_.distinctDevices = false;
+      }
+    }
+  }
+  // Driver-reported facts for this rank's row, then everyone's rows.
+  struct PairWire {
+    int32_t link, nvlinkCount, driverPeerAccess, driverAtomics;
+    double linkGBps;
+    char relation[16];
+  };
+  static_assert(sizeof(PairWire) == 40, "PairWire layout");
+  std::vector<PairWire> row(static_cast<size_t>(nranks_));
+  for (int d = 0; d < nranks_; ++d) {
+    PairWire& w = row[static_cast<size_t>(d)];
+    std::memset(&w, 0, sizeof(w));
+    if (d == rank_ || !facts_.sameHost) {
+      w.link = static_cast<int32_t>(d == rank_ ? LinkType::Self : LinkType::None);
+      continue;
+    }
+    PairInfo p = describePair(device_, topo_.gpus[static_cast<size_t>(rank_)],
+                              topo_.gpus[static_cast<size_t>(d)]);
+    w.link = static_cast<int32_t>(p.link);
+    w.nvlinkCount = p.nvlinkCount;
+    w.driverPeerAccess = p.driverPeerAccess;
+    w.driverAtomics = p.driverAtomics;
+    w.linkGBps = p.linkGBps;
+    std::snprintf(w.relation, sizeof(w.relation), "%s", p.pcieRelation.c_str());
+  }
+  std::vector<PairWire> allRows(static_cast<size_t>(nranks_) * static_cast<size_t>(nranks_));
+  bs_->allGather(row.data(), allRows.data(), sizeof(PairWire) * static_cast<size_t>(nranks_));
+  for (int s = 0; s < nranks_; ++s) {
+    for (int d = 0; d < nranks_; ++d) {
+      const PairWire& w = allRows[static_cast<size_t>(s * nranks_ + d)];
+      PairInfo& p = topo_.pair(s, d);
+      p.link = static_cast<LinkType>(w.link);
+      p.nvlinkCount = w.nvlinkCount;
+      p.driverPeerAccess = w.driverPeerAccess != 0;
+      p.driverAtomics = w.driverAtomics != 0;
+      p.linkGBps = w.linkGBps;
+      p.pcieRelation = std::string(w.relation, strnlen(w.relation, sizeof(w.relation)));
+    }
+  }
+}
+
+void Communicator::initNccl(ncclComm_t externalNccl) {
+  std::string why;
+  ncclComm_t comm = nullptr;
+  if (externalNccl != nullptr) {
+    comm = externalNccl;
+  } else if (!cfg_.useNccl) {
+    why = "disabled by configuration (ANYR_USE_NCCL=0)";
+  } else if (!facts_.distinctDevices) {
+    why = "ranks share a GPU (NCCL needs one rank per GPU)";
+  } else {
+    comm = createNcclComm(*bs_, cfg_.timeoutMs, &why);
+  }
+  // NCCL is usable only if it is usable on every rank.
+  struct Vote {
+    int32_t ok;
+    char why[124];
+  };
+  Vote mine{};
+  mine.ok = comm != nullptr;
+  std::snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
+  std::vector<Vote> votes = bs_->allGatherValue(mine);
+  facts_.ncclAvailable = true;
+  for (int r = 0; r < nranks_; ++r) {
+    if (!votes[static_cast<size_t>(r)].ok) {
+      facts_.ncclAvailable = false;
+      facts_.ncclReason = "rank " + std::to_string(r) + ": " +
+                          std::string(votes[static_cast<size_t>(r)].why,
+                                      strnlen(votes[static_cast<size_t>(r)].why, sizeof(mine.why)));
+      break;
+    }
+  }
+  if (facts_.ncclAvailable) {
+    nccl_ = comm;
+    ownsNccl_ = externalNccl == nullptr;
+  } else if (comm != nullptr && externalNccl == nullptr) {
+    releaseNcclComm(comm, true);
+  }
+}
+
+void Communicator::initTransport() {
+  facts_.peerMemory = false;
+  if (nranks_ < 2) {
+    facts_.peerMemoryReason = "a single rank needs no peer memory";
+    return;
+  }
+  if (nranks_ > kMaxLocalRanks || !facts_.sameHost) {
+    facts_.peerMemoryReason =
+        nranks_ > kMaxLocalRanks ? "more than 8 ranks" : "ranks on several hosts";
+    return;
+  }
+  layout_ = computeLayout(cfg_, nranks_);
+  peers_ = createIpcPeerMemory(*bs_, layout_.totalBytes);
+  char* base = peers_->local();
+  // Header, zeroed flags and check area, cleared push buffers.
+  WorkspaceHeader h{};
+  h.magic = kWorkspaceMagic;
+  h.layoutVersion = kWorkspaceLayoutVersion;
+  h.rank = rank_;
+  h.nranks = nranks_;
+  h.layoutHash = layout_.hash();
+  ANYR_CUDA_CHECK(cudaMemsetAsync(base, 0, layout_.pushOffset, internalStream_));
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(base + layout_.headerOffset, &h, sizeof(h),
+                                  cudaMemcpyHostToDevice, internalStream_));
+  ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + layout_.pushOffset),
+                                  3 * layout_.pushSlotBytes * static_cast<uint64_t>(nranks_) / 4,
+                                  kPushClearWord, internalStream_));
+  ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dState_), sizeof(LocalState)));
+  ANYR_CUDA_CHECK(cudaMemsetAsync(dState_, 0, sizeof(LocalState), internalStream_));
+  waitStreamIdle(internalStream_, "clearing the workspace");
+  facts_.peerMemory = true;
+
+  // Kernel argument template.
+  std::memset(&argsTemplate_, 0, sizeof(argsTemplate_));
+  for (int r = 0; r < nranks_; ++r) argsTemplate_.peerWorkspace[r] = peers_->peer(r);
+  argsTemplate_.layout = layout_;
+  WaitControl& w = argsTemplate_.wait;
+  w.hostAbort = dAbort_;
+  w.error = dError_;
+  w.state = dState_;
+  w.ownHeader = reinterpret_cast<WorkspaceHeader*>(base + layout_.headerOffset);
+  for (int r = 0; r < nranks_; ++r) {
+    w.peerHeaders[r] =
+        peers_->peer(r) ? reinterpret_cast<WorkspaceHeader*>(peers_->peer(r)) : nullptr;
+  }
+  w.timeoutNs = static_cast<uint64_t>(cfg_.timeoutMs) * 1000000ull;
+  w.rank = rank_;
+  w.nranks = nranks_;
+
+  // Blocks: at most one per SM of the smallest GPU, so every block of every rank is resident
+  // at once (blocks wait on the same-index block of peers).
+  int minSm = 1 << 30;
+  for (const GpuInfo& g : topo_.gpus) minSm = std::min(minSm, g.smCount > 0 ? g.smCount : 1);
+  maxBlocks_ = std::min(minSm, kMaxBlocks);
+  if (cfg_.maxBlocks > 0) maxBlocks_ = std::min(maxBlocks_, cfg_.maxBlocks);
+}
+
+void Communicator::checkTransport() {
+  if (!facts_.peerMemory) return;
+  // Real transfers over every mapped pair: this rank writes a pattern into every peer's area,
+  // publishes one for peers to read, and (where the driver reports peer atomics) adds
+  // atomically into every peer's counter; then each rank verifies what it received.
+  std::random_device rd;
+  uint32_t salt = 0;
+  if (rank_ == 0) salt = rd();
+  bs_->broadcast(&salt, sizeof(salt), 0);
+  CheckArea* own = reinterpret_cast<CheckArea*>(peers_->local() + layout_.checkOffset);
+  uint32_t* dCounts = nullptr;
+  ANYR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&dCounts),
+                                  2 * kMaxLocalRanks * sizeof(uint32_t), internalStream_));
+  ANYR_CUDA_CHECK(
+      cudaMemsetAsync(dCounts, 0, 2 * kMaxLocalRanks * sizeof(uint32_t), internalStream_));
+  ANYR_CUDA_CHECK(launchCheckPublish(own, rank_, salt, internalStream_));
+  waitStreamIdle(internalStream_, "publishing the transport check pattern");
+  bs_->barrier();
+
+  // Ordered pair facts this rank can establish: mapped (both ways known after the gather),
+  // read me->p, write p->me, atomic p->me.
+  struct Row {
+    uint8_t mapped[kMaxLocalRanks];
+    uint8_t readOk[kMaxLocalRanks];
+    uint8_t writeOkFrom[kMaxLocalRanks];
+    uint8_t atomicOkFrom[kMaxLocalRanks];
+    uint8_t atomicTried[kMaxLocalRanks];
+  };
+  Row row{};
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_ || peers_->peer(p) == nullptr) continue;
+    row.mapped[p] = 1;
+    CheckArea* peerArea = reinterpret_cast<CheckArea*>(peers_->peer(p) + layout_.checkOffset);
+    ANYR_CUDA_CHECK(launchCheckWrite(peerArea, rank_, p, salt, internalStream_));
+    ANYR_CUDA_CHECK(launchCheckRead(peerArea, p, salt, dCounts + p, internalStream_));
+    if (topo_.pair(rank_, p).driverAtomics || topo_.pair(rank_, p).link == LinkType::Self) {
+      row.atomicTried[p] = 1;
+      ANYR_CUDA_CHECK(launchCheckAtomics(peerArea, rank_, internalStream_));
+    }
+  }
+  waitStreamIdle(internalStream_, "the transport check transfers");
+  bs_->barrier();
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    ANYR_CUDA_CHECK(
+        launchCheckVerify(own, p, rank_, salt, dCounts + kMaxLocalRanks + p, internalStream_));
+  }
+  uint32_t counts[2 * kMaxLocalRanks] = {};
+  uint32_t atomics[kMaxLocalRanks] = {};
+  ANYR_CUDA_CHECK(
+      cudaMemcpyAsync(counts, dCounts, sizeof(counts), cudaMemcpyDeviceToHost, internalStream_));
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(atomics, own->atomics, sizeof(atomics), cudaMemcpyDeviceToHost,
+                                  internalStream_));
+  ANYR_CUDA_CHECK(cudaFreeAsync(dCounts, internalStream_));
+  waitStreamIdle(internalStream_, "verifying the transport check");
+  std::vector<Row> rows = bs_->allGatherValue(row);
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    row.readOk[p] = row.mapped[p] && counts[p] == 0;
+    row.writeOkFrom[p] =
+        rows[static_cast<size_t>(p)].mapped[rank_] && counts[kMaxLocalRanks + p] == 0;
+    row.atomicOkFrom[p] =
+        rows[static_cast<size_t>(p)].atomicTried[rank_] &&
+        atomics[p] == static_cast<uint32_t>(kAtomicThreads * kAtomicAddsPerThread);
+  }
+  rows = bs_->allGatherValue(row);
+  for (int s = 0; s < nranks_; ++s) {
+    for (int d = 0; d < nranks_; ++d) {
+      if (s == d) continue;
+      PairInfo& p = topo_.pair(s, d);
+      p.peerReadOk = rows[static_cast<size_t>(s)].readOk[d] != 0;
+      p.peerWriteOk = rows[static_cast<size_t>(d)].writeOkFrom[s] != 0;
+      p.peerAtomicOk = rows[static_cast<size_t>(d)].atomicOkFrom[s] != 0;
+      if (s == rank_ && !peers_->mapError(d).empty()) {
+        ANYR_LOG(Warn, rank_, "cannot map rank " << d << "'s memory: " << peers_->mapError(d));
+      }
+      if (!p.peerWriteOk || !p.peerReadOk) {
+        ANYR_LOG(Info, rank_,
+                 "transport check rank " << s << " -> rank " << d << ": write "
+                                         << (p.peerWriteOk ? "ok" : "FAILED") << ", read "
+                                         << (p.peerReadOk ? "ok" : "FAILED"));
+      }
+    }
+  }
+}
+
+void Communicator::decide() {
+  admission_ = admit(topo_, facts_);
+  thresholds_ = defaultThresholds(topo_, admission_, cfg_, nranks_);
+  if (nranks_ > 1 && !admission_.any()) {
+    std::string reasons;
+    for (int a = 1; a < anyrNumAlgos; ++a) {
+      reasons += std::string("\n  ") + anyrAlgoName(static_cast<anyrAlgo_t>(a)) + ": " +
+                 admission_.algo[static_cast<size_t>(a)].reason;
+    }
+    throwError(anyrUnsupported, "no all-reduce algorithm is admitted on this hardware:" + reasons);
+  }
+  if (cfg_.algorithm != anyrAlgoAuto) setAlgorithm(cfg_.algorithm);
+  for (int a = 1; a < anyrNumAlgos; ++a) {
+    ANYR_LOG(
+        Info, rank_,
+        anyrAlgoName(static_cast<anyrAlgo_t>(a))
+            << (admission_.algo[static_cast<size_t>(a)].admitted ? " admitted: " : " rejected: ")
+            << admission_.algo[static_cast<size_t>(a)].reason);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failure state
+// ---------------------------------------------------------------------------------------------
+
+void Communicator::setFailed(anyrResult_t code, const std::string& msg) {
+  std::lock_guard<std::mutex> lock(failMu_);
+  if (failCode_.load() == anyrSuccess) {
+    failMsg_ = msg;
+    failCode_.store(code);
+  }
+}
+
+anyrResult_t Communicator::asyncError(std::string* msg) {
+  if (failCode_.load() == anyrSuccess && hError_ != nullptr) {
+    int32_t code = *reinterpret_cast<volatile int32_t*>(&hError_->code);
+    if (code != kFailNone) {
+      const ErrorRecord e = *const_cast<const ErrorRecord*>(hError_);
+      std::string where = std::string(waitWhatName(e.what)) + ", block " + std::to_string(e.block) +
+                          ", call " + std::to_string(e.epoch);
+      if (code == kFailTimeout) {
+        setFailed(anyrTimeout, "rank " + std::to_string(rank_) + " timed out after " +
+                                   std::to_string(cfg_.timeoutMs) + " ms waiting for rank " +
+                                   std::to_string(e.waitedRank) + " (" + where + ")");
+      } else if (code == kFailAborted) {
+        setFailed(anyrAborted, "rank " + std::to_string(rank_) +
+                                   " was aborted (anyrCommAbort) while "
+                                   "waiting for rank " +
+                                   std::to_string(e.waitedRank) + " (" + where + ")");
+      } else {
+        setFailed(anyrRemoteError, "rank " + std::to_string(e.waitedRank) +
+                                       " failed and stopped the communicator (rank " +
+                                       std::to_string(rank_) + " was waiting in " + where + ")");
+      }
+    }
+  }
+  if (failCode_.load() == anyrSuccess && nccl_ != nullptr) {
+    ncclResult_t st = ncclSuccess;
+    if (ncclCommGetAsyncError(nccl_, &st) == ncclSuccess && st != ncclSuccess &&
+        st != ncclInProgress) {
+      setFailed(anyrNcclError, std::string("NCCL asynchronous error: ") + ncclGetErrorString(st));
+    }
+  }
+  std::lock_guard<std::mutex> lock(failMu_);
+  if (msg != nullptr) *msg = failMsg_;
+  return static_cast<anyrResult_t>(failCode_.load());
+}
+
+void Communicator::throwIfFailed() {
+  std::string msg;
+  anyrResult_t r = asyncError(&msg);
+  if (r != anyrSuccess) throwError(r, "communicator has failed: " + msg);
+}
+
+void Communicator::abort() {
+  if (hAbort_ != nullptr) *hAbort_ = 1;
+  setFailed(anyrAborted,
+            "rank " + std::to_string(rank_) + ": communicator aborted by anyrCommAbort");
+  if (nccl_ != nullptr && ownsNccl_) {
+    releaseNcclComm(nccl_, false);
+    nccl_ = nullptr;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// All-reduce
+// ---------------------------------------------------------------------------------------------
+
+void Communicator::validate(const void* sendbuff, void* recvbuff, size_t count,
+                            anyrDataType_t dtype, anyrRedOp_t op, cudaStream_t stream,
+                            bool capturing) const {
+  ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype",
+                   "unsupported datatype " + std::to_string(static_cast<int>(dtype)) +
+                       " (anyrFloat32, anyrFloat16, anyrBfloat16)");
+  ANYR_REQUIRE_ARG(
+      op == anyrSum, "op",
+      "unsupported reduction " + std::to_string(static_cast<int>(op)) + " (only anyrSum)");
+  // The stream's device can only be asked outside graph capture (the query is not permitted
+  // on a capturing stream); a capture on another device's stream fails at instantiation.
+  if (!capturing) {
+    int streamDev = -1;
+    cudaError_t se = cudaStreamGetDevice(stream, &streamDev);
+    if (se != cudaSuccess) {
+      (void)cudaGetLastError();
+      throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
+                                          cudaGetErrorString(se) + ")");
+    }
+    ANYR_REQUIRE_ARG(streamDev == device_, "stream",
+                     "belongs to device " + std::to_string(streamDev) +
+                         ", the communicator's device is " + std::to_string(device_));
+  }
+  if (count == 0) return;
+  const size_t es = dtypeSize(dtype);
+  ANYR_REQUIRE_ARG(count <= SIZE_MAX / es, "count", "count * element size overflows");
+  auto checkPtr = [&](const void* p, const char* name) {
+    ANYR_REQUIRE_ARG(p != nullptr, name, "must not be NULL when count > 0");
+    ANYR_REQUIRE_ARG(reinterpret_cast<uintptr_t>(p) % es == 0, name,
+                     "must be aligned to the element size (" + std::to_string(es) + " bytes)");
+    cudaPointerAttributes attr{};
+    cudaError_t e = cudaPointerGetAttributes(&attr, p);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throwError(anyrInvalidArgument, std::string("argument '") + name + "': not a CUDA pointer (" +
+                                          cudaGetErrorString(e) + ")");
+    }
+    ANYR_REQUIRE_ARG(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, name,
+                     "must point to device memory (got host or unregistered memory)");
+    ANYR_REQUIRE_ARG(attr.type == cudaMemoryTypeManaged || attr.device == device_, name,
+                     "is on device " + std::to_string(attr.device) +
+                         ", the communicator's device is " + std::to_string(device_));
+  };
+  checkPtr(sendbuff, "sendbuff");
+  checkPtr(recvbuff, "recvbuff");
+  const uintptr_t s = reinterpret_cast<uintptr_t>(sendbuff);
+  const uintptr_t r = reinterpret_cast<uintptr_t>(recvbuff);
+  const uintptr_t bytes = count * es;
+  ANYR_REQUIRE_ARG(s == r || s + bytes <= r || r + bytes <= s, "recvbuff",
+                   "overlaps sendbuff partially (must be the same pointer or disjoint)");
+}
+
+void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
+                             anyrDataType_t dtype, anyrRedOp_t op, cudaStream_t stream) {
+  throwIfFailed();
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t ce = cudaStreamIsCapturing(stream, &cs);
+  if (ce != cudaSuccess) {
+    (void)cudaGetLastError();
+    throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
+                                        cudaGetErrorString(ce) + ")");
+  }
+  validate(sendbuff, recvbuff, count, dtype, op, stream, cs != cudaStreamCaptureStatusNone);
+  if (count == 0) return;
+  const size_t bytes = count * dtypeSize(dtype);
+  if (nranks_ == 1) {
+    if (sendbuff != recvbuff) {
+      ANYR_CUDA_CHECK(cudaMemcpyAsync(recvbuff, sendbuff, bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    return;
+  }
+  anyrAlgo_t algo =
+      chooseAlgo(admission_, thresholds_, bytes, static_cast<anyrAlgo_t>(forced_.load()));
+  if (algo == anyrAlgoNccl) {
+    ncclAllReduceSum(nccl_, sendbuff, recvbuff, count, dtype, stream, cfg_.timeoutMs);
+    return;
+  }
+  if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
+  launchPeerAlgo(algo, sendbuff, recvbuff, count, dtype, stream);
+  if (cs == cudaStreamCaptureStatusNone) {
+    ANYR_CUDA_CHECK(cudaEventRecord(lastWork_, stream));
+    haveLastWork_ = true;
+  }
+}
+
+int Communicator::blocksFor(anyrAlgo_t algo, uint64_t numVecs) const {
+  uint64_t work = algo == anyrAlgoTwoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
+  uint64_t b = (work + kAlgoThreads - 1) / kAlgoThreads;
+  return static_cast<int>(
+      std::max<uint64_t>(1, std::min<uint64_t>(b, static_cast<uint64_t>(maxBlocks_))));
+}
+
+void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
+                                  anyrDataType_t dtype, cudaStream_t stream) {
+  const size_t es = dtypeSize(dtype);
+  // Per-launch capacity: one push slot, or one staging chunk. Larger messages are chunked;
+  // chunk boundaries are multiples of 16 bytes, so alignment is preserved.
+  const uint64_t capacity =
+      algo == anyrAlgoOneShotPush ? layout_.pushSlotBytes : layout_.chunkBytes;
+  const size_t perLaunch = static_cast<size_t>(capacity / es);
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  for (size_t off = 0; off < count; off += perLaunch) {
+    const size_t c = std::min(perLaunch, count - off);
+    AllReduceArgs a = argsTemplate_;
+    a.input = static_cast<const char*>(in) + off * es;
+    a.output = static_cast<char*>(out) + off * es;
+    a.count = c;
+    a.numVecs = (c * es + 15) / 16;
+    LaunchShape shape;
+    shape.aligned = aligned;
+    shape.blocks = blocksFor(algo, a.numVecs);
+    cudaError_t e = cudaSuccess;
+    switch (algo) {
+      case anyrAlgoOneShotPush:
+        e = launchOneShotPush(dtype, a, shape, stream);
+        break;
+      case anyrAlgoOneShotPull:
+        e = launchOneShotPull(dtype, a, shape, stream);
+        break;
+      case anyrAlgoTwoShot:
+        e = launchTwoShot(dtype, a, shape, stream);
+        break;
+      default:
+        throwError(anyrInternalError, "launchPeerAlgo: not a peer algorithm");
+    }
+    if (e != cudaSuccess) {
+      throwError(anyrCudaError,
+                 std::string("launching ") + anyrAlgoName(algo) + ": " + cudaGetErrorString(e));
+    }
+  }
+}
+
+void Communicator::setAlgorithm(anyrAlgo_t algo) {
+  ANYR_REQUIRE_ARG(
+      algo >= 0 && algo < anyrNumAlgos, "algorithm",
+      "must be one of " + algoNames() + " (0.." + std::to_string(anyrNumAlgos - 1) + ")");
+  if (algo != anyrAlgoAuto && nranks_ > 1 && !admission_[algo].admitted) {
+    throwError(anyrUnsupported,
+               std::string("algorithm ") + anyrAlgoName(algo) +
+                   " is not admitted on this communicator: " + admission_[algo].reason);
+  }
+  forced_.store(algo);
+}
+
+anyrAlgo_t Communicator::queryAlgorithm(size_t count, anyrDataType_t dtype) const {
+  ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype", "unsupported datatype");
+  if (nranks_ == 1) return anyrAlgoAuto;
+  return chooseAlgo(admission_, thresholds_, count * dtypeSize(dtype),
+                    static_cast<anyrAlgo_t>(forced_.load()));
+}
+
+std::string Communicator::explainJson() const {
+  nlohmann::json j;
+  j["rank"] = rank_;
+  j["nranks"] = nranks_;
+  j["device"] = device_;
+  j["config"] = cfg_.describe();
+  j["forced"] = anyrAlgoName(static_cast<anyrAlgo_t>(forced_.load()));
+  j["topology"] = nlohmann::json::parse(topologyToJson(topo_, -1));
+  nlohmann::json adm = nlohmann::json::object();
+  for (int a = 1; a < anyrNumAlgos; ++a) {
+    adm[anyrAlgoName(static_cast<anyrAlgo_t>(a))] = {
+        {"admitted", admission_.algo[static_cast<size_t>(a)].admitted},
+        {"reason", admission_.algo[static_cast<size_t>(a)].reason}};
+  }
+  j["admission"] = adm;
+  j["thresholds"] = {{"oneShot", anyrAlgoName(thresholds_.oneShot)},
+                     {"oneShotWhy", thresholds_.oneShotWhy},
+                     {"oneShotMaxBytes", thresholds_.oneShotMaxBytes},
+                     {"twoShotMaxBytes", thresholds_.twoShotMaxBytes}};
+  nlohmann::json choices = nlohmann::json::array();
+  for (uint64_t b = 1024; b <= (256ull << 20); b *= 4) {
+    choices.push_back({{"bytes", b},
+                       {"choice", explainChoice(admission_, thresholds_, b,
+                                                static_cast<anyrAlgo_t>(forced_.load()))}});
+  }
+  j["choices"] = choices;
+  if (peers_) {
+    j["transport"] = peers_->kind();
+    j["workspaceBytes"] = layout_.totalBytes;
+  }
+  return j.dump(2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Teardown
+// ---------------------------------------------------------------------------------------------
+
+void Communicator::waitStreamIdle(cudaStream_t s, const char* what) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.timeoutMs);
+  while (true) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) ANYR_CUDA_CHECK(e);
+    if (Clock::now() > deadline) {
+      throwError(anyrTimeout, std::string("rank ") + std::to_string(rank_) + ": " + what +
+                                  " did not finish within " + std::to_string(cfg_.timeoutMs) +
+                                  " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void Communicator::destroy() {
+  // 1. This rank's launched work (bounded: our kernels give up at the timeout).
+  if (haveLastWork_) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.timeoutMs + 5000);
+    while (cudaEventQuery(lastWork_) == cudaErrorNotReady && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    (void)cudaGetLastError();
+  }
+  // 2. Peers must stop reading this rank's memory before it is freed.
+  if (failCode_.load() == anyrSuccess && bs_) {
+    try {
+      bs_->barrier();
+    } catch (const Error& e) {
+      ANYR_LOG(Warn, rank_, "destroy: peers did not all reach teardown: " << e.what());
+    }
+  }
+}
+
+Communicator::~Communicator() {
+  peers_.reset();
+  if (dState_ != nullptr) (void)cudaFree(dState_);
+  if (nccl_ != nullptr && ownsNccl_) releaseNcclComm(nccl_, failCode_.load() == anyrSuccess);
+  if (lastWork_ != nullptr) (void)cudaEventDestroy(lastWork_);
+  if (internalStream_ != nullptr) (void)cudaStreamDestroy(internalStream_);
+  if (hostMapped_ != nullptr) (void)cudaFreeHost(hostMapped_);
+  (void)cudaGetLastError();
+}
+
+}  // namespace anyr

@@ -1,0 +1,113 @@
+// The communicator: host control plane. Owns the bootstrap, the agreed topology and
+// configuration, the peer-mapped workspace, the NCCL communicator, the admission and
+// thresholds, and the failure state. Launches the device algorithms (src/algo).
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "anyreduce/anyreduce.h"
+#include "bootstrap/bootstrap.h"
+#include "core/config.h"
+#include "select/admission.h"
+#include "topology/topology.h"
+#include "transport/device_handles.h"
+#include "transport/peer_memory.h"
+
+namespace anyr {
+
+class Communicator {
+ public:
+  // Collective: every rank of `bs` calls it. `externalNccl` (may be null) is used instead of
+  // creating an NCCL communicator, and is not destroyed with this one.
+  static std::unique_ptr<Communicator> create(std::unique_ptr<Bootstrap> bs, const Config& cfg,
+                                              ncclComm_t externalNccl);
+  ~Communicator();
+
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // Collective teardown: waits (bounded) for this rank's launched work, then for every peer
+  // to stop using this rank's memory, then frees. Errors are logged, not thrown.
+  void destroy();
+  void abort();
+
+  void allReduce(const void* sendbuff, void* recvbuff, size_t count, anyrDataType_t dtype,
+                 anyrRedOp_t op, cudaStream_t stream);
+  void setAlgorithm(anyrAlgo_t algo);
+  anyrAlgo_t queryAlgorithm(size_t count, anyrDataType_t dtype) const;
+  std::string explainJson() const;
+
+  // anyrSuccess, or the failure recorded by device waits / abort; *msg receives the text.
+  anyrResult_t asyncError(std::string* msg);
+
+  int rank() const { return rank_; }
+  int size() const { return nranks_; }
+  int device() const { return device_; }
+  ncclComm_t nccl() const { return nccl_; }
+  const Topology& topology() const { return topo_; }
+  const Admission& admission() const { return admission_; }
+  const Thresholds& thresholds() const { return thresholds_; }
+
+ private:
+  Communicator() = default;
+  void init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclComm_t externalNccl);
+  void exchangeDeviceInfo();
+  void agreeConfig(const Config& local);
+  void initNccl(ncclComm_t externalNccl);
+  void initTransport();
+  void checkTransport();
+  void decide();
+  void throwIfFailed();
+  void validate(const void* sendbuff, void* recvbuff, size_t count, anyrDataType_t dtype,
+                anyrRedOp_t op, cudaStream_t stream, bool capturing) const;
+  void launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
+                      anyrDataType_t dtype, cudaStream_t stream);
+  int blocksFor(anyrAlgo_t algo, uint64_t numVecs) const;
+  void waitStreamIdle(cudaStream_t s, const char* what);
+
+  int rank_ = -1;
+  int nranks_ = 0;
+  int device_ = -1;
+  Config cfg_;
+  std::unique_ptr<Bootstrap> bs_;
+  Topology topo_;  // rank-indexed: gpus[r] is rank r's GPU, pairs confirmed at init
+  CommFacts facts_;
+  Admission admission_;
+  Thresholds thresholds_;
+  std::atomic<int> forced_{anyrAlgoAuto};
+
+  ncclComm_t nccl_ = nullptr;
+  bool ownsNccl_ = false;
+
+  std::unique_ptr<PeerMemory> peers_;
+  WorkspaceLayout layout_{};
+  LocalState* dState_ = nullptr;
+  void* hostMapped_ = nullptr;  // ErrorRecord followed by the abort word
+  ErrorRecord* hError_ = nullptr;
+  volatile int32_t* hAbort_ = nullptr;
+  ErrorRecord* dError_ = nullptr;
+  const int32_t* dAbort_ = nullptr;
+  AllReduceArgs argsTemplate_{};
+  int maxBlocks_ = 1;
+  cudaStream_t internalStream_ = nullptr;
+  cudaEvent_t lastWork_ = nullptr;  // recorded after eager launches (not during capture)
+  bool haveLastWork_ = false;
+
+  std::mutex failMu_;
+  std::atomic<int> failCode_{anyrSuccess};
+  std::string failMsg_;
+  void setFailed(anyrResult_t code, const std::string& msg);
+};
+
+// Workspace layout for an agreed configuration.
+WorkspaceLayout computeLayout(const Config& cfg, int nranks);
+
+size_t dtypeSize(anyrDataType_t t);
+
+}  // namespace anyr

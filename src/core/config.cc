@@ -1,0 +1,142 @@
+#include "core/config.h"
+
+#include <sstream>
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace anyr {
+
+bool parseAlgo(const std::string& name, anyrAlgo_t* out) {
+  for (int i = 0; i < anyrNumAlgos; ++i) {
+    if (name == anyrAlgoName(static_cast<anyrAlgo_t>(i))) {
+      *out = static_cast<anyrAlgo_t>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string algoNames() {
+  std::string s;
+  for (int i = 0; i < anyrNumAlgos; ++i)
+    s += std::string(i ? ", " : "") + anyrAlgoName(static_cast<anyrAlgo_t>(i));
+  return s;
+}
+
+Config::Wire Config::toWire() const {
+  Wire w{};
+  w.algorithm = algorithm;
+  w.timeoutMs = timeoutMs;
+  w.useNccl = useNccl ? 1 : 0;
+  w.maxBlocks = maxBlocks;
+  w.oneShotMaxBytes = oneShotMaxBytes;
+  w.twoShotMaxBytes = twoShotMaxBytes;
+  w.chunkBytes = chunkBytes;
+  return w;
+}
+
+Config Config::fromWire(const Wire& w) {
+  Config c;
+  c.algorithm = static_cast<anyrAlgo_t>(w.algorithm);
+  c.timeoutMs = w.timeoutMs;
+  c.useNccl = w.useNccl != 0;
+  c.maxBlocks = w.maxBlocks;
+  c.oneShotMaxBytes = w.oneShotMaxBytes;
+  c.twoShotMaxBytes = w.twoShotMaxBytes;
+  c.chunkBytes = w.chunkBytes;
+  return c;
+}
+
+bool Config::operator==(const Config& o) const {
+  return algorithm == o.algorithm && timeoutMs == o.timeoutMs && useNccl == o.useNccl &&
+         maxBlocks == o.maxBlocks && oneShotMaxBytes == o.oneShotMaxBytes &&
+         twoShotMaxBytes == o.twoShotMaxBytes && chunkBytes == o.chunkBytes;
+}
+
+std::string Config::describe() const {
+  std::ostringstream os;
+  os << "algorithm=" << anyrAlgoName(algorithm) << " timeoutMs=" << timeoutMs
+     << " oneShotMaxBytes=" << oneShotMaxBytes << " twoShotMaxBytes=" << twoShotMaxBytes
+     << " chunkBytes=" << chunkBytes << " useNccl=" << useNccl << " maxBlocks=" << maxBlocks;
+  return os.str();
+}
+
+Config resolveConfig(const anyrConfig_t* user) {
+  if (user != nullptr) {
+    ANYR_REQUIRE_ARG(user->magic == ANYR_CONFIG_MAGIC, "config",
+                     "not initialized with ANYR_CONFIG_INITIALIZER (bad magic)");
+    ANYR_REQUIRE_ARG(user->size == sizeof(anyrConfig_t), "config",
+                     "size field is " + std::to_string(user->size) + ", this library expects " +
+                         std::to_string(sizeof(anyrConfig_t)) + " (header/library mismatch)");
+  }
+  Config c;
+  // algorithm
+  if (user && user->algorithm != ANYR_CONFIG_UNDEF_INT) {
+    ANYR_REQUIRE_ARG(user->algorithm >= 0 && user->algorithm < anyrNumAlgos, "config.algorithm",
+                     "must be an anyrAlgo_t value (0.." + std::to_string(anyrNumAlgos - 1) + ")");
+    c.algorithm = static_cast<anyrAlgo_t>(user->algorithm);
+  } else {
+    std::string name = env::getString("ANYR_ALGO");
+    if (!parseAlgo(name, &c.algorithm)) {
+      throwError(anyrInvalidArgument,
+                 "environment variable ANYR_ALGO='" + name + "': must be one of " + algoNames());
+    }
+  }
+  // timeout
+  if (user && user->timeoutMs != ANYR_CONFIG_UNDEF_INT) {
+    c.timeoutMs = user->timeoutMs;
+    ANYR_REQUIRE_ARG(c.timeoutMs > 0, "config.timeoutMs", "must be > 0 milliseconds");
+  } else {
+    int64_t t = env::getInt("ANYR_TIMEOUT_MS");
+    if (t <= 0 || t > 24ll * 3600 * 1000) {
+      throwError(anyrInvalidArgument, "environment variable ANYR_TIMEOUT_MS=" + std::to_string(t) +
+                                          ": must be in 1..86400000");
+    }
+    c.timeoutMs = static_cast<int>(t);
+  }
+  // sizes
+  auto sizeField = [&](size_t field, const char* envName, uint64_t* out) {
+    if (user && field != ANYR_CONFIG_UNDEF_SIZE) {
+      *out = field;
+    } else if (env::isSet(envName)) {
+      *out = env::getSize(envName);
+    }
+  };
+  sizeField(user ? user->oneShotMaxBytes : ANYR_CONFIG_UNDEF_SIZE, "ANYR_ONESHOT_MAX_BYTES",
+            &c.oneShotMaxBytes);
+  sizeField(user ? user->twoShotMaxBytes : ANYR_CONFIG_UNDEF_SIZE, "ANYR_TWOSHOT_MAX_BYTES",
+            &c.twoShotMaxBytes);
+  c.chunkBytes = env::getSize("ANYR_CHUNK_BYTES");
+  sizeField(user ? user->chunkBytes : ANYR_CONFIG_UNDEF_SIZE, "ANYR_CHUNK_BYTES", &c.chunkBytes);
+  ANYR_REQUIRE_ARG(
+      c.chunkBytes >= (64u << 10) && c.chunkBytes <= (1ull << 30) && c.chunkBytes % 4096 == 0,
+      "config.chunkBytes / ANYR_CHUNK_BYTES",
+      "must be a multiple of 4096 between 64 KiB and 1 GiB (got " + std::to_string(c.chunkBytes) +
+          ")");
+  ANYR_REQUIRE_ARG(c.oneShotMaxBytes <= (64ull << 20),
+                   "config.oneShotMaxBytes / ANYR_ONESHOT_MAX_BYTES",
+                   "must be at most 64 MiB (got " + std::to_string(c.oneShotMaxBytes) + ")");
+  // NCCL
+  if (user && user->useNccl != ANYR_CONFIG_UNDEF_INT) {
+    ANYR_REQUIRE_ARG(user->useNccl == 0 || user->useNccl == 1, "config.useNccl", "must be 0 or 1");
+    c.useNccl = user->useNccl == 1;
+  } else {
+    int64_t v = env::getInt("ANYR_USE_NCCL");
+    if (v != 0 && v != 1) {
+      throwError(anyrInvalidArgument, "environment variable ANYR_USE_NCCL: must be 0 or 1");
+    }
+    c.useNccl = v == 1;
+  }
+  // blocks
+  if (user && user->maxBlocks != ANYR_CONFIG_UNDEF_INT) {
+    c.maxBlocks = user->maxBlocks;
+  } else {
+    c.maxBlocks = static_cast<int>(env::getInt("ANYR_MAX_BLOCKS"));
+  }
+  ANYR_REQUIRE_ARG(c.maxBlocks >= 0 && c.maxBlocks <= 256, "config.maxBlocks / ANYR_MAX_BLOCKS",
+                   "must be in 0..256 (0 = automatic)");
+  return c;
+}
+
+}  // namespace anyr

@@ -1,0 +1,39 @@
+// Communicator configuration after resolution: explicit anyrConfig_t fields first, then the
+// environment (src/core/env.cc), then defaults. Validated; errors name the field and rule.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "anyreduce/anyreduce.h"
+
+namespace anyr {
+
+struct Config {
+  anyrAlgo_t algorithm = anyrAlgoAuto;
+  int timeoutMs = 30000;
+  uint64_t oneShotMaxBytes = 0;  // 0: derived from the world size
+  uint64_t twoShotMaxBytes = 0;  // 0: default
+  uint64_t chunkBytes = 8ull << 20;
+  bool useNccl = true;
+  int maxBlocks = 0;  // 0: automatic
+
+  // Crosses process boundaries (rank 0's resolved config is broadcast): fixed layout.
+  struct Wire {
+    int32_t algorithm, timeoutMs, useNccl, maxBlocks;
+    uint64_t oneShotMaxBytes, twoShotMaxBytes, chunkBytes;
+  };
+  Wire toWire() const;
+  static Config fromWire(const Wire& w);
+  bool operator==(const Config& o) const;
+  std::string describe() const;
+};
+static_assert(sizeof(Config::Wire) == 40, "Config::Wire layout");
+
+Config resolveConfig(const anyrConfig_t* user);
+
+// "auto", "oneshot-push", ... <-> anyrAlgo_t. parseAlgo returns false for an unknown name.
+bool parseAlgo(const std::string& name, anyrAlgo_t* out);
+std::string algoNames();  // "auto, oneshot-push, oneshot-pull, twoshot, nccl"
+
+}  // namespace anyr

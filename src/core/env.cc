@@ -1,0 +1,102 @@
+#include "core/env.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace anyr {
+namespace env {
+
+const std::vector<Param>& params() {
+  static const std::vector<Param> table = {
+      {"ANYR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
+      {"ANYR_ALGO", "auto", "force an algorithm: auto, oneshot-push, oneshot-pull, twoshot, nccl"},
+      {"ANYR_TIMEOUT_MS", "30000",
+       "bound on every wait, host and device, in milliseconds (bootstrap, flags, data)"},
+      {"ANYR_ONESHOT_MAX_BYTES", "",
+       "largest message for one-shot algorithms (default: 512 KiB / (ranks - 1), at least 64 KiB)"},
+      {"ANYR_TWOSHOT_MAX_BYTES", "",
+       "largest message the automatic choice gives two-shot before NCCL (default 32 MiB)"},
+      {"ANYR_CHUNK_BYTES", "8M",
+       "staging buffer per rank for one-shot pull and two-shot; larger messages are chunked"},
+      {"ANYR_USE_NCCL", "1", "1: create an NCCL communicator for large messages and fallback"},
+      {"ANYR_MAX_BLOCKS", "0", "cap on thread blocks per kernel (0: automatic)"},
+      {"ANYR_SOCKET_ADDR", "", "address rank 0 listens on for the rendezvous (default 127.0.0.1)"},
+      {"ANYR_SOCKET_IFNAME", "",
+       "network interface whose IPv4 address rank 0 listens on (ignored if ANYR_SOCKET_ADDR)"},
+      {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on (0: any free port)"},
+  };
+  return table;
+}
+
+static const Param* find(const char* name) {
+  for (const Param& p : params()) {
+    if (std::string(p.name) == name) return &p;
+  }
+  throwError(anyrInternalError, std::string("environment variable ") + name +
+                                    " is read but not declared in the registry");
+}
+
+bool isSet(const char* name) {
+  find(name);
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
+std::string getString(const char* name) {
+  const Param* p = find(name);
+  const char* v = std::getenv(name);
+  if (v != nullptr && *v != '\0') return v;
+  return p->defaultValue;
+}
+
+int64_t getInt(const char* name) {
+  std::string v = getString(name);
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || errno != 0 || end == v.c_str() || *end != '\0') {
+    throwError(anyrInvalidArgument,
+               std::string("environment variable ") + name + "='" + v + "': must be an integer");
+  }
+  return x;
+}
+
+bool parseSize(const std::string& text, uint64_t* out) {
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return false;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long x = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0) return false;
+  std::string suffix(end);
+  uint64_t mult = 1;
+  if (suffix == "" || suffix == "B") {
+    mult = 1;
+  } else if (suffix == "K" || suffix == "k" || suffix == "KB" || suffix == "KiB") {
+    mult = 1ull << 10;
+  } else if (suffix == "M" || suffix == "MB" || suffix == "MiB") {
+    mult = 1ull << 20;
+  } else if (suffix == "G" || suffix == "GB" || suffix == "GiB") {
+    mult = 1ull << 30;
+  } else {
+    return false;
+  }
+  if (x > UINT64_MAX / mult) return false;
+  *out = x * mult;
+  return true;
+}
+
+uint64_t getSize(const char* name) {
+  std::string v = getString(name);
+  uint64_t x = 0;
+  if (!parseSize(v, &x)) {
+    throwError(anyrInvalidArgument, std::string("environment variable ") + name + "='" + v +
+                                        "': must be a size such as 4096, 64K, 8M or 1G");
+  }
+  return x;
+}
+
+}  // namespace env
+}  // namespace anyr

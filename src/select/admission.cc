@@ -1,0 +1,174 @@
+#include "select/admission.h"
+
+#include <sstream>
+
+#include "transport/device_handles.h"
+
+namespace anyr {
+
+bool Admission::any() const {
+  for (int a = 1; a < anyrNumAlgos; ++a) {
+    if (algo[static_cast<size_t>(a)].admitted) return true;
+  }
+  return false;
+}
+
+namespace {
+
+// First ordered pair that fails `ok`, as "rank a -> rank b", or "" if none.
+template <typename F>
+std::string firstFailingPair(const Topology& t, F ok) {
+  for (int s = 0; s < t.size(); ++s) {
+    for (int d = 0; d < t.size(); ++d) {
+      if (s != d && !ok(t.pair(s, d))) {
+        return "rank " + std::to_string(s) + " -> rank " + std::to_string(d);
+      }
+    }
+  }
+  return "";
+}
+
+std::string fmtGBps(double x) {
+  std::ostringstream os;
+  os.precision(x < 10 ? 2 : 3);
+  os << x << " GB/s";
+  return os.str();
+}
+
+}  // namespace
+
+Admission admit(const Topology& t, const CommFacts& f) {
+  Admission adm;
+  // NCCL
+  adm.algo[anyrAlgoNccl].admitted = f.ncclAvailable;
+  adm.algo[anyrAlgoNccl].reason =
+      f.ncclAvailable ? "NCCL communicator available" : "NCCL unavailable: " + f.ncclReason;
+
+  // Peer-mapped algorithms share the structural conditions.
+  std::string structural;
+  if (f.nranks > kMaxLocalRanks) {
+    structural = "world size " + std::to_string(f.nranks) + " exceeds " +
+                 std::to_string(kMaxLocalRanks) + " peer-mapped ranks";
+  } else if (!f.sameHost) {
+    structural = "ranks are on more than one host";
+  } else if (!f.peerMemory) {
+    structural = "no peer-mapped workspace: " + f.peerMemoryReason;
+  } else if (t.size() != f.nranks) {
+    structural = "topology has " + std::to_string(t.size()) + " GPUs for " +
+                 std::to_string(f.nranks) + " ranks";
+  }
+  auto setPeer = [&](anyrAlgo_t a, bool needsWrite, bool needsRead) {
+    AlgoAdmission& x = adm.algo[static_cast<size_t>(a)];
+    if (!structural.empty()) {
+      x.reason = structural;
+      return;
+    }
+    if (needsWrite) {
+      std::string bad = firstFailingPair(t, [](const PairInfo& p) { return p.peerWriteOk; });
+      if (!bad.empty()) {
+        x.reason = "peer write " + bad + " failed its transfer check or is not mapped";
+        return;
+      }
+    }
+    if (needsRead) {
+      std::string bad = firstFailingPair(t, [](const PairInfo& p) { return p.peerReadOk; });
+      if (!bad.empty()) {
+        x.reason = "peer read " + bad + " failed its transfer check or is not mapped";
+        return;
+      }
+    }
+    x.admitted = true;
+    x.reason = std::string("every pair passed its peer-") + (needsWrite ? "write" : "read") +
+               " check (no peer atomics needed)";
+  };
+  setPeer(anyrAlgoOneShotPush, true, false);
+  setPeer(anyrAlgoOneShotPull, false, true);
+  setPeer(anyrAlgoTwoShot, false, true);
+  adm.algo[anyrAlgoAuto].admitted = adm.any();
+  adm.algo[anyrAlgoAuto].reason = "automatic choice by message size";
+  return adm;
+}
+
+uint64_t defaultOneShotMaxBytes(int nranks) {
+  const uint64_t peers = static_cast<uint64_t>(nranks > 1 ? nranks - 1 : 1);
+  uint64_t derived = (512ull << 10) / peers;
+  return derived < (64ull << 10) ? (64ull << 10) : derived;
+}
+
+Thresholds defaultThresholds(const Topology& t, const Admission& adm, const Config& cfg,
+                             int nranks) {
+  Thresholds th;
+  // One-shot flavour: push unless reads are measurably much faster than writes on some pair
+  // (some PCIe platforms write peers at a small fraction of their read bandwidth).
+  th.oneShot = anyrAlgoOneShotPush;
+  th.oneShotWhy = "push: one write per peer, no handshake";
+  for (int s = 0; s < t.size() && th.oneShot == anyrAlgoOneShotPush; ++s) {
+    for (int d = 0; d < t.size(); ++d) {
+      const PairInfo& p = t.pair(s, d);
+      if (s != d && p.writeGBps > 0 && p.readGBps > 0 && p.writeGBps * 4 < p.readGBps) {
+        th.oneShot = anyrAlgoOneShotPull;
+        th.oneShotWhy = "pull: peer write bandwidth " + fmtGBps(p.writeGBps) + " < read " +
+                        fmtGBps(p.readGBps) + " / 4 on rank " + std::to_string(s) + " -> rank " +
+                        std::to_string(d);
+        break;
+      }
+    }
+  }
+  if (!adm[th.oneShot].admitted) {
+    anyrAlgo_t other =
+        th.oneShot == anyrAlgoOneShotPush ? anyrAlgoOneShotPull : anyrAlgoOneShotPush;
+    if (adm[other].admitted) {
+      th.oneShot = other;
+      th.oneShotWhy = std::string(other == anyrAlgoOneShotPush ? "push" : "pull") +
+                      ": the other one-shot flavour is not admitted";
+    }
+  }
+  th.oneShotMaxBytes = cfg.oneShotMaxBytes ? cfg.oneShotMaxBytes : defaultOneShotMaxBytes(nranks);
+  th.twoShotMaxBytes = cfg.twoShotMaxBytes ? cfg.twoShotMaxBytes : (32ull << 20);
+  return th;
+}
+
+anyrAlgo_t chooseAlgo(const Admission& adm, const Thresholds& th, uint64_t bytes,
+                      anyrAlgo_t forced) {
+  if (forced != anyrAlgoAuto) return forced;
+  const bool push = adm[anyrAlgoOneShotPush].admitted;
+  const bool pull = adm[anyrAlgoOneShotPull].admitted;
+  const bool two = adm[anyrAlgoTwoShot].admitted;
+  const bool nccl = adm[anyrAlgoNccl].admitted;
+  if (bytes <= th.oneShotMaxBytes && adm[th.oneShot].admitted) return th.oneShot;
+  if (bytes <= th.oneShotMaxBytes && (push || pull)) {
+    return push ? anyrAlgoOneShotPush : anyrAlgoOneShotPull;
+  }
+  if (two && (bytes <= th.twoShotMaxBytes || !nccl)) return anyrAlgoTwoShot;
+  if (nccl) return anyrAlgoNccl;
+  if (push) return anyrAlgoOneShotPush;
+  if (pull) return anyrAlgoOneShotPull;
+  return anyrAlgoAuto;  // nothing admitted; the caller reports it
+}
+
+std::string explainChoice(const Admission& adm, const Thresholds& th, uint64_t bytes,
+                          anyrAlgo_t forced) {
+  anyrAlgo_t a = chooseAlgo(adm, th, bytes, forced);
+  std::ostringstream os;
+  os << anyrAlgoName(a) << ": ";
+  if (forced != anyrAlgoAuto) {
+    os << "forced by configuration";
+  } else if (a == anyrAlgoAuto) {
+    os << "no algorithm admitted";
+  } else if (a == anyrAlgoOneShotPush || a == anyrAlgoOneShotPull) {
+    os << bytes << " B <= one-shot limit " << th.oneShotMaxBytes << " B; " << th.oneShotWhy;
+  } else if (a == anyrAlgoTwoShot) {
+    os << bytes << " B > one-shot limit " << th.oneShotMaxBytes << " B and ";
+    if (bytes <= th.twoShotMaxBytes) {
+      os << "<= two-shot limit " << th.twoShotMaxBytes << " B";
+    } else {
+      os << "NCCL is not admitted";
+    }
+  } else {
+    os << bytes << " B > two-shot limit " << th.twoShotMaxBytes << " B";
+    if (!adm[anyrAlgoTwoShot].admitted) os << " or two-shot not admitted";
+  }
+  return os.str();
+}
+
+}  // namespace anyr

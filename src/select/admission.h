@@ -1,0 +1,67 @@
+// Which algorithms this communicator may use (admission: a capability question, answered
+// from the probed and confirmed topology; tuning cannot change it), and the default choice per
+// message size (thresholds: a seed, not a measurement). Pure functions of agreed inputs, so
+// every rank computes the same answer. No architecture names: capabilities decide.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "anyreduce/anyreduce.h"
+#include "core/config.h"
+#include "topology/topology.h"
+
+namespace anyr {
+
+// Facts about the communicator that are not per-pair topology.
+struct CommFacts {
+  int nranks = 0;
+  bool sameHost = true;         // every rank on one host
+  bool distinctDevices = true;  // no two ranks on one GPU
+  bool ncclAvailable = false;
+  std::string ncclReason;  // why NCCL is unavailable ("" if available)
+  bool peerMemory = true;  // a peer-mapped workspace exists
+  std::string peerMemoryReason;
+};
+
+struct AlgoAdmission {
+  bool admitted = false;
+  std::string reason;  // why admitted ("every pair passed its peer-write check") or rejected
+};
+
+struct Admission {
+  std::array<AlgoAdmission, anyrNumAlgos> algo;  // index anyrAlgo_t; [anyrAlgoAuto] unused
+  bool any() const;
+  const AlgoAdmission& operator[](anyrAlgo_t a) const { return algo[static_cast<size_t>(a)]; }
+};
+
+Admission admit(const Topology& rankTopo, const CommFacts& facts);
+
+struct Thresholds {
+  anyrAlgo_t oneShot = anyrAlgoOneShotPush;  // preferred one-shot flavour
+  std::string oneShotWhy;
+  uint64_t oneShotMaxBytes = 0;
+  uint64_t twoShotMaxBytes = 0;
+};
+
+// Bytes a one-shot message may have by default for `nranks`: one-shot moves (n-1) x bytes per
+// rank, so the limit keeps that near 512 KiB (at least 64 KiB). Shared by the workspace layout
+// and the thresholds, so they agree.
+uint64_t defaultOneShotMaxBytes(int nranks);
+
+// Seed defaults. `pushSlotBytes` is the one-shot push capacity per call (larger one-shot
+// messages are chunked, so the threshold never exceeds it by default).
+Thresholds defaultThresholds(const Topology& rankTopo, const Admission& adm, const Config& cfg,
+                             int nranks);
+
+// The algorithm for one call. `forced` (config, environment or anyrCommSetAlgorithm) wins and
+// must already have been checked against admission.
+anyrAlgo_t chooseAlgo(const Admission& adm, const Thresholds& th, uint64_t bytes,
+                      anyrAlgo_t forced);
+
+// One line: the choice for `bytes` and why.
+std::string explainChoice(const Admission& adm, const Thresholds& th, uint64_t bytes,
+                          anyrAlgo_t forced);
+
+}  // namespace anyr

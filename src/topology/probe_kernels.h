@@ -1,0 +1,54 @@
+// Kernels of the topology probe, behind plain host launchers. Every pointer is a raw device
+// pointer; a pointer into another GPU's memory (peer access enabled) is used exactly like a
+// local one. Launchers return the launch error and never synchronize.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace anyr {
+namespace probekernels {
+
+// Status words the ping-pong kernels leave in *status (the host zeroes it before the launch,
+// so 0 also means "never ran").
+constexpr int kPingPongNotRun = 0;
+constexpr int kPingPongOk = 1;
+constexpr int kPingPongTimedOut = 2;        // this side's bounded wait expired
+constexpr int kPingPongPartnerAborted = 3;  // the other side gave up and said so
+
+// Writes a pattern (a hash of the word index and `seed`, never 0) into n16 16-byte units of
+// `dst` with 16-byte stores.
+cudaError_t launchFillPattern(void* dst, size_t n16, uint32_t seed, int blocks,
+                              cudaStream_t stream);
+
+// Reads n16 16-byte units of `src` with 16-byte loads and adds the number of words that differ
+// from the pattern to *mismatches (memory of the launching GPU).
+cudaError_t launchCheckPattern(const void* src, size_t n16, uint32_t seed,
+                               unsigned long long* mismatches, int blocks, cudaStream_t stream);
+
+// blocks x threads threads; thread t adds 1 to counters[(t % numCounters) * counterStride],
+// `repeats` times, with atomicAdd.
+cudaError_t launchAtomicAdd(unsigned int* counters, int numCounters, int counterStride, int repeats,
+                            int blocks, int threads, cudaStream_t stream);
+
+// Copies n16 16-byte units from src to dst with 16-byte loads and stores over a grid-stride
+// loop (the bandwidth kernel: one side is peer memory).
+cudaError_t launchCopy16(void* dst, const void* src, size_t n16, int blocks, cudaStream_t stream);
+
+// Flag ping-pong between two GPUs; both flags live in the responder's memory, so only the
+// initiator needs peer access. The initiator stores ping = k (a remote store, release) and
+// spins on pong == k (remote loads, acquire); the responder spins on ping == k in its own
+// memory and answers pong = k. `batches` batches of `roundsPerBatch` round trips; the
+// initiator writes the duration of each batch in ns (%globaltimer) to batchNs[b]. Every wait
+// is bounded by timeoutNs: on expiry a side writes the abort value into the flag its partner
+// watches, leaves kPingPongTimedOut in *status and returns, so neither kernel can hang.
+cudaError_t launchPingPongInitiator(unsigned int* ping, const unsigned int* pong, int batches,
+                                    int roundsPerBatch, unsigned long long timeoutNs,
+                                    unsigned long long* batchNs, int* status, cudaStream_t stream);
+cudaError_t launchPingPongResponder(const unsigned int* ping, unsigned int* pong, int totalRounds,
+                                    unsigned long long timeoutNs, int* status, cudaStream_t stream);
+
+}  // namespace probekernels
+}  // namespace anyr

@@ -1,0 +1,87 @@
+// The capability model every decision is made from. Filled by the live probe (probe.h), by
+// a communicator's init-time checks, or loaded from a JSON file, so that every decision can
+// be tested on a machine without GPUs. Nothing here names an architecture: only capabilities
+// and measurements.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace anyr {
+
+enum class LinkType {
+  Unknown = 0,
+  Self,    // the same GPU (several ranks on one device, or the diagonal)
+  NVLink,  // direct NVLink between the two GPUs
+  PCIe,    // peer-to-peer over PCIe
+  None,    // no peer-to-peer path: traffic would go through host memory
+};
+const char* linkTypeName(LinkType t);
+bool parseLinkType(const std::string& s, LinkType* out);
+
+struct GpuInfo {
+  int index = -1;        // CUDA device ordinal in the probing process, or rank
+  std::string name;      // as the driver reports it (informational only)
+  std::string pciBusId;  // "0000:19:00.0"
+  std::string uuid;
+  uint64_t hostHash = 0;         // equal for GPUs of one host
+  int ccMajor = 0, ccMinor = 0;  // informational; never used to decide
+  int smCount = 0;
+  int64_t sharedMemPerBlockOptin = 0;  // bytes a block can opt in to
+  int64_t sharedMemPerSm = 0;
+  bool clusterLaunch = false;  // thread-block clusters supported
+  bool hostNativeAtomics = false;
+  int64_t totalMemBytes = 0;
+  int numaNode = -1;               // -1: unknown
+  int pcieGen = 0, pcieWidth = 0;  // current link, 0 if unknown
+};
+
+// What one ordered pair (src -> dst) can do. "Confirmed" fields come from real transfers;
+// "driver" fields from what the driver/NVML report. Measurements are < 0 when not measured.
+struct PairInfo {
+  int src = -1, dst = -1;
+  LinkType link = LinkType::Unknown;
+  int nvlinkCount = 0;            // links between the two GPUs
+  double linkGBps = -1;           // nominal per direction (links x per-link speed)
+  std::string pcieRelation;       // NVML common ancestor: "board","switch","switches",
+                                  // "hostbridge","numa","system" or ""
+  bool driverPeerAccess = false;  // cudaDeviceCanAccessPeer
+  bool driverAtomics = false;     // driver reports native peer atomics
+  bool peerWriteOk = false;       // src wrote into dst's memory and dst saw it
+  bool peerReadOk = false;        // src read dst's memory and got the right data
+  bool peerAtomicOk = false;      // src's atomics on dst's memory gave the right result
+  double writeGBps = -1;          // src kernel storing into dst memory
+  double readGBps = -1;           // src kernel loading from dst memory
+  double latencyUs = -1;          // one-way flag latency src -> dst
+};
+
+struct Topology {
+  static constexpr int kFormatVersion = 1;
+  std::string source;  // "probe", "communicator", "fixture:<name>", ...
+  std::string hostName;
+  std::string driverVersion;  // e.g. "580.159.04", "" if unknown
+  int cudaDriverVersion = 0;  // cudaDriverGetVersion
+  int cudaRuntimeVersion = 0;
+  std::vector<GpuInfo> gpus;    // index i = device i (probe) or rank i (communicator)
+  std::vector<PairInfo> pairs;  // n*n, row-major by src then dst (diagonal included)
+
+  int size() const { return static_cast<int>(gpus.size()); }
+  const PairInfo& pair(int src, int dst) const;
+  PairInfo& pair(int src, int dst);
+  // Sizes pairs to n*n with src/dst filled in and the diagonal marked Self.
+  void resizePairs();
+};
+
+// JSON round trip. fromJson throws anyrInvalidArgument with the JSON path of the first bad
+// field ("gpus[2].smCount: must be an integer >= 0"); it never crashes on bad input.
+std::string topologyToJson(const Topology& t, int indent = 2);
+Topology topologyFromJson(const std::string& text);
+Topology loadTopologyFile(const std::string& path);
+void saveTopologyFile(const Topology& t, const std::string& path);
+
+// Human-readable tables (GPUs, then the pair matrix for each property).
+void printTopology(const Topology& t, std::ostream& os);
+
+}  // namespace anyr

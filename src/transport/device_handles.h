@@ -1,0 +1,114 @@
+// Plain structs shared between the host control plane and the kernels, and the layout of the
+// per-rank workspace that peers map. Everything here is POD with static_asserted sizes: the
+// workspace is read and written by other processes, so its layout must not drift.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace anyr {
+
+constexpr int kMaxLocalRanks = 8;                 // ranks one communicator maps peer to peer
+constexpr int kMaxBlocks = 256;                   // thread blocks per kernel (flags are per block)
+constexpr uint32_t kPushClearWord = 0x80008000u;  // see oneshot_push.cu: dtype-independent
+
+// Flags a peer writes into this rank's workspace. Each flag is its own 32-bit word, so no two
+// flags share a word; start and end barriers use separate arrays.
+struct FlagArea {
+  uint32_t start[kMaxBlocks][kMaxLocalRanks];  // [block][source rank] = epoch signalled
+  uint32_t end[kMaxBlocks][kMaxLocalRanks];
+};
+static_assert(sizeof(FlagArea) == 2 * kMaxBlocks * kMaxLocalRanks * 4, "FlagArea layout");
+
+// First bytes of every workspace; peers check it after mapping (a corrupt or foreign mapping
+// is caught before any data moves).
+struct WorkspaceHeader {
+  uint32_t magic;  // kWorkspaceMagic
+  uint32_t layoutVersion;
+  int32_t rank;
+  int32_t nranks;
+  uint64_t layoutHash;  // hash of the offsets below; equal on every rank
+  int32_t abortedBy;    // 0, or 1 + the rank that failed and told this rank to stop
+  int32_t pad[9];
+};
+static_assert(sizeof(WorkspaceHeader) == 64, "WorkspaceHeader layout");
+constexpr uint32_t kWorkspaceMagic = 0x414e5957u;  // "ANYW"
+constexpr uint32_t kWorkspaceLayoutVersion = 1;
+
+// Offsets inside one rank's workspace. Computed from the agreed configuration, therefore
+// identical on every rank.
+struct WorkspaceLayout {
+  uint64_t headerOffset;
+  uint64_t flagsOffset;
+  uint64_t checkOffset;  // transport self-check area
+  uint64_t checkBytes;
+  uint64_t pushOffset;  // one-shot push: 3 phases x nranks slots x pushSlotBytes
+  uint64_t pushSlotBytes;
+  uint64_t stagingOffset;  // pull / two-shot: 2 buffers x chunkBytes
+  uint64_t resultOffset;   // two-shot reduced segments: 2 buffers x chunkBytes
+  uint64_t chunkBytes;
+  uint64_t totalBytes;
+  uint64_t hash() const;
+};
+static_assert(sizeof(WorkspaceLayout) == 80, "WorkspaceLayout layout");
+
+// Why a device wait gave up; written to host-visible memory by the first thread that fails.
+enum WaitWhat : int32_t {
+  kWaitNone = 0,
+  kWaitPushData = 1,   // one-shot push: a peer's data in this rank's buffer
+  kWaitStartFlag = 2,  // pull / two-shot: a peer's "my data is staged" flag
+  kWaitEndFlag = 3,    // two-shot: a peer's "my reduced segment is ready" flag
+};
+enum FailCode : int32_t {
+  kFailNone = 0,
+  kFailTimeout = 1,      // the deadline passed
+  kFailAborted = 2,      // anyrCommAbort on this rank
+  kFailPeerAborted = 3,  // a peer failed and told this rank to stop
+};
+
+struct ErrorRecord {   // host-mapped pinned memory
+  int32_t code;        // FailCode; written last
+  int32_t waitedRank;  // the rank waited for (or the peer that aborted)
+  int32_t what;        // WaitWhat
+  int32_t block;
+  uint32_t epoch;
+  int32_t pad[3];
+};
+static_assert(sizeof(ErrorRecord) == 32, "ErrorRecord layout");
+
+// Device-local state of one communicator (not shared with peers). Lives in device memory so
+// that CUDA-graph replays advance it: nothing call-specific is baked into a captured kernel.
+struct LocalState {
+  uint32_t pushEpoch;    // one-shot push calls completed
+  uint32_t pushVecs[3];  // 16-byte vectors per slot written in each phase (cleared next call)
+  uint32_t syncEpoch;    // pull / two-shot calls completed
+  uint32_t doneBlocks;   // blocks of the running kernel that finished
+  int32_t failClaim;     // elects the one thread that writes the ErrorRecord
+  int32_t pad[9];
+};
+static_assert(sizeof(LocalState) == 64, "LocalState layout");
+
+// Everything a kernel needs to wait safely.
+struct WaitControl {
+  const volatile int32_t* hostAbort;  // host-mapped; set by anyrCommAbort
+  ErrorRecord* error;                 // host-mapped (device pointer)
+  LocalState* state;
+  WorkspaceHeader* ownHeader;  // peers write abortedBy here
+  WorkspaceHeader* peerHeaders[kMaxLocalRanks];
+  uint64_t timeoutNs;
+  int32_t rank;
+  int32_t nranks;
+};
+
+// Arguments of every all-reduce kernel: raw pointers and sizes only.
+struct AllReduceArgs {
+  const void* input;
+  void* output;
+  uint64_t count;                       // elements in this launch
+  uint64_t numVecs;                     // 16-byte vectors covering `count` elements
+  char* peerWorkspace[kMaxLocalRanks];  // mapped base of every rank's workspace (own included)
+  WorkspaceLayout layout;
+  WaitControl wait;
+};
+
+}  // namespace anyr

@@ -1,0 +1,133 @@
+// Configuration resolution and the environment registry.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "core/config.h"
+#include "core/env.h"
+#include "core/error.h"
+
+namespace anyr {
+namespace {
+
+struct EnvGuard {
+  std::string name;
+  explicit EnvGuard(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~EnvGuard() { unsetenv(name.c_str()); }
+};
+
+TEST(Env, ParsesSizes) {
+  uint64_t v = 0;
+  EXPECT_TRUE(env::parseSize("4096", &v));
+  EXPECT_EQ(v, 4096u);
+  EXPECT_TRUE(env::parseSize("64K", &v));
+  EXPECT_EQ(v, 65536u);
+  EXPECT_TRUE(env::parseSize("8M", &v));
+  EXPECT_EQ(v, 8u << 20);
+  EXPECT_TRUE(env::parseSize("1G", &v));
+  EXPECT_EQ(v, 1ull << 30);
+  EXPECT_FALSE(env::parseSize("", &v));
+  EXPECT_FALSE(env::parseSize("-1", &v));
+  EXPECT_FALSE(env::parseSize("12X", &v));
+  EXPECT_FALSE(env::parseSize("99999999999999999999G", &v));
+}
+
+TEST(Env, UnregisteredNameIsABug) {
+  try {
+    env::getString("ANYR_NOT_A_VARIABLE");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), anyrInternalError);
+    EXPECT_NE(std::string(e.what()).find("ANYR_NOT_A_VARIABLE"), std::string::npos);
+  }
+}
+
+TEST(Config, DefaultsWithoutEnvironment) {
+  Config c = resolveConfig(nullptr);
+  EXPECT_EQ(c.algorithm, anyrAlgoAuto);
+  EXPECT_EQ(c.timeoutMs, 30000);
+  EXPECT_EQ(c.chunkBytes, 8ull << 20);
+  EXPECT_TRUE(c.useNccl);
+  EXPECT_EQ(c.maxBlocks, 0);
+}
+
+TEST(Config, EnvironmentThenExplicitFieldsWin) {
+  EnvGuard a("ANYR_ALGO", "twoshot");
+  EnvGuard t("ANYR_TIMEOUT_MS", "1234");
+  EnvGuard c("ANYR_CHUNK_BYTES", "1M");
+  Config fromEnv = resolveConfig(nullptr);
+  EXPECT_EQ(fromEnv.algorithm, anyrAlgoTwoShot);
+  EXPECT_EQ(fromEnv.timeoutMs, 1234);
+  EXPECT_EQ(fromEnv.chunkBytes, 1u << 20);
+  anyrConfig_t user = ANYR_CONFIG_INITIALIZER;
+  user.algorithm = anyrAlgoOneShotPull;
+  user.timeoutMs = 77;
+  Config explicitCfg = resolveConfig(&user);
+  EXPECT_EQ(explicitCfg.algorithm, anyrAlgoOneShotPull);
+  EXPECT_EQ(explicitCfg.timeoutMs, 77);
+  EXPECT_EQ(explicitCfg.chunkBytes, 1u << 20);  // not set explicitly: the environment's
+}
+
+void expectInvalid(const anyrConfig_t* cfg, const std::string& mentions) {
+  try {
+    resolveConfig(cfg);
+    FAIL() << "expected an error mentioning " << mentions;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), anyrInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(mentions), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, BadValuesNameTheFieldAndRule) {
+  anyrConfig_t c = ANYR_CONFIG_INITIALIZER;
+  c.algorithm = 17;
+  expectInvalid(&c, "config.algorithm");
+  c = ANYR_CONFIG_INITIALIZER;
+  c.timeoutMs = 0;
+  expectInvalid(&c, "config.timeoutMs");
+  c = ANYR_CONFIG_INITIALIZER;
+  c.chunkBytes = 1000;
+  expectInvalid(&c, "multiple of 4096");
+  c = ANYR_CONFIG_INITIALIZER;
+  c.useNccl = 5;
+  expectInvalid(&c, "config.useNccl");
+  c = ANYR_CONFIG_INITIALIZER;
+  c.magic = 0;
+  expectInvalid(&c, "ANYR_CONFIG_INITIALIZER");
+  c = ANYR_CONFIG_INITIALIZER;
+  c.size = 3;
+  expectInvalid(&c, "size field");
+  {
+    EnvGuard g("ANYR_ALGO", "fastest");
+    expectInvalid(nullptr, "ANYR_ALGO='fastest'");
+  }
+  {
+    EnvGuard g("ANYR_TIMEOUT_MS", "soon");
+    expectInvalid(nullptr, "ANYR_TIMEOUT_MS");
+  }
+}
+
+TEST(Config, WireRoundTrip) {
+  anyrConfig_t u = ANYR_CONFIG_INITIALIZER;
+  u.algorithm = anyrAlgoTwoShot;
+  u.oneShotMaxBytes = 12345 * 16;
+  u.maxBlocks = 7;
+  Config c = resolveConfig(&u);
+  EXPECT_TRUE(Config::fromWire(c.toWire()) == c);
+  Config d = c;
+  d.maxBlocks = 8;
+  EXPECT_FALSE(d == c);
+}
+
+TEST(Config, AlgoNames) {
+  for (int i = 0; i < anyrNumAlgos; ++i) {
+    anyrAlgo_t a;
+    ASSERT_TRUE(parseAlgo(anyrAlgoName(static_cast<anyrAlgo_t>(i)), &a));
+    EXPECT_EQ(a, i);
+  }
+  anyrAlgo_t a;
+  EXPECT_FALSE(parseAlgo("oneshot", &a));
+  EXPECT_EQ(anyrAlgoName(static_cast<anyrAlgo_t>(99)), nullptr);
+}
+
+}  // namespace
+}  // namespace anyr

@@ -1,0 +1,511 @@
+// Multi-process GPU tests of anyrAllReduce: every algorithm x dtype x count x in/out of place
+// x eager/graph replay x input mode. Inputs are pure functions of (rank, index, seed), so each
+// rank computes the exact expected bits on the CPU. Outputs are poisoned before every call;
+// inputs must come back untouched; every rank reports a hash of every output and the parent
+// checks that all ranks agree bit for bit.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "anyreduce/anyreduce.h"
+#include "common/data.h"
+#include "common/launcher.h"
+
+namespace anyr {
+namespace {
+
+using Report = std::function<void(const std::string&)>;
+
+int gpuCount() {
+  static int n = -1;
+  if (n < 0) {
+    std::string why;
+    n = launch::countGpus(&why);
+  }
+  return n;
+}
+
+#define REQUIRE_GPU()                                           \
+  do {                                                          \
+    if (gpuCount() == 0) GTEST_SKIP() << "no CUDA GPU visible"; \
+  } while (0)
+
+// Fails the rank (exit code 3) with a message when a call fails.
+struct RankError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+#define R_CUDA(expr)                                                                            \
+  do {                                                                                          \
+    cudaError_t e_ = (expr);                                                                    \
+    if (e_ != cudaSuccess) throw RankError(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+#define R_ANYR(expr, comm)                                                        \
+  do {                                                                            \
+    anyrResult_t r_ = (expr);                                                     \
+    if (r_ != anyrSuccess) {                                                      \
+      throw RankError(std::string(#expr) + ": " + anyrGetErrorString(r_) + ": " + \
+                      anyrGetLastError(comm));                                    \
+    }                                                                             \
+  } while (0)
+
+anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs) {
+  int ngpus = 0;
+  R_CUDA(cudaGetDeviceCount(&ngpus));
+  R_CUDA(cudaSetDevice(rank % ngpus));
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+  cfg.timeoutMs = timeoutMs;
+  anyrComm_t comm = nullptr;
+  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  return comm;
+}
+
+// Runs `body` on n ranks; asserts every rank exited 0 and returns their reports.
+std::vector<launch::RankResult> runAll(
+    int n, double timeoutSec,
+    const std::function<int(int, int, const anyrUniqueId&, const Report&)>& body) {
+  auto results = launch::runRanks(
+      n,
+      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        try {
+          return body(rank, nr, id, report);
+        } catch (const std::exception& e) {
+          report(std::string("FAIL ") + e.what() + "\n");
+          return 3;
+        }
+      },
+      timeoutSec);
+  return results;
+}
+
+struct Case {
+  anyrAlgo_t algo;
+  anyrDataType_t dtype;
+  uint64_t count;
+  bool inPlace;
+  bool graph;
+  int mode;
+  std::string key() const {
+    std::ostringstream os;
+    os << anyrAlgoName(algo) << "/" << data::dtypeName(dtype) << "/n=" << count
+       << (inPlace ? "/inplace" : "/outofplace") << (graph ? "/graph" : "/eager")
+       << (mode == data::kSmallInts ? "/ints" : "/random");
+    return os.str();
+  }
+};
+
+// One rank's sweep. Reports "HASH <key> <replay> <hash>" per checked output and "FAIL ..." per
+// problem; returns the number of failures.
+int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
+              const std::vector<uint64_t>& counts, bool allDtypes) {
+  anyrComm_t comm = initComm(rank, n, id, 20000);
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  uint64_t maxCount = 0;
+  for (uint64_t c : counts) maxCount = std::max(maxCount, c);
+  // +16 bytes so a misaligned (by one element) view of the buffers still fits.
+  char* in = nullptr;
+  char* out = nullptr;
+  R_CUDA(cudaMalloc(&in, maxCount * 4 + 64));
+  R_CUDA(cudaMalloc(&out, maxCount * 4 + 64));
+  std::vector<unsigned char> host(maxCount * 4), hostIn(maxCount * 4);
+  int failures = 0;
+  uint32_t seed = 1000;
+  std::vector<anyrDataType_t> dtypes = {anyrBfloat16};
+  if (allDtypes) dtypes = {anyrBfloat16, anyrFloat16, anyrFloat32};
+  for (int a = anyrAlgoOneShotPush; a <= anyrAlgoNccl + 1; ++a) {
+    anyrAlgo_t algo = a == anyrAlgoNccl + 1 ? anyrAlgoAuto : static_cast<anyrAlgo_t>(a);
+    if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
+      report(std::string("SKIP ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) + "\n");
+      continue;
+    }
+    for (anyrDataType_t dt : dtypes) {
+      const size_t es = data::dtypeBytes(dt);
+      for (uint64_t count : counts) {
+        for (int inPlace = 0; inPlace < 2; ++inPlace) {
+          for (int graph = 0; graph < 2; ++graph) {
+            for (int mode = 0; mode < 2; ++mode) {
+              // NCCL's summation order is its own: exact (small-integer) inputs only.
+              if (algo == anyrAlgoNccl && mode == data::kRandom) continue;
+              Case c{algo, dt, count, inPlace != 0, graph != 0, mode};
+              // Odd element offset for one count, so the unaligned path runs too.
+              const size_t shift = (count % 2 == 1) ? es : 0;
+              char* src = in + shift;
+              char* dst = inPlace ? src : out + shift;
+              cudaGraphExec_t exec = nullptr;
+              if (graph) {
+                cudaGraph_t g;
+                R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                R_ANYR(anyrAllReduce(src, dst, count, dt, anyrSum, comm, s), comm);
+                R_CUDA(cudaStreamEndCapture(s, &g));
+                R_CUDA(cudaGraphInstantiate(&exec, g, 0));
+                R_CUDA(cudaGraphDestroy(g));
+              }
+              const int replays = graph ? 3 : 2;
+              for (int rep = 0; rep < replays; ++rep) {
+                ++seed;
+                R_CUDA(data::fillInput(dt, src, count, rank, seed, mode, s));
+                if (!inPlace) R_CUDA(cudaMemsetAsync(dst, 0xff, count * es, s));
+                if (graph) {
+                  R_CUDA(cudaGraphLaunch(exec, s));
+                } else {
+                  R_ANYR(anyrAllReduce(src, dst, count, dt, anyrSum, comm, s), comm);
+                }
+                R_CUDA(cudaMemcpyAsync(host.data(), dst, count * es, cudaMemcpyDeviceToHost, s));
+                R_CUDA(cudaMemcpyAsync(hostIn.data(), src, count * es, cudaMemcpyDeviceToHost, s));
+                R_CUDA(cudaStreamSynchronize(s));
+                std::vector<unsigned char> want = data::hostExpected(dt, count, n, seed, mode);
+                uint64_t wrong = 0, firstWrong = count;
+                for (uint64_t i = 0; i < count; ++i) {
+                  if (std::memcmp(host.data() + i * es, want.data() + i * es, es) != 0) {
+                    if (wrong == 0) firstWrong = i;
+                    ++wrong;
+                  }
+                }
+                if (wrong) {
+                  ++failures;
+                  report("FAIL " + c.key() + " replay " + std::to_string(rep) + ": " +
+                         std::to_string(wrong) + " wrong elements, first at " +
+                         std::to_string(firstWrong) + "\n");
+                }
+                if (!inPlace) {
+                  // The input must be untouched: regenerate what it was.
+                  std::vector<unsigned char> orig(count * es);
+                  R_CUDA(data::fillInput(dt, out, count, rank, seed, mode, s));  // scratch copy
+                  R_CUDA(cudaMemcpyAsync(orig.data(), out, count * es, cudaMemcpyDeviceToHost, s));
+                  R_CUDA(cudaStreamSynchronize(s));
+                  if (std::memcmp(orig.data(), hostIn.data(), count * es) != 0) {
+                    ++failures;
+                    report("FAIL " + c.key() + ": input modified\n");
+                  }
+                }
+                report("HASH " + c.key() + " " + std::to_string(rep) + " " +
+                       std::to_string(data::fnv1a(host.data(), count * es)) + "\n");
+              }
+              if (exec) R_CUDA(cudaGraphExecDestroy(exec));
+            }
+          }
+        }
+      }
+    }
+  }
+  anyrResult_t async = anyrSuccess;
+  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+  if (async != anyrSuccess) {
+    ++failures;
+    report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
+  }
+  R_CUDA(cudaFree(in));
+  R_CUDA(cudaFree(out));
+  R_CUDA(cudaStreamDestroy(s));
+  R_ANYR(anyrCommDestroy(comm), nullptr);
+  return failures ? 4 : 0;
+}
+
+// Parent-side verdict: every rank succeeded, no FAIL line, and every HASH key has the same
+// value on every rank.
+void expectSweepPassed(const std::vector<launch::RankResult>& results, int n) {
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+  std::map<std::string, std::vector<std::string>> hashes;
+  size_t checked = 0;
+  for (const auto& r : results) {
+    std::istringstream is(r.message);
+    for (std::string line; std::getline(is, line);) {
+      if (line.rfind("FAIL", 0) == 0) ADD_FAILURE() << "rank " << r.rank << ": " << line;
+      if (line.rfind("SKIP", 0) == 0 && r.rank == 0) std::printf("[ note ] %s\n", line.c_str());
+      if (line.rfind("HASH ", 0) == 0) {
+        std::istringstream ls(line.substr(5));
+        std::string key, rep, h;
+        ls >> key >> rep >> h;
+        hashes[key + "#" + rep].push_back(h);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0u) << "no output was checked";
+  for (const auto& kv : hashes) {
+    ASSERT_EQ(kv.second.size(), static_cast<size_t>(n)) << kv.first << ": not every rank reported";
+    for (const std::string& h : kv.second)
+      EXPECT_EQ(h, kv.second[0]) << kv.first << ": ranks differ";
+  }
+  std::printf("[ info ] %zu outputs checked bit for bit on %d ranks\n", checked, n);
+}
+
+TEST(AllReduceGpu, EveryAlgorithmDtypeCountOneRankPerGpu) {
+  REQUIRE_GPU();
+  const int n = std::max(2, gpuCount());
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs (the shared-GPU test covers 1)";
+  const std::vector<uint64_t> counts = {1, 7, 1023, 65536 + 5, (1u << 20) + 3};
+  auto results =
+      runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        return sweepRank(rank, nr, id, report, counts, true);
+      });
+  expectSweepPassed(results, n);
+}
+
+TEST(AllReduceGpu, OddWorldSizeSharingGpus) {
+  REQUIRE_GPU();
+  // 3 ranks on the visible GPUs: contexts time-slice, so this is a correctness run of the
+  // protocols at an odd world size, not a speed run.
+  const int n = 3;
+  const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
+  auto results =
+      runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        return sweepRank(rank, nr, id, report, counts, false);
+      });
+  expectSweepPassed(results, n);
+}
+
+// ---- bad input --------------------------------------------------------------------------------
+
+void expectArgError(anyrResult_t r, anyrComm_t comm, const std::string& arg, const Report& report,
+                    int* failures) {
+  std::string msg = anyrGetLastError(comm);
+  if (r != anyrInvalidArgument || msg.find("'" + arg + "'") == std::string::npos) {
+    ++*failures;
+    report("FAIL expected anyrInvalidArgument naming '" + arg + "', got " + anyrGetErrorString(r) +
+           ": " + msg + "\n");
+  }
+}
+
+TEST(AllReduceGpu, BadInputGivesClearErrorsAndNoHang) {
+  REQUIRE_GPU();
+  auto results = runAll(2, 300, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+    anyrComm_t comm = initComm(rank, n, id, 5000);
+    int failures = 0;
+    char* buf = nullptr;
+    R_CUDA(cudaMalloc(&buf, 4096));
+    cudaStream_t s;
+    R_CUDA(cudaStreamCreate(&s));
+    expectArgError(anyrAllReduce(nullptr, buf, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                   "sendbuff", report, &failures);
+    expectArgError(anyrAllReduce(buf, nullptr, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                   "recvbuff", report, &failures);
+    expectArgError(anyrAllReduce(buf + 1, buf + 1, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                   "sendbuff", report, &failures);
+    expectArgError(anyrAllReduce(buf, buf + 2, 16, anyrFloat32, anyrSum, comm, s), comm, "recvbuff",
+                   report, &failures);
+    expectArgError(anyrAllReduce(buf, buf + 8, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                   "recvbuff", report,
+                   &failures);  // partial overlap
+    expectArgError(anyrAllReduce(buf, buf, 16, static_cast<anyrDataType_t>(9), anyrSum, comm, s),
+                   comm, "datatype", report, &failures);
+    expectArgError(anyrAllReduce(buf, buf, 16, anyrBfloat16, static_cast<anyrRedOp_t>(3), comm, s),
+                   comm, "op", report, &failures);
+    std::vector<char> hostBuf(4096);
+    expectArgError(anyrAllReduce(hostBuf.data(), buf, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                   "sendbuff", report, &failures);
+    int ngpus = 0;
+    R_CUDA(cudaGetDeviceCount(&ngpus));
+    if (ngpus > 1) {
+      int me = 0;
+      R_CUDA(cudaGetDevice(&me));
+      int other = (me + 1) % ngpus;
+      char* far = nullptr;
+      cudaStream_t farStream;
+      R_CUDA(cudaSetDevice(other));
+      R_CUDA(cudaMalloc(&far, 4096));
+      R_CUDA(cudaStreamCreate(&farStream));
+      R_CUDA(cudaSetDevice(me));
+      expectArgError(anyrAllReduce(far, buf, 16, anyrBfloat16, anyrSum, comm, s), comm, "sendbuff",
+                     report, &failures);
+      expectArgError(anyrAllReduce(buf, buf, 16, anyrBfloat16, anyrSum, comm, farStream), comm,
+                     "stream", report, &failures);
+      R_CUDA(cudaFree(far));
+      R_CUDA(cudaStreamDestroy(farStream));
+    }
+    if (anyrAllReduce(buf, buf, 0, anyrBfloat16, anyrSum, comm, s) != anyrSuccess) {
+      ++failures;
+      report("FAIL count 0 must be a no-op\n");
+    }
+    if (anyrCommSetAlgorithm(comm, static_cast<anyrAlgo_t>(42)) != anyrInvalidArgument) {
+      ++failures;
+      report("FAIL anyrCommSetAlgorithm(42) accepted\n");
+    }
+    // The communicator still works after all the rejected calls.
+    R_CUDA(data::fillInput(anyrBfloat16, buf, 1000, rank, 7, data::kSmallInts, s));
+    R_ANYR(anyrAllReduce(buf, buf, 1000, anyrBfloat16, anyrSum, comm, s), comm);
+    unsigned long long* bad = nullptr;
+    R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+    R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+    R_CUDA(data::countMismatches(anyrBfloat16, buf, 1000, n, 7, data::kSmallInts, bad, s));
+    unsigned long long hbad = 1;
+    R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
+    R_CUDA(cudaStreamSynchronize(s));
+    if (hbad != 0) {
+      ++failures;
+      report("FAIL all-reduce after rejected calls: " + std::to_string(hbad) + " wrong\n");
+    }
+    R_CUDA(cudaFree(bad));
+    R_CUDA(cudaFree(buf));
+    R_ANYR(anyrCommDestroy(comm), nullptr);
+    return failures ? 4 : 0;
+  });
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+}
+
+TEST(AllReduceGpu, InitRejectsBadRanksAndSizes) {
+  REQUIRE_GPU();
+  // No processes needed: argument checks happen before any rendezvous.
+  auto results = runAll(1, 60, [&](int, int, const anyrUniqueId& id, const Report& report) {
+    anyrComm_t comm = nullptr;
+    int failures = 0;
+    if (anyrCommInitRank(&comm, 0, id, 0) != anyrInvalidArgument ||
+        std::string(anyrGetLastError(nullptr)).find("'nranks'") == std::string::npos) {
+      ++failures;
+      report(std::string("FAIL nranks 0: ") + anyrGetLastError(nullptr) + "\n");
+    }
+    if (anyrCommInitRank(&comm, 2, id, 2) != anyrInvalidArgument ||
+        std::string(anyrGetLastError(nullptr)).find("'rank'") == std::string::npos) {
+      ++failures;
+      report(std::string("FAIL rank 2 of 2: ") + anyrGetLastError(nullptr) + "\n");
+    }
+    anyrUniqueId garbage;
+    std::memset(&garbage, 0x5a, sizeof(garbage));
+    if (anyrCommInitRank(&comm, 2, garbage, 1) != anyrInvalidArgument) {
+      ++failures;
+      report(std::string("FAIL garbage unique id: ") + anyrGetLastError(nullptr) + "\n");
+    }
+    return failures ? 4 : 0;
+  });
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+}
+
+// ---- bounded waits ----------------------------------------------------------------------------
+
+TEST(AllReduceGpu, MissingPeerGivesTimeoutNamingIt) {
+  REQUIRE_GPU();
+  // Rank 1 skips the second call. Rank 0's kernel must give up after the timeout, and the
+  // next call and the async-error query must name rank 1.
+  auto results = runAll(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+    anyrComm_t comm = initComm(rank, n, id, 1500);
+    char* buf = nullptr;
+    R_CUDA(cudaMalloc(&buf, 1 << 20));
+    cudaStream_t s;
+    R_CUDA(cudaStreamCreate(&s));
+    int failures = 0;
+    R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoOneShotPush), comm);
+    R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
+    R_CUDA(cudaStreamSynchronize(s));
+    if (rank == 0) {
+      auto t0 = std::chrono::steady_clock::now();
+      R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
+      R_CUDA(cudaStreamSynchronize(s));
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      anyrResult_t async = anyrSuccess;
+      R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+      std::string msg = anyrGetLastError(comm);
+      if (async != anyrTimeout || msg.find("rank 1") == std::string::npos) {
+        ++failures;
+        report("FAIL expected a timeout naming rank 1, got " +
+               std::string(anyrGetErrorString(async)) + ": " + msg + "\n");
+      }
+      if (sec > 1.5 + 5.0) {
+        ++failures;
+        report("FAIL the wait took " + std::to_string(sec) + " s for a 1.5 s timeout\n");
+      }
+      anyrResult_t next = anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s);
+      if (next != anyrTimeout ||
+          std::string(anyrGetLastError(comm)).find("rank 1") == std::string::npos) {
+        ++failures;
+        report(std::string("FAIL next call: ") + anyrGetErrorString(next) + ": " +
+               anyrGetLastError(comm) + "\n");
+      }
+      report("NOTE " + msg + "\n");
+    } else {
+      // Wait until rank 0 has given up, then leave.
+      std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+    }
+    anyrCommDestroy(comm);
+    return failures ? 4 : 0;
+  });
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+  std::printf("[ info ] %s", results[0].message.c_str());
+}
+
+TEST(AllReduceGpu, AbortFromAnotherThreadReleasesTheKernel) {
+  REQUIRE_GPU();
+  auto results = runAll(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+    anyrComm_t comm = initComm(rank, n, id, 60000);  // long timeout: only the abort can end it
+    char* buf = nullptr;
+    R_CUDA(cudaMalloc(&buf, 1 << 20));
+    cudaStream_t s;
+    R_CUDA(cudaStreamCreate(&s));
+    int failures = 0;
+    R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoTwoShot), comm);
+    if (rank == 0) {
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        anyrCommAbort(comm);
+      });
+      auto t0 = std::chrono::steady_clock::now();
+      R_ANYR(anyrAllReduce(buf, buf, 100000, anyrBfloat16, anyrSum, comm, s), comm);
+      cudaError_t e = cudaStreamSynchronize(s);
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      aborter.join();
+      anyrResult_t async = anyrSuccess;
+      anyrCommGetAsyncError(comm, &async);
+      if (e != cudaSuccess || async != anyrAborted || sec > 10) {
+        ++failures;
+        report("FAIL abort: stream " + std::string(cudaGetErrorString(e)) + ", state " +
+               anyrGetErrorString(async) + ", " + std::to_string(sec) +
+               " s: " + anyrGetLastError(comm) + "\n");
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    }
+    anyrCommDestroy(comm);
+    return failures ? 4 : 0;
+  });
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+}
+
+TEST(AllReduceGpu, ChoiceAndExplain) {
+  REQUIRE_GPU();
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  auto results = runAll(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+    anyrComm_t comm = initComm(rank, n, id, 10000);
+    int failures = 0;
+    anyrAlgo_t small = anyrAlgoAuto, large = anyrAlgoAuto;
+    R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &small), comm);
+    R_ANYR(anyrCommQueryAlgorithm(comm, 128u << 20, anyrBfloat16, &large), comm);
+    if (small != anyrAlgoOneShotPush && small != anyrAlgoOneShotPull) {
+      ++failures;
+      report(std::string("FAIL 1 KiB chose ") + anyrAlgoName(small) + "\n");
+    }
+    if (large != anyrAlgoNccl) {
+      ++failures;
+      report(std::string("FAIL 256 MiB chose ") + anyrAlgoName(large) + "\n");
+    }
+    size_t need = 0;
+    R_ANYR(anyrCommExplain(comm, nullptr, 0, &need), comm);
+    std::vector<char> buf(need);
+    R_ANYR(anyrCommExplain(comm, buf.data(), buf.size(), &need), comm);
+    std::string text(buf.data());
+    for (const char* must : {"\"admission\"", "oneshot-push", "\"topology\"", "peerWriteOk"}) {
+      if (text.find(must) == std::string::npos) {
+        ++failures;
+        report(std::string("FAIL explain lacks ") + must + "\n");
+      }
+    }
+    if (rank == 0) report("EXPLAIN " + text.substr(0, 400) + "\n");
+    R_ANYR(anyrCommDestroy(comm), nullptr);
+    return failures ? 4 : 0;
+  });
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+}
+
+}  // namespace
+}  // namespace anyr

@@ -1,0 +1,33 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "anyreduce/anyreduce.h"
+
+namespace anyr {
+namespace tool {
+
+struct BenchOptions {
+  uint64_t minBytes = 1024;
+  uint64_t maxBytes = 256ull << 20;
+  double factor = 2.0;
+  std::vector<anyrDataType_t> dtypes = {anyrBfloat16};
+  std::vector<std::string> algos = {"auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl"};
+  int nranks = 0;  // 0: one per visible GPU
+  bool graph = true;
+  bool inPlace = false;
+  int calls = 20;    // calls per timed sample (per graph)
+  int samples = 25;  // timed samples; the median is reported
+  int warmup = 5;
+  int timeoutMs = 0;  // 0: the library default / ANYR_TIMEOUT_MS
+  double timeoutSec = 1800;
+  std::string jsonPath;
+};
+
+// Runs the benchmark; returns the process exit code (0 ok, 2 no GPU, 1/4 failures).
+int runBench(const BenchOptions& o);
+
+}  // namespace tool
+}  // namespace anyr

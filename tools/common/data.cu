@@ -1,0 +1,195 @@
+#include <cstring>
+
+#include "common/data.h"
+
+namespace anyr {
+namespace data {
+
+namespace {
+
+template <typename T>
+__host__ __device__ inline T fromFloat(float x);
+template <>
+__host__ __device__ inline float fromFloat<float>(float x) {
+  return x;
+}
+template <>
+__host__ __device__ inline __half fromFloat<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__host__ __device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <typename T>
+__host__ __device__ inline float toFloat(T x);
+template <>
+__host__ __device__ inline float toFloat<float>(float x) {
+  return x;
+}
+template <>
+__host__ __device__ inline float toFloat<__half>(__half x) {
+  return __half2float(x);
+}
+template <>
+__host__ __device__ inline float toFloat<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+template <typename T>
+__host__ __device__ inline T expectedAt(uint64_t i, int nranks, uint32_t seed, int mode) {
+  float acc = 0.0f;
+  for (int r = 0; r < nranks; ++r) acc += toFloat<T>(fromFloat<T>(genValue(mode, r, i, seed)));
+  return fromFloat<T>(acc);
+}
+
+template <typename T>
+__global__ void fillKernel(T* p, uint64_t count, int rank, uint32_t seed, int mode) {
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    p[i] = fromFloat<T>(genValue(mode, rank, i, seed));
+  }
+}
+
+template <typename T>
+__device__ inline bool sameBits(T a, T b) {
+  if constexpr (sizeof(T) == 2) {
+    return *reinterpret_cast<const uint16_t*>(&a) == *reinterpret_cast<const uint16_t*>(&b);
+  } else {
+    return *reinterpret_cast<const uint32_t*>(&a) == *reinterpret_cast<const uint32_t*>(&b);
+  }
+}
+
+template <typename T>
+__global__ void checkKernel(const T* out, uint64_t count, int nranks, uint32_t seed, int mode,
+                            unsigned long long* bad) {
+  unsigned long long local = 0;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    local += sameBits<T>(out[i], expectedAt<T>(i, nranks, seed, mode)) ? 0 : 1;
+  }
+  if (local) atomicAdd(bad, local);
+}
+
+template <typename T>
+__global__ void inputKernel(const T* in, uint64_t count, int rank, uint32_t seed, int mode,
+                            unsigned long long* bad) {
+  unsigned long long local = 0;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    local += sameBits<T>(in[i], fromFloat<T>(genValue(mode, rank, i, seed))) ? 0 : 1;
+  }
+  if (local) atomicAdd(bad, local);
+}
+
+template <typename T>
+void hostExpectedT(std::vector<unsigned char>& out, uint64_t count, int nranks, uint32_t seed,
+                   int mode) {
+  out.resize(count * sizeof(T));
+  for (uint64_t i = 0; i < count; ++i) {
+    T v = expectedAt<T>(i, nranks, seed, mode);
+    std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
+  }
+}
+
+}  // namespace
+
+size_t dtypeBytes(anyrDataType_t t) { return t == anyrFloat32 ? 4 : 2; }
+
+const char* dtypeName(anyrDataType_t t) {
+  return t == anyrFloat32 ? "fp32" : t == anyrFloat16 ? "fp16" : t == anyrBfloat16 ? "bf16" : "?";
+}
+
+bool parseDtype(const std::string& s, anyrDataType_t* out) {
+  if (s == "fp32" || s == "float32" || s == "float")
+    *out = anyrFloat32;
+  else if (s == "fp16" || s == "float16" || s == "half")
+    *out = anyrFloat16;
+  else if (s == "bf16" || s == "bfloat16")
+    *out = anyrBfloat16;
+  else
+    return false;
+  return true;
+}
+
+cudaError_t fillInput(anyrDataType_t t, void* p, uint64_t count, int rank, uint32_t seed, int mode,
+                      cudaStream_t s) {
+  switch (t) {
+    case anyrFloat32:
+      fillKernel<<<256, 256, 0, s>>>(static_cast<float*>(p), count, rank, seed, mode);
+      break;
+    case anyrFloat16:
+      fillKernel<<<256, 256, 0, s>>>(static_cast<__half*>(p), count, rank, seed, mode);
+      break;
+    default:
+      fillKernel<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), count, rank, seed, mode);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t countMismatches(anyrDataType_t t, const void* out, uint64_t count, int nranks,
+                            uint32_t seed, int mode, unsigned long long* bad, cudaStream_t s) {
+  switch (t) {
+    case anyrFloat32:
+      checkKernel<<<256, 256, 0, s>>>(static_cast<const float*>(out), count, nranks, seed, mode,
+                                      bad);
+      break;
+    case anyrFloat16:
+      checkKernel<<<256, 256, 0, s>>>(static_cast<const __half*>(out), count, nranks, seed, mode,
+                                      bad);
+      break;
+    default:
+      checkKernel<<<256, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(out), count, nranks, seed,
+                                      mode, bad);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t countInputChanges(anyrDataType_t t, const void* in, uint64_t count, int rank,
+                              uint32_t seed, int mode, unsigned long long* bad, cudaStream_t s) {
+  switch (t) {
+    case anyrFloat32:
+      inputKernel<<<256, 256, 0, s>>>(static_cast<const float*>(in), count, rank, seed, mode, bad);
+      break;
+    case anyrFloat16:
+      inputKernel<<<256, 256, 0, s>>>(static_cast<const __half*>(in), count, rank, seed, mode, bad);
+      break;
+    default:
+      inputKernel<<<256, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(in), count, rank, seed,
+                                      mode, bad);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+std::vector<unsigned char> hostExpected(anyrDataType_t t, uint64_t count, int nranks, uint32_t seed,
+                                        int mode) {
+  std::vector<unsigned char> out;
+  switch (t) {
+    case anyrFloat32:
+      hostExpectedT<float>(out, count, nranks, seed, mode);
+      break;
+    case anyrFloat16:
+      hostExpectedT<__half>(out, count, nranks, seed, mode);
+      break;
+    default:
+      hostExpectedT<__nv_bfloat16>(out, count, nranks, seed, mode);
+      break;
+  }
+  return out;
+}
+
+uint64_t fnv1a(const void* p, size_t n) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= c[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace data
+}  // namespace anyr
