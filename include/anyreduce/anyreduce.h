@@ -156,6 +156,58 @@ ANYR_API anyrResult_t anyrAllReduce(const void* sendbuff, void* recvbuff, size_t
                                     anyrDataType_t datatype, anyrRedOp_t op, anyrComm_t comm,
                                     cudaStream_t stream);
 
+/* ---- Fused all-reduce + residual add + RMSNorm (+ quantization) -------------------------
+ *
+ * For `tokens` rows of `hidden` elements (row-major, contiguous):
+ *   x        = allreduce_sum(partial)                       (fp32 accumulation, rank order)
+ *   r        = x + residualIn          (or r = x when residualIn is NULL)
+ *   residualOut = r                    (rounded to the dtype; may alias residualIn; may be NULL
+ *                                       when residualIn is NULL and the caller wants only y)
+ *   y        = r / sqrt(mean(r^2) + epsilon) * w,  w = weight or (1 + weight) (weightPlusOne)
+ *   normOut  = y                       (rounded to the dtype)
+ * and, when quant != anyrQuantNone, y quantized (see anyrFusedOptions_t). The mean is taken
+ * in fp32 over the rounded r, so normOut and residualOut match a separate add+RMSNorm kernel
+ * run on the all-reduced tensor. dtype: anyrBfloat16 or anyrFloat16; weight has the same
+ * dtype. hidden: a multiple of 8 in 128..16384; tokens: any (0 is a no-op). */
+typedef enum { anyrQuantNone = 0, anyrQuantFp8 = 1, anyrQuantNvfp4 = 2, anyrNumQuants = 3 } anyrQuant_t;
+
+typedef struct {
+  size_t size;          /* sizeof(anyrFusedOptions_t) */
+  unsigned int magic;   /* ANYR_FUSED_MAGIC */
+  int weightPlusOne;    /* 1: y = r/rms * (1 + weight) (Gemma/Qwen); 0: r/rms * weight */
+  int quant;            /* anyrQuant_t */
+  /* FP8 (e4m3, saturating): q = clamp(y / scale[0], -448, 448), scale a device pointer to one
+   * fp32 (per-tensor). NVFP4: scale[0] is the fp32 global scale g; each 16-element block b
+   * gets an e4m3 block scale s_b = e4m3(amax_b / (6 * g)) and elements
+   * q = e2m1(y / (s_b * g)); dequantized y ~ q * s_b * g. */
+  const float* scale;
+  void* quantOut;       /* FP8: tokens x hidden bytes. NVFP4: tokens x hidden/2 bytes, two
+                           e2m1 values per byte, element 2i in the low nibble. */
+  void* blockScales;    /* NVFP4: e4m3 block scales, row-major tokens x hidden/16 (may be NULL
+                           if blockScalesSwizzled is given) */
+  void* blockScalesSwizzled; /* NVFP4: the same scales in the 128x4 swizzled layout NVFP4
+                           GEMMs read (docs/FUSED.md); rows padded to 128, scale columns to 4;
+                           may be NULL */
+} anyrFusedOptions_t;
+#define ANYR_FUSED_MAGIC 0x414e5946u
+#define ANYR_FUSED_OPTIONS_INITIALIZER \
+  { sizeof(anyrFusedOptions_t), ANYR_FUSED_MAGIC, 0, anyrQuantNone, NULL, NULL, NULL, NULL }
+
+ANYR_API anyrResult_t anyrAllReduceAddRmsNorm(const void* partial, const void* residualIn,
+                                              void* residualOut, const void* weight, float epsilon,
+                                              void* normOut, size_t tokens, size_t hidden,
+                                              anyrDataType_t datatype,
+                                              const anyrFusedOptions_t* options, anyrComm_t comm,
+                                              cudaStream_t stream);
+
+/* The same add + RMSNorm (+ quantization) as a standalone kernel on an already all-reduced
+ * tensor `x` (no communication): what an unfused pipeline runs after its all-reduce. `x` may
+ * alias normOut. Same arguments and rules as anyrAllReduceAddRmsNorm. */
+ANYR_API anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residualOut,
+                                     const void* weight, float epsilon, void* normOut,
+                                     size_t tokens, size_t hidden, anyrDataType_t datatype,
+                                     const anyrFusedOptions_t* options, cudaStream_t stream);
+
 /* Forces one algorithm for later calls (anyrAlgoAuto restores the choice). Collective: every
  * rank must set the same value. Fails with anyrUnsupported, naming why, for an algorithm this
  * communicator's hardware does not admit. */
