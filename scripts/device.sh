@@ -36,6 +36,10 @@ timeout -k 10 300 "$BUILD/tools/anyreduce" probe --json "$OUT/topology.json" 2>&
 if [ "$MODE" = quick ]; then
   step "bench (quick)"
   timeout -k 10 600 "$BUILD/tools/anyreduce" bench -b 1K -e 64M -f 4 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+  step "push chunking check"
+  timeout -k 10 120 "$BUILD/tools/anyreduce" bench -a oneshot-push -b 512K -e 4M -f 2 --samples 5 2>&1 | tail -5
+  step "torch symmetric memory, same machine"
+  timeout -k 10 300 python3 tools/peers/torch_symm_bench.py --max-bytes 4194304 --samples 15 2>&1 | grep -v Warning | tee "$OUT/torch-symm.txt"
 else
   step "bench bf16 1K..256M, all algorithms"
   timeout -k 10 900 "$BUILD/tools/anyreduce" bench -b 1K -e 256M -f 2 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"

@@ -73,7 +73,8 @@ typedef enum {
   anyrAlgoOneShotPull = 2, /* each rank reads every peer's buffer after a flag handshake */
   anyrAlgoTwoShot = 3,     /* reduce-scatter, then all-gather, by peer reads */
   anyrAlgoNccl = 4,        /* ncclAllReduce on the communicator's NCCL communicator */
-  anyrNumAlgos = 5
+  anyrAlgoTwoShotPush = 5, /* reduce-scatter and all-gather by peer writes, no barriers */
+  anyrNumAlgos = 6
 } anyrAlgo_t;
 
 #define ANYR_UNIQUE_ID_BYTES 128
@@ -222,7 +223,8 @@ ANYR_API anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count
  * (NUL-terminated); *needed receives the full length + 1. */
 ANYR_API anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed);
 
-/* Short names: "auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl"; NULL if invalid. */
+/* Short names: "auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl", "twoshot-push";
+ * NULL if invalid. */
 ANYR_API const char* anyrAlgoName(anyrAlgo_t algorithm);
 
 ANYR_API const char* anyrGetErrorString(anyrResult_t result);

@@ -20,6 +20,8 @@ cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream);
 cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream);
+cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
+                              const LaunchShape& shape, cudaStream_t stream);
 cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                           cudaStream_t stream);
 

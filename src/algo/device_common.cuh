@@ -7,10 +7,33 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "anyreduce/anyreduce.h"
 #include "transport/device_handles.h"
 
 namespace anyr {
 namespace dev {
+
+// ---- dtype dispatch -----------------------------------------------------------------------
+template <typename T_, bool kAligned_>
+struct KernelTag {
+  using T = T_;
+  static constexpr bool kAligned = kAligned_;
+};
+
+// Calls f(KernelTag<T, aligned>{}) for the dtype; f launches and returns cudaGetLastError().
+template <typename F>
+cudaError_t dispatch(anyrDataType_t dtype, bool aligned, F&& f) {
+  switch (dtype) {
+    case anyrFloat32:
+      return aligned ? f(KernelTag<float, true>{}) : f(KernelTag<float, false>{});
+    case anyrFloat16:
+      return aligned ? f(KernelTag<__half, true>{}) : f(KernelTag<__half, false>{});
+    case anyrBfloat16:
+      return aligned ? f(KernelTag<__nv_bfloat16, true>{}) : f(KernelTag<__nv_bfloat16, false>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
 
 // ---- element types ------------------------------------------------------------------------
 template <typename T>
@@ -110,6 +133,13 @@ __device__ __forceinline__ void storeRelaxed(void* p, const uint4& v) {
                "r"(v.w)
                : "memory");
 }
+// Data stores into a peer's memory: volatile (relaxed, system scope) so they leave the SM
+// promptly instead of waiting in a write-combining buffer while the kernel spins.
+__device__ __forceinline__ void storeSys(void* p, const uint4& v) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
 __device__ __forceinline__ void storeReleaseSys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -132,13 +162,14 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
 constexpr uint32_t kCheckEvery = 1024;
 
 struct Waiter {
-  const WaitControl& wc;
+  const WaitControl* wcp;
   uint64_t deadline = 0;
   uint32_t spins = 0;
-  __device__ explicit Waiter(const WaitControl& c) : wc(c) {}
+  __device__ explicit Waiter(const WaitControl* c) : wcp(c) {}
 
   __device__ __noinline__ void fail(int32_t code, int32_t waitedRank, int32_t what,
                                     uint32_t epoch) {
+    const WaitControl& wc = *wcp;
     if (atomicCAS(&wc.state->failClaim, 0, 1) == 0) {
       ErrorRecord* e = wc.error;
       e->waitedRank = waitedRank;
@@ -166,6 +197,7 @@ struct Waiter {
   }
 
   __device__ __noinline__ bool slowCheck(int32_t waitedRank, int32_t what, uint32_t epoch) {
+    const WaitControl& wc = *wcp;
     uint64_t now = globalTimerNs();
     if (deadline == 0) deadline = now + wc.timeoutNs;
     if (*reinterpret_cast<volatile const int32_t*>(&wc.error->code) != kFailNone) return false;
@@ -186,20 +218,20 @@ struct Waiter {
   }
 };
 
-// Marks this block done; the last block of the kernel runs `last` (advancing epochs). Every
-// thread of the block must call it.
-template <typename F>
-__device__ __forceinline__ void finishKernel(LocalState* st, F last) {
+// Per-block epochs (see LocalState). Every thread reads its block's slot at kernel start;
+// finishEpoch() writes the next value after the block is done, and block 0 also advances the
+// slots of blocks this launch did not use. Every thread of the block must call it.
+__device__ __forceinline__ uint32_t readEpoch(const uint32_t* slots) { return slots[blockIdx.x]; }
+
+__device__ __forceinline__ void finishEpoch(uint32_t* slots, uint32_t next) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    uint32_t done = atomicAdd(&st->doneBlocks, 1u);
-    if (done == gridDim.x - 1) {
-      last();
-      st->doneBlocks = 0;
-      __threadfence();
+  if (blockIdx.x == 0) {
+    for (uint32_t i = gridDim.x + threadIdx.x; i < static_cast<uint32_t>(kMaxBlocks);
+         i += blockDim.x) {
+      slots[i] = next;
     }
   }
+  if (threadIdx.x == 0) slots[blockIdx.x] = next;
 }
 
 }  // namespace dev

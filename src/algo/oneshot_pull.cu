@@ -3,7 +3,7 @@
 // and reduces in rank order. For links where peer reads beat peer writes.
 //
 // Buffers and flags: staging alternates between two buffers by the parity of a device-side
-// epoch shared by all blocks (advanced by the last block of each kernel). Block b of every
+// epoch that is equal in every block (LocalState keeps it per block slot). Block b of every
 // rank covers the same vector range (same grid on every rank: the shape is computed from
 // agreed values), so block b only waits for block b of its peers. A flag holds the epoch of
 // the last call in which its writer's block signalled; waiting is "flag - epoch >= 0".
@@ -23,10 +23,10 @@ template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads) oneShotPullKernel(AllReduceArgs a) {
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
-  const int rank = a.wait.rank;
-  const int n = a.wait.nranks;
-  LocalState* st = a.wait.state;
-  const uint32_t epoch = st->syncEpoch + 1;
+  const int rank = a.rank;
+  const int n = a.nranks;
+  LocalState* st = a.state;
+  const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
   const uint64_t bufOffset = a.layout.stagingOffset + (epoch & 1u) * a.layout.chunkBytes;
 
   // This block's vector range.
@@ -81,33 +81,18 @@ __global__ void __launch_bounds__(kAlgoThreads) oneShotPullKernel(AllReduceArgs 
     }
   }
 
-  dev::finishKernel(st, [&] { st->syncEpoch = epoch; });
-}
-
-template <typename T>
-cudaError_t launchTyped(const AllReduceArgs& a, const LaunchShape& shape, cudaStream_t stream) {
-  if (shape.aligned) {
-    oneShotPullKernel<T, true><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
-  } else {
-    oneShotPullKernel<T, false><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
-  }
-  return cudaGetLastError();
+  dev::finishEpoch(st->syncEpoch, epoch);
 }
 
 }  // namespace
 
 cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
-  switch (dtype) {
-    case anyrFloat32:
-      return launchTyped<float>(a, shape, stream);
-    case anyrFloat16:
-      return launchTyped<__half>(a, shape, stream);
-    case anyrBfloat16:
-      return launchTyped<__nv_bfloat16>(a, shape, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+    using Tag = decltype(tag);
+    oneShotPullKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace anyr

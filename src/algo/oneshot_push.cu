@@ -12,66 +12,27 @@
 // phase (j-1)%3 finished during call j-1. Two phases would not do: the peer's call j+1 data
 // may land while this rank is still in call j.
 //
-// The clear pattern is the 32-bit word 0x80008000: in fp16/bf16 every lane of it is -0.0,
-// and in fp32 it is one negative subnormal. It does not depend on the dtype, so a buffer
-// cleared after a bf16 call is ready for an fp32 one. Inputs carrying the pattern are
-// rewritten before they are sent (16-bit -0.0 becomes +0.0; the fp32 word 0x80008000 becomes
-// -0.0), identically for every rank's own contribution, so all ranks still sum the same values.
-// Readers compare bit patterns, never floats (a float compare with flush-to-zero would treat
-// negative subnormals as -0.0 and could spin forever).
+// The clear pattern and sanitizing are described in lamport.cuh.
 //
 // Sums run in fp32 in rank order 0..n-1 on every rank: outputs are bit-identical.
 #include "algo/algo.h"
-#include "algo/device_common.cuh"
+#include "algo/lamport.cuh"
 
 namespace anyr {
 namespace {
 
 using dev::Elem;
+using dev::sanitize;
 using dev::Vec;
-
-template <typename T>
-__device__ __forceinline__ void sanitize(Vec& x) {
-  if constexpr (sizeof(T) == 2) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t w = x.w[i];
-      if ((w & 0xffffu) == 0x8000u) w &= 0xffff0000u;
-      if ((w >> 16) == 0x8000u) w &= 0x0000ffffu;
-      x.w[i] = w;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (x.w[i] == kPushClearWord) x.w[i] = 0x80000000u;
-    }
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ bool arrived(const Vec& x) {
-  if constexpr (sizeof(T) == 2) {
-    bool ok = true;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      ok &= (x.w[i] & 0xffffu) != 0x8000u;
-      ok &= (x.w[i] >> 16) != 0x8000u;
-    }
-    return ok;
-  } else {
-    return x.w[0] != kPushClearWord && x.w[1] != kPushClearWord && x.w[2] != kPushClearWord &&
-           x.w[3] != kPushClearWord;
-  }
-}
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads) oneShotPushKernel(AllReduceArgs a) {
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
-  const int rank = a.wait.rank;
-  const int n = a.wait.nranks;
-  LocalState* st = a.wait.state;
-  const uint32_t epoch = st->pushEpoch;
+  const int rank = a.rank;
+  const int n = a.nranks;
+  LocalState* st = a.state;
+  const uint32_t epoch = dev::readEpoch(st->pushEpoch);
   const uint32_t phase = epoch % 3;
   const uint32_t prevPhase = (epoch + 2) % 3;
   const uint64_t slot = a.layout.pushSlotBytes;
@@ -87,14 +48,14 @@ __global__ void __launch_bounds__(kAlgoThreads) oneShotPushKernel(AllReduceArgs 
       int p = (rank + k) % n;
       char* dst = a.peerWorkspace[p] + a.layout.pushOffset + phase * phaseBytes +
                   static_cast<uint64_t>(rank) * slot + v * 16;
-      dev::storeRelaxed(dst, x.u);
+      dev::storeSys(dst, x.u);
     }
   }
 
   // 2. Clear, in this rank's own buffer, what peers wrote one call ago.
   char* own = a.peerWorkspace[rank] + a.layout.pushOffset;
   const uint64_t prevVecs = st->pushVecs[prevPhase];
-  const uint4 clear = make_uint4(kPushClearWord, kPushClearWord, kPushClearWord, kPushClearWord);
+  const uint4 clear = dev::clearVec();
   for (int s = 0; s < n; ++s) {
     if (s == rank) continue;
     char* base = own + prevPhase * phaseBytes + static_cast<uint64_t>(s) * slot;
@@ -112,53 +73,29 @@ __global__ void __launch_bounds__(kAlgoThreads) oneShotPushKernel(AllReduceArgs 
       if (s == rank) {
         x = dev::loadVec<T, kAligned>(in, v, a.count);
         sanitize<T>(x);
-      } else {
-        const char* src = cur + static_cast<uint64_t>(s) * slot + v * 16;
-        x.u = dev::loadVolatile(src);
-        while (!arrived<T>(x)) {
-          if (!waiter.keepWaiting(s, kWaitPushData, epoch)) {
-            ok = false;
-            break;
-          }
-          x.u = dev::loadVolatile(src);
-        }
-        if (!ok) break;
+      } else if (!dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, &x, waiter, s,
+                                  epoch)) {
+        ok = false;
+        break;
       }
       dev::accumulate<T>(acc, x);
     }
     if (ok) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc));
   }
 
-  dev::finishKernel(st, [&] {
-    st->pushVecs[phase] = static_cast<uint32_t>(a.numVecs);
-    st->pushEpoch = epoch + 1;
-  });
-}
-
-template <typename T>
-cudaError_t launchTyped(const AllReduceArgs& a, const LaunchShape& shape, cudaStream_t stream) {
-  if (shape.aligned) {
-    oneShotPushKernel<T, true><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
-  } else {
-    oneShotPushKernel<T, false><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
-  }
-  return cudaGetLastError();
+  if (blockIdx.x == 0 && threadIdx.x == 0) st->pushVecs[phase] = static_cast<uint32_t>(a.numVecs);
+  dev::finishEpoch(st->pushEpoch, epoch + 1);
 }
 
 }  // namespace
 
 cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
-  switch (dtype) {
-    case anyrFloat32:
-      return launchTyped<float>(a, shape, stream);
-    case anyrFloat16:
-      return launchTyped<__half>(a, shape, stream);
-    case anyrBfloat16:
-      return launchTyped<__nv_bfloat16>(a, shape, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+    using Tag = decltype(tag);
+    oneShotPushKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace anyr

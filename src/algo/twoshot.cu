@@ -39,10 +39,10 @@ __device__ __forceinline__ Range subRange(uint64_t numVecs, int n, int seg) {
 
 // Raises flag `which` (start or end) for this block on every peer, then waits for every
 // peer's. Returns false when the wait was abandoned (the communicator is then failed).
-__device__ bool blockBarrier(const AllReduceArgs& a, bool isEnd, uint32_t epoch) {
+__device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd, uint32_t epoch) {
   __shared__ int blockFailed;
-  const int rank = a.wait.rank;
-  const int n = a.wait.nranks;
+  const int rank = a.rank;
+  const int n = a.nranks;
   const int t = static_cast<int>(threadIdx.x);
   if (t == 0) blockFailed = 0;
   __syncthreads();
@@ -69,10 +69,10 @@ template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads) twoShotKernel(AllReduceArgs a) {
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
-  const int rank = a.wait.rank;
-  const int n = a.wait.nranks;
-  LocalState* st = a.wait.state;
-  const uint32_t epoch = st->syncEpoch + 1;
+  const int rank = a.rank;
+  const int n = a.nranks;
+  LocalState* st = a.state;
+  const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
   const uint64_t parity = epoch & 1u;
   const uint64_t stagingOffset = a.layout.stagingOffset + parity * a.layout.chunkBytes;
   const uint64_t resultOffset = a.layout.resultOffset + parity * a.layout.chunkBytes;
@@ -123,33 +123,18 @@ __global__ void __launch_bounds__(kAlgoThreads) twoShotKernel(AllReduceArgs a) {
     }
   }
 
-  dev::finishKernel(st, [&] { st->syncEpoch = epoch; });
-}
-
-template <typename T>
-cudaError_t launchTyped(const AllReduceArgs& a, const LaunchShape& shape, cudaStream_t stream) {
-  if (shape.aligned) {
-    twoShotKernel<T, true><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
-  } else {
-    twoShotKernel<T, false><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
-  }
-  return cudaGetLastError();
+  dev::finishEpoch(st->syncEpoch, epoch);
 }
 
 }  // namespace
 
 cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                           cudaStream_t stream) {
-  switch (dtype) {
-    case anyrFloat32:
-      return launchTyped<float>(a, shape, stream);
-    case anyrFloat16:
-      return launchTyped<__half>(a, shape, stream);
-    case anyrBfloat16:
-      return launchTyped<__nv_bfloat16>(a, shape, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+    using Tag = decltype(tag);
+    twoShotKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace anyr

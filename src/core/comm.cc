@@ -53,8 +53,9 @@ size_t dtypeSize(anyrDataType_t t) {
 }
 
 uint64_t WorkspaceLayout::hash() const {
-  const uint64_t fields[] = {headerOffset,  flagsOffset,   checkOffset,  checkBytes, pushOffset,
-                             pushSlotBytes, stagingOffset, resultOffset, chunkBytes, totalBytes};
+  const uint64_t fields[] = {headerOffset, flagsOffset,   checkOffset,   checkBytes,
+                             pushOffset,   pushSlotBytes, stagingOffset, resultOffset,
+                             chunkBytes,   tsOffset,      tsSlotBytes,   totalBytes};
   uint64_t h = 1469598103934665603ull;
   for (uint64_t f : fields) {
     h ^= f;
@@ -77,7 +78,10 @@ WorkspaceLayout computeLayout(const Config& cfg, int nranks) {
       roundUp(l.pushOffset + 3 * l.pushSlotBytes * static_cast<uint64_t>(nranks), page);
   l.chunkBytes = cfg.chunkBytes;
   l.resultOffset = l.stagingOffset + 2 * l.chunkBytes;
-  l.totalBytes = l.resultOffset + 2 * l.chunkBytes;
+  l.tsOffset = l.resultOffset + 2 * l.chunkBytes;
+  const uint64_t n = static_cast<uint64_t>(nranks);
+  l.tsSlotBytes = roundUp((l.chunkBytes / 16 + n - 1) / n * 16, page);
+  l.totalBytes = l.tsOffset + 3 * 2 * n * l.tsSlotBytes;
   return l;
 }
 
@@ -292,6 +296,9 @@ void Communicator::initTransport() {
   ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + layout_.pushOffset),
                                   3 * layout_.pushSlotBytes * static_cast<uint64_t>(nranks_) / 4,
                                   kPushClearWord, internalStream_));
+  ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + layout_.tsOffset),
+                                  6 * layout_.tsSlotBytes * static_cast<uint64_t>(nranks_) / 4,
+                                  kPushClearWord, internalStream_));
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dState_), sizeof(LocalState)));
   ANYR_CUDA_CHECK(cudaMemsetAsync(dState_, 0, sizeof(LocalState), internalStream_));
   waitStreamIdle(internalStream_, "clearing the workspace");
@@ -301,7 +308,7 @@ void Communicator::initTransport() {
   std::memset(&argsTemplate_, 0, sizeof(argsTemplate_));
   for (int r = 0; r < nranks_; ++r) argsTemplate_.peerWorkspace[r] = peers_->peer(r);
   argsTemplate_.layout = layout_;
-  WaitControl& w = argsTemplate_.wait;
+  WaitControl w{};
   w.hostAbort = dAbort_;
   w.error = dError_;
   w.state = dState_;
@@ -313,6 +320,12 @@ void Communicator::initTransport() {
   w.timeoutNs = static_cast<uint64_t>(cfg_.timeoutMs) * 1000000ull;
   w.rank = rank_;
   w.nranks = nranks_;
+  ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dWait_), sizeof(WaitControl)));
+  ANYR_CUDA_CHECK(cudaMemcpy(dWait_, &w, sizeof(w), cudaMemcpyHostToDevice));
+  argsTemplate_.wait = dWait_;
+  argsTemplate_.state = dState_;
+  argsTemplate_.rank = rank_;
+  argsTemplate_.nranks = nranks_;
 
   // Blocks: at most one per SM of the smallest GPU, so every block of every rank is resident
   // at once (blocks wait on the same-index block of peers).
@@ -582,7 +595,8 @@ void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
 }
 
 int Communicator::blocksFor(anyrAlgo_t algo, uint64_t numVecs) const {
-  uint64_t work = algo == anyrAlgoTwoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
+  const bool twoShot = algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush;
+  uint64_t work = twoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
   uint64_t b = (work + kAlgoThreads - 1) / kAlgoThreads;
   return static_cast<int>(
       std::max<uint64_t>(1, std::min<uint64_t>(b, static_cast<uint64_t>(maxBlocks_))));
@@ -618,6 +632,9 @@ void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, si
         break;
       case anyrAlgoTwoShot:
         e = launchTwoShot(dtype, a, shape, stream);
+        break;
+      case anyrAlgoTwoShotPush:
+        e = launchTwoShotPush(dtype, a, shape, stream);
         break;
       default:
         throwError(anyrInternalError, "launchPeerAlgo: not a peer algorithm");
@@ -666,6 +683,8 @@ std::string Communicator::explainJson() const {
   j["thresholds"] = {{"oneShot", anyrAlgoName(thresholds_.oneShot)},
                      {"oneShotWhy", thresholds_.oneShotWhy},
                      {"oneShotMaxBytes", thresholds_.oneShotMaxBytes},
+                     {"twoShot", anyrAlgoName(thresholds_.twoShot)},
+                     {"twoShotWhy", thresholds_.twoShotWhy},
                      {"twoShotMaxBytes", thresholds_.twoShotMaxBytes}};
   nlohmann::json choices = nlohmann::json::array();
   for (uint64_t b = 1024; b <= (256ull << 20); b *= 4) {
@@ -722,6 +741,7 @@ void Communicator::destroy() {
 Communicator::~Communicator() {
   peers_.reset();
   if (dState_ != nullptr) (void)cudaFree(dState_);
+  if (dWait_ != nullptr) (void)cudaFree(dWait_);
   if (nccl_ != nullptr && ownsNccl_) releaseNcclComm(nccl_, failCode_.load() == anyrSuccess);
   if (lastWork_ != nullptr) (void)cudaEventDestroy(lastWork_);
   if (internalStream_ != nullptr) (void)cudaStreamDestroy(internalStream_);

@@ -88,6 +88,7 @@ class Communicator {
   std::unique_ptr<PeerMemory> peers_;
   WorkspaceLayout layout_{};
   LocalState* dState_ = nullptr;
+  WaitControl* dWait_ = nullptr;
   void* hostMapped_ = nullptr;  // ErrorRecord followed by the abort word
   ErrorRecord* hError_ = nullptr;
   volatile int32_t* hAbort_ = nullptr;

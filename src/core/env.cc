@@ -12,7 +12,8 @@ namespace env {
 const std::vector<Param>& params() {
   static const std::vector<Param> table = {
       {"ANYR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
-      {"ANYR_ALGO", "auto", "force an algorithm: auto, oneshot-push, oneshot-pull, twoshot, nccl"},
+      {"ANYR_ALGO", "auto",
+       "force an algorithm: auto, oneshot-push, oneshot-pull, twoshot, twoshot-push, nccl"},
       {"ANYR_TIMEOUT_MS", "30000",
        "bound on every wait, host and device, in milliseconds (bootstrap, flags, data)"},
       {"ANYR_ONESHOT_MAX_BYTES", "",

@@ -84,6 +84,7 @@ Admission admit(const Topology& t, const CommFacts& f) {
   setPeer(anyrAlgoOneShotPush, true, false);
   setPeer(anyrAlgoOneShotPull, false, true);
   setPeer(anyrAlgoTwoShot, false, true);
+  setPeer(anyrAlgoTwoShotPush, true, false);
   adm.algo[anyrAlgoAuto].admitted = adm.any();
   adm.algo[anyrAlgoAuto].reason = "automatic choice by message size";
   return adm;
@@ -102,14 +103,16 @@ Thresholds defaultThresholds(const Topology& t, const Admission& adm, const Conf
   // (some PCIe platforms write peers at a small fraction of their read bandwidth).
   th.oneShot = anyrAlgoOneShotPush;
   th.oneShotWhy = "push: one write per peer, no handshake";
+  std::string slowWrites;
   for (int s = 0; s < t.size() && th.oneShot == anyrAlgoOneShotPush; ++s) {
     for (int d = 0; d < t.size(); ++d) {
       const PairInfo& p = t.pair(s, d);
       if (s != d && p.writeGBps > 0 && p.readGBps > 0 && p.writeGBps * 4 < p.readGBps) {
         th.oneShot = anyrAlgoOneShotPull;
-        th.oneShotWhy = "pull: peer write bandwidth " + fmtGBps(p.writeGBps) + " < read " +
-                        fmtGBps(p.readGBps) + " / 4 on rank " + std::to_string(s) + " -> rank " +
-                        std::to_string(d);
+        slowWrites = "peer write bandwidth " + fmtGBps(p.writeGBps) + " < read " +
+                     fmtGBps(p.readGBps) + " / 4 on rank " + std::to_string(s) + " -> rank " +
+                     std::to_string(d);
+        th.oneShotWhy = "pull: " + slowWrites;
         break;
       }
     }
@@ -123,6 +126,16 @@ Thresholds defaultThresholds(const Topology& t, const Admission& adm, const Conf
                       ": the other one-shot flavour is not admitted";
     }
   }
+  // Two-shot flavour follows the same rule: writes (no barriers) unless reads are much faster.
+  th.twoShot = th.oneShot == anyrAlgoOneShotPull ? anyrAlgoTwoShot : anyrAlgoTwoShotPush;
+  th.twoShotWhy = slowWrites.empty() ? "push: no barriers, no staging copy" : "pull: " + slowWrites;
+  if (!adm[th.twoShot].admitted) {
+    anyrAlgo_t other = th.twoShot == anyrAlgoTwoShot ? anyrAlgoTwoShotPush : anyrAlgoTwoShot;
+    if (adm[other].admitted) {
+      th.twoShot = other;
+      th.twoShotWhy = "the other two-shot flavour is not admitted";
+    }
+  }
   th.oneShotMaxBytes = cfg.oneShotMaxBytes ? cfg.oneShotMaxBytes : defaultOneShotMaxBytes(nranks);
   th.twoShotMaxBytes = cfg.twoShotMaxBytes ? cfg.twoShotMaxBytes : (32ull << 20);
   return th;
@@ -133,13 +146,13 @@ anyrAlgo_t chooseAlgo(const Admission& adm, const Thresholds& th, uint64_t bytes
   if (forced != anyrAlgoAuto) return forced;
   const bool push = adm[anyrAlgoOneShotPush].admitted;
   const bool pull = adm[anyrAlgoOneShotPull].admitted;
-  const bool two = adm[anyrAlgoTwoShot].admitted;
+  const bool two = adm[th.twoShot].admitted;
   const bool nccl = adm[anyrAlgoNccl].admitted;
   if (bytes <= th.oneShotMaxBytes && adm[th.oneShot].admitted) return th.oneShot;
   if (bytes <= th.oneShotMaxBytes && (push || pull)) {
     return push ? anyrAlgoOneShotPush : anyrAlgoOneShotPull;
   }
-  if (two && (bytes <= th.twoShotMaxBytes || !nccl)) return anyrAlgoTwoShot;
+  if (two && (bytes <= th.twoShotMaxBytes || !nccl)) return th.twoShot;
   if (nccl) return anyrAlgoNccl;
   if (push) return anyrAlgoOneShotPush;
   if (pull) return anyrAlgoOneShotPull;
@@ -157,16 +170,16 @@ std::string explainChoice(const Admission& adm, const Thresholds& th, uint64_t b
     os << "no algorithm admitted";
   } else if (a == anyrAlgoOneShotPush || a == anyrAlgoOneShotPull) {
     os << bytes << " B <= one-shot limit " << th.oneShotMaxBytes << " B; " << th.oneShotWhy;
-  } else if (a == anyrAlgoTwoShot) {
+  } else if (a == anyrAlgoTwoShot || a == anyrAlgoTwoShotPush) {
     os << bytes << " B > one-shot limit " << th.oneShotMaxBytes << " B and ";
     if (bytes <= th.twoShotMaxBytes) {
-      os << "<= two-shot limit " << th.twoShotMaxBytes << " B";
+      os << "<= two-shot limit " << th.twoShotMaxBytes << " B; " << th.twoShotWhy;
     } else {
       os << "NCCL is not admitted";
     }
   } else {
     os << bytes << " B > two-shot limit " << th.twoShotMaxBytes << " B";
-    if (!adm[anyrAlgoTwoShot].admitted) os << " or two-shot not admitted";
+    if (!adm[th.twoShot].admitted) os << " or two-shot not admitted";
   }
   return os.str();
 }

@@ -41,6 +41,8 @@ Admission admit(const Topology& rankTopo, const CommFacts& facts);
 struct Thresholds {
   anyrAlgo_t oneShot = anyrAlgoOneShotPush;  // preferred one-shot flavour
   std::string oneShotWhy;
+  anyrAlgo_t twoShot = anyrAlgoTwoShotPush;  // preferred two-shot flavour
+  std::string twoShotWhy;
   uint64_t oneShotMaxBytes = 0;
   uint64_t twoShotMaxBytes = 0;
 };

@@ -47,10 +47,12 @@ struct WorkspaceLayout {
   uint64_t stagingOffset;  // pull / two-shot: 2 buffers x chunkBytes
   uint64_t resultOffset;   // two-shot reduced segments: 2 buffers x chunkBytes
   uint64_t chunkBytes;
+  uint64_t tsOffset;     // two-shot push: 3 phases x {scatter, gather} x nranks slots
+  uint64_t tsSlotBytes;  //   x tsSlotBytes (one segment of a chunkBytes message)
   uint64_t totalBytes;
   uint64_t hash() const;
 };
-static_assert(sizeof(WorkspaceLayout) == 80, "WorkspaceLayout layout");
+static_assert(sizeof(WorkspaceLayout) == 96, "WorkspaceLayout layout");
 
 // Why a device wait gave up; written to host-visible memory by the first thread that fails.
 enum WaitWhat : int32_t {
@@ -78,17 +80,22 @@ static_assert(sizeof(ErrorRecord) == 32, "ErrorRecord layout");
 
 // Device-local state of one communicator (not shared with peers). Lives in device memory so
 // that CUDA-graph replays advance it: nothing call-specific is baked into a captured kernel.
+// Epochs are kept per block slot: block b reads slot b at its start and writes it at its end,
+// and block 0 also advances the slots of blocks the launch did not use, so every slot holds
+// the same value between launches without any atomic or fence at the end of a kernel.
 struct LocalState {
-  uint32_t pushEpoch;    // one-shot push calls completed
-  uint32_t pushVecs[3];  // 16-byte vectors per slot written in each phase (cleared next call)
-  uint32_t syncEpoch;    // pull / two-shot calls completed
-  uint32_t doneBlocks;   // blocks of the running kernel that finished
+  uint32_t pushVecs[3];  // one-shot push: vectors per slot written in each phase
+  uint32_t tsVecs[3];    // two-shot push: vectors per segment slot written in each phase
   int32_t failClaim;     // elects the one thread that writes the ErrorRecord
   int32_t pad[9];
+  uint32_t pushEpoch[kMaxBlocks];  // one-shot push launches completed
+  uint32_t syncEpoch[kMaxBlocks];  // flag-based (pull, two-shot) launches completed
+  uint32_t tsEpoch[kMaxBlocks];    // two-shot push launches completed
 };
-static_assert(sizeof(LocalState) == 64, "LocalState layout");
+static_assert(sizeof(LocalState) == 64 + 3 * 4 * kMaxBlocks, "LocalState layout");
 
-// Everything a kernel needs to wait safely.
+// Everything a kernel needs to wait safely. Kept in device memory (one per communicator) and
+// passed by pointer, so kernels never take the address of their parameters.
 struct WaitControl {
   const volatile int32_t* hostAbort;  // host-mapped; set by anyrCommAbort
   ErrorRecord* error;                 // host-mapped (device pointer)
@@ -108,7 +115,10 @@ struct AllReduceArgs {
   uint64_t numVecs;                     // 16-byte vectors covering `count` elements
   char* peerWorkspace[kMaxLocalRanks];  // mapped base of every rank's workspace (own included)
   WorkspaceLayout layout;
-  WaitControl wait;
+  const WaitControl* wait;  // in device memory; read only on the slow path of a wait
+  LocalState* state;
+  int32_t rank;
+  int32_t nranks;
 };
 
 }  // namespace anyr

@@ -119,8 +119,8 @@ int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   uint32_t seed = 1000;
   std::vector<anyrDataType_t> dtypes = {anyrBfloat16};
   if (allDtypes) dtypes = {anyrBfloat16, anyrFloat16, anyrFloat32};
-  for (int a = anyrAlgoOneShotPush; a <= anyrAlgoNccl + 1; ++a) {
-    anyrAlgo_t algo = a == anyrAlgoNccl + 1 ? anyrAlgoAuto : static_cast<anyrAlgo_t>(a);
+  for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,
+                          anyrAlgoTwoShotPush, anyrAlgoNccl, anyrAlgoAuto}) {
     if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
       report(std::string("SKIP ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) + "\n");
       continue;

@@ -14,7 +14,8 @@ struct BenchOptions {
   uint64_t maxBytes = 256ull << 20;
   double factor = 2.0;
   std::vector<anyrDataType_t> dtypes = {anyrBfloat16};
-  std::vector<std::string> algos = {"auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl"};
+  std::vector<std::string> algos = {"auto",    "oneshot-push", "oneshot-pull",
+                                    "twoshot", "twoshot-push", "nccl"};
   int nranks = 0;  // 0: one per visible GPU
   bool graph = true;
   bool inPlace = false;

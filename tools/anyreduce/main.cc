@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("bench", "Benchmark all-reduce against NCCL, one process per GPU");
   tool::BenchOptions bo;
   std::string minS = "1K", maxS = "256M", dtypesS = "bf16",
-              algosS = "auto,oneshot-push,oneshot-pull,twoshot,nccl";
+              algosS = "auto,oneshot-push,oneshot-pull,twoshot,twoshot-push,nccl";
   bool noGraph = false;
   bench->add_option("-b,--minbytes", minS, "Smallest message (default 1K)");
   bench->add_option("-e,--maxbytes", maxS, "Largest message (default 256M)");

@@ -18,7 +18,8 @@ def worker(rank, nranks, port, sizes, calls, samples, out_path):
 
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=nranks)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=nranks,
+                            device_id=torch.device("cuda", rank))
     group = dist.group.WORLD
     rows = []
     for nbytes in sizes:
@@ -43,17 +44,19 @@ def worker(rank, nranks, port, sizes, calls, samples, out_path):
                 with torch.cuda.graph(g, stream=s):
                     for _ in range(calls):
                         op()
-                for _ in range(3):
-                    g.replay()
                 times = []
-                for _ in range(samples):
-                    a = torch.cuda.Event(enable_timing=True)
-                    b = torch.cuda.Event(enable_timing=True)
-                    a.record(s)
-                    g.replay()
-                    b.record(s)
-                    b.synchronize()
-                    times.append(a.elapsed_time(b) * 1000.0 / calls)
+                with torch.cuda.stream(s):  # replay and events on the same stream
+                    for _ in range(3):
+                        g.replay()
+                    for _ in range(samples):
+                        a = torch.cuda.Event(enable_timing=True)
+                        b = torch.cuda.Event(enable_timing=True)
+                        a.record()
+                        g.replay()
+                        b.record()
+                        b.synchronize()
+                        times.append(a.elapsed_time(b) * 1000.0 / calls)
+                dist.barrier()
                 times.sort()
                 row[name] = times[len(times) // 2]
             except Exception as e:  # an op this torch build lacks, or a size it refuses

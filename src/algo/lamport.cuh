@@ -1,0 +1,71 @@
+// The value-sentinel ("Lamport") protocol shared by the push algorithms: a receive buffer is
+// cleared to a pattern no sent value can carry, so a reader knows a vector arrived when none
+// of its elements carries it. No flags, no barriers.
+//
+// The clear pattern is the 32-bit word 0x80008000: in fp16/bf16 every lane of it is -0.0, in
+// fp32 it is one negative subnormal. It does not depend on the dtype, so a buffer cleared
+// after a bf16 call is ready for an fp32 one. Values are sanitized before they are sent:
+// 16-bit -0.0 becomes +0.0, and the fp32 word 0x80008000 becomes -0.0; every rank applies the
+// same rewrite to its own contribution, so all ranks still sum the same values. Readers
+// compare bit patterns, never floats (a float compare with flush-to-zero would take negative
+// subnormals for -0.0 and could spin forever).
+#pragma once
+
+#include "algo/device_common.cuh"
+
+namespace anyr {
+namespace dev {
+
+template <typename T>
+__device__ __forceinline__ void sanitize(Vec& x) {
+  if constexpr (sizeof(T) == 2) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w = x.w[i];
+      if ((w & 0xffffu) == 0x8000u) w &= 0xffff0000u;
+      if ((w >> 16) == 0x8000u) w &= 0x0000ffffu;
+      x.w[i] = w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (x.w[i] == kPushClearWord) x.w[i] = 0x80000000u;
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ bool arrived(const Vec& x) {
+  if constexpr (sizeof(T) == 2) {
+    bool ok = true;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      ok &= (x.w[i] & 0xffffu) != 0x8000u;
+      ok &= (x.w[i] >> 16) != 0x8000u;
+    }
+    return ok;
+  } else {
+    return x.w[0] != kPushClearWord && x.w[1] != kPushClearWord && x.w[2] != kPushClearWord &&
+           x.w[3] != kPushClearWord;
+  }
+}
+
+// Polls `src` (this rank's own memory, written by rank `from`) until the vector arrived.
+// Returns false when the wait was abandoned (deadline, abort, a peer's failure).
+template <typename T>
+__device__ __forceinline__ bool pollVec(const char* src, Vec* x, Waiter& waiter, int from,
+                                        uint32_t epoch) {
+  x->u = loadVolatile(src);
+  while (!arrived<T>(*x)) {
+    if (!waiter.keepWaiting(from, kWaitPushData, epoch)) return false;
+    x->u = loadVolatile(src);
+  }
+  return true;
+}
+
+__device__ __forceinline__ uint4 clearVec() {
+  return make_uint4(kPushClearWord, kPushClearWord, kPushClearWord, kPushClearWord);
+}
+
+}  // namespace dev
+}  // namespace anyr
