@@ -13,6 +13,7 @@ constexpr int kAlgoThreads = 512;
 
 struct LaunchShape {
   int blocks = 1;
+  int threads = kAlgoThreads;  // <= kAlgoThreads, a multiple of 32
   bool aligned = false;  // input and output are 16-byte aligned
 };
 

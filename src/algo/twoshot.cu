@@ -132,7 +132,7 @@ cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const La
                           cudaStream_t stream) {
   return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
     using Tag = decltype(tag);
-    twoShotKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
+    twoShotKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, shape.threads, 0, stream>>>(a);
     return cudaGetLastError();
   });
 }

@@ -124,7 +124,7 @@ cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
   return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
     using Tag = decltype(tag);
-    twoShotPushKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, kAlgoThreads, 0, stream>>>(a);
+    twoShotPushKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, shape.threads, 0, stream>>>(a);
     return cudaGetLastError();
   });
 }

@@ -594,12 +594,20 @@ void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
   }
 }
 
-int Communicator::blocksFor(anyrAlgo_t algo, uint64_t numVecs) const {
+LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
+  // Spread the vectors over as many SMs as possible before making blocks larger: small
+  // messages then inject from many SMs at once. Every rank computes the same shape (agreed
+  // inputs only), which the per-block flags rely on.
   const bool twoShot = algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush;
-  uint64_t work = twoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
-  uint64_t b = (work + kAlgoThreads - 1) / kAlgoThreads;
-  return static_cast<int>(
-      std::max<uint64_t>(1, std::min<uint64_t>(b, static_cast<uint64_t>(maxBlocks_))));
+  const uint64_t work = twoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
+  const uint64_t blocksCap = static_cast<uint64_t>(maxBlocks_);
+  uint64_t threads = (work + blocksCap - 1) / blocksCap;
+  threads = std::min<uint64_t>(kAlgoThreads, std::max<uint64_t>(128, (threads + 31) / 32 * 32));
+  LaunchShape shape;
+  shape.threads = static_cast<int>(threads);
+  shape.blocks = static_cast<int>(
+      std::max<uint64_t>(1, std::min<uint64_t>((work + threads - 1) / threads, blocksCap)));
+  return shape;
 }
 
 void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
@@ -619,9 +627,8 @@ void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, si
     a.output = static_cast<char*>(out) + off * es;
     a.count = c;
     a.numVecs = (c * es + 15) / 16;
-    LaunchShape shape;
+    LaunchShape shape = shapeFor(algo, a.numVecs);
     shape.aligned = aligned;
-    shape.blocks = blocksFor(algo, a.numVecs);
     cudaError_t e = cudaSuccess;
     switch (algo) {
       case anyrAlgoOneShotPush:

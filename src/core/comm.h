@@ -12,6 +12,7 @@
 #include <string>
 
 #include "anyreduce/anyreduce.h"
+#include "algo/algo.h"
 #include "bootstrap/bootstrap.h"
 #include "core/config.h"
 #include "select/admission.h"
@@ -68,7 +69,7 @@ class Communicator {
                 anyrRedOp_t op, cudaStream_t stream, bool capturing) const;
   void launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);
-  int blocksFor(anyrAlgo_t algo, uint64_t numVecs) const;
+  LaunchShape shapeFor(anyrAlgo_t algo, uint64_t numVecs) const;
   void waitStreamIdle(cudaStream_t s, const char* what);
 
   int rank_ = -1;

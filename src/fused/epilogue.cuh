@@ -1,0 +1,254 @@
+// The fused row epilogue: residual add + RMSNorm (+ FP8 or NVFP4 quantization) of one row,
+// computed by a whole thread block. Device code only, framework-free: raw pointers in a
+// FusedParams (fused/fused.h). Used by the standalone kernel (fused/add_rmsnorm.cu, also the
+// NCCL path's epilogue) and by the fused all-reduce kernels, so both give the same bits.
+//
+// Semantics, for row `row` (T = bf16 or fp16; every operation below is one IEEE fp32 operation,
+// round to nearest even; round_T(v) is the RNE conversion of an fp32 value to T):
+//   x[i]   = xs[i]                                 the all-reduced fp32 row, before rounding
+//   xT[i]  = round_T(x[i])
+//   r[i]   = round_T(float(xT[i]) + float(residualIn[row][i]))     (r = xT when residualIn NULL)
+//   residualOut[row][i] = r[i]                                     (when residualOut != NULL)
+//   ss     = sum over i of float(r[i])^2 in fp32, in the fixed order below
+//   mean   = ss / float(hidden)
+//   rstd   = rsqrtf(mean + epsilon)
+//   w[i]   = float(weight[i])        or  1.0f + float(weight[i])   (weightPlusOne)
+//   y[i]   = round_T((float(r[i]) * rstd) * w[i])
+//   normOut[row][i] = y[i]                                         (when normOut != NULL)
+// Quantization reads the ROUNDED y, so quantOut equals quantizing normOut:
+//   FP8:   q[i] = e4m3(float(y[i]) / scale[0])  with __nv_cvt_float_to_fp8(..., __NV_SATFINITE,
+//          __NV_E4M3): RNE, |values| above 448 saturate to +-448, sign kept on zero.
+//          quantOut[row * hidden + i] = q[i].
+//   NVFP4: g = scale[0]. Block b holds elements 16b..16b+15:
+//          amax = max |float(y[i])|;  s = e4m3(amax / (6.0f * g))  (as above; s >= 0);
+//          d = float(s) * g;  q[i] = e2m1(float(y[i]) / d), or 0 for the whole block if !(d > 0);
+//          e2m1: RNE onto {0, 0.5, 1, 1.5, 2, 3, 4, 6}, |values| above 6 saturate to 6, sign bit
+//          kept (also on zero), NaN -> +6 (as cvt.rn.satfinite.e2m1x2.f32 and cuda_fp4.h).
+//          quantOut[row * hidden / 2 + i / 2] holds element i in its low nibble for even i,
+//          high nibble for odd i. s goes to blockScales[row * hidden / 16 + b] and to
+//          blockScalesSwizzled[swizzledScaleOffset(row, b, hidden / 16)] (fused.h).
+//          g must be positive and finite.
+//
+// Summation order of ss (independent of the block size, so every kernel that uses this
+// epilogue, and every rank, gets the same bits): the row is cut into 8-element vectors
+// v = 0..hidden/8-1; slot s (0..kFusedSlots-1) sums, with fmaf, the squares of the vectors
+// v = s, s + kFusedSlots, ... in ascending order, elements 0..7 within a vector; lane l of
+// warp 0 adds the slots l, l + 32, ... in ascending order; the 32 lanes are combined by an
+// xor butterfly (16, 8, 4, 2, 1). rsqrtf is the hardware approximation (deterministic per
+// architecture). A row whose sum of squares overflows fp32 (|r| ~ 1e19, bf16 only) gets y = 0.
+//
+// Calling rules: every thread of the block calls fusedRowEpilogue with the same arguments;
+// blockDim.x is a multiple of 32, at most 1024 (one-dimensional block). `xs` (shared, 16-byte
+// aligned) holds the hidden fp32 values of x on entry and float(r) on return; `red` (shared)
+// holds kFusedRedFloats floats. The epilogue ends with __syncthreads(), so xs and red may be
+// refilled right after it returns. Buffers may have any element alignment: 16-byte aligned
+// ones are accessed with 16-byte vectors.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+#include "algo/device_common.cuh"
+#include "fused/fused.h"
+
+namespace anyr {
+namespace dev {
+
+// ---- scalar encodings ---------------------------------------------------------------------
+__device__ __forceinline__ uint32_t e4m3Code(float v) {
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float e4m3Value(uint32_t code) {
+  __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+// e2m1 by comparisons with the midpoints of the grid; a tie goes to the even code (0.25 -> 0,
+// 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4). The same instructions on
+// every architecture, so every GPU gives the same bits.
+__device__ __forceinline__ uint32_t e2m1Code(float v) {
+  const float a = fabsf(v);
+  if (a != a) return 0x7u;  // NaN
+  const uint32_t c = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                     (a >= 3.5f) + (a > 5.0f);
+  return c | ((__float_as_uint(v) >> 28) & 0x8u);
+}
+
+// ---- vector access ------------------------------------------------------------------------
+__device__ __forceinline__ bool isAligned(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+// Vector v (8 elements) of a row of `n` elements; aligned: the row start is 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ Vec loadRowVec(const T* row, int v, int n, bool aligned) {
+  return aligned ? loadVec<T, true>(row, v, n) : loadVec<T, false>(row, v, n);
+}
+template <typename T>
+__device__ __forceinline__ void storeRowVec(T* row, int v, int n, bool aligned, const Vec& x) {
+  if (aligned) {
+    storeVec<T, true>(row, v, n, x);
+  } else {
+    storeVec<T, false>(row, v, n, x);
+  }
+}
+
+__device__ __forceinline__ void store8Bytes(unsigned char* p, uint2 x, bool aligned) {
+  if (aligned) {
+    *reinterpret_cast<uint2*>(p) = x;
+    return;
+  }
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(&x);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) p[i] = b[i];
+}
+
+__device__ __forceinline__ void loadXs8(const float* xs, int v, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(xs)[2 * v];
+  const float4 b = reinterpret_cast<const float4*>(xs)[2 * v + 1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+__device__ __forceinline__ void storeXs8(float* xs, int v, const float (&f)[8]) {
+  reinterpret_cast<float4*>(xs)[2 * v] = make_float4(f[0], f[1], f[2], f[3]);
+  reinterpret_cast<float4*>(xs)[2 * v + 1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+// y for vector v: reads float(r) from xs and the weights; returns y rounded to T (as floats)
+// and packed as a Vec.
+template <typename T>
+__device__ __forceinline__ Vec normVec(const FusedParams& p, const float* xs, int v, float rstd,
+                                       bool weightAligned, float (&y)[8]) {
+  float r[8];
+  loadXs8(xs, v, r);
+  const Vec wv = loadRowVec(static_cast<const T*>(p.weight), v, p.hidden, weightAligned);
+  const T* we = reinterpret_cast<const T*>(&wv);
+  Vec out;
+  T* oe = reinterpret_cast<T*>(&out);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float wf = Elem<T>::toFloat(we[i]);
+    const float w = p.weightPlusOne ? 1.0f + wf : wf;
+    oe[i] = Elem<T>::fromFloat((r[i] * rstd) * w);
+    y[i] = Elem<T>::toFloat(oe[i]);
+  }
+  return out;
+}
+
+// ---- the epilogue -------------------------------------------------------------------------
+template <typename T>
+__device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float* red) {
+  const int hidden = p.hidden;
+  const int nvec = hidden / 8;
+  const int nslots = nvec < kFusedSlots ? nvec : kFusedSlots;
+  const int64_t rowStart = static_cast<int64_t>(row) * hidden;
+  const T* resIn = p.residualIn ? static_cast<const T*>(p.residualIn) + rowStart : nullptr;
+  T* resOut = p.residualOut ? static_cast<T*>(p.residualOut) + rowStart : nullptr;
+  // Rows start 16-byte aligned when the buffer does (hidden is a multiple of 8).
+  const bool resInAligned = isAligned(p.residualIn, 16);
+  const bool resOutAligned = isAligned(p.residualOut, 16);
+
+  // Phase 1: r = round_T(round_T(x) + residual); residualOut; xs = float(r); slot sums.
+  for (int s = threadIdx.x; s < nslots; s += blockDim.x) {
+    float acc = 0.0f;
+    for (int v = s; v < nvec; v += kFusedSlots) {
+      float r[8];
+      loadXs8(xs, v, r);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) r[i] = Elem<T>::toFloat(Elem<T>::fromFloat(r[i]));
+      if (resIn != nullptr) {
+        const Vec rv = loadRowVec(resIn, v, hidden, resInAligned);
+        const T* re = reinterpret_cast<const T*>(&rv);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          r[i] = Elem<T>::toFloat(Elem<T>::fromFloat(r[i] + Elem<T>::toFloat(re[i])));
+        }
+      }
+      if (resOut != nullptr) storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(r));
+      storeXs8(xs, v, r);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc = fmaf(r[i], r[i], acc);
+    }
+    red[s] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = 0.0f;
+    for (int s = threadIdx.x; s < nslots; s += 32) t += red[s];
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) t += __shfl_xor_sync(0xffffffffu, t, m);
+    if (threadIdx.x == 0) red[kFusedSlots] = t;
+  }
+  __syncthreads();
+  const float mean = red[kFusedSlots] / static_cast<float>(hidden);
+  const float rstd = rsqrtf(mean + p.epsilon);
+
+  // Phase 2: y, normOut, quantization.
+  const bool weightAligned = isAligned(p.weight, 16);
+  T* normOut = p.normOut ? static_cast<T*>(p.normOut) + rowStart : nullptr;
+  const bool normAligned = isAligned(p.normOut, 16);
+  unsigned char* quantOut = static_cast<unsigned char*>(p.quantOut);
+  const bool quantAligned = isAligned(p.quantOut, 8);
+  if (p.quant == anyrQuantNvfp4) {
+    const float g = *p.scale;
+    const float sixG = 6.0f * g;
+    const int nblocks = hidden / kNvfp4BlockElems;
+    unsigned char* q = quantOut + rowStart / 2;
+    unsigned char* linear =
+        p.blockScales ? static_cast<unsigned char*>(p.blockScales) + static_cast<int64_t>(row) *
+                                                                         nblocks
+                      : nullptr;
+    unsigned char* swizzled = static_cast<unsigned char*>(p.blockScalesSwizzled);
+    for (int b = threadIdx.x; b < nblocks; b += blockDim.x) {
+      float y0[8], y1[8];
+      const Vec o0 = normVec<T>(p, xs, 2 * b, rstd, weightAligned, y0);
+      const Vec o1 = normVec<T>(p, xs, 2 * b + 1, rstd, weightAligned, y1);
+      if (normOut != nullptr) {
+        storeRowVec(normOut, 2 * b, hidden, normAligned, o0);
+        storeRowVec(normOut, 2 * b + 1, hidden, normAligned, o1);
+      }
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fmaxf(fabsf(y0[i]), fabsf(y1[i])));
+      const uint32_t s = e4m3Code(amax / sixG);
+      const float d = e4m3Value(s) * g;
+      uint2 packed = make_uint2(0u, 0u);
+      if (d > 0.0f) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          packed.x |= e2m1Code(y0[i] / d) << (4 * i);
+          packed.y |= e2m1Code(y1[i] / d) << (4 * i);
+        }
+      }
+      store8Bytes(q + 8 * b, packed, quantAligned);
+      if (linear != nullptr) linear[b] = static_cast<unsigned char>(s);
+      if (swizzled != nullptr) {
+        swizzled[swizzledScaleOffset(row, b, nblocks)] = static_cast<unsigned char>(s);
+      }
+    }
+  } else {
+    const bool fp8 = p.quant == anyrQuantFp8;
+    const float scale = fp8 ? *p.scale : 1.0f;
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+      float y[8];
+      const Vec o = normVec<T>(p, xs, v, rstd, weightAligned, y);
+      if (normOut != nullptr) storeRowVec(normOut, v, hidden, normAligned, o);
+      if (fp8) {
+        uint2 packed = make_uint2(0u, 0u);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          packed.x |= e4m3Code(y[i] / scale) << (8 * i);
+          packed.y |= e4m3Code(y[4 + i] / scale) << (8 * i);
+        }
+        store8Bytes(quantOut + rowStart + 8 * v, packed, quantAligned);
+      }
+    }
+  }
+  __syncthreads();
+}
+
+}  // namespace dev
+}  // namespace anyr

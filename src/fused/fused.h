@@ -1,0 +1,107 @@
+// Fused residual add + RMSNorm (+ FP8 / NVFP4 quantization): the kernel parameters, the
+// argument rules, the NVFP4 scale-layout index helpers and the standalone launcher.
+//
+// The math, its rounding points and both block-scale layouts are specified at the top of
+// fused/epilogue.cuh and in docs/FUSED.md. Host code includes this header; so does device code
+// (the index helpers are __host__ __device__).
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "anyreduce/anyreduce.h"
+
+namespace anyr {
+
+constexpr int kFusedMinHidden = 128;
+constexpr int kFusedMaxHidden = 16384;
+constexpr int kFusedHiddenMultiple = 8;  // one 16-byte vector of bf16/fp16
+constexpr int kNvfp4BlockElems = 16;     // elements sharing one NVFP4 block scale
+
+// Shared scratch of the row epilogue, in floats: one partial sum of squares per slot
+// (kFusedSlots of them, a fixed summation order independent of the block size) and the total.
+constexpr int kFusedSlots = 1024;
+constexpr int kFusedRedFloats = kFusedSlots + 4;  // + total, padded to 16 bytes
+
+// Shared memory a block needs for one row: the fp32 row plus the scratch.
+// 16384 -> 69,648 bytes, far under the 99 KB a block may use on every supported GPU.
+constexpr size_t fusedSharedBytes(int hidden) {
+  return (static_cast<size_t>(hidden) + kFusedRedFloats) * sizeof(float);
+}
+
+// Everything the epilogue reads and writes, as raw pointers: a POD passed by value to kernels.
+// T below is the dtype (bf16 or fp16); every T buffer is row-major [tokens][hidden].
+struct FusedParams {
+  const void* residualIn;     // T; NULL: r = x
+  void* residualOut;          // T; may equal residualIn (in place); NULL only if residualIn is
+  const void* weight;         // T[hidden]
+  void* normOut;              // T; NULL only when quant != anyrQuantNone
+  float epsilon;              // > 0, finite
+  int tokens;                 // rows, 0..INT_MAX
+  int hidden;                 // multiple of 8 in 128..16384 (of 16 for NVFP4)
+  int weightPlusOne;          // 1: w = 1 + weight; 0: w = weight
+  int quant;                  // anyrQuant_t
+  const float* scale;         // device pointer to one fp32: FP8 scale or NVFP4 global scale g
+  void* quantOut;             // FP8: bytes [tokens][hidden]; NVFP4: bytes [tokens][hidden / 2]
+  void* blockScales;          // NVFP4: e4m3 bytes [tokens][hidden / 16], or NULL
+  void* blockScalesSwizzled;  // NVFP4: e4m3 bytes in the 128x4 layout, or NULL
+};
+
+// ---- NVFP4 block-scale layouts (docs/FUSED.md) -------------------------------------------
+// The scales form a matrix of M = tokens rows and K = hidden / 16 columns.
+//  linear:   offset(m, k) = m * K + k
+//  128x4:    rows padded to a multiple of 128, columns to a multiple of 4 (Kpad); tiles of
+//            128 rows x 4 columns, 512 bytes each, ordered row-tile major:
+//            offset(m, k) = (m / 128) * (Kpad / 4) * 512 + (k / 4) * 512
+//                         + (m % 32) * 16 + ((m % 128) / 32) * 4 + (k % 4)
+//            (TensorRT-LLM / FlashInfer get_sf_out_offset_128x4, vLLM swizzle_blockscale,
+//            CUTLASS Sm1xxBlockScaledConfig: the layout NVFP4 GEMMs read).
+__host__ __device__ constexpr int64_t nvfp4ScaleCols(int64_t hidden) {
+  return hidden / kNvfp4BlockElems;
+}
+__host__ __device__ constexpr int64_t swizzledPaddedRows(int64_t rows) {
+  return (rows + 127) / 128 * 128;
+}
+__host__ __device__ constexpr int64_t swizzledPaddedCols(int64_t cols) {
+  return (cols + 3) / 4 * 4;
+}
+// Bytes of the 128x4 buffer, padding included.
+__host__ __device__ constexpr int64_t swizzledScaleBytes(int64_t rows, int64_t cols) {
+  return swizzledPaddedRows(rows) * swizzledPaddedCols(cols);
+}
+__host__ __device__ constexpr int64_t swizzledScaleOffset(int64_t m, int64_t k, int64_t cols) {
+  return (m / 128) * (swizzledPaddedCols(cols) / 4) * 512 + (k / 4) * 512 + (m % 32) * 16 +
+         ((m % 128) / 32) * 4 + (k % 4);
+}
+
+// ---- host: argument rules -----------------------------------------------------------------
+// Checks every argument rule of anyrAllReduceAddRmsNorm / anyrAddRmsNorm and throws
+// anyr::Error(anyrInvalidArgument, "argument 'NAME': RULE") for the first one broken.
+// `input` is the row source, named `inputName` in messages ("partial" or "x"); it may equal
+// normOut but not partly overlap it. options may be NULL (ANYR_FUSED_OPTIONS_INITIALIZER).
+// With tokens == 0 nothing is read or written, so only the rules on values (datatype, hidden,
+// epsilon, options) apply, not those on buffers.
+void validateFused(const void* input, const char* inputName, const void* residualIn,
+                   const void* residualOut, const void* weight, float epsilon,
+                   const void* normOut, size_t tokens, size_t hidden, anyrDataType_t datatype,
+                   const anyrFusedOptions_t* options);
+
+// validateFused, then the kernel parameters.
+FusedParams makeFusedParams(const void* input, const char* inputName, const void* residualIn,
+                            void* residualOut, const void* weight, float epsilon, void* normOut,
+                            size_t tokens, size_t hidden, anyrDataType_t datatype,
+                            const anyrFusedOptions_t* options);
+
+// ---- host: the standalone kernel ----------------------------------------------------------
+// Add + RMSNorm (+ quantization) of an already all-reduced tensor x (dtype T, [tokens][hidden],
+// may equal p.normOut): one block per row, the row staged in shared memory. `p` must come from
+// makeFusedParams. Asynchronous on `stream`; returns the launch's error. tokens == 0: no launch.
+// Padding rows (tokens..padded) of blockScalesSwizzled are not written.
+cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
+                             cudaStream_t stream);
+
+// Threads per block the standalone kernel uses for `hidden`.
+int addRmsNormThreads(int hidden);
+
+}  // namespace anyr
