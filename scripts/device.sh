@@ -36,8 +36,11 @@ timeout -k 10 300 "$BUILD/tools/anyreduce" probe --json "$OUT/topology.json" 2>&
 if [ "$MODE" = quick ]; then
   step "bench (quick)"
   timeout -k 10 600 "$BUILD/tools/anyreduce" bench -b 1K -e 64M -f 4 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
-  step "push chunking check"
-  timeout -k 10 120 "$BUILD/tools/anyreduce" bench -a oneshot-push -b 512K -e 4M -f 2 --samples 5 2>&1 | tail -5
+  step "fused all-reduce + add + RMSNorm"
+  timeout -k 10 300 "$BUILD/tools/anyreduce" bench --op add-rmsnorm --hidden 6144,7168 --tokens 1,8,32,128,512,2048 --json "$OUT/fused.json" 2>&1 | tee "$OUT/fused.txt"
+  for q in fp8 nvfp4; do
+    timeout -k 10 200 "$BUILD/tools/anyreduce" bench --op add-rmsnorm --quant $q --hidden 6144 --tokens 1,32,128,2048 2>&1 | tee "$OUT/fused-$q.txt"
+  done
   step "torch symmetric memory, same machine"
   timeout -k 10 300 python3 tools/peers/torch_symm_bench.py --max-bytes 4194304 --samples 15 2>&1 | grep -v Warning | tee "$OUT/torch-symm.txt"
 else

@@ -173,6 +173,17 @@ anyrResult_t anyrAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                  [&] { live(comm).allReduce(sendbuff, recvbuff, count, datatype, op, stream); });
 }
 
+anyrResult_t anyrAllReduceAddRmsNorm(const void* partial, const void* residualIn, void* residualOut,
+                                     const void* weight, float epsilon, void* normOut,
+                                     size_t tokens, size_t hidden, anyrDataType_t datatype,
+                                     const anyrFusedOptions_t* options, anyrComm_t comm,
+                                     cudaStream_t stream) {
+  return guarded(comm, "anyrAllReduceAddRmsNorm", [&] {
+    live(comm).allReduceAddRmsNorm(partial, residualIn, residualOut, weight, epsilon, normOut,
+                                   tokens, hidden, datatype, options, stream);
+  });
+}
+
 anyrResult_t anyrCommSetAlgorithm(anyrComm_t comm, anyrAlgo_t algorithm) {
   return guarded(comm, "anyrCommSetAlgorithm", [&] { live(comm).setAlgorithm(algorithm); });
 }

@@ -9,6 +9,8 @@
 
 #include "algo/algo.h"
 #include "algo/nccl_path.h"
+#include "fused/fused.h"
+#include "fused/fused_algo.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "topology/probe.h"
@@ -117,6 +119,10 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   dAbort_ = reinterpret_cast<const int32_t*>(static_cast<char*>(dMapped) + sizeof(ErrorRecord));
 
   agreeConfig(cfg);
+  // Scratch for the unfused composition of the fused op when normOut is NULL: at least 128
+  // rows of the widest hidden size.
+  scratchBytes_ = std::max<size_t>(cfg_.chunkBytes, 128ull * 16384 * 4);
+  ANYR_CUDA_CHECK(cudaMalloc(&scratch_, scratchBytes_));
   exchangeDeviceInfo();
   initNccl(externalNccl);
   initTransport();
@@ -509,51 +515,58 @@ void Communicator::abort() {
 // All-reduce
 // ---------------------------------------------------------------------------------------------
 
+void Communicator::checkStream(cudaStream_t stream, bool capturing) const {
+  // The stream's device can only be asked outside graph capture (the query is not permitted
+  // on a capturing stream); a capture on another device's stream fails at instantiation.
+  if (capturing) return;
+  int streamDev = -1;
+  cudaError_t se = cudaStreamGetDevice(stream, &streamDev);
+  if (se != cudaSuccess) {
+    (void)cudaGetLastError();
+    throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
+                                        cudaGetErrorString(se) + ")");
+  }
+  ANYR_REQUIRE_ARG(streamDev == device_, "stream",
+                   "belongs to device " + std::to_string(streamDev) +
+                       ", the communicator's device is " + std::to_string(device_));
+}
+
+void Communicator::checkDevicePointer(const void* p, const char* name) const {
+  if (p == nullptr) return;
+  cudaPointerAttributes attr{};
+  cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throwError(anyrInvalidArgument, std::string("argument '") + name + "': not a CUDA pointer (" +
+                                        cudaGetErrorString(e) + ")");
+  }
+  ANYR_REQUIRE_ARG(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, name,
+                   "must point to device memory (got host or unregistered memory)");
+  ANYR_REQUIRE_ARG(attr.type == cudaMemoryTypeManaged || attr.device == device_, name,
+                   "is on device " + std::to_string(attr.device) +
+                       ", the communicator's device is " + std::to_string(device_));
+}
+
 void Communicator::validate(const void* sendbuff, void* recvbuff, size_t count,
                             anyrDataType_t dtype, anyrRedOp_t op, cudaStream_t stream,
                             bool capturing) const {
   ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype",
                    "unsupported datatype " + std::to_string(static_cast<int>(dtype)) +
                        " (anyrFloat32, anyrFloat16, anyrBfloat16)");
-  ANYR_REQUIRE_ARG(
-      op == anyrSum, "op",
-      "unsupported reduction " + std::to_string(static_cast<int>(op)) + " (only anyrSum)");
-  // The stream's device can only be asked outside graph capture (the query is not permitted
-  // on a capturing stream); a capture on another device's stream fails at instantiation.
-  if (!capturing) {
-    int streamDev = -1;
-    cudaError_t se = cudaStreamGetDevice(stream, &streamDev);
-    if (se != cudaSuccess) {
-      (void)cudaGetLastError();
-      throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
-                                          cudaGetErrorString(se) + ")");
-    }
-    ANYR_REQUIRE_ARG(streamDev == device_, "stream",
-                     "belongs to device " + std::to_string(streamDev) +
-                         ", the communicator's device is " + std::to_string(device_));
-  }
+  ANYR_REQUIRE_ARG(op == anyrSum, "op",
+                   "unsupported reduction " + std::to_string(static_cast<int>(op)) +
+                       " (only anyrSum)");
+  checkStream(stream, capturing);
   if (count == 0) return;
   const size_t es = dtypeSize(dtype);
   ANYR_REQUIRE_ARG(count <= SIZE_MAX / es, "count", "count * element size overflows");
-  auto checkPtr = [&](const void* p, const char* name) {
+  for (auto [p, name] : {std::pair<const void*, const char*>{sendbuff, "sendbuff"},
+                         std::pair<const void*, const char*>{recvbuff, "recvbuff"}}) {
     ANYR_REQUIRE_ARG(p != nullptr, name, "must not be NULL when count > 0");
     ANYR_REQUIRE_ARG(reinterpret_cast<uintptr_t>(p) % es == 0, name,
                      "must be aligned to the element size (" + std::to_string(es) + " bytes)");
-    cudaPointerAttributes attr{};
-    cudaError_t e = cudaPointerGetAttributes(&attr, p);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      throwError(anyrInvalidArgument, std::string("argument '") + name + "': not a CUDA pointer (" +
-                                          cudaGetErrorString(e) + ")");
-    }
-    ANYR_REQUIRE_ARG(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, name,
-                     "must point to device memory (got host or unregistered memory)");
-    ANYR_REQUIRE_ARG(attr.type == cudaMemoryTypeManaged || attr.device == device_, name,
-                     "is on device " + std::to_string(attr.device) +
-                         ", the communicator's device is " + std::to_string(device_));
-  };
-  checkPtr(sendbuff, "sendbuff");
-  checkPtr(recvbuff, "recvbuff");
+    checkDevicePointer(p, name);
+  }
   const uintptr_t s = reinterpret_cast<uintptr_t>(sendbuff);
   const uintptr_t r = reinterpret_cast<uintptr_t>(recvbuff);
   const uintptr_t bytes = count * es;
@@ -564,14 +577,8 @@ void Communicator::validate(const void* sendbuff, void* recvbuff, size_t count,
 void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
                              anyrDataType_t dtype, anyrRedOp_t op, cudaStream_t stream) {
   throwIfFailed();
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  cudaError_t ce = cudaStreamIsCapturing(stream, &cs);
-  if (ce != cudaSuccess) {
-    (void)cudaGetLastError();
-    throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
-                                        cudaGetErrorString(ce) + ")");
-  }
-  validate(sendbuff, recvbuff, count, dtype, op, stream, cs != cudaStreamCaptureStatusNone);
+  const bool capturing = isCapturing(stream);
+  validate(sendbuff, recvbuff, count, dtype, op, stream, capturing);
   if (count == 0) return;
   const size_t bytes = count * dtypeSize(dtype);
   if (nranks_ == 1) {
@@ -588,10 +595,128 @@ void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
   }
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
   launchPeerAlgo(algo, sendbuff, recvbuff, count, dtype, stream);
-  if (cs == cudaStreamCaptureStatusNone) {
-    ANYR_CUDA_CHECK(cudaEventRecord(lastWork_, stream));
-    haveLastWork_ = true;
+  noteWork(stream, capturing);
+}
+
+bool Communicator::isCapturing(cudaStream_t stream) const {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t ce = cudaStreamIsCapturing(stream, &cs);
+  if (ce != cudaSuccess) {
+    (void)cudaGetLastError();
+    throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
+                                        cudaGetErrorString(ce) + ")");
   }
+  return cs != cudaStreamCaptureStatusNone;
+}
+
+void Communicator::noteWork(cudaStream_t stream, bool capturing) {
+  if (capturing) return;
+  ANYR_CUDA_CHECK(cudaEventRecord(lastWork_, stream));
+  haveLastWork_ = true;
+}
+
+void Communicator::allReduceAddRmsNorm(const void* partial, const void* residualIn,
+                                       void* residualOut, const void* weight, float epsilon,
+                                       void* normOut, size_t tokens, size_t hidden,
+                                       anyrDataType_t dtype, const anyrFusedOptions_t* options,
+                                       cudaStream_t stream) {
+  throwIfFailed();
+  const bool capturing = isCapturing(stream);
+  checkStream(stream, capturing);
+  FusedParams p = makeFusedParams(partial, "partial", residualIn, residualOut, weight, epsilon,
+                                  normOut, tokens, hidden, dtype, options);
+  if (tokens == 0) return;
+  for (auto [ptr, name] : {std::pair<const void*, const char*>{partial, "partial"},
+                           {residualIn, "residualIn"},
+                           {residualOut, "residualOut"},
+                           {weight, "weight"},
+                           {normOut, "normOut"},
+                           {p.quantOut, "options.quantOut"},
+                           {p.blockScales, "options.blockScales"},
+                           {p.blockScalesSwizzled, "options.blockScalesSwizzled"},
+                           {p.scale, "options.scale"}}) {
+    checkDevicePointer(ptr, name);
+  }
+  const size_t es = dtypeSize(dtype);
+  const size_t rowBytes = hidden * es;
+  const uint64_t bytes = static_cast<uint64_t>(tokens) * rowBytes;
+  // The standalone epilogue on rows [rowBase, rowBase + rows) of the outputs, reading x (the
+  // all-reduced rows, x row 0 = output row rowBase). rowBase is 0 or a multiple of 128, so the
+  // swizzled NVFP4 scales shift by whole 128-row tiles.
+  auto epilogueOn = [&](const void* x, int rowBase, int rows) {
+    FusedParams q = p;
+    const size_t r0 = static_cast<size_t>(rowBase);
+    auto shift = [&](auto* ptr, size_t rowStride) {
+      using P = decltype(ptr);
+      return ptr == nullptr ? ptr
+                            : reinterpret_cast<P>(reinterpret_cast<uintptr_t>(ptr) + r0 * rowStride);
+    };
+    q.residualIn = shift(p.residualIn, rowBytes);
+    q.residualOut = shift(p.residualOut, rowBytes);
+    q.normOut = shift(p.normOut, rowBytes);
+    q.quantOut = shift(p.quantOut, p.quant == anyrQuantNvfp4 ? hidden / 2 : hidden);
+    q.blockScales = shift(p.blockScales, hidden / kNvfp4BlockElems);
+    q.blockScalesSwizzled =
+        shift(p.blockScalesSwizzled, static_cast<size_t>(swizzledPaddedCols(nvfp4ScaleCols(hidden))));
+    q.tokens = rows;
+    ANYR_CUDA_CHECK(launchAddRmsNorm(dtype, x, q, stream));
+  };
+  if (nranks_ == 1) {
+    epilogueOn(partial, 0, static_cast<int>(tokens));
+    noteWork(stream, capturing);
+    return;
+  }
+  anyrAlgo_t algo =
+      chooseAlgo(admission_, thresholds_, bytes, static_cast<anyrAlgo_t>(forced_.load()));
+  if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
+  const bool aligned16 = reinterpret_cast<uintptr_t>(partial) % 16 == 0;
+  if (aligned16 && (algo == anyrAlgoOneShotPush || algo == anyrAlgoTwoShotPush)) {
+    // Fused kernels, in row chunks that fit one launch's buffers.
+    const int H = static_cast<int>(hidden / 8);
+    const size_t maxRows =
+        algo == anyrAlgoOneShotPush
+            ? layout_.pushSlotBytes / rowBytes
+            : (layout_.tsSlotBytes / (static_cast<uint64_t>(H) * 16)) * static_cast<uint64_t>(nranks_);
+    for (size_t row = 0; row < tokens; row += maxRows) {
+      const int rows = static_cast<int>(std::min(maxRows, tokens - row));
+      AllReduceArgs a = argsTemplate_;
+      a.input = static_cast<const char*>(partial) + row * rowBytes;
+      a.output = nullptr;
+      a.count = static_cast<uint64_t>(rows) * hidden;
+      a.numVecs = static_cast<uint64_t>(rows) * H;
+      cudaError_t e;
+      if (algo == anyrAlgoOneShotPush) {
+        const int blocks = std::min(rows, maxBlocks_);
+        e = launchFusedOneShotPush(dtype, a, p, static_cast<int>(row), rows, blocks, stream);
+      } else {
+        const int lr = (rows + nranks_ - 1) / nranks_;
+        const int blocks = std::min(lr, maxBlocks_);
+        e = launchFusedTwoShotPush(dtype, a, p, static_cast<int>(row), rows, blocks, stream);
+      }
+      if (e != cudaSuccess) {
+        throwError(anyrCudaError, std::string("launching fused ") + anyrAlgoName(algo) + ": " +
+                                      cudaGetErrorString(e));
+      }
+    }
+    noteWork(stream, capturing);
+    return;
+  }
+  // Unfused composition: all-reduce into normOut (or a scratch buffer, in chunks), then the
+  // standalone epilogue kernel on it. Used for NCCL, the pull algorithms and unaligned input.
+  const size_t chunkRows =
+      normOut != nullptr ? tokens : scratchBytes_ / rowBytes / 128 * 128;
+  for (size_t row = 0; row < tokens; row += chunkRows) {
+    const size_t rows = std::min(chunkRows, tokens - row);
+    void* x = normOut != nullptr ? static_cast<char*>(normOut) + row * rowBytes : scratch_;
+    const void* src = static_cast<const char*>(partial) + row * rowBytes;
+    if (algo == anyrAlgoNccl) {
+      ncclAllReduceSum(nccl_, src, x, rows * hidden, dtype, stream, cfg_.timeoutMs);
+    } else {
+      launchPeerAlgo(algo, src, x, rows * hidden, dtype, stream);
+    }
+    epilogueOn(x, static_cast<int>(row), static_cast<int>(rows));
+  }
+  noteWork(stream, capturing);
 }
 
 LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
@@ -749,6 +874,7 @@ Communicator::~Communicator() {
   peers_.reset();
   if (dState_ != nullptr) (void)cudaFree(dState_);
   if (dWait_ != nullptr) (void)cudaFree(dWait_);
+  if (scratch_ != nullptr) (void)cudaFree(scratch_);
   if (nccl_ != nullptr && ownsNccl_) releaseNcclComm(nccl_, failCode_.load() == anyrSuccess);
   if (lastWork_ != nullptr) (void)cudaEventDestroy(lastWork_);
   if (internalStream_ != nullptr) (void)cudaStreamDestroy(internalStream_);

@@ -40,6 +40,10 @@ class Communicator {
 
   void allReduce(const void* sendbuff, void* recvbuff, size_t count, anyrDataType_t dtype,
                  anyrRedOp_t op, cudaStream_t stream);
+  void allReduceAddRmsNorm(const void* partial, const void* residualIn, void* residualOut,
+                           const void* weight, float epsilon, void* normOut, size_t tokens,
+                           size_t hidden, anyrDataType_t dtype, const anyrFusedOptions_t* options,
+                           cudaStream_t stream);
   void setAlgorithm(anyrAlgo_t algo);
   anyrAlgo_t queryAlgorithm(size_t count, anyrDataType_t dtype) const;
   std::string explainJson() const;
@@ -65,6 +69,10 @@ class Communicator {
   void checkTransport();
   void decide();
   void throwIfFailed();
+  bool isCapturing(cudaStream_t stream) const;
+  void noteWork(cudaStream_t stream, bool capturing);
+  void checkStream(cudaStream_t stream, bool capturing) const;
+  void checkDevicePointer(const void* p, const char* name) const;
   void validate(const void* sendbuff, void* recvbuff, size_t count, anyrDataType_t dtype,
                 anyrRedOp_t op, cudaStream_t stream, bool capturing) const;
   void launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
@@ -90,6 +98,8 @@ class Communicator {
   WorkspaceLayout layout_{};
   LocalState* dState_ = nullptr;
   WaitControl* dWait_ = nullptr;
+  void* scratch_ = nullptr;  // all-reduce target of the unfused fused-op path
+  size_t scratchBytes_ = 0;
   void* hostMapped_ = nullptr;  // ErrorRecord followed by the abort word
   ErrorRecord* hError_ = nullptr;
   volatile int32_t* hAbort_ = nullptr;

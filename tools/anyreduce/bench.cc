@@ -18,27 +18,12 @@
 
 #include "common/data.h"
 #include "common/launcher.h"
+#include "timing.h"
 
 namespace anyr {
 namespace tool {
 
 namespace {
-
-#define BENCH_CUDA(expr)                                                            \
-  do {                                                                              \
-    cudaError_t e_ = (expr);                                                        \
-    if (e_ != cudaSuccess) {                                                        \
-      throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
-    }                                                                               \
-  } while (0)
-#define BENCH_ANYR(expr, comm)                                                             \
-  do {                                                                                     \
-    anyrResult_t r_ = (expr);                                                              \
-    if (r_ != anyrSuccess) {                                                               \
-      throw std::runtime_error(std::string(#expr) + ": " + anyrGetErrorString(r_) + ": " + \
-                               anyrGetLastError(comm));                                    \
-    }                                                                                      \
-  } while (0)
 
 struct Point {
   uint64_t bytes = 0;
@@ -51,45 +36,6 @@ struct Point {
   double ncclUs = -1;  // NCCL's time for the same size and dtype, same run
 };
 
-// Times `calls` invocations of `fn` per sample; median of `samples` samples, microseconds/call.
-template <typename F>
-double timeCalls(F fn, cudaStream_t s, bool graph, int calls, int samples, int warmup) {
-  cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
-  std::vector<float> ms;
-  cudaGraphExec_t exec = nullptr;
-  if (graph) {
-    cudaGraph_t g;
-    BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < calls; ++i) fn();
-    BENCH_CUDA(cudaStreamEndCapture(s, &g));
-    BENCH_CUDA(cudaGraphInstantiate(&exec, g, 0));
-    BENCH_CUDA(cudaGraphDestroy(g));
-  }
-  auto once = [&] {
-    if (graph) {
-      BENCH_CUDA(cudaGraphLaunch(exec, s));
-    } else {
-      for (int i = 0; i < calls; ++i) fn();
-    }
-  };
-  for (int i = 0; i < warmup; ++i) once();
-  for (int i = 0; i < samples; ++i) {
-    BENCH_CUDA(cudaEventRecord(a, s));
-    once();
-    BENCH_CUDA(cudaEventRecord(b, s));
-    BENCH_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  if (exec) BENCH_CUDA(cudaGraphExecDestroy(exec));
-  BENCH_CUDA(cudaEventDestroy(a));
-  BENCH_CUDA(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return 1000.0 * ms[ms.size() / 2] / calls;
-}
 
 std::string fmtBytes(uint64_t b) {
   char buf[32];
@@ -319,6 +265,7 @@ int runBench(const BenchOptions& o) {
       [&](int rank, int n, const anyrUniqueId& id,
           const std::function<void(const std::string&)>& report) {
         try {
+          if (o.op == "add-rmsnorm") return fusedBenchRank(o, rank, n, id, ngpus);
           return rankMain(o, rank, n, id, ngpus, report);
         } catch (const std::exception& e) {
           report(e.what());

@@ -25,10 +25,18 @@ struct BenchOptions {
   int timeoutMs = 0;  // 0: the library default / ANYR_TIMEOUT_MS
   double timeoutSec = 1800;
   std::string jsonPath;
+  // --op add-rmsnorm
+  std::string op = "allreduce";
+  anyrQuant_t quant = anyrQuantNone;
+  std::vector<size_t> hiddens = {4096, 6144, 7168, 8192};
+  std::vector<size_t> tokens = {1, 2, 3, 4, 8, 16, 32, 64, 128, 129, 256, 512, 1024, 2048};
 };
 
 // Runs the benchmark; returns the process exit code (0 ok, 2 no GPU, 1/4 failures).
 int runBench(const BenchOptions& o);
+
+// One rank of `--op add-rmsnorm` (bench_fused.cc); returns the rank's exit code.
+int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id, int ngpus);
 
 }  // namespace tool
 }  // namespace anyr

@@ -181,6 +181,38 @@ std::vector<unsigned char> hostExpected(anyrDataType_t t, uint64_t count, int nr
   return out;
 }
 
+namespace {
+__global__ void diffKernel(const unsigned char* a, const unsigned char* b, uint64_t n,
+                           unsigned long long* count) {
+  unsigned long long local = 0;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    local += a[i] != b[i] ? 1 : 0;
+  }
+  if (local) atomicAdd(count, local);
+}
+__global__ void hashKernel(const unsigned char* p, uint64_t n, unsigned long long* hash) {
+  unsigned long long local = 0;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    local += mix((i << 8) ^ p[i]);  // a sum of position-keyed hashes: order-insensitive sum,
+  }                                 // position-sensitive terms
+  if (local) atomicAdd(hash, local);
+}
+}  // namespace
+
+cudaError_t countDiffBytes(const void* a, const void* b, uint64_t bytes, unsigned long long* dCount,
+                           cudaStream_t s) {
+  diffKernel<<<512, 256, 0, s>>>(static_cast<const unsigned char*>(a),
+                                 static_cast<const unsigned char*>(b), bytes, dCount);
+  return cudaGetLastError();
+}
+
+cudaError_t hashBytes(const void* p, uint64_t bytes, unsigned long long* dHash, cudaStream_t s) {
+  hashKernel<<<512, 256, 0, s>>>(static_cast<const unsigned char*>(p), bytes, dHash);
+  return cudaGetLastError();
+}
+
 uint64_t fnv1a(const void* p, size_t n) {
   const unsigned char* c = static_cast<const unsigned char*>(p);
   uint64_t h = 1469598103934665603ull;

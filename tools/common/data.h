@@ -53,6 +53,12 @@ cudaError_t countInputChanges(anyrDataType_t t, const void* in, uint64_t count, 
                               uint32_t seed, int mode, unsigned long long* dMismatches,
                               cudaStream_t s);
 
+// Adds to *dCount the number of bytes where a and b differ.
+cudaError_t countDiffBytes(const void* a, const void* b, uint64_t bytes, unsigned long long* dCount,
+                           cudaStream_t s);
+// Adds to *dHash an order-sensitive hash of the bytes (equal bytes give equal hashes).
+cudaError_t hashBytes(const void* p, uint64_t bytes, unsigned long long* dHash, cudaStream_t s);
+
 // Host reference: the expected output bits, as raw bytes of the dtype.
 std::vector<unsigned char> hostExpected(anyrDataType_t t, uint64_t count, int nranks, uint32_t seed,
                                         int mode);

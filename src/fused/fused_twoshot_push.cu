@@ -1,0 +1,174 @@
+// Fused two-shot push: reduce-scatter by rows, all-gather of the reduced rows, and the row
+// epilogue on every rank as the rows arrive, in one kernel.
+//
+// Rows are cut into n segments of Lr rows; rank s owns segment s. Block b handles row index
+// i = b, b + G, ... of every segment, with twoshot_push.cu's protocol and buffers (a fused
+// launch is one more two-shot push launch):
+//   1. scatter: row i of segment s goes to slot [rank] of rank s's scatter buffer;
+//   2. reduce row i of the own segment in rank order (fp32) into shared memory, send its
+//      rounded values to every peer's gather buffer, and run the epilogue on it;
+//   3. for every other segment, take row i from the gather buffer as it arrives and run the
+//      epilogue on it.
+// Every rank normalizes every row itself from the gathered all-reduce result instead of
+// gathering normed output and residual: half the gather traffic, and the same bits (the
+// epilogue is deterministic and starts by rounding x to the dtype, which the gathered rows
+// already are).
+// normOut may alias partial: the block that reads a row of partial (scatter or reduce) is the
+// block that later writes that row's outputs, after a barrier.
+#include "algo/algo.h"
+#include "algo/lamport.cuh"
+#include "fused/epilogue.cuh"
+#include "fused/fused_algo.h"
+#include "fused/kernel_attrs.h"
+
+namespace anyr {
+namespace {
+
+using dev::Elem;
+using dev::Vec;
+
+template <typename T>
+__global__ void __launch_bounds__(kAlgoThreads)
+    fusedTwoShotPushKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
+  extern __shared__ float4 smemRaw[];
+  float* xs = reinterpret_cast<float*>(smemRaw);
+  float* red = xs + p.hidden;
+  __shared__ int blockFailed;
+  const T* in = static_cast<const T*>(a.input);
+  const int rank = a.rank;
+  const int n = a.nranks;
+  LocalState* st = a.state;
+  const uint32_t epoch = dev::readEpoch(st->tsEpoch);
+  const uint32_t phase = epoch % 3;
+  const uint32_t prevPhase = (epoch + 2) % 3;
+  const uint64_t slot = a.layout.tsSlotBytes;
+  const uint64_t areaBytes = slot * static_cast<uint64_t>(n);
+  const int H = p.hidden / 8;
+  const int Lr = (rows + n - 1) / n;                 // rows per segment
+  const uint64_t L = static_cast<uint64_t>(Lr) * H;  // vectors per segment slot
+  auto area = [&](int r, uint32_t ph, int gather) {
+    return a.peerWorkspace[r] + a.layout.tsOffset + (2ull * ph + gather) * areaBytes;
+  };
+  if (threadIdx.x == 0) blockFailed = 0;
+
+  // 1. Scatter.
+  for (int i = blockIdx.x; i < Lr; i += gridDim.x) {
+    for (int k = 1; k < n; ++k) {
+      const int s = (rank + k) % n;
+      const int row = s * Lr + i;
+      if (row >= rows) continue;
+      for (int j = threadIdx.x; j < H; j += blockDim.x) {
+        Vec x = dev::loadVec<T, true>(in, static_cast<uint64_t>(row) * H + j, a.count);
+        dev::sanitize<T>(x);
+        dev::storeSys(area(s, phase, 0) + static_cast<uint64_t>(rank) * slot +
+                          (static_cast<uint64_t>(i) * H + j) * 16,
+                      x.u);
+      }
+    }
+  }
+
+  // 2. Clear what peers wrote one launch ago.
+  const uint64_t prevL = st->tsVecs[prevPhase];
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int g = 0; g < 2; ++g) {
+    char* base = area(rank, prevPhase, g);
+    for (int s = 0; s < n; ++s) {
+      if (s == rank) continue;
+      for (uint64_t v = first; v < prevL; v += stride) {
+        dev::storeRelaxed(base + static_cast<uint64_t>(s) * slot + v * 16, dev::clearVec());
+      }
+    }
+  }
+  __syncthreads();
+
+  dev::Waiter waiter(a.wait);
+  const char* scatter = area(rank, phase, 0);
+  const char* gather = area(rank, phase, 1);
+  for (int i = blockIdx.x; i < Lr; i += gridDim.x) {
+    // 3. Reduce the own row, send it, normalize it.
+    const int ownRow = rank * Lr + i;
+    bool ok = true;
+    if (ownRow < rows) {
+      for (int j = threadIdx.x; j < H && ok; j += blockDim.x) {
+        const uint64_t off = static_cast<uint64_t>(i) * H + j;
+        float acc[8] = {};
+        for (int s = 0; s < n && ok; ++s) {
+          Vec x;
+          if (s == rank) {
+            x = dev::loadVec<T, true>(in, static_cast<uint64_t>(ownRow) * H + j, a.count);
+            dev::sanitize<T>(x);
+          } else {
+            ok = dev::pollVec<T>(scatter + static_cast<uint64_t>(s) * slot + off * 16, &x, waiter,
+                                 s, epoch);
+          }
+          dev::accumulate<T>(acc, x);
+        }
+        Vec y = dev::packVec<T>(acc);
+        dev::sanitize<T>(y);
+        for (int k = 1; k < n; ++k) {
+          const int s = (rank + k) % n;
+          dev::storeSys(area(s, phase, 1) + static_cast<uint64_t>(rank) * slot + off * 16, y.u);
+        }
+        // The epilogue starts from round_T(x): keep the rounded (and sanitized) values, so
+        // this rank normalizes exactly what its peers receive.
+        const T* e = reinterpret_cast<const T*>(&y);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) xs[8 * j + q] = Elem<T>::toFloat(e[q]);
+      }
+      if (!ok) blockFailed = 1;
+      __syncthreads();
+      if (blockFailed) break;
+      dev::fusedRowEpilogue<T>(p, rowBase + ownRow, xs, red);
+    }
+    // 4. The other segments' row i, as their owners send it.
+    for (int k = 1; k < n; ++k) {
+      const int s = (rank + k) % n;
+      const int row = s * Lr + i;
+      if (row >= rows) continue;
+      for (int j = threadIdx.x; j < H && ok; j += blockDim.x) {
+        Vec x;
+        ok = dev::pollVec<T>(
+            gather + static_cast<uint64_t>(s) * slot + (static_cast<uint64_t>(i) * H + j) * 16, &x,
+            waiter, s, epoch);
+        const T* e = reinterpret_cast<const T*>(&x);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) xs[8 * j + q] = Elem<T>::toFloat(e[q]);
+      }
+      if (!ok) blockFailed = 1;
+      __syncthreads();
+      if (blockFailed) break;
+      dev::fusedRowEpilogue<T>(p, rowBase + row, xs, red);
+    }
+    if (blockFailed) break;
+  }
+
+  if (blockIdx.x == 0 && threadIdx.x == 0) st->tsVecs[phase] = static_cast<uint32_t>(L);
+  dev::finishEpoch(st->tsEpoch, epoch + 1);
+}
+
+}  // namespace
+
+cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
+                                   const FusedParams& p, int rowBase, int rows, int blocks,
+                                   cudaStream_t stream) {
+  const size_t smem = fusedSharedBytes(p.hidden);
+  const int threads = fusedThreads(p.hidden);
+  auto run = [&](auto kernel) {
+    cudaError_t e =
+        allowDynamicSmem(reinterpret_cast<const void*>(kernel), fusedSharedBytes(kFusedMaxHidden));
+    if (e != cudaSuccess) return e;
+    kernel<<<blocks, threads, smem, stream>>>(a, p, rowBase, rows);
+    return cudaGetLastError();
+  };
+  switch (dtype) {
+    case anyrFloat16:
+      return run(fusedTwoShotPushKernel<__half>);
+    case anyrBfloat16:
+      return run(fusedTwoShotPushKernel<__nv_bfloat16>);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace anyr

@@ -1,0 +1,324 @@
+// Multi-process GPU tests of anyrAllReduceAddRmsNorm on every path (forced algorithm) x dtype
+// x hidden x tokens x residual pattern x quantization. For every case:
+//  - every output is compared bit for bit with the unfused composition on the same rank
+//    (anyrAllReduce into a buffer, then anyrAddRmsNorm on it), which the standalone-kernel
+//    tests check against the fp64 reference;
+//  - for small cases, normOut and residualOut are also checked against the fp64 reference
+//    (tests/common/fused_reference) within the dtype's rounding;
+//  - every rank reports a hash of all its outputs and the parent checks they agree.
+// Outputs are poisoned before every call; inputs are fresh small integers per case.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "anyreduce/anyreduce.h"
+#include "common/data.h"
+#include "common/fused_reference.h"
+#include "common/launcher.h"
+
+namespace anyr {
+namespace {
+
+using Report = std::function<void(const std::string&)>;
+
+struct RankError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+#define F_CUDA(expr)                                                                          \
+  do {                                                                                        \
+    cudaError_t e_ = (expr);                                                                  \
+    if (e_ != cudaSuccess) throw RankError(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+#define F_ANYR(expr, comm)                                                                    \
+  do {                                                                                        \
+    anyrResult_t r_ = (expr);                                                                 \
+    if (r_ != anyrSuccess) {                                                                  \
+      throw RankError(std::string(#expr) + ": " + anyrGetErrorString(r_) + ": " +             \
+                      anyrGetLastError(comm));                                                \
+    }                                                                                         \
+  } while (0)
+
+int gpuCount() {
+  static int n = -1;
+  if (n < 0) {
+    std::string why;
+    n = launch::countGpus(&why);
+  }
+  return n;
+}
+
+// Host copies of a device buffer.
+std::vector<unsigned char> toHost(const void* d, size_t bytes, cudaStream_t s) {
+  std::vector<unsigned char> h(bytes);
+  if (bytes) {
+    F_CUDA(cudaMemcpyAsync(h.data(), d, bytes, cudaMemcpyDeviceToHost, s));
+    F_CUDA(cudaStreamSynchronize(s));
+  }
+  return h;
+}
+
+double toDouble(const unsigned char* p, anyrDataType_t t) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return ref::dtypeValue(bits, t);
+}
+
+struct Buffers {
+  void* partial = nullptr;
+  void* residual = nullptr;  // residualIn (and in-place residualOut)
+  void* residualOut = nullptr;
+  void* weight = nullptr;
+  void* norm = nullptr;
+  void* quant = nullptr;
+  void* scales = nullptr;
+  void* swizzled = nullptr;
+  float* scale = nullptr;
+  unsigned long long* counters = nullptr;
+  // unfused reference outputs
+  void* x = nullptr;
+  void* rNorm = nullptr;
+  void* rResidual = nullptr;
+  void* rQuant = nullptr;
+  void* rScales = nullptr;
+  void* rSwizzled = nullptr;
+};
+
+int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
+              const std::vector<size_t>& hiddens, const std::vector<size_t>& tokensList,
+              bool allAlgos) {
+  int ngpus = 0;
+  F_CUDA(cudaGetDeviceCount(&ngpus));
+  F_CUDA(cudaSetDevice(rank % ngpus));
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+  cfg.timeoutMs = 20000;
+  anyrComm_t comm = nullptr;
+  F_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  cudaStream_t s;
+  F_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  size_t maxElems = 0, maxHidden = 0, maxTokens = 0;
+  for (size_t h : hiddens) maxHidden = std::max(maxHidden, h);
+  for (size_t t : tokensList) maxTokens = std::max(maxTokens, t);
+  maxElems = maxHidden * maxTokens;
+  const size_t maxBytes = maxElems * 2;
+  const size_t swzBytes = static_cast<size_t>(ref::swizzleBytes(static_cast<int64_t>(maxTokens),
+                                                                static_cast<int64_t>(maxHidden / 16)));
+  Buffers b;
+  for (void** p : {&b.partial, &b.residual, &b.residualOut, &b.norm, &b.quant, &b.x, &b.rNorm,
+                   &b.rResidual, &b.rQuant}) {
+    F_CUDA(cudaMalloc(p, maxBytes));
+  }
+  F_CUDA(cudaMalloc(&b.weight, maxHidden * 2));
+  F_CUDA(cudaMalloc(&b.scales, maxElems / 16 + 16));
+  F_CUDA(cudaMalloc(&b.rScales, maxElems / 16 + 16));
+  F_CUDA(cudaMalloc(&b.swizzled, swzBytes));
+  F_CUDA(cudaMalloc(&b.rSwizzled, swzBytes));
+  F_CUDA(cudaMalloc(&b.scale, sizeof(float)));
+  F_CUDA(cudaMalloc(&b.counters, 2 * sizeof(unsigned long long)));
+
+  std::vector<anyrAlgo_t> algos = {anyrAlgoOneShotPush, anyrAlgoTwoShotPush, anyrAlgoNccl,
+                                   anyrAlgoAuto};
+  if (allAlgos) {
+    algos.push_back(anyrAlgoOneShotPull);
+    algos.push_back(anyrAlgoTwoShot);
+  }
+  int failures = 0;
+  size_t checked = 0;
+  uint32_t seed = 77;
+  for (anyrAlgo_t algo : algos) {
+    if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
+      report(std::string("SKIP ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) + "\n");
+      continue;
+    }
+    for (anyrDataType_t dt : {anyrBfloat16, anyrFloat16}) {
+      for (size_t hidden : hiddens) {
+        for (size_t tokens : tokensList) {
+          for (int resMode = 0; resMode < 3; ++resMode) {  // 0 none, 1 separate, 2 in place
+            for (int quant = 0; quant < 3; ++quant) {
+              ++seed;
+              const size_t elems = tokens * hidden;
+              const size_t bytes = elems * 2;
+              const int wp1 = (seed % 2) ? 1 : 0;
+              // Inputs: partial differs per rank; residual and weight are the same on every
+              // rank (a TP layer's replicated tensors).
+              F_CUDA(data::fillInput(dt, b.partial, elems, rank, seed, data::kSmallInts, s));
+              F_CUDA(data::fillInput(dt, b.residual, elems, 100, seed, data::kSmallInts, s));
+              F_CUDA(data::fillInput(dt, b.weight, hidden, 101, seed, data::kRandom, s));
+              const float scaleValue = quant == 1 ? 0.25f : 0.02f;
+              F_CUDA(cudaMemcpyAsync(b.scale, &scaleValue, sizeof(float), cudaMemcpyHostToDevice, s));
+              // Reference (unfused) first, on its own buffers; in-place mode works on a copy.
+              void* resIn = resMode ? b.residual : nullptr;
+              void* rResOut = resMode ? b.rResidual : nullptr;
+              if (resMode == 2) F_CUDA(cudaMemcpyAsync(b.rResidual, b.residual, bytes, cudaMemcpyDeviceToDevice, s));
+              anyrFusedOptions_t ro = ANYR_FUSED_OPTIONS_INITIALIZER;
+              ro.weightPlusOne = wp1;
+              ro.quant = quant;
+              ro.scale = quant ? b.scale : nullptr;
+              ro.quantOut = quant ? b.rQuant : nullptr;
+              ro.blockScales = quant == 2 ? b.rScales : nullptr;
+              ro.blockScalesSwizzled = quant == 2 ? b.rSwizzled : nullptr;
+              const size_t qBytes = quant == 2 ? elems / 2 : elems;
+              const size_t sBytes = elems / 16;
+              const size_t swz = static_cast<size_t>(ref::swizzleBytes(static_cast<int64_t>(tokens),
+                                                                       static_cast<int64_t>(hidden / 16)));
+              for (auto [p, nb] : {std::pair<void*, size_t>{b.rNorm, bytes}, {b.norm, bytes},
+                                   {b.rQuant, qBytes}, {b.quant, qBytes}, {b.rScales, sBytes},
+                                   {b.scales, sBytes}, {b.rSwizzled, swz}, {b.swizzled, swz}}) {
+                F_CUDA(cudaMemsetAsync(p, 0x7b, nb, s));
+              }
+              F_CUDA(cudaMemsetAsync(b.residualOut, 0x7b, bytes, s));
+              F_ANYR(anyrAllReduce(b.partial, b.x, elems, dt, anyrSum, comm, s), comm);
+              F_ANYR(anyrAddRmsNorm(b.x, resMode == 2 ? b.rResidual : resIn, rResOut, b.weight, 1e-5f, b.rNorm,
+                                    tokens, hidden, dt, &ro, s),
+                     comm);
+              // Fused.
+              void* fResIn = resMode == 2 ? b.residualOut : resIn;
+              if (resMode == 2) F_CUDA(cudaMemcpyAsync(b.residualOut, b.residual, bytes, cudaMemcpyDeviceToDevice, s));
+              anyrFusedOptions_t fo = ro;
+              fo.quantOut = quant ? b.quant : nullptr;
+              fo.blockScales = quant == 2 ? b.scales : nullptr;
+              fo.blockScalesSwizzled = quant == 2 ? b.swizzled : nullptr;
+              F_ANYR(anyrAllReduceAddRmsNorm(b.partial, fResIn, resMode ? b.residualOut : nullptr, b.weight, 1e-5f,
+                                             b.norm, tokens, hidden, dt, &fo, comm, s),
+                     comm);
+              std::ostringstream key;
+              key << anyrAlgoName(algo) << "/" << data::dtypeName(dt) << "/h" << hidden << "/t" << tokens
+                  << "/res" << resMode << "/q" << quant;
+              // Compared on the device: bytes that differ, and a hash for the cross-rank check.
+              auto compare = [&](const void* fused, const void* unfused, size_t nbytes, const char* what) {
+                F_CUDA(cudaMemsetAsync(b.counters, 0, 2 * sizeof(unsigned long long), s));
+                F_CUDA(data::countDiffBytes(fused, unfused, nbytes, b.counters, s));
+                F_CUDA(data::hashBytes(fused, nbytes, b.counters + 1, s));
+                unsigned long long c[2] = {0, 0};
+                F_CUDA(cudaMemcpyAsync(c, b.counters, sizeof(c), cudaMemcpyDeviceToHost, s));
+                F_CUDA(cudaStreamSynchronize(s));
+                if (c[0] != 0) {
+                  ++failures;
+                  report("FAIL " + key.str() + ": " + what + " differs from the unfused result in " +
+                         std::to_string(c[0]) + " bytes\n");
+                }
+                report("HASH " + key.str() + "/" + what + " 0 " + std::to_string(c[1]) + "\n");
+                ++checked;
+              };
+              compare(b.norm, b.rNorm, bytes, "norm");
+              if (resMode) compare(b.residualOut, b.rResidual, bytes, "residual");
+              if (quant) compare(b.quant, b.rQuant, qBytes, "quant");
+              if (quant == 2) {
+                compare(b.scales, b.rScales, sBytes, "scales");
+                compare(b.swizzled, b.rSwizzled, swz, "swizzled");
+              }
+              // fp64 reference on a few rows of small cases.
+              if (tokens <= 64 && algo == anyrAlgoAuto) {
+                auto norm = toHost(b.norm, bytes, s);
+                auto weightH = toHost(b.weight, hidden * 2, s);
+                auto residH = toHost(b.residual, bytes, s);
+                std::vector<unsigned char> expectX = data::hostExpected(dt, elems, n, seed, data::kSmallInts);
+                ref::RowSpec spec;
+                spec.dtype = dt;
+                spec.hidden = hidden;
+                spec.epsilon = 1e-5;
+                spec.weightPlusOne = wp1 != 0;
+                for (size_t row = 0; row < tokens; row += std::max<size_t>(1, tokens / 3)) {
+                  std::vector<double> x(hidden), res(hidden), w(hidden);
+                  for (size_t i = 0; i < hidden; ++i) {
+                    x[i] = toDouble(&expectX[(row * hidden + i) * 2], dt);
+                    res[i] = toDouble(&residH[(row * hidden + i) * 2], dt);
+                    w[i] = toDouble(&weightH[i * 2], dt);
+                  }
+                  ref::RowResult rr;
+                  ref::referenceRow(spec, x.data(), resMode ? res.data() : nullptr, w.data(), &rr);
+                  for (size_t i = 0; i < hidden; ++i) {
+                    double got = toDouble(&norm[(row * hidden + i) * 2], dt);
+                    double tol = 2 * ref::dtypeUlp(rr.yExact[i], dt);
+                    if (!(std::fabs(got - rr.yExact[i]) <= tol)) {
+                      ++failures;
+                      report("FAIL " + key.str() + ": normOut[" + std::to_string(row) + "][" + std::to_string(i) +
+                             "] = " + std::to_string(got) + ", fp64 reference " + std::to_string(rr.yExact[i]) + "\n");
+                      break;
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  anyrResult_t async = anyrSuccess;
+  F_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+  if (async != anyrSuccess) {
+    ++failures;
+    report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
+  }
+  report("CHECKED " + std::to_string(checked) + "\n");
+  F_ANYR(anyrCommDestroy(comm), nullptr);
+  return failures ? 4 : 0;
+}
+
+void expectPassed(const std::vector<launch::RankResult>& results, int n) {
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures.substr(0, 4000);
+  std::map<std::string, std::vector<std::string>> hashes;
+  for (const auto& r : results) {
+    std::istringstream is(r.message);
+    for (std::string line; std::getline(is, line);) {
+      if (line.rfind("FAIL", 0) == 0) ADD_FAILURE() << "rank " << r.rank << ": " << line;
+      if (line.rfind("SKIP", 0) == 0 && r.rank == 0) std::printf("[ note ] %s\n", line.c_str());
+      if (line.rfind("CHECKED", 0) == 0 && r.rank == 0) std::printf("[ info ] %s outputs compared\n", line.c_str() + 8);
+      if (line.rfind("HASH ", 0) == 0) {
+        std::istringstream ls(line.substr(5));
+        std::string key, rep, h;
+        ls >> key >> rep >> h;
+        hashes[key].push_back(h);
+      }
+    }
+  }
+  EXPECT_GT(hashes.size(), 0u);
+  for (const auto& kv : hashes) {
+    ASSERT_EQ(kv.second.size(), static_cast<size_t>(n)) << kv.first;
+    for (const std::string& h : kv.second) EXPECT_EQ(h, kv.second[0]) << kv.first << ": ranks differ";
+  }
+}
+
+TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const int n = gpuCount();
+  auto results = launch::runRanks(
+      n,
+      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        try {
+          return fusedRank(rank, nr, id, report, {128, 6144, 7168, 16384}, {1, 3, 64, 129, 2048}, true);
+        } catch (const std::exception& e) {
+          report(std::string("FAIL ") + e.what() + "\n");
+          return 3;
+        }
+      },
+      900);
+  expectPassed(results, n);
+}
+
+TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  auto results = launch::runRanks(
+      3,
+      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        try {
+          return fusedRank(rank, nr, id, report, {128, 6144}, {1, 3, 129}, false);
+        } catch (const std::exception& e) {
+          report(std::string("FAIL ") + e.what() + "\n");
+          return 3;
+        }
+      },
+      600);
+  expectPassed(results, 3);
+}
+
+}  // namespace
+}  // namespace anyr
