@@ -12,6 +12,7 @@ have_header CLI/CLI.hpp || missing+=(libcli11-dev)
 have_header nlohmann/json.hpp || missing+=(nlohmann-json3-dev)
 have_header gtest/gtest.h || missing+=(libgtest-dev)
 command -v clang-format >/dev/null || missing+=(clang-format)
+/usr/bin/python3 -c "import pytest" 2>/dev/null || missing+=(python3-pytest)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
   SUDO=""

@@ -26,16 +26,33 @@ cmake --build "$BUILD" -j"$JOBS" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5
 echo "built"
 
 step "GPU tests"
-timeout -k 10 900 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 600 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
-step "CPU tests"
-timeout -k 10 300 ctest --test-dir "$BUILD" -LE gpu -j8 2>&1 | tail -5
+# GPU_TEST_EXCLUDE: a ctest -E regex, to leave out suites already run on this commit's kernels.
+EXCL=()
+[ -n "${GPU_TEST_EXCLUDE:-}" ] && EXCL=(-E "$GPU_TEST_EXCLUDE")
+timeout -k 10 900 ctest --test-dir "$BUILD" -L gpu "${EXCL[@]}" --output-on-failure --timeout 600 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+if [ "$MODE" != final ]; then
+  step "CPU tests"
+  timeout -k 10 300 ctest --test-dir "$BUILD" -LE gpu -j8 2>&1 | tail -5
+  step "probe"
+  timeout -k 10 300 "$BUILD/tools/anyreduce" probe --json "$OUT/topology.json" 2>&1 | tee "$OUT/probe.txt"
+fi
 
-step "probe"
-timeout -k 10 300 "$BUILD/tools/anyreduce" probe --json "$OUT/topology.json" 2>&1 | tee "$OUT/probe.txt"
-
-if [ "$MODE" = quick ]; then
+if [ "$MODE" = final ]; then
+  step "bench bf16 1K..64M, all algorithms"
+  timeout -k 10 300 "$BUILD/tools/anyreduce" bench -b 1K -e 64M -f 4 --samples 15 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+  step "fused all-reduce + add + RMSNorm"
+  timeout -k 10 300 "$BUILD/tools/anyreduce" bench --op add-rmsnorm --hidden 6144,7168 --tokens 1,8,32,128,512,2048 --samples 15 --json "$OUT/fused.json" 2>&1 | tee "$OUT/fused.txt"
+  for q in fp8 nvfp4; do
+    timeout -k 10 200 "$BUILD/tools/anyreduce" bench --op add-rmsnorm --quant $q --hidden 6144 --tokens 1,32,128,2048 --samples 15 2>&1 | tee "$OUT/fused-$q.txt"
+  done
+  step "python GPU tests"
+  timeout -k 10 300 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" python3 -m pytest -q -rs -x python/tests 2>&1 | tail -25
+elif [ "$MODE" = quick ]; then
   step "bench (quick)"
   timeout -k 10 600 "$BUILD/tools/anyreduce" bench -b 1K -e 64M -f 4 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+  step "push chunking check: without and with a fence after the pushes"
+  timeout -k 10 120 "$BUILD/tools/anyreduce" bench -a oneshot-push -b 4M -e 16M -f 4 --samples 5 2>&1 | tail -3
+  ANYR_PUSH_FENCE=1 timeout -k 10 120 "$BUILD/tools/anyreduce" bench -a oneshot-push,twoshot-push -b 1K -e 16M -f 4 --samples 11 2>&1 | tail -20
   step "fused all-reduce + add + RMSNorm"
   timeout -k 10 300 "$BUILD/tools/anyreduce" bench --op add-rmsnorm --hidden 6144,7168 --tokens 1,8,32,128,512,2048 --json "$OUT/fused.json" 2>&1 | tee "$OUT/fused.txt"
   for q in fp8 nvfp4; do

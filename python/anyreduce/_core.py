@@ -230,7 +230,7 @@ class Comm:
         if h is not None:
             r = self._lib.anyrCommDestroy(h)
             if r != 0:
-                raise make_error(r, self._lib.last_error(None), "anyrCommDestroy")
+                raise make_error(r, self._lib.message_for(r, "anyrCommDestroy"), "anyrCommDestroy")
 
     destroy = close
 
@@ -253,8 +253,11 @@ class Comm:
 
     def __del__(self) -> None:
         if getattr(self, "_handle", None) is not None:
-            warnings.warn("anyreduce.Comm was never closed (close() is collective, so it is not "
-                          "run by the garbage collector)", ResourceWarning, stacklevel=1)
+            try:
+                warnings.warn("anyreduce.Comm was never closed (close() is collective, so it is "
+                              "not run by the garbage collector)", ResourceWarning, stacklevel=1)
+            except Exception:  # noqa: BLE001 -- interpreter shutdown
+                pass
 
     @property
     def closed(self) -> bool:
@@ -269,7 +272,7 @@ class Comm:
 
     def _check(self, r: int, function: str) -> None:
         if r != 0:
-            raise make_error(r, self._lib.last_error(self._handle), function)
+            raise make_error(r, self._lib.message_for(r, function, self._handle), function)
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -377,7 +380,7 @@ class Comm:
             raise InvalidUsage(Result.INVALID_USAGE, "the communicator was closed")
         r = self._all_reduce(sendbuf or None, recvbuf or None, count, dtype, op, h, stream or None)
         if r != 0:
-            raise make_error(r, self._lib.last_error(h), "anyrAllReduce")
+            raise make_error(r, self._lib.message_for(r, "anyrAllReduce", h), "anyrAllReduce")
 
     def all_reduce_add_rms_norm(self, partial: int, residual_in: int, residual_out: int,
                                 weight: int, epsilon: float, norm_out: int, tokens: int,

@@ -184,10 +184,22 @@ class Library:
         msg = self.anyrGetLastError(comm)
         return msg.decode("utf-8", "replace") if msg else ""
 
+    def message_for(self, result: int, function: str, comm: Optional[int] = None) -> str:
+        """The library's message for a failure `function` just returned. The library prefixes
+        every recorded message with the C function's name; a message without it is left over
+        from an earlier failure (the call recorded none), so it is not used."""
+        msg = self.last_error(comm)
+        if msg.startswith(function):
+            return msg
+        desc = self.anyrGetErrorString(int(result))
+        desc = desc.decode("utf-8", "replace") if desc else f"result {int(result)}"
+        return (f"{function}: {desc} (the library recorded no message for this call; "
+                "its log on stderr (ANYR_DEBUG=WARN or INFO) may say more)")
+
     def check(self, result: int, function: str, comm: Optional[int] = None) -> None:
         """Raise the AnyreduceError for a non-success result, with the library's message."""
         if result != 0:
-            raise make_error(result, self.last_error(comm), function)
+            raise make_error(result, self.message_for(result, function, comm), function)
 
     def __repr__(self) -> str:
         return f"<anyreduce.Library {self.path}>"
@@ -247,6 +259,9 @@ def _prefix_dirs() -> List[Path]:
     return dirs
 
 
+_NO_CHECKOUT = Path("<no source checkout>")
+
+
 def search_places() -> List[Tuple[str, Optional[Path]]]:
     """Every (description, folder) searched after $ANYREDUCE_LIBRARY, in order; folder None
     means the system loader."""
@@ -254,8 +269,11 @@ def search_places() -> List[Tuple[str, Optional[Path]]]:
         ("package lib/ folder", Path(__file__).resolve().parent / "lib")
     ]
     places += [("install prefix", d) for d in _prefix_dirs()]
-    for root in _checkout_roots():
+    roots = _checkout_roots()
+    for root in roots:
         places += [("build folder", d) for d in _build_dirs(root)]
+    if not roots:
+        places.append(("build folders", _NO_CHECKOUT))
     places.append(("system loader", None))
     return places
 
@@ -272,7 +290,7 @@ def find_library() -> Tuple[Library, List[Tuple[str, str]]]:
             tried.append((place, "no such file"))
         else:
             try:
-                return Library(str(p.resolve())), tried
+                return Library(os.path.abspath(p)), tried
             except _Unusable as e:
                 tried.append((place, str(e)))
         raise LibraryNotFoundError(
@@ -298,6 +316,10 @@ def find_library() -> Tuple[Library, List[Tuple[str, str]]]:
                     return Library(name, dll), tried
                 except _Unusable as e:
                     tried.append((f"{desc} ({name})", str(e)))
+            continue
+        if folder is _NO_CHECKOUT:
+            tried.append((desc, "none: neither the package nor the current directory is inside "
+                                "an anyreduce source checkout"))
             continue
         files = _versioned_files(folder) if folder.is_dir() else []
         if not files:
@@ -343,7 +365,7 @@ def load_library(path: Optional[str] = None) -> Library:
                 raise LibraryNotFoundError([(str(p), "no such file")], "load_library() was given "
                                            "a path that does not exist.")
             try:
-                _library = Library(str(p.resolve()))
+                _library = Library(os.path.abspath(p))
             except _Unusable as e:
                 raise LibraryNotFoundError([(str(p), str(e))]) from None
         else:

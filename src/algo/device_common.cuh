@@ -155,15 +155,22 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
 }
 
 // ---- bounded waits ------------------------------------------------------------------------
-// A waiter checks, every kCheckEvery spins, the deadline, this communicator's abort flag (set
-// by the host), and whether a peer announced a failure. On any of them it records why in the
-// host-visible ErrorRecord (first failing thread wins), tells every peer to stop, and returns
-// false; the kernel then exits without finishing (the communicator is failed from then on).
+// A waiter checks, every kCheckEvery spins, the deadline, whether another thread of this
+// communicator already failed, and whether a peer announced a failure: all in device memory,
+// so the check is cheap. The host's abort word lives in host-mapped memory, and a read of it
+// crosses PCIe (slow under virtualization): it is read at most every kHostPollNs. This matters
+// for speed, not only for latency: a slow check delays this rank, which makes its peers wait
+// long enough to reach their own slow checks, and two ranks can lock each other into one slow
+// check per launch. On any failure the waiter records why in the host-visible ErrorRecord
+// (first failing thread wins), tells every peer to stop, and returns false; the kernel then
+// exits without finishing (the communicator is failed from then on).
 constexpr uint32_t kCheckEvery = 1024;
+constexpr uint64_t kHostPollNs = 5u * 1000u * 1000u;
 
 struct Waiter {
   const WaitControl* wcp;
   uint64_t deadline = 0;
+  uint64_t nextHostPoll = 0;
   uint32_t spins = 0;
   __device__ explicit Waiter(const WaitControl* c) : wcp(c) {}
 
@@ -198,17 +205,23 @@ struct Waiter {
 
   __device__ __noinline__ bool slowCheck(int32_t waitedRank, int32_t what, uint32_t epoch) {
     const WaitControl& wc = *wcp;
-    uint64_t now = globalTimerNs();
-    if (deadline == 0) deadline = now + wc.timeoutNs;
-    if (*reinterpret_cast<volatile const int32_t*>(&wc.error->code) != kFailNone) return false;
-    if (*wc.hostAbort != 0) {
-      fail(kFailAborted, waitedRank, what, epoch);
-      return false;
+    const uint64_t now = globalTimerNs();
+    if (deadline == 0) {
+      deadline = now + wc.timeoutNs;
+      nextHostPoll = now + kHostPollNs;
     }
-    int32_t by = *reinterpret_cast<volatile int32_t*>(&wc.ownHeader->abortedBy);
+    if (*reinterpret_cast<volatile const int32_t*>(&wc.state->failClaim) != 0) return false;
+    const int32_t by = *reinterpret_cast<volatile int32_t*>(&wc.ownHeader->abortedBy);
     if (by != 0) {
       fail(kFailPeerAborted, by - 1, what, epoch);
       return false;
+    }
+    if (now >= nextHostPoll) {
+      nextHostPoll = now + kHostPollNs;
+      if (*wc.hostAbort != 0) {
+        fail(kFailAborted, waitedRank, what, epoch);
+        return false;
+      }
     }
     if (now > deadline) {
       fail(kFailTimeout, waitedRank, what, epoch);

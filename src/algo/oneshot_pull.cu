@@ -90,7 +90,8 @@ cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
   return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
     using Tag = decltype(tag);
-    oneShotPullKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, shape.threads, 0, stream>>>(a);
+    oneShotPullKernel<typename Tag::T, Tag::kAligned>
+        <<<shape.blocks, shape.threads, 0, stream>>>(a);
     return cudaGetLastError();
   });
 }

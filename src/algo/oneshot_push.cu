@@ -52,6 +52,8 @@ __global__ void __launch_bounds__(kAlgoThreads) oneShotPushKernel(AllReduceArgs 
     }
   }
 
+  if (a.pushFence) __threadfence_system();
+
   // 2. Clear, in this rank's own buffer, what peers wrote one call ago.
   char* own = a.peerWorkspace[rank] + a.layout.pushOffset;
   const uint64_t prevVecs = st->pushVecs[prevPhase];
@@ -93,7 +95,8 @@ cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
   return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
     using Tag = decltype(tag);
-    oneShotPushKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, shape.threads, 0, stream>>>(a);
+    oneShotPushKernel<typename Tag::T, Tag::kAligned>
+        <<<shape.blocks, shape.threads, 0, stream>>>(a);
     return cudaGetLastError();
   });
 }

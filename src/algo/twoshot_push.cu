@@ -60,6 +60,8 @@ __global__ void __launch_bounds__(kAlgoThreads) twoShotPushKernel(AllReduceArgs 
     }
   }
 
+  if (a.pushFence) __threadfence_system();
+
   // 2. Clear, in this rank's own buffers, what peers wrote one launch ago.
   const uint64_t prevL = st->tsVecs[prevPhase];
   for (int g = 0; g < 2; ++g) {
@@ -124,7 +126,8 @@ cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
   return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
     using Tag = decltype(tag);
-    twoShotPushKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, shape.threads, 0, stream>>>(a);
+    twoShotPushKernel<typename Tag::T, Tag::kAligned>
+        <<<shape.blocks, shape.threads, 0, stream>>>(a);
     return cudaGetLastError();
   });
 }

@@ -9,10 +9,11 @@
 
 #include "algo/algo.h"
 #include "algo/nccl_path.h"
-#include "fused/fused.h"
-#include "fused/fused_algo.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "fused/fused.h"
+#include "fused/fused_algo.h"
 #include "topology/probe.h"
 #include "transport/check.h"
 
@@ -332,6 +333,7 @@ void Communicator::initTransport() {
   argsTemplate_.state = dState_;
   argsTemplate_.rank = rank_;
   argsTemplate_.nranks = nranks_;
+  argsTemplate_.pushFence = env::getInt("ANYR_PUSH_FENCE") != 0 ? 1 : 0;
 
   // Blocks: at most one per SM of the smallest GPU, so every block of every rank is resident
   // at once (blocks wait on the same-index block of peers).
@@ -553,9 +555,9 @@ void Communicator::validate(const void* sendbuff, void* recvbuff, size_t count,
   ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype",
                    "unsupported datatype " + std::to_string(static_cast<int>(dtype)) +
                        " (anyrFloat32, anyrFloat16, anyrBfloat16)");
-  ANYR_REQUIRE_ARG(op == anyrSum, "op",
-                   "unsupported reduction " + std::to_string(static_cast<int>(op)) +
-                       " (only anyrSum)");
+  ANYR_REQUIRE_ARG(
+      op == anyrSum, "op",
+      "unsupported reduction " + std::to_string(static_cast<int>(op)) + " (only anyrSum)");
   checkStream(stream, capturing);
   if (count == 0) return;
   const size_t es = dtypeSize(dtype);
@@ -648,16 +650,17 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     const size_t r0 = static_cast<size_t>(rowBase);
     auto shift = [&](auto* ptr, size_t rowStride) {
       using P = decltype(ptr);
-      return ptr == nullptr ? ptr
-                            : reinterpret_cast<P>(reinterpret_cast<uintptr_t>(ptr) + r0 * rowStride);
+      return ptr == nullptr
+                 ? ptr
+                 : reinterpret_cast<P>(reinterpret_cast<uintptr_t>(ptr) + r0 * rowStride);
     };
     q.residualIn = shift(p.residualIn, rowBytes);
     q.residualOut = shift(p.residualOut, rowBytes);
     q.normOut = shift(p.normOut, rowBytes);
     q.quantOut = shift(p.quantOut, p.quant == anyrQuantNvfp4 ? hidden / 2 : hidden);
     q.blockScales = shift(p.blockScales, hidden / kNvfp4BlockElems);
-    q.blockScalesSwizzled =
-        shift(p.blockScalesSwizzled, static_cast<size_t>(swizzledPaddedCols(nvfp4ScaleCols(hidden))));
+    q.blockScalesSwizzled = shift(p.blockScalesSwizzled,
+                                  static_cast<size_t>(swizzledPaddedCols(nvfp4ScaleCols(hidden))));
     q.tokens = rows;
     ANYR_CUDA_CHECK(launchAddRmsNorm(dtype, x, q, stream));
   };
@@ -673,10 +676,10 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   if (aligned16 && (algo == anyrAlgoOneShotPush || algo == anyrAlgoTwoShotPush)) {
     // Fused kernels, in row chunks that fit one launch's buffers.
     const int H = static_cast<int>(hidden / 8);
-    const size_t maxRows =
-        algo == anyrAlgoOneShotPush
-            ? layout_.pushSlotBytes / rowBytes
-            : (layout_.tsSlotBytes / (static_cast<uint64_t>(H) * 16)) * static_cast<uint64_t>(nranks_);
+    const size_t maxRows = algo == anyrAlgoOneShotPush
+                               ? layout_.pushSlotBytes / rowBytes
+                               : (layout_.tsSlotBytes / (static_cast<uint64_t>(H) * 16)) *
+                                     static_cast<uint64_t>(nranks_);
     for (size_t row = 0; row < tokens; row += maxRows) {
       const int rows = static_cast<int>(std::min(maxRows, tokens - row));
       AllReduceArgs a = argsTemplate_;
@@ -703,8 +706,7 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   }
   // Unfused composition: all-reduce into normOut (or a scratch buffer, in chunks), then the
   // standalone epilogue kernel on it. Used for NCCL, the pull algorithms and unaligned input.
-  const size_t chunkRows =
-      normOut != nullptr ? tokens : scratchBytes_ / rowBytes / 128 * 128;
+  const size_t chunkRows = normOut != nullptr ? tokens : scratchBytes_ / rowBytes / 128 * 128;
   for (size_t row = 0; row < tokens; row += chunkRows) {
     const size_t rows = std::min(chunkRows, tokens - row);
     void* x = normOut != nullptr ? static_cast<char*>(normOut) + row * rowBytes : scratch_;

@@ -11,8 +11,8 @@
 #include <mutex>
 #include <string>
 
-#include "anyreduce/anyreduce.h"
 #include "algo/algo.h"
+#include "anyreduce/anyreduce.h"
 #include "bootstrap/bootstrap.h"
 #include "core/config.h"
 #include "select/admission.h"

@@ -28,6 +28,8 @@ const std::vector<Param>& params() {
       {"ANYR_SOCKET_IFNAME", "",
        "network interface whose IPv4 address rank 0 listens on (ignored if ANYR_SOCKET_ADDR)"},
       {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on (0: any free port)"},
+      {"ANYR_PUSH_FENCE", "0",
+       "diagnostic: 1 = system-scope fence after a push kernel's stores, before it polls"},
   };
   return table;
 }

@@ -55,6 +55,8 @@ __global__ void __launch_bounds__(kAlgoThreads)
     }
   }
 
+  if (a.pushFence) __threadfence_system();
+
   // 2. Clear what peers wrote one launch ago.
   char* own = a.peerWorkspace[rank] + a.layout.pushOffset;
   const uint64_t prevVecs = st->pushVecs[prevPhase];

@@ -67,6 +67,8 @@ __global__ void __launch_bounds__(kAlgoThreads)
     }
   }
 
+  if (a.pushFence) __threadfence_system();
+
   // 2. Clear what peers wrote one launch ago.
   const uint64_t prevL = st->tsVecs[prevPhase];
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;

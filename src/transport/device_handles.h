@@ -119,6 +119,8 @@ struct AllReduceArgs {
   LocalState* state;
   int32_t rank;
   int32_t nranks;
+  int32_t pushFence;  // 1: system-scope fence after the pushes, before polling (ANYR_PUSH_FENCE)
+  int32_t pad;
 };
 
 }  // namespace anyr

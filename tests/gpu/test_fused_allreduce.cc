@@ -31,18 +31,18 @@ using Report = std::function<void(const std::string&)>;
 struct RankError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-#define F_CUDA(expr)                                                                          \
-  do {                                                                                        \
-    cudaError_t e_ = (expr);                                                                  \
+#define F_CUDA(expr)                                                                            \
+  do {                                                                                          \
+    cudaError_t e_ = (expr);                                                                    \
     if (e_ != cudaSuccess) throw RankError(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
   } while (0)
-#define F_ANYR(expr, comm)                                                                    \
-  do {                                                                                        \
-    anyrResult_t r_ = (expr);                                                                 \
-    if (r_ != anyrSuccess) {                                                                  \
-      throw RankError(std::string(#expr) + ": " + anyrGetErrorString(r_) + ": " +             \
-                      anyrGetLastError(comm));                                                \
-    }                                                                                         \
+#define F_ANYR(expr, comm)                                                        \
+  do {                                                                            \
+    anyrResult_t r_ = (expr);                                                     \
+    if (r_ != anyrSuccess) {                                                      \
+      throw RankError(std::string(#expr) + ": " + anyrGetErrorString(r_) + ": " + \
+                      anyrGetLastError(comm));                                    \
+    }                                                                             \
   } while (0)
 
 int gpuCount() {
@@ -107,8 +107,8 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   for (size_t t : tokensList) maxTokens = std::max(maxTokens, t);
   maxElems = maxHidden * maxTokens;
   const size_t maxBytes = maxElems * 2;
-  const size_t swzBytes = static_cast<size_t>(ref::swizzleBytes(static_cast<int64_t>(maxTokens),
-                                                                static_cast<int64_t>(maxHidden / 16)));
+  const size_t swzBytes = static_cast<size_t>(
+      ref::swizzleBytes(static_cast<int64_t>(maxTokens), static_cast<int64_t>(maxHidden / 16)));
   Buffers b;
   for (void** p : {&b.partial, &b.residual, &b.residualOut, &b.norm, &b.quant, &b.x, &b.rNorm,
                    &b.rResidual, &b.rQuant}) {
@@ -151,11 +151,14 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               F_CUDA(data::fillInput(dt, b.residual, elems, 100, seed, data::kSmallInts, s));
               F_CUDA(data::fillInput(dt, b.weight, hidden, 101, seed, data::kRandom, s));
               const float scaleValue = quant == 1 ? 0.25f : 0.02f;
-              F_CUDA(cudaMemcpyAsync(b.scale, &scaleValue, sizeof(float), cudaMemcpyHostToDevice, s));
+              F_CUDA(
+                  cudaMemcpyAsync(b.scale, &scaleValue, sizeof(float), cudaMemcpyHostToDevice, s));
               // Reference (unfused) first, on its own buffers; in-place mode works on a copy.
               void* resIn = resMode ? b.residual : nullptr;
               void* rResOut = resMode ? b.rResidual : nullptr;
-              if (resMode == 2) F_CUDA(cudaMemcpyAsync(b.rResidual, b.residual, bytes, cudaMemcpyDeviceToDevice, s));
+              if (resMode == 2)
+                F_CUDA(
+                    cudaMemcpyAsync(b.rResidual, b.residual, bytes, cudaMemcpyDeviceToDevice, s));
               anyrFusedOptions_t ro = ANYR_FUSED_OPTIONS_INITIALIZER;
               ro.weightPlusOne = wp1;
               ro.quant = quant;
@@ -165,33 +168,42 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               ro.blockScalesSwizzled = quant == 2 ? b.rSwizzled : nullptr;
               const size_t qBytes = quant == 2 ? elems / 2 : elems;
               const size_t sBytes = elems / 16;
-              const size_t swz = static_cast<size_t>(ref::swizzleBytes(static_cast<int64_t>(tokens),
-                                                                       static_cast<int64_t>(hidden / 16)));
-              for (auto [p, nb] : {std::pair<void*, size_t>{b.rNorm, bytes}, {b.norm, bytes},
-                                   {b.rQuant, qBytes}, {b.quant, qBytes}, {b.rScales, sBytes},
-                                   {b.scales, sBytes}, {b.rSwizzled, swz}, {b.swizzled, swz}}) {
+              const size_t swz = static_cast<size_t>(ref::swizzleBytes(
+                  static_cast<int64_t>(tokens), static_cast<int64_t>(hidden / 16)));
+              for (auto [p, nb] : {std::pair<void*, size_t>{b.rNorm, bytes},
+                                   {b.norm, bytes},
+                                   {b.rQuant, qBytes},
+                                   {b.quant, qBytes},
+                                   {b.rScales, sBytes},
+                                   {b.scales, sBytes},
+                                   {b.rSwizzled, swz},
+                                   {b.swizzled, swz}}) {
                 F_CUDA(cudaMemsetAsync(p, 0x7b, nb, s));
               }
               F_CUDA(cudaMemsetAsync(b.residualOut, 0x7b, bytes, s));
               F_ANYR(anyrAllReduce(b.partial, b.x, elems, dt, anyrSum, comm, s), comm);
-              F_ANYR(anyrAddRmsNorm(b.x, resMode == 2 ? b.rResidual : resIn, rResOut, b.weight, 1e-5f, b.rNorm,
-                                    tokens, hidden, dt, &ro, s),
+              F_ANYR(anyrAddRmsNorm(b.x, resMode == 2 ? b.rResidual : resIn, rResOut, b.weight,
+                                    1e-5f, b.rNorm, tokens, hidden, dt, &ro, s),
                      comm);
               // Fused.
               void* fResIn = resMode == 2 ? b.residualOut : resIn;
-              if (resMode == 2) F_CUDA(cudaMemcpyAsync(b.residualOut, b.residual, bytes, cudaMemcpyDeviceToDevice, s));
+              if (resMode == 2)
+                F_CUDA(
+                    cudaMemcpyAsync(b.residualOut, b.residual, bytes, cudaMemcpyDeviceToDevice, s));
               anyrFusedOptions_t fo = ro;
               fo.quantOut = quant ? b.quant : nullptr;
               fo.blockScales = quant == 2 ? b.scales : nullptr;
               fo.blockScalesSwizzled = quant == 2 ? b.swizzled : nullptr;
-              F_ANYR(anyrAllReduceAddRmsNorm(b.partial, fResIn, resMode ? b.residualOut : nullptr, b.weight, 1e-5f,
-                                             b.norm, tokens, hidden, dt, &fo, comm, s),
+              F_ANYR(anyrAllReduceAddRmsNorm(b.partial, fResIn, resMode ? b.residualOut : nullptr,
+                                             b.weight, 1e-5f, b.norm, tokens, hidden, dt, &fo, comm,
+                                             s),
                      comm);
               std::ostringstream key;
-              key << anyrAlgoName(algo) << "/" << data::dtypeName(dt) << "/h" << hidden << "/t" << tokens
-                  << "/res" << resMode << "/q" << quant;
+              key << anyrAlgoName(algo) << "/" << data::dtypeName(dt) << "/h" << hidden << "/t"
+                  << tokens << "/res" << resMode << "/q" << quant;
               // Compared on the device: bytes that differ, and a hash for the cross-rank check.
-              auto compare = [&](const void* fused, const void* unfused, size_t nbytes, const char* what) {
+              auto compare = [&](const void* fused, const void* unfused, size_t nbytes,
+                                 const char* what) {
                 F_CUDA(cudaMemsetAsync(b.counters, 0, 2 * sizeof(unsigned long long), s));
                 F_CUDA(data::countDiffBytes(fused, unfused, nbytes, b.counters, s));
                 F_CUDA(data::hashBytes(fused, nbytes, b.counters + 1, s));
@@ -200,8 +212,9 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                 F_CUDA(cudaStreamSynchronize(s));
                 if (c[0] != 0) {
                   ++failures;
-                  report("FAIL " + key.str() + ": " + what + " differs from the unfused result in " +
-                         std::to_string(c[0]) + " bytes\n");
+                  report("FAIL " + key.str() + ": " + what +
+                         " differs from the unfused result in " + std::to_string(c[0]) +
+                         " bytes\n");
                 }
                 report("HASH " + key.str() + "/" + what + " 0 " + std::to_string(c[1]) + "\n");
                 ++checked;
@@ -218,7 +231,8 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                 auto norm = toHost(b.norm, bytes, s);
                 auto weightH = toHost(b.weight, hidden * 2, s);
                 auto residH = toHost(b.residual, bytes, s);
-                std::vector<unsigned char> expectX = data::hostExpected(dt, elems, n, seed, data::kSmallInts);
+                std::vector<unsigned char> expectX =
+                    data::hostExpected(dt, elems, n, seed, data::kSmallInts);
                 ref::RowSpec spec;
                 spec.dtype = dt;
                 spec.hidden = hidden;
@@ -238,8 +252,9 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                     double tol = 2 * ref::dtypeUlp(rr.yExact[i], dt);
                     if (!(std::fabs(got - rr.yExact[i]) <= tol)) {
                       ++failures;
-                      report("FAIL " + key.str() + ": normOut[" + std::to_string(row) + "][" + std::to_string(i) +
-                             "] = " + std::to_string(got) + ", fp64 reference " + std::to_string(rr.yExact[i]) + "\n");
+                      report("FAIL " + key.str() + ": normOut[" + std::to_string(row) + "][" +
+                             std::to_string(i) + "] = " + std::to_string(got) +
+                             ", fp64 reference " + std::to_string(rr.yExact[i]) + "\n");
                       break;
                     }
                   }
@@ -271,7 +286,8 @@ void expectPassed(const std::vector<launch::RankResult>& results, int n) {
     for (std::string line; std::getline(is, line);) {
       if (line.rfind("FAIL", 0) == 0) ADD_FAILURE() << "rank " << r.rank << ": " << line;
       if (line.rfind("SKIP", 0) == 0 && r.rank == 0) std::printf("[ note ] %s\n", line.c_str());
-      if (line.rfind("CHECKED", 0) == 0 && r.rank == 0) std::printf("[ info ] %s outputs compared\n", line.c_str() + 8);
+      if (line.rfind("CHECKED", 0) == 0 && r.rank == 0)
+        std::printf("[ info ] %s outputs compared\n", line.c_str() + 8);
       if (line.rfind("HASH ", 0) == 0) {
         std::istringstream ls(line.substr(5));
         std::string key, rep, h;
@@ -283,7 +299,8 @@ void expectPassed(const std::vector<launch::RankResult>& results, int n) {
   EXPECT_GT(hashes.size(), 0u);
   for (const auto& kv : hashes) {
     ASSERT_EQ(kv.second.size(), static_cast<size_t>(n)) << kv.first;
-    for (const std::string& h : kv.second) EXPECT_EQ(h, kv.second[0]) << kv.first << ": ranks differ";
+    for (const std::string& h : kv.second)
+      EXPECT_EQ(h, kv.second[0]) << kv.first << ": ranks differ";
   }
 }
 
@@ -294,7 +311,8 @@ TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
       n,
       [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         try {
-          return fusedRank(rank, nr, id, report, {128, 6144, 7168, 16384}, {1, 3, 64, 129, 2048}, true);
+          return fusedRank(rank, nr, id, report, {128, 6144, 7168, 16384}, {1, 3, 64, 129, 2048},
+                           true);
         } catch (const std::exception& e) {
           report(std::string("FAIL ") + e.what() + "\n");
           return 3;

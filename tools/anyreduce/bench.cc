@@ -36,7 +36,6 @@ struct Point {
   double ncclUs = -1;  // NCCL's time for the same size and dtype, same run
 };
 
-
 std::string fmtBytes(uint64_t b) {
   char buf[32];
   if (b >= (1ull << 30) && b % (1ull << 30) == 0) {

@@ -10,9 +10,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "bench.h"
 #include "common/data.h"
@@ -36,9 +35,13 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
   for (size_t h : o.hiddens)
     for (size_t t : o.tokens) maxElems = std::max(maxElems, h * t);
   const size_t maxBytes = maxElems * 2;
-  void *partial, *residual, *weight, *norm, *x, *refNorm, *quant, *scales, *swz;
+  void *partial, *residual, *weight, *norm, *x, *refNorm, *quant, *scales, *swz, *quantScratch;
   float* scale;
-  for (void** p : {&partial, &residual, &norm, &x, &refNorm, &quant}) BENCH_CUDA(cudaMalloc(p, maxBytes));
+  // quantScratch: residualOut of the correctness check (not in place, so both runs see the
+  // same residual).
+  for (void** p : {&partial, &residual, &norm, &x, &refNorm, &quant, &quantScratch}) {
+    BENCH_CUDA(cudaMalloc(p, maxBytes));
+  }
   BENCH_CUDA(cudaMalloc(&weight, 16384 * 2));
   BENCH_CUDA(cudaMalloc(&scales, maxElems / 16 + 64));
   BENCH_CUDA(cudaMalloc(&swz, maxElems / 16 + 128 * 4 * 1024));
@@ -62,16 +65,20 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
     fo.blockScales = scales;
     fo.blockScalesSwizzled = swz;
   }
-  const char* quantName = o.quant == anyrQuantFp8 ? "fp8" : o.quant == anyrQuantNvfp4 ? "nvfp4" : "none";
+  const char* quantName = o.quant == anyrQuantFp8     ? "fp8"
+                          : o.quant == anyrQuantNvfp4 ? "nvfp4"
+                                                      : "none";
   if (rank == 0) {
-    std::printf("# anyreduce bench --op add-rmsnorm: %d ranks, %s, quant %s, residual in place, %s, "
-                "%d calls x %d samples (median, mean over ranks)\n",
-                nranks, data::dtypeName(dt), quantName, o.graph ? "CUDA graph replay" : "eager", o.calls,
-                o.samples);
-    std::printf("# fused: anyrAllReduceAddRmsNorm (auto). nccl+k: ncclAllReduce + anyrAddRmsNorm. "
-                "own+k: anyrAllReduce + anyrAddRmsNorm.\n");
-    std::printf("%7s %7s %10s %13s %10s %10s %9s %9s %7s\n", "hidden", "tokens", "fused(us)", "path",
-                "nccl+k", "own+k", "vs nccl", "vs own", "#wrong");
+    std::printf(
+        "# anyreduce bench --op add-rmsnorm: %d ranks, %s, quant %s, residual in place, %s, "
+        "%d calls x %d samples (median, mean over ranks)\n",
+        nranks, data::dtypeName(dt), quantName, o.graph ? "CUDA graph replay" : "eager", o.calls,
+        o.samples);
+    std::printf(
+        "# fused: anyrAllReduceAddRmsNorm (auto). nccl+k: ncclAllReduce + anyrAddRmsNorm. "
+        "own+k: anyrAllReduce + anyrAddRmsNorm.\n");
+    std::printf("%7s %7s %10s %13s %10s %10s %9s %9s %7s\n", "hidden", "tokens", "fused(us)",
+                "path", "nccl+k", "own+k", "vs nccl", "vs own", "#wrong");
   }
   nlohmann::json rows = nlohmann::json::array();
   uint32_t seed = 999;
@@ -87,10 +94,12 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       // Correctness: fused vs own unfused, residual not in place for this check.
       anyrFusedOptions_t refo = fo;
       BENCH_ANYR(anyrAllReduce(partial, x, elems, dt, anyrSum, comm, s), comm);
-      BENCH_ANYR(anyrAddRmsNorm(x, residual, nullptr, weight, 1e-6f, refNorm, tokens, hidden, dt, &refo, s), comm);
+      BENCH_ANYR(anyrAddRmsNorm(x, residual, quantScratch, weight, 1e-6f, refNorm, tokens, hidden,
+                                dt, &refo, s),
+                 comm);
       BENCH_CUDA(cudaMemsetAsync(norm, 0xff, elems * 2, s));
-      BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, nullptr, weight, 1e-6f, norm, tokens, hidden, dt, &fo,
-                                         comm, s),
+      BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, quantScratch, weight, 1e-6f, norm,
+                                         tokens, hidden, dt, &fo, comm, s),
                  comm);
       BENCH_CUDA(cudaMemsetAsync(dBad, 0, sizeof(unsigned long long), s));
       std::vector<uint16_t> a(elems), b(elems);
@@ -104,15 +113,17 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       // Timing (residual in place).
       double fused = timeCalls(
           [&] {
-            BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, norm, tokens, hidden, dt,
-                                               &fo, comm, s),
+            BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, norm,
+                                               tokens, hidden, dt, &fo, comm, s),
                        comm);
           },
           s, o.graph, o.calls, o.samples, o.warmup);
       double own = timeCalls(
           [&] {
             BENCH_ANYR(anyrAllReduce(partial, x, elems, dt, anyrSum, comm, s), comm);
-            BENCH_ANYR(anyrAddRmsNorm(x, residual, residual, weight, 1e-6f, norm, tokens, hidden, dt, &fo, s), comm);
+            BENCH_ANYR(anyrAddRmsNorm(x, residual, residual, weight, 1e-6f, norm, tokens, hidden,
+                                      dt, &fo, s),
+                       comm);
           },
           s, o.graph, o.calls, o.samples, o.warmup);
       double viaNccl = -1;
@@ -124,18 +135,22 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
               while (r == ncclInProgress && std::chrono::steady_clock::now() < until) {
                 if (ncclCommGetAsyncError(nccl, &r) != ncclSuccess) break;
               }
-              if (r != ncclSuccess) throw std::runtime_error(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
-              BENCH_ANYR(anyrAddRmsNorm(x, residual, residual, weight, 1e-6f, norm, tokens, hidden, dt, &fo, s), comm);
+              if (r != ncclSuccess)
+                throw std::runtime_error(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
+              BENCH_ANYR(anyrAddRmsNorm(x, residual, residual, weight, 1e-6f, norm, tokens, hidden,
+                                        dt, &fo, s),
+                         comm);
             },
             s, o.graph, o.calls, o.samples, o.warmup);
       }
-      float stats[4] = {static_cast<float>(fused), static_cast<float>(own), static_cast<float>(viaNccl),
-                        static_cast<float>(wrong)};
+      float stats[4] = {static_cast<float>(fused), static_cast<float>(own),
+                        static_cast<float>(viaNccl), static_cast<float>(wrong)};
       BENCH_CUDA(cudaMemcpyAsync(dStats, stats, sizeof(stats), cudaMemcpyHostToDevice, s));
       BENCH_ANYR(anyrAllReduce(dStats, dStats, 4, anyrFloat32, anyrSum, comm, s), comm);
       BENCH_CUDA(cudaMemcpyAsync(stats, dStats, sizeof(stats), cudaMemcpyDeviceToHost, s));
       BENCH_CUDA(cudaStreamSynchronize(s));
-      const double f = stats[0] / nranks, ow = stats[1] / nranks, nc = nccl ? stats[2] / nranks : -1;
+      const double f = stats[0] / nranks, ow = stats[1] / nranks,
+                   nc = nccl ? stats[2] / nranks : -1;
       wrongTotal += stats[3] > 0 ? 1 : 0;
       if (rank == 0) {
         char ncCol[32] = "-", vsNc[32] = "-";
@@ -143,25 +158,34 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
           std::snprintf(ncCol, sizeof(ncCol), "%.2f", nc);
           std::snprintf(vsNc, sizeof(vsNc), "%.2fx", nc / f);
         }
-        std::printf("%7zu %7zu %10.2f %13s %10s %10.2f %9s %8.2fx %7.0f\n", hidden, tokens, f, anyrAlgoName(path),
-                    ncCol, ow, vsNc, ow / f, stats[3]);
+        std::printf("%7zu %7zu %10.2f %13s %10s %10.2f %9s %8.2fx %7.0f\n", hidden, tokens, f,
+                    anyrAlgoName(path), ncCol, ow, vsNc, ow / f, stats[3]);
         std::fflush(stdout);
-        rows.push_back({{"hidden", hidden}, {"tokens", tokens}, {"fusedUs", f}, {"path", anyrAlgoName(path)},
-                        {"ncclPlusKernelUs", nc}, {"ownPlusKernelUs", ow}, {"wrong", stats[3]}});
+        rows.push_back({{"hidden", hidden},
+                        {"tokens", tokens},
+                        {"fusedUs", f},
+                        {"path", anyrAlgoName(path)},
+                        {"ncclPlusKernelUs", nc},
+                        {"ownPlusKernelUs", ow},
+                        {"wrong", stats[3]}});
       }
     }
   }
   if (rank == 0) {
-    std::printf("# %s\n", wrongTotal ? "FAILED: fused and unfused outputs differ (#wrong)"
-                                     : "fused outputs bit-identical to the unfused ones on every rank");
+    std::printf("# %s\n", wrongTotal
+                              ? "FAILED: fused and unfused outputs differ (#wrong)"
+                              : "fused outputs bit-identical to the unfused ones on every rank");
     if (!o.jsonPath.empty()) {
       std::ofstream f(o.jsonPath);
-      nlohmann::json j = {{"op", "add-rmsnorm"}, {"quant", quantName}, {"nranks", nranks}, {"points", rows}};
+      nlohmann::json j = {
+          {"op", "add-rmsnorm"}, {"quant", quantName}, {"nranks", nranks}, {"points", rows}};
       f << j.dump(2) << "\n";
     }
   }
   BENCH_CUDA(cudaStreamSynchronize(s));
-  for (void* p : {partial, residual, weight, norm, x, refNorm, quant, scales, swz}) BENCH_CUDA(cudaFree(p));
+  for (void* p : {partial, residual, weight, norm, x, refNorm, quant, scales, swz, quantScratch}) {
+    BENCH_CUDA(cudaFree(p));
+  }
   BENCH_CUDA(cudaFree(scale));
   BENCH_CUDA(cudaFree(dBad));
   BENCH_CUDA(cudaFree(dStats));

@@ -169,12 +169,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 86400000));
   bench->add_option("--json", bo.jsonPath, "Write every figure to this JSON file");
   std::string quantS = "none", hiddenS, tokensS;
-  bench->add_option("--op", bo.op, "allreduce (default) or add-rmsnorm (fused all-reduce + residual + RMSNorm)")
+  bench
+      ->add_option("--op", bo.op,
+                   "allreduce (default) or add-rmsnorm (fused all-reduce + residual + RMSNorm)")
       ->check(CLI::IsMember({"allreduce", "add-rmsnorm"}));
   bench->add_option("--quant", quantS, "With --op add-rmsnorm: none, fp8 or nvfp4")
       ->check(CLI::IsMember({"none", "fp8", "nvfp4"}));
-  bench->add_option("--hidden", hiddenS, "With --op add-rmsnorm: comma-separated hidden sizes (default 4096,6144,7168,8192)");
-  bench->add_option("--tokens", tokensS, "With --op add-rmsnorm: comma-separated token counts (default 1..2048)");
+  bench->add_option(
+      "--hidden", hiddenS,
+      "With --op add-rmsnorm: comma-separated hidden sizes (default 4096,6144,7168,8192)");
+  bench->add_option("--tokens", tokensS,
+                    "With --op add-rmsnorm: comma-separated token counts (default 1..2048)");
 
   auto* explain =
       app.add_subcommand("explain", "Show admission and the algorithm chosen per message size");
@@ -215,7 +220,9 @@ int main(int argc, char** argv) {
                                      "unknown algorithm '" + a + "' (" + algoNames() + ")");
         bo.algos.push_back(a);
       }
-      bo.quant = quantS == "fp8" ? anyrQuantFp8 : quantS == "nvfp4" ? anyrQuantNvfp4 : anyrQuantNone;
+      bo.quant = quantS == "fp8"     ? anyrQuantFp8
+                 : quantS == "nvfp4" ? anyrQuantNvfp4
+                                     : anyrQuantNone;
       auto parseList = [](const std::string& text, const char* what, std::vector<size_t>* out) {
         if (text.empty()) return;
         out->clear();
