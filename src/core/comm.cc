@@ -673,7 +673,14 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
       chooseAlgo(admission_, thresholds_, bytes, static_cast<anyrAlgo_t>(forced_.load()));
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
   const bool aligned16 = reinterpret_cast<uintptr_t>(partial) % 16 == 0;
-  if (aligned16 && (algo == anyrAlgoOneShotPush || algo == anyrAlgoTwoShotPush)) {
+  // The fused two-shot kernel normalizes every row on every rank, one row per block at a time;
+  // on 2 x H200 it measured slower than the two-shot all-reduce + the standalone epilogue
+  // (128 tokens x 6144: 14.5 vs 12.8 us; 2048 tokens: 295 vs 129 us, docs/PERFORMANCE.md), so
+  // the automatic choice composes those, and the fused two-shot kernel runs only when forced.
+  const bool forcedTwoShotPush = forced_.load() == anyrAlgoTwoShotPush;
+  const bool fusedKernel = aligned16 && (algo == anyrAlgoOneShotPush ||
+                                         (algo == anyrAlgoTwoShotPush && forcedTwoShotPush));
+  if (fusedKernel) {
     // Fused kernels, in row chunks that fit one launch's buffers.
     const int H = static_cast<int>(hidden / 8);
     const size_t maxRows = algo == anyrAlgoOneShotPush
