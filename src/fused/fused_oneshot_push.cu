@@ -13,7 +13,7 @@
 #include "algo/lamport.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
-#include "fused/kernel_attrs.h"
+#include "fused/launch.cuh"
 
 namespace anyr {
 namespace {
@@ -108,19 +108,15 @@ cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream) {
   const size_t smem = fusedSharedBytes(p.hidden);
+  const size_t maxSmem = fusedSharedBytes(kFusedMaxHidden);
   const int threads = fusedThreads(p.hidden);
-  auto run = [&](auto kernel) {
-    cudaError_t e =
-        allowDynamicSmem(reinterpret_cast<const void*>(kernel), fusedSharedBytes(kFusedMaxHidden));
-    if (e != cudaSuccess) return e;
-    kernel<<<blocks, threads, smem, stream>>>(a, p, rowBase, rows);
-    return cudaGetLastError();
-  };
   switch (dtype) {
     case anyrFloat16:
-      return run(fusedOneShotPushKernel<__half>);
+      return launchWithSmem(fusedOneShotPushKernel<__half>, blocks, threads, smem, maxSmem, stream,
+                            a, p, rowBase, rows);
     case anyrBfloat16:
-      return run(fusedOneShotPushKernel<__nv_bfloat16>);
+      return launchWithSmem(fusedOneShotPushKernel<__nv_bfloat16>, blocks, threads, smem, maxSmem,
+                            stream, a, p, rowBase, rows);
     default:
       return cudaErrorInvalidValue;
   }

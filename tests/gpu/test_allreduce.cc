@@ -17,43 +17,12 @@
 #include "anyreduce/anyreduce.h"
 #include "common/data.h"
 #include "common/launcher.h"
+#include "gpu/gpu_test_util.h"
 
 namespace anyr {
 namespace {
 
 using Report = std::function<void(const std::string&)>;
-
-int gpuCount() {
-  static int n = -1;
-  if (n < 0) {
-    std::string why;
-    n = launch::countGpus(&why);
-  }
-  return n;
-}
-
-#define REQUIRE_GPU()                                           \
-  do {                                                          \
-    if (gpuCount() == 0) GTEST_SKIP() << "no CUDA GPU visible"; \
-  } while (0)
-
-// Fails the rank (exit code 3) with a message when a call fails.
-struct RankError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-#define R_CUDA(expr)                                                                            \
-  do {                                                                                          \
-    cudaError_t e_ = (expr);                                                                    \
-    if (e_ != cudaSuccess) throw RankError(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
-  } while (0)
-#define R_ANYR(expr, comm)                                                        \
-  do {                                                                            \
-    anyrResult_t r_ = (expr);                                                     \
-    if (r_ != anyrSuccess) {                                                      \
-      throw RankError(std::string(#expr) + ": " + anyrGetErrorString(r_) + ": " + \
-                      anyrGetLastError(comm));                                    \
-    }                                                                             \
-  } while (0)
 
 anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs) {
   int ngpus = 0;

@@ -22,44 +22,19 @@
 #include "common/data.h"
 #include "common/fused_reference.h"
 #include "common/launcher.h"
+#include "gpu/gpu_test_util.h"
 
 namespace anyr {
 namespace {
 
 using Report = std::function<void(const std::string&)>;
 
-struct RankError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-#define F_CUDA(expr)                                                                            \
-  do {                                                                                          \
-    cudaError_t e_ = (expr);                                                                    \
-    if (e_ != cudaSuccess) throw RankError(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
-  } while (0)
-#define F_ANYR(expr, comm)                                                        \
-  do {                                                                            \
-    anyrResult_t r_ = (expr);                                                     \
-    if (r_ != anyrSuccess) {                                                      \
-      throw RankError(std::string(#expr) + ": " + anyrGetErrorString(r_) + ": " + \
-                      anyrGetLastError(comm));                                    \
-    }                                                                             \
-  } while (0)
-
-int gpuCount() {
-  static int n = -1;
-  if (n < 0) {
-    std::string why;
-    n = launch::countGpus(&why);
-  }
-  return n;
-}
-
 // Host copies of a device buffer.
 std::vector<unsigned char> toHost(const void* d, size_t bytes, cudaStream_t s) {
   std::vector<unsigned char> h(bytes);
   if (bytes) {
-    F_CUDA(cudaMemcpyAsync(h.data(), d, bytes, cudaMemcpyDeviceToHost, s));
-    F_CUDA(cudaStreamSynchronize(s));
+    R_CUDA(cudaMemcpyAsync(h.data(), d, bytes, cudaMemcpyDeviceToHost, s));
+    R_CUDA(cudaStreamSynchronize(s));
   }
   return h;
 }
@@ -94,14 +69,14 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<size_t>& hiddens, const std::vector<size_t>& tokensList,
               bool allAlgos) {
   int ngpus = 0;
-  F_CUDA(cudaGetDeviceCount(&ngpus));
-  F_CUDA(cudaSetDevice(rank % ngpus));
+  R_CUDA(cudaGetDeviceCount(&ngpus));
+  R_CUDA(cudaSetDevice(rank % ngpus));
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
   anyrComm_t comm = nullptr;
-  F_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
   cudaStream_t s;
-  F_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   size_t maxElems = 0, maxHidden = 0, maxTokens = 0;
   for (size_t h : hiddens) maxHidden = std::max(maxHidden, h);
   for (size_t t : tokensList) maxTokens = std::max(maxTokens, t);
@@ -112,15 +87,15 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   Buffers b;
   for (void** p : {&b.partial, &b.residual, &b.residualOut, &b.norm, &b.quant, &b.x, &b.rNorm,
                    &b.rResidual, &b.rQuant}) {
-    F_CUDA(cudaMalloc(p, maxBytes));
+    R_CUDA(cudaMalloc(p, maxBytes));
   }
-  F_CUDA(cudaMalloc(&b.weight, maxHidden * 2));
-  F_CUDA(cudaMalloc(&b.scales, maxElems / 16 + 16));
-  F_CUDA(cudaMalloc(&b.rScales, maxElems / 16 + 16));
-  F_CUDA(cudaMalloc(&b.swizzled, swzBytes));
-  F_CUDA(cudaMalloc(&b.rSwizzled, swzBytes));
-  F_CUDA(cudaMalloc(&b.scale, sizeof(float)));
-  F_CUDA(cudaMalloc(&b.counters, 2 * sizeof(unsigned long long)));
+  R_CUDA(cudaMalloc(&b.weight, maxHidden * 2));
+  R_CUDA(cudaMalloc(&b.scales, maxElems / 16 + 16));
+  R_CUDA(cudaMalloc(&b.rScales, maxElems / 16 + 16));
+  R_CUDA(cudaMalloc(&b.swizzled, swzBytes));
+  R_CUDA(cudaMalloc(&b.rSwizzled, swzBytes));
+  R_CUDA(cudaMalloc(&b.scale, sizeof(float)));
+  R_CUDA(cudaMalloc(&b.counters, 2 * sizeof(unsigned long long)));
 
   std::vector<anyrAlgo_t> algos = {anyrAlgoOneShotPush, anyrAlgoTwoShotPush, anyrAlgoNccl,
                                    anyrAlgoAuto};
@@ -147,17 +122,17 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const int wp1 = (seed % 2) ? 1 : 0;
               // Inputs: partial differs per rank; residual and weight are the same on every
               // rank (a TP layer's replicated tensors).
-              F_CUDA(data::fillInput(dt, b.partial, elems, rank, seed, data::kSmallInts, s));
-              F_CUDA(data::fillInput(dt, b.residual, elems, 100, seed, data::kSmallInts, s));
-              F_CUDA(data::fillInput(dt, b.weight, hidden, 101, seed, data::kRandom, s));
+              R_CUDA(data::fillInput(dt, b.partial, elems, rank, seed, data::kSmallInts, s));
+              R_CUDA(data::fillInput(dt, b.residual, elems, 100, seed, data::kSmallInts, s));
+              R_CUDA(data::fillInput(dt, b.weight, hidden, 101, seed, data::kRandom, s));
               const float scaleValue = quant == 1 ? 0.25f : 0.02f;
-              F_CUDA(
+              R_CUDA(
                   cudaMemcpyAsync(b.scale, &scaleValue, sizeof(float), cudaMemcpyHostToDevice, s));
               // Reference (unfused) first, on its own buffers; in-place mode works on a copy.
               void* resIn = resMode ? b.residual : nullptr;
               void* rResOut = resMode ? b.rResidual : nullptr;
               if (resMode == 2)
-                F_CUDA(
+                R_CUDA(
                     cudaMemcpyAsync(b.rResidual, b.residual, bytes, cudaMemcpyDeviceToDevice, s));
               anyrFusedOptions_t ro = ANYR_FUSED_OPTIONS_INITIALIZER;
               ro.weightPlusOne = wp1;
@@ -178,23 +153,23 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                                    {b.scales, sBytes},
                                    {b.rSwizzled, swz},
                                    {b.swizzled, swz}}) {
-                F_CUDA(cudaMemsetAsync(p, 0x7b, nb, s));
+                R_CUDA(cudaMemsetAsync(p, 0x7b, nb, s));
               }
-              F_CUDA(cudaMemsetAsync(b.residualOut, 0x7b, bytes, s));
-              F_ANYR(anyrAllReduce(b.partial, b.x, elems, dt, anyrSum, comm, s), comm);
-              F_ANYR(anyrAddRmsNorm(b.x, resMode == 2 ? b.rResidual : resIn, rResOut, b.weight,
+              R_CUDA(cudaMemsetAsync(b.residualOut, 0x7b, bytes, s));
+              R_ANYR(anyrAllReduce(b.partial, b.x, elems, dt, anyrSum, comm, s), comm);
+              R_ANYR(anyrAddRmsNorm(b.x, resMode == 2 ? b.rResidual : resIn, rResOut, b.weight,
                                     1e-5f, b.rNorm, tokens, hidden, dt, &ro, s),
                      comm);
               // Fused.
               void* fResIn = resMode == 2 ? b.residualOut : resIn;
               if (resMode == 2)
-                F_CUDA(
+                R_CUDA(
                     cudaMemcpyAsync(b.residualOut, b.residual, bytes, cudaMemcpyDeviceToDevice, s));
               anyrFusedOptions_t fo = ro;
               fo.quantOut = quant ? b.quant : nullptr;
               fo.blockScales = quant == 2 ? b.scales : nullptr;
               fo.blockScalesSwizzled = quant == 2 ? b.swizzled : nullptr;
-              F_ANYR(anyrAllReduceAddRmsNorm(b.partial, fResIn, resMode ? b.residualOut : nullptr,
+              R_ANYR(anyrAllReduceAddRmsNorm(b.partial, fResIn, resMode ? b.residualOut : nullptr,
                                              b.weight, 1e-5f, b.norm, tokens, hidden, dt, &fo, comm,
                                              s),
                      comm);
@@ -204,12 +179,12 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               // Compared on the device: bytes that differ, and a hash for the cross-rank check.
               auto compare = [&](const void* fused, const void* unfused, size_t nbytes,
                                  const char* what) {
-                F_CUDA(cudaMemsetAsync(b.counters, 0, 2 * sizeof(unsigned long long), s));
-                F_CUDA(data::countDiffBytes(fused, unfused, nbytes, b.counters, s));
-                F_CUDA(data::hashBytes(fused, nbytes, b.counters + 1, s));
+                R_CUDA(cudaMemsetAsync(b.counters, 0, 2 * sizeof(unsigned long long), s));
+                R_CUDA(data::countDiffBytes(fused, unfused, nbytes, b.counters, s));
+                R_CUDA(data::hashBytes(fused, nbytes, b.counters + 1, s));
                 unsigned long long c[2] = {0, 0};
-                F_CUDA(cudaMemcpyAsync(c, b.counters, sizeof(c), cudaMemcpyDeviceToHost, s));
-                F_CUDA(cudaStreamSynchronize(s));
+                R_CUDA(cudaMemcpyAsync(c, b.counters, sizeof(c), cudaMemcpyDeviceToHost, s));
+                R_CUDA(cudaStreamSynchronize(s));
                 if (c[0] != 0) {
                   ++failures;
                   report("FAIL " + key.str() + ": " + what +
@@ -267,13 +242,13 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
     }
   }
   anyrResult_t async = anyrSuccess;
-  F_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
   if (async != anyrSuccess) {
     ++failures;
     report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
   }
   report("CHECKED " + std::to_string(checked) + "\n");
-  F_ANYR(anyrCommDestroy(comm), nullptr);
+  R_ANYR(anyrCommDestroy(comm), nullptr);
   return failures ? 4 : 0;
 }
 

@@ -52,13 +52,8 @@ std::string fmtBytes(uint64_t b) {
 
 int rankMain(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id, int ngpus,
              const std::function<void(const std::string&)>& report) {
-  BENCH_CUDA(cudaSetDevice(rank % ngpus));
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  if (o.timeoutMs > 0) cfg.timeoutMs = o.timeoutMs;
-  anyrComm_t comm = nullptr;
-  BENCH_ANYR(anyrCommInitRankConfig(&comm, nranks, id, rank, &cfg), nullptr);
   void* ncclVoid = nullptr;
-  BENCH_ANYR(anyrCommGetNcclComm(comm, &ncclVoid), comm);
+  anyrComm_t comm = openBenchComm(o, rank, nranks, id, ngpus, &ncclVoid);
   ncclComm_t nccl = static_cast<ncclComm_t>(ncclVoid);
 
   // Which algorithms run: the requested ones that this communicator admits.
@@ -237,6 +232,17 @@ int rankMain(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id
 }
 
 }  // namespace
+
+anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,
+                         int ngpus, void** nccl) {
+  BENCH_CUDA(cudaSetDevice(rank % ngpus));
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+  if (o.timeoutMs > 0) cfg.timeoutMs = o.timeoutMs;
+  anyrComm_t comm = nullptr;
+  BENCH_ANYR(anyrCommInitRankConfig(&comm, nranks, id, rank, &cfg), nullptr);
+  BENCH_ANYR(anyrCommGetNcclComm(comm, nccl), comm);
+  return comm;
+}
 
 int runBench(const BenchOptions& o) {
   std::string why;

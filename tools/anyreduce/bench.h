@@ -35,6 +35,11 @@ struct BenchOptions {
 // Runs the benchmark; returns the process exit code (0 ok, 2 no GPU, 1/4 failures).
 int runBench(const BenchOptions& o);
 
+// Selects the rank's GPU (rank % ngpus) and creates its communicator with the bench's
+// timeout; *nccl receives the communicator's NCCL communicator (ncclComm_t), or NULL.
+anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,
+                         int ngpus, void** nccl);
+
 // One rank of `--op add-rmsnorm` (bench_fused.cc); returns the rank's exit code.
 int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id, int ngpus);
 

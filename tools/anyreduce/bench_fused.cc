@@ -21,13 +21,8 @@ namespace anyr {
 namespace tool {
 
 int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id, int ngpus) {
-  BENCH_CUDA(cudaSetDevice(rank % ngpus));
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  if (o.timeoutMs > 0) cfg.timeoutMs = o.timeoutMs;
-  anyrComm_t comm = nullptr;
-  BENCH_ANYR(anyrCommInitRankConfig(&comm, nranks, id, rank, &cfg), nullptr);
   void* ncclVoid = nullptr;
-  BENCH_ANYR(anyrCommGetNcclComm(comm, &ncclVoid), comm);
+  anyrComm_t comm = openBenchComm(o, rank, nranks, id, ngpus, &ncclVoid);
   ncclComm_t nccl = static_cast<ncclComm_t>(ncclVoid);
   const anyrDataType_t dt = o.dtypes.empty() ? anyrBfloat16 : o.dtypes[0];
   if (dt == anyrFloat32) throw std::runtime_error("--op add-rmsnorm supports bf16 and fp16");
