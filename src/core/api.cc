@@ -7,50 +7,13 @@
 
 #include "anyreduce/anyreduce.h"
 #include "bootstrap/bootstrap.h"
+#include "core/boundary.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
 
-struct anyrComm {
-  std::unique_ptr<anyr::Communicator> impl;
-  std::mutex mu;
-  std::string lastError;
-  bool destroyed = false;
-};
-
 namespace {
-
-thread_local std::string tlsLastError;
-
-void record(anyrComm_t comm, const std::string& msg) {
-  tlsLastError = msg;
-  if (comm != nullptr) {
-    std::lock_guard<std::mutex> lock(comm->mu);
-    comm->lastError = msg;
-  }
-}
-
-template <typename F>
-anyrResult_t guarded(anyrComm_t comm, const char* fn, F&& f) {
-  try {
-    f();
-    return anyrSuccess;
-  } catch (const anyr::Error& e) {
-    record(comm, std::string(fn) + ": " + e.what());
-    ANYR_LOG(Info, -1, fn << " failed: " << e.what());
-    return e.code();
-  } catch (const std::bad_alloc&) {
-    record(comm, std::string(fn) + ": out of host memory");
-    return anyrSystemError;
-  } catch (const std::exception& e) {
-    record(comm, std::string(fn) + ": internal error: " + e.what());
-    return anyrInternalError;
-  } catch (...) {
-    record(comm, std::string(fn) + ": internal error: unknown exception");
-    return anyrInternalError;
-  }
-}
 
 anyr::Communicator& live(anyrComm_t comm) {
   ANYR_REQUIRE_ARG(comm != nullptr, "comm", "must not be NULL");
@@ -63,14 +26,14 @@ anyr::Communicator& live(anyrComm_t comm) {
 extern "C" {
 
 anyrResult_t anyrGetVersion(int* version) {
-  return guarded(nullptr, "anyrGetVersion", [&] {
+  return anyr::guarded(nullptr, "anyrGetVersion", [&] {
     ANYR_REQUIRE_ARG(version != nullptr, "version", "must not be NULL");
     *version = ANYR_VERSION_CODE;
   });
 }
 
 anyrResult_t anyrGetUniqueId(anyrUniqueId* uniqueId) {
-  return guarded(nullptr, "anyrGetUniqueId", [&] {
+  return anyr::guarded(nullptr, "anyrGetUniqueId", [&] {
     ANYR_REQUIRE_ARG(uniqueId != nullptr, "uniqueId", "must not be NULL");
     anyr::createUniqueId(uniqueId);
   });
@@ -78,7 +41,7 @@ anyrResult_t anyrGetUniqueId(anyrUniqueId* uniqueId) {
 
 anyrResult_t anyrCommInitRankConfig(anyrComm_t* comm, int nranks, anyrUniqueId uniqueId, int rank,
                                     const anyrConfig_t* config) {
-  return guarded(nullptr, "anyrCommInitRank", [&] {
+  return anyr::guarded(nullptr, "anyrCommInitRank", [&] {
     ANYR_REQUIRE_ARG(comm != nullptr, "comm", "must not be NULL");
     *comm = nullptr;
     ANYR_REQUIRE_ARG(nranks >= 1 && nranks <= 4096, "nranks",
@@ -99,7 +62,7 @@ anyrResult_t anyrCommInitRank(anyrComm_t* comm, int nranks, anyrUniqueId uniqueI
 }
 
 anyrResult_t anyrCommInitFromNccl(anyrComm_t* comm, void* ncclComm, const anyrConfig_t* config) {
-  return guarded(nullptr, "anyrCommInitFromNccl", [&] {
+  return anyr::guarded(nullptr, "anyrCommInitFromNccl", [&] {
     ANYR_REQUIRE_ARG(comm != nullptr, "comm", "must not be NULL");
     *comm = nullptr;
     ANYR_REQUIRE_ARG(ncclComm != nullptr, "ncclComm", "must not be NULL");
@@ -114,10 +77,10 @@ anyrResult_t anyrCommInitFromNccl(anyrComm_t* comm, void* ncclComm, const anyrCo
 
 anyrResult_t anyrCommDestroy(anyrComm_t comm) {
   if (comm == nullptr) {
-    record(nullptr, "anyrCommDestroy: argument 'comm': must not be NULL");
+    anyr::record(nullptr, "anyrCommDestroy: argument 'comm': must not be NULL");
     return anyrInvalidArgument;
   }
-  anyrResult_t r = guarded(nullptr, "anyrCommDestroy", [&] {
+  anyrResult_t r = anyr::guarded(nullptr, "anyrCommDestroy", [&] {
     if (comm->impl) comm->impl->destroy();
   });
   comm->impl.reset();
@@ -126,41 +89,41 @@ anyrResult_t anyrCommDestroy(anyrComm_t comm) {
 }
 
 anyrResult_t anyrCommAbort(anyrComm_t comm) {
-  return guarded(comm, "anyrCommAbort", [&] { live(comm).abort(); });
+  return anyr::guarded(comm, "anyrCommAbort", [&] { live(comm).abort(); });
 }
 
 anyrResult_t anyrCommGetAsyncError(anyrComm_t comm, anyrResult_t* asyncError) {
-  return guarded(comm, "anyrCommGetAsyncError", [&] {
+  return anyr::guarded(comm, "anyrCommGetAsyncError", [&] {
     ANYR_REQUIRE_ARG(asyncError != nullptr, "asyncError", "must not be NULL");
     std::string msg;
     *asyncError = live(comm).asyncError(&msg);
-    if (*asyncError != anyrSuccess) record(comm, msg);
+    if (*asyncError != anyrSuccess) anyr::record(comm, msg);
   });
 }
 
 anyrResult_t anyrCommCount(const anyrComm_t comm, int* count) {
-  return guarded(comm, "anyrCommCount", [&] {
+  return anyr::guarded(comm, "anyrCommCount", [&] {
     ANYR_REQUIRE_ARG(count != nullptr, "count", "must not be NULL");
     *count = live(comm).size();
   });
 }
 
 anyrResult_t anyrCommUserRank(const anyrComm_t comm, int* rank) {
-  return guarded(comm, "anyrCommUserRank", [&] {
+  return anyr::guarded(comm, "anyrCommUserRank", [&] {
     ANYR_REQUIRE_ARG(rank != nullptr, "rank", "must not be NULL");
     *rank = live(comm).rank();
   });
 }
 
 anyrResult_t anyrCommCuDevice(const anyrComm_t comm, int* device) {
-  return guarded(comm, "anyrCommCuDevice", [&] {
+  return anyr::guarded(comm, "anyrCommCuDevice", [&] {
     ANYR_REQUIRE_ARG(device != nullptr, "device", "must not be NULL");
     *device = live(comm).device();
   });
 }
 
 anyrResult_t anyrCommGetNcclComm(const anyrComm_t comm, void** ncclComm) {
-  return guarded(comm, "anyrCommGetNcclComm", [&] {
+  return anyr::guarded(comm, "anyrCommGetNcclComm", [&] {
     ANYR_REQUIRE_ARG(ncclComm != nullptr, "ncclComm", "must not be NULL");
     *ncclComm = live(comm).nccl();
   });
@@ -169,8 +132,9 @@ anyrResult_t anyrCommGetNcclComm(const anyrComm_t comm, void** ncclComm) {
 anyrResult_t anyrAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            anyrDataType_t datatype, anyrRedOp_t op, anyrComm_t comm,
                            cudaStream_t stream) {
-  return guarded(comm, "anyrAllReduce",
-                 [&] { live(comm).allReduce(sendbuff, recvbuff, count, datatype, op, stream); });
+  return anyr::guarded(comm, "anyrAllReduce", [&] {
+    live(comm).allReduce(sendbuff, recvbuff, count, datatype, op, stream);
+  });
 }
 
 anyrResult_t anyrAllReduceAddRmsNorm(const void* partial, const void* residualIn, void* residualOut,
@@ -178,26 +142,26 @@ anyrResult_t anyrAllReduceAddRmsNorm(const void* partial, const void* residualIn
                                      size_t tokens, size_t hidden, anyrDataType_t datatype,
                                      const anyrFusedOptions_t* options, anyrComm_t comm,
                                      cudaStream_t stream) {
-  return guarded(comm, "anyrAllReduceAddRmsNorm", [&] {
+  return anyr::guarded(comm, "anyrAllReduceAddRmsNorm", [&] {
     live(comm).allReduceAddRmsNorm(partial, residualIn, residualOut, weight, epsilon, normOut,
                                    tokens, hidden, datatype, options, stream);
   });
 }
 
 anyrResult_t anyrCommSetAlgorithm(anyrComm_t comm, anyrAlgo_t algorithm) {
-  return guarded(comm, "anyrCommSetAlgorithm", [&] { live(comm).setAlgorithm(algorithm); });
+  return anyr::guarded(comm, "anyrCommSetAlgorithm", [&] { live(comm).setAlgorithm(algorithm); });
 }
 
 anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count, anyrDataType_t datatype,
                                     anyrAlgo_t* algorithm) {
-  return guarded(comm, "anyrCommQueryAlgorithm", [&] {
+  return anyr::guarded(comm, "anyrCommQueryAlgorithm", [&] {
     ANYR_REQUIRE_ARG(algorithm != nullptr, "algorithm", "must not be NULL");
     *algorithm = live(comm).queryAlgorithm(count, datatype);
   });
 }
 
 anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed) {
-  return guarded(comm, "anyrCommExplain", [&] {
+  return anyr::guarded(comm, "anyrCommExplain", [&] {
     std::string s = live(comm).explainJson();
     if (needed != nullptr) *needed = s.size() + 1;
     if (buf != nullptr && len > 0) {
@@ -251,7 +215,7 @@ const char* anyrGetLastError(anyrComm_t comm) {
     copy = comm->lastError;
     return copy.c_str();
   }
-  return tlsLastError.c_str();
+  return anyr::threadLastError().c_str();
 }
 
 }  // extern "C"

@@ -4,14 +4,13 @@
 // anything is written), then fusedRowEpilogue (fused/epilogue.cuh) does the rest, so the bits
 // equal those of the fused all-reduce kernels.
 //
-// Block size: about two 8-element vectors per thread (hidden / 16 threads, rounded up to a
-// warp, 32..1024), so an NVFP4 block of 16 elements is one thread's work and every thread has
-// loads in flight. Shared memory: fusedSharedBytes(hidden), at most 69,648 bytes (hidden
-// 16384); above 48 KB the kernel's dynamic shared memory limit is raised once per device.
-#include <atomic>
-
+// Block size: hidden / 16 threads, rounded up to a warp, 32..1024: two 8-element vectors per
+// thread in each phase, so every thread has loads in flight. Shared memory:
+// fusedSharedBytes(hidden), at most 69,648 bytes (hidden 16384); the kernel's dynamic shared
+// memory limit is raised once per device (launchWithSmem).
 #include "fused/epilogue.cuh"
 #include "fused/fused.h"
+#include "fused/launch.cuh"
 
 namespace anyr {
 namespace {
@@ -19,8 +18,10 @@ namespace {
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxGrid = 1 << 16;  // blocks; more rows are taken in turn by the same blocks
 
+// (kMaxThreads, 1): one block of 1024 may use 64 registers a thread; without the 1, ptxas for
+// sm_80 aimed at two such blocks (32 registers) and spilled.
 template <typename T>
-__global__ void __launch_bounds__(kMaxThreads) addRmsNormKernel(const T* x, FusedParams p) {
+__global__ void __launch_bounds__(kMaxThreads, 1) addRmsNormKernel(const T* x, FusedParams p) {
   extern __shared__ float4 fusedSmem[];
   float* xs = reinterpret_cast<float*>(fusedSmem);
   float* red = xs + p.hidden;
@@ -42,33 +43,11 @@ __global__ void __launch_bounds__(kMaxThreads) addRmsNormKernel(const T* x, Fuse
   }
 }
 
-// Raises the kernel's dynamic shared memory limit to what hidden = kFusedMaxHidden needs, once
-// per device (a function attribute, not a stream operation: allowed during graph capture).
 template <typename T>
-cudaError_t allowLargeSmem() {
-  static std::atomic<uint64_t> doneDevices{0};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit != 0 && (doneDevices.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
-  err = cudaFuncSetAttribute(addRmsNormKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(fusedSharedBytes(kFusedMaxHidden)));
-  if (err == cudaSuccess) doneDevices.fetch_or(bit, std::memory_order_release);
-  return err;
-}
-
-template <typename T>
-cudaError_t launchTyped(const void* x, const FusedParams& p, cudaStream_t stream) {
-  const size_t smem = fusedSharedBytes(p.hidden);
-  if (smem > 48 * 1024) {
-    cudaError_t err = allowLargeSmem<T>();
-    if (err != cudaSuccess) return err;
-  }
+cudaError_t launchTyped(const void* x, const FusedParams& p, cudaStream_t stream, int threads) {
   const int blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
-  addRmsNormKernel<T><<<blocks, addRmsNormThreads(p.hidden), smem, stream>>>(
-      static_cast<const T*>(x), p);
-  return cudaGetLastError();
+  return launchWithSmem(addRmsNormKernel<T>, blocks, threads, fusedSharedBytes(p.hidden),
+                        fusedSharedBytes(kFusedMaxHidden), stream, static_cast<const T*>(x), p);
 }
 
 }  // namespace
@@ -79,13 +58,15 @@ int addRmsNormThreads(int hidden) {
 }
 
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, int threads) {
   if (p.tokens == 0) return cudaSuccess;
+  if (threads == 0) threads = addRmsNormThreads(p.hidden);
+  if (threads % 32 != 0 || threads < 32 || threads > kMaxThreads) return cudaErrorInvalidValue;
   switch (datatype) {
     case anyrBfloat16:
-      return launchTyped<__nv_bfloat16>(x, p, stream);
+      return launchTyped<__nv_bfloat16>(x, p, stream, threads);
     case anyrFloat16:
-      return launchTyped<__half>(x, p, stream);
+      return launchTyped<__half>(x, p, stream, threads);
     default:
       return cudaErrorInvalidValue;
   }

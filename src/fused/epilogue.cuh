@@ -66,17 +66,6 @@ __device__ __forceinline__ float e4m3Value(uint32_t code) {
   return __half2float(__half(h));
 }
 
-// e2m1 by comparisons with the midpoints of the grid; a tie goes to the even code (0.25 -> 0,
-// 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4). The same instructions on
-// every architecture, so every GPU gives the same bits.
-__device__ __forceinline__ uint32_t e2m1Code(float v) {
-  const float a = fabsf(v);
-  if (a != a) return 0x7u;  // NaN
-  const uint32_t c = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
-                     (a >= 3.5f) + (a > 5.0f);
-  return c | ((__float_as_uint(v) >> 28) & 0x8u);
-}
-
 // ---- vector access ------------------------------------------------------------------------
 __device__ __forceinline__ bool isAligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
@@ -96,25 +85,38 @@ __device__ __forceinline__ void storeRowVec(T* row, int v, int n, bool aligned, 
   }
 }
 
-__device__ __forceinline__ void store8Bytes(unsigned char* p, uint2 x, bool aligned) {
+__device__ __forceinline__ void storeBytes(unsigned char* p, uint2 x, int n, bool aligned) {
   if (aligned) {
-    *reinterpret_cast<uint2*>(p) = x;
+    if (n == 8) {
+      *reinterpret_cast<uint2*>(p) = x;
+    } else {
+      *reinterpret_cast<uint32_t*>(p) = x.x;
+    }
     return;
   }
   const unsigned char* b = reinterpret_cast<const unsigned char*>(&x);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) p[i] = b[i];
+  for (int i = 0; i < n; ++i) p[i] = b[i];
 }
 
+// Vector v of xs: eight floats, two float4. A 128-bit shared access is served a quarter warp
+// (8 lanes, 128 bytes) at a time; with lanes on consecutive vectors (32 bytes apart) lanes k
+// and k + 4 would hit the same banks, so lanes 4..7 of each quarter take the second float4
+// first: no bank conflict. Callers give consecutive lanes consecutive vectors.
 __device__ __forceinline__ void loadXs8(const float* xs, int v, float (&f)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(xs)[2 * v];
-  const float4 b = reinterpret_cast<const float4*>(xs)[2 * v + 1];
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  const int h = (threadIdx.x >> 2) & 1;
+  const float4 a = reinterpret_cast<const float4*>(xs)[2 * v + h];
+  const float4 b = reinterpret_cast<const float4*>(xs)[2 * v + (h ^ 1)];
+  const float4 lo = h ? b : a, hi = h ? a : b;
+  f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w;
+  f[4] = hi.x, f[5] = hi.y, f[6] = hi.z, f[7] = hi.w;
 }
 
 __device__ __forceinline__ void storeXs8(float* xs, int v, const float (&f)[8]) {
-  reinterpret_cast<float4*>(xs)[2 * v] = make_float4(f[0], f[1], f[2], f[3]);
-  reinterpret_cast<float4*>(xs)[2 * v + 1] = make_float4(f[4], f[5], f[6], f[7]);
+  const int h = (threadIdx.x >> 2) & 1;
+  const float4 lo = make_float4(f[0], f[1], f[2], f[3]);
+  const float4 hi = make_float4(f[4], f[5], f[6], f[7]);
+  reinterpret_cast<float4*>(xs)[2 * v + h] = h ? hi : lo;
+  reinterpret_cast<float4*>(xs)[2 * v + (h ^ 1)] = h ? lo : hi;
 }
 
 // y for vector v: reads float(r) from xs and the weights; returns y rounded to T (as floats)
@@ -186,64 +188,64 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
   const float mean = red[kFusedSlots] / static_cast<float>(hidden);
   const float rstd = rsqrtf(mean + p.epsilon);
 
-  // Phase 2: y, normOut, quantization.
+  // Phase 2: y, normOut, quantization. One vector per lane, consecutive lanes on consecutive
+  // vectors; the loop runs warp-uniformly, so the two lanes holding an NVFP4 block (vectors
+  // 2b and 2b + 1 on lanes 2j and 2j + 1) combine their maxima with one shuffle.
   const bool weightAligned = isAligned(p.weight, 16);
   T* normOut = p.normOut ? static_cast<T*>(p.normOut) + rowStart : nullptr;
   const bool normAligned = isAligned(p.normOut, 16);
-  unsigned char* quantOut = static_cast<unsigned char*>(p.quantOut);
-  const bool quantAligned = isAligned(p.quantOut, 8);
-  if (p.quant == anyrQuantNvfp4) {
-    const float g = *p.scale;
-    const float sixG = 6.0f * g;
-    const int nblocks = hidden / kNvfp4BlockElems;
-    unsigned char* q = quantOut + rowStart / 2;
-    unsigned char* linear =
-        p.blockScales ? static_cast<unsigned char*>(p.blockScales) + static_cast<int64_t>(row) *
-                                                                         nblocks
-                      : nullptr;
-    unsigned char* swizzled = static_cast<unsigned char*>(p.blockScalesSwizzled);
-    for (int b = threadIdx.x; b < nblocks; b += blockDim.x) {
-      float y0[8], y1[8];
-      const Vec o0 = normVec<T>(p, xs, 2 * b, rstd, weightAligned, y0);
-      const Vec o1 = normVec<T>(p, xs, 2 * b + 1, rstd, weightAligned, y1);
-      if (normOut != nullptr) {
-        storeRowVec(normOut, 2 * b, hidden, normAligned, o0);
-        storeRowVec(normOut, 2 * b + 1, hidden, normAligned, o1);
-      }
-      float amax = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fmaxf(fabsf(y0[i]), fabsf(y1[i])));
-      const uint32_t s = e4m3Code(amax / sixG);
-      const float d = e4m3Value(s) * g;
-      uint2 packed = make_uint2(0u, 0u);
-      if (d > 0.0f) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          packed.x |= e2m1Code(y0[i] / d) << (4 * i);
-          packed.y |= e2m1Code(y1[i] / d) << (4 * i);
-        }
-      }
-      store8Bytes(q + 8 * b, packed, quantAligned);
-      if (linear != nullptr) linear[b] = static_cast<unsigned char>(s);
-      if (swizzled != nullptr) {
-        swizzled[swizzledScaleOffset(row, b, nblocks)] = static_cast<unsigned char>(s);
-      }
-    }
-  } else {
-    const bool fp8 = p.quant == anyrQuantFp8;
-    const float scale = fp8 ? *p.scale : 1.0f;
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-      float y[8];
+  const int quant = p.quant;
+  const float qscale = quant != anyrQuantNone ? *p.scale : 1.0f;  // FP8 scale or NVFP4 g
+  const float sixG = 6.0f * qscale;
+  const int nblocks = hidden / kNvfp4BlockElems;
+  unsigned char* quantRow = p.quantOut ? static_cast<unsigned char*>(p.quantOut) +
+                                             (quant == anyrQuantFp8 ? rowStart : rowStart / 2)
+                                       : nullptr;
+  const bool quantAligned = isAligned(p.quantOut, quant == anyrQuantFp8 ? 8 : 4);
+  unsigned char* linear = p.blockScales ? static_cast<unsigned char*>(p.blockScales) +
+                                              static_cast<int64_t>(row) * nblocks
+                                        : nullptr;
+  unsigned char* swizzled = static_cast<unsigned char*>(p.blockScalesSwizzled);
+  const int lane = threadIdx.x & 31;
+  for (int v0 = threadIdx.x - lane; v0 < nvec; v0 += blockDim.x) {
+    const int v = v0 + lane;
+    const bool active = v < nvec;
+    float y[8] = {};
+    if (active) {
       const Vec o = normVec<T>(p, xs, v, rstd, weightAligned, y);
       if (normOut != nullptr) storeRowVec(normOut, v, hidden, normAligned, o);
-      if (fp8) {
+    }
+    if (quant == anyrQuantFp8) {
+      if (active) {
         uint2 packed = make_uint2(0u, 0u);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          packed.x |= e4m3Code(y[i] / scale) << (8 * i);
-          packed.y |= e4m3Code(y[4 + i] / scale) << (8 * i);
+          packed.x |= e4m3Code(y[i] / qscale) << (8 * i);
+          packed.y |= e4m3Code(y[4 + i] / qscale) << (8 * i);
         }
-        store8Bytes(quantOut + rowStart + 8 * v, packed, quantAligned);
+        storeBytes(quantRow + 8 * static_cast<int64_t>(v), packed, 8, quantAligned);
+      }
+    } else if (quant == anyrQuantNvfp4) {
+      float amax = 0.0f;  // inactive lanes hold zeros
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(y[i]));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the block's other half
+      if (active) {
+        const uint32_t s = e4m3Code(amax / sixG);
+        const float d = e4m3Value(s) * qscale;
+        uint32_t packed = 0;
+        if (d > 0.0f) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) packed |= e2m1Code(y[i] / d) << (4 * i);
+        }
+        storeBytes(quantRow + 4 * static_cast<int64_t>(v), make_uint2(packed, 0u), 4, quantAligned);
+        if ((v & 1) == 0) {
+          const int b = v >> 1;
+          if (linear != nullptr) linear[b] = static_cast<unsigned char>(s);
+          if (swizzled != nullptr) {
+            swizzled[swizzledScaleOffset(row, b, nblocks)] = static_cast<unsigned char>(s);
+          }
+        }
       }
     }
   }

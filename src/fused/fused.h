@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,6 +76,20 @@ __host__ __device__ constexpr int64_t swizzledScaleOffset(int64_t m, int64_t k, 
          ((m % 128) / 32) * 4 + (k % 4);
 }
 
+// ---- FP4 e2m1 encoding (the kernel's; host-callable so CPU tests check it) ----------------
+// Round to nearest even onto {0, 0.5, 1, 1.5, 2, 3, 4, 6}, |v| above 6 saturates to 6, the sign
+// bit is kept (also on zero), NaN -> +6 (code 0x7): the semantics of cvt.rn.satfinite.e2m1x2.f32
+// and of cuda_fp4.h. Comparisons with the grid's midpoints, a tie going to the even code
+// (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4): the same
+// instructions on every architecture, so every GPU gives the same bits.
+__host__ __device__ inline uint32_t e2m1Code(float v) {
+  const float a = fabsf(v);
+  if (a != a) return 0x7u;  // NaN
+  const uint32_t c = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                     (a >= 3.5f) + (a > 5.0f);
+  return c | (copysignf(1.0f, v) < 0.0f ? 0x8u : 0u);
+}
+
 // ---- host: argument rules -----------------------------------------------------------------
 // Checks every argument rule of anyrAllReduceAddRmsNorm / anyrAddRmsNorm and throws
 // anyr::Error(anyrInvalidArgument, "argument 'NAME': RULE") for the first one broken.
@@ -83,8 +98,8 @@ __host__ __device__ constexpr int64_t swizzledScaleOffset(int64_t m, int64_t k, 
 // With tokens == 0 nothing is read or written, so only the rules on values (datatype, hidden,
 // epsilon, options) apply, not those on buffers.
 void validateFused(const void* input, const char* inputName, const void* residualIn,
-                   const void* residualOut, const void* weight, float epsilon,
-                   const void* normOut, size_t tokens, size_t hidden, anyrDataType_t datatype,
+                   const void* residualOut, const void* weight, float epsilon, const void* normOut,
+                   size_t tokens, size_t hidden, anyrDataType_t datatype,
                    const anyrFusedOptions_t* options);
 
 // validateFused, then the kernel parameters.
@@ -97,9 +112,11 @@ FusedParams makeFusedParams(const void* input, const char* inputName, const void
 // Add + RMSNorm (+ quantization) of an already all-reduced tensor x (dtype T, [tokens][hidden],
 // may equal p.normOut): one block per row, the row staged in shared memory. `p` must come from
 // makeFusedParams. Asynchronous on `stream`; returns the launch's error. tokens == 0: no launch.
-// Padding rows (tokens..padded) of blockScalesSwizzled are not written.
+// Padding rows (tokens..padded) of blockScalesSwizzled are not written. threads: threads per
+// block, a multiple of 32 up to 1024, or 0 for addRmsNormThreads(hidden); the outputs do not
+// depend on it (tests use it to show that).
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
-                             cudaStream_t stream);
+                             cudaStream_t stream, int threads = 0);
 
 // Threads per block the standalone kernel uses for `hidden`.
 int addRmsNormThreads(int hidden);

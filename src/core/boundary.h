@@ -1,0 +1,52 @@
+// The C API boundary's one error idiom: run a body, catch anyr::Error once, record its message
+// for anyrGetLastError (per thread, and per communicator when one is involved), and return
+// the result code. Every exported function of the library goes through guarded().
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "anyreduce/anyreduce.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace anyr {
+class Communicator;
+}
+
+struct anyrComm {
+  std::unique_ptr<anyr::Communicator> impl;
+  std::mutex mu;
+  std::string lastError;
+};
+
+namespace anyr {
+
+// Records `msg` as the calling thread's last error and, when comm != NULL, the communicator's.
+void record(anyrComm_t comm, const std::string& msg);
+const std::string& threadLastError();
+
+template <typename F>
+anyrResult_t guarded(anyrComm_t comm, const char* fn, F&& f) {
+  try {
+    f();
+    return anyrSuccess;
+  } catch (const Error& e) {
+    record(comm, std::string(fn) + ": " + e.what());
+    ANYR_LOG(Info, -1, fn << " failed: " << e.what());
+    return e.code();
+  } catch (const std::bad_alloc&) {
+    record(comm, std::string(fn) + ": out of host memory");
+    return anyrSystemError;
+  } catch (const std::exception& e) {
+    record(comm, std::string(fn) + ": internal error: " + e.what());
+    return anyrInternalError;
+  } catch (...) {
+    record(comm, std::string(fn) + ": internal error: unknown exception");
+    return anyrInternalError;
+  }
+}
+
+}  // namespace anyr

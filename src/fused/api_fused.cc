@@ -1,0 +1,171 @@
+// Host side of the fused add + RMSNorm (+ quantization): the argument rules shared by
+// anyrAllReduceAddRmsNorm and anyrAddRmsNorm, and the C boundary of anyrAddRmsNorm.
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "anyreduce/anyreduce.h"
+#include "core/boundary.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "fused/fused.h"
+
+namespace anyr {
+namespace {
+
+const anyrFusedOptions_t kDefaultOptions = ANYR_FUSED_OPTIONS_INITIALIZER;
+
+std::string hex(uintptr_t v) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  do {
+    s.insert(s.begin(), digits[v & 15]);
+    v >>= 4;
+  } while (v != 0);
+  return "0x" + s;
+}
+
+std::string formatFloat(float v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+void requireAligned(const void* p, size_t bytes, const char* name) {
+  ANYR_REQUIRE_ARG(reinterpret_cast<uintptr_t>(p) % bytes == 0, name,
+                   "address " + hex(reinterpret_cast<uintptr_t>(p)) + " is not aligned to " +
+                       std::to_string(bytes) + " bytes (the element size)");
+}
+
+// Two buffers of `bytes` each must be the same buffer or disjoint.
+void requireSameOrDisjoint(const void* a, const char* aName, const void* b, const char* bName,
+                           size_t bytes) {
+  if (a == nullptr || b == nullptr || a == b) return;
+  const uintptr_t pa = reinterpret_cast<uintptr_t>(a);
+  const uintptr_t pb = reinterpret_cast<uintptr_t>(b);
+  const bool disjoint = pa + bytes <= pb || pb + bytes <= pa;
+  ANYR_REQUIRE_ARG(disjoint, aName,
+                   std::string("partly overlaps ") + bName +
+                       " (it must be the same buffer, in place, or not overlap at all)");
+}
+
+}  // namespace
+
+void validateFused(const void* input, const char* inputName, const void* residualIn,
+                   const void* residualOut, const void* weight, float epsilon, const void* normOut,
+                   size_t tokens, size_t hidden, anyrDataType_t datatype,
+                   const anyrFusedOptions_t* options) {
+  // Values.
+  ANYR_REQUIRE_ARG(datatype == anyrBfloat16 || datatype == anyrFloat16, "datatype",
+                   datatype == anyrFloat32 ? std::string("fused op supports bf16 and fp16")
+                                           : "fused op supports bf16 and fp16 (got " +
+                                                 std::to_string(static_cast<int>(datatype)) + ")");
+  ANYR_REQUIRE_ARG(
+      hidden % kFusedHiddenMultiple == 0 && hidden >= kFusedMinHidden && hidden <= kFusedMaxHidden,
+      "hidden",
+      std::to_string(hidden) + " is not a multiple of 8 in " + std::to_string(kFusedMinHidden) +
+          ".." + std::to_string(kFusedMaxHidden));
+  ANYR_REQUIRE_ARG(tokens <= static_cast<size_t>(INT32_MAX), "tokens",
+                   std::to_string(tokens) + " exceeds 2147483647");
+  ANYR_REQUIRE_ARG(epsilon > 0.0f && std::isfinite(epsilon), "epsilon",
+                   "must be positive and finite (got " + formatFloat(epsilon) + ")");
+  if (options != nullptr) {
+    ANYR_REQUIRE_ARG(options->magic == ANYR_FUSED_MAGIC, "options",
+                     "not initialized with ANYR_FUSED_OPTIONS_INITIALIZER (bad magic)");
+    ANYR_REQUIRE_ARG(options->size == sizeof(anyrFusedOptions_t), "options",
+                     "size field is " + std::to_string(options->size) + ", this library expects " +
+                         std::to_string(sizeof(anyrFusedOptions_t)) + " (header/library mismatch)");
+  }
+  const anyrFusedOptions_t& o = options != nullptr ? *options : kDefaultOptions;
+  ANYR_REQUIRE_ARG(o.quant >= anyrQuantNone && o.quant < anyrNumQuants, "options.quant",
+                   "unknown quantization " + std::to_string(o.quant) +
+                       " (anyrQuantNone, anyrQuantFp8 or anyrQuantNvfp4)");
+  ANYR_REQUIRE_ARG(o.quant != anyrQuantNvfp4 || hidden % kNvfp4BlockElems == 0, "hidden",
+                   std::to_string(hidden) + " is not a multiple of 16, as NVFP4 needs");
+  if (tokens == 0) return;
+
+  // Buffers.
+  const size_t esize = 2;  // bf16 / fp16
+  const size_t rowBytes = tokens * hidden * esize;
+  ANYR_REQUIRE_ARG(input != nullptr, inputName, "must not be NULL");
+  ANYR_REQUIRE_ARG(weight != nullptr, "weight", "must not be NULL");
+  ANYR_REQUIRE_ARG(residualIn == nullptr || residualOut != nullptr, "residualOut",
+                   "must not be NULL when residualIn is given");
+  ANYR_REQUIRE_ARG(normOut != nullptr || o.quant != anyrQuantNone, "normOut",
+                   "must not be NULL unless a quantized output is requested");
+  if (o.quant != anyrQuantNone) {
+    ANYR_REQUIRE_ARG(o.scale != nullptr, "options.scale",
+                     o.quant == anyrQuantFp8 ? "FP8 needs the per-tensor scale (device pointer)"
+                                             : "NVFP4 needs the global scale (device pointer)");
+    ANYR_REQUIRE_ARG(o.quantOut != nullptr, "options.quantOut",
+                     "must not be NULL when quant is FP8 or NVFP4");
+    requireAligned(o.scale, sizeof(float), "options.scale");
+  }
+  if (o.quant == anyrQuantNvfp4) {
+    ANYR_REQUIRE_ARG(o.blockScales != nullptr || o.blockScalesSwizzled != nullptr,
+                     "options.blockScales",
+                     "NVFP4 needs blockScales or blockScalesSwizzled (both NULL)");
+  }
+  requireAligned(input, esize, inputName);
+  requireAligned(weight, esize, "weight");
+  requireAligned(residualIn, esize, "residualIn");
+  requireAligned(residualOut, esize, "residualOut");
+  requireAligned(normOut, esize, "normOut");
+  requireSameOrDisjoint(residualOut, "residualOut", residualIn, "residualIn", rowBytes);
+  requireSameOrDisjoint(normOut, "normOut", input, inputName, rowBytes);
+  if (normOut != nullptr && residualOut != nullptr) {
+    const uintptr_t pn = reinterpret_cast<uintptr_t>(normOut);
+    const uintptr_t pr = reinterpret_cast<uintptr_t>(residualOut);
+    ANYR_REQUIRE_ARG(pn + rowBytes <= pr || pr + rowBytes <= pn, "normOut",
+                     "overlaps residualOut (they must be different buffers)");
+  }
+}
+
+FusedParams makeFusedParams(const void* input, const char* inputName, const void* residualIn,
+                            void* residualOut, const void* weight, float epsilon, void* normOut,
+                            size_t tokens, size_t hidden, anyrDataType_t datatype,
+                            const anyrFusedOptions_t* options) {
+  validateFused(input, inputName, residualIn, residualOut, weight, epsilon, normOut, tokens, hidden,
+                datatype, options);
+  const anyrFusedOptions_t& o = options != nullptr ? *options : kDefaultOptions;
+  FusedParams p{};
+  p.residualIn = residualIn;
+  p.residualOut = residualOut;
+  p.weight = weight;
+  p.normOut = normOut;
+  p.epsilon = epsilon;
+  p.tokens = static_cast<int>(tokens);
+  p.hidden = static_cast<int>(hidden);
+  p.weightPlusOne = o.weightPlusOne != 0 ? 1 : 0;
+  p.quant = o.quant;
+  if (o.quant != anyrQuantNone) {
+    p.scale = o.scale;
+    p.quantOut = o.quantOut;
+  }
+  if (o.quant == anyrQuantNvfp4) {
+    p.blockScales = o.blockScales;
+    p.blockScalesSwizzled = o.blockScalesSwizzled;
+  }
+  return p;
+}
+
+}  // namespace anyr
+
+// ---- C boundary -----------------------------------------------------------------------------
+// The one boundary idiom of src/core/boundary.h: the message is recorded for anyrGetLastError.
+extern "C" {
+
+anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residualOut,
+                            const void* weight, float epsilon, void* normOut, size_t tokens,
+                            size_t hidden, anyrDataType_t datatype,
+                            const anyrFusedOptions_t* options, cudaStream_t stream) {
+  return anyr::guarded(nullptr, "anyrAddRmsNorm", [&] {
+    const anyr::FusedParams p =
+        anyr::makeFusedParams(x, "x", residualIn, residualOut, weight, epsilon, normOut, tokens,
+                              hidden, datatype, options);
+    ANYR_CUDA_CHECK(anyr::launchAddRmsNorm(datatype, x, p, stream));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,582 @@
+// The fused epilogue's host side, without a GPU: the reference encoders against CUDA's own
+// host conversions (cuda_fp8.h, cuda_fp4.h, cuda_bf16.h, cuda_fp16.h), the kernel's e2m1
+// encoder, the 128x4 scale layout, every argument rule, and crafted rows through the reference.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp4.h>
+#include <cuda_fp8.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/fused_reference.h"
+#include "core/error.h"
+#include "fused/fused.h"
+
+namespace anyr {
+namespace {
+
+float floatFromBits(uint32_t u) {
+  float f = 0.0f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint32_t bitsOf(float f) {
+  uint32_t u = 0;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+uint8_t cudaE4m3(float v) { return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
+uint8_t cudaE2m1(float v) { return __nv_cvt_float_to_fp4(v, __NV_E2M1, cudaRoundNearest); }
+
+// Values around every point of `grid` and every midpoint between neighbours: the point, and
+// one float ulp either side, with both signs.
+std::vector<float> probesAround(const std::vector<double>& grid) {
+  std::vector<double> points = grid;
+  for (size_t i = 0; i + 1 < grid.size(); ++i) points.push_back((grid[i] + grid[i + 1]) / 2);
+  std::vector<float> out;
+  for (double p : points) {
+    const float f = static_cast<float>(p);
+    for (float v : {f, std::nextafter(f, 0.0f), std::nextafter(f, 1e30f)}) {
+      out.push_back(v);
+      out.push_back(-v);
+    }
+  }
+  return out;
+}
+
+// Every bf16 bit pattern as a float (all exponents, both signs, NaN and infinity included).
+std::vector<float> allBf16() {
+  std::vector<float> out;
+  for (uint32_t b = 0; b < 65536; ++b) out.push_back(floatFromBits(b << 16));
+  return out;
+}
+
+// ---- e2m1 ---------------------------------------------------------------------------------
+TEST(FusedReference, E2m1GridTiesSignAndSaturation) {
+  const double grid[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  for (int c = 0; c < 8; ++c) {
+    EXPECT_EQ(ref::e2m1Encode(grid[c]), c);
+    EXPECT_EQ(ref::e2m1Encode(-grid[c]), c | 8);
+    EXPECT_EQ(ref::e2m1Decode(static_cast<uint8_t>(c)), grid[c]);
+    EXPECT_EQ(ref::e2m1Decode(static_cast<uint8_t>(c | 8)), -grid[c]);
+  }
+  // Ties go to the even code.
+  const struct {
+    double v;
+    uint8_t code;
+  } ties[] = {{0.25, 0}, {0.75, 2}, {1.25, 2}, {1.75, 4}, {2.5, 4}, {3.5, 6}, {5.0, 6}};
+  for (const auto& t : ties) {
+    EXPECT_EQ(ref::e2m1Encode(t.v), t.code) << t.v;
+    EXPECT_EQ(ref::e2m1Encode(-t.v), t.code | 8) << -t.v;
+    EXPECT_EQ(e2m1Code(static_cast<float>(t.v)), t.code) << t.v;
+    EXPECT_EQ(e2m1Code(static_cast<float>(-t.v)), t.code | 8u) << -t.v;
+  }
+  // Saturation at 6, infinities, NaN, signed zeros.
+  for (double v : {6.0, 6.5, 7.0, 1e30, std::numeric_limits<double>::infinity()}) {
+    EXPECT_EQ(ref::e2m1Encode(v), 7) << v;
+    EXPECT_EQ(ref::e2m1Encode(-v), 15) << -v;
+    EXPECT_EQ(e2m1Code(static_cast<float>(v)), 7u) << v;
+    EXPECT_EQ(e2m1Code(static_cast<float>(-v)), 15u) << -v;
+  }
+  EXPECT_EQ(ref::e2m1Encode(std::nan("")), 7);
+  EXPECT_EQ(e2m1Code(std::nanf("")), 7u);
+  EXPECT_EQ(ref::e2m1Encode(0.0), 0);
+  EXPECT_EQ(ref::e2m1Encode(-0.0), 8);
+  EXPECT_EQ(ref::e2m1Encode(-0.1), 8);  // rounds to zero, keeps the sign
+  EXPECT_EQ(e2m1Code(-0.0f), 8u);
+  EXPECT_EQ(e2m1Code(-0.1f), 8u);
+}
+
+// The reference and the kernel's encoder agree with CUDA's host conversion everywhere that
+// matters: around every grid point and midpoint, over every bf16 value, and at random.
+TEST(FusedReference, E2m1MatchesCudaFp4) {
+  std::vector<float> probes = probesAround({0, 0.5, 1, 1.5, 2, 3, 4, 6, 8});
+  for (float v : allBf16()) probes.push_back(v);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
+  for (int i = 0; i < 200000; ++i) probes.push_back(dist(rng));
+  for (float v : probes) {
+    const uint8_t want = cudaE2m1(v);
+    ASSERT_EQ(ref::e2m1Encode(v), want) << "v=" << v << " bits=" << std::hex << bitsOf(v);
+    ASSERT_EQ(e2m1Code(v), want) << "v=" << v << " bits=" << std::hex << bitsOf(v);
+  }
+}
+
+// ---- e4m3 ---------------------------------------------------------------------------------
+TEST(FusedReference, E4m3ScaleConversion) {
+  EXPECT_EQ(ref::e4m3Encode(1.0), 0x38);
+  EXPECT_EQ(ref::e4m3Encode(448.0), 0x7e);
+  EXPECT_EQ(ref::e4m3Encode(464.0), 0x7e);  // tie between 448 and (absent) 480: saturates
+  EXPECT_EQ(ref::e4m3Encode(1e9), 0x7e);
+  EXPECT_EQ(ref::e4m3Encode(std::numeric_limits<double>::infinity()), 0x7e);
+  EXPECT_EQ(ref::e4m3Encode(-448.0), 0xfe);
+  EXPECT_EQ(ref::e4m3Encode(-1e9), 0xfe);
+  EXPECT_EQ(ref::e4m3Encode(std::nan("")), 0x7f);
+  EXPECT_EQ(ref::e4m3Encode(0.0), 0x00);
+  EXPECT_EQ(ref::e4m3Encode(-0.0), 0x80);
+  EXPECT_EQ(ref::e4m3Encode(std::ldexp(1.0, -9)), 0x01);    // smallest subnormal
+  EXPECT_EQ(ref::e4m3Encode(std::ldexp(1.0, -10)), 0x00);   // tie with 0: even
+  EXPECT_EQ(ref::e4m3Encode(std::ldexp(1.5, -10)), 0x01);   // above the tie
+  EXPECT_EQ(ref::e4m3Encode(std::ldexp(1.0, -6)), 0x08);    // smallest normal
+  EXPECT_EQ(ref::e4m3Encode(std::ldexp(15.0, -10)), 0x08);  // 7.5 * 2^-9: tie -> 0x08
+  EXPECT_EQ(ref::e4m3Encode(1.0 + 1.0 / 16), 0x38);         // tie 1 / 1.125 -> even
+  EXPECT_EQ(ref::e4m3Encode(1.125 + 1.0 / 16), 0x3a);       // tie 1.125 / 1.25 -> 1.25
+  EXPECT_EQ(ref::e4m3Decode(0x7e), 448.0);
+  EXPECT_EQ(ref::e4m3Decode(0xfe), -448.0);
+  EXPECT_EQ(ref::e4m3Decode(0x01), std::ldexp(1.0, -9));
+  EXPECT_TRUE(std::isnan(ref::e4m3Decode(0x7f)));
+  EXPECT_TRUE(std::isnan(ref::e4m3Decode(0xff)));
+  // Block-scale arithmetic as the kernel does it: s = e4m3(amax / (6 g)).
+  const float g = 1.0f / 64;
+  EXPECT_EQ(ref::e4m3Encode(static_cast<double>(6.0f / (6.0f * g))), 0x68);   // 64
+  EXPECT_EQ(ref::e4m3Encode(static_cast<double>(1e6f / (6.0f * g))), 0x7e);   // saturates
+  EXPECT_EQ(ref::e4m3Encode(static_cast<double>(1e-7f / (6.0f * g))), 0x00);  // underflows
+}
+
+TEST(FusedReference, E4m3MatchesCudaFp8) {
+  std::vector<double> grid;
+  for (int c = 0; c < 127; ++c) grid.push_back(ref::e4m3Decode(static_cast<uint8_t>(c)));
+  grid.push_back(480.0);
+  std::vector<float> probes = probesAround(grid);
+  for (float v : allBf16()) probes.push_back(v);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-500.0f, 500.0f);
+  for (int i = 0; i < 200000; ++i) probes.push_back(dist(rng));
+  for (float v : probes) {
+    ASSERT_EQ(ref::e4m3Encode(v), cudaE4m3(v)) << "v=" << v << " bits=" << std::hex << bitsOf(v);
+  }
+  for (int c = 0; c < 256; ++c) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3);
+    const double want = __half2float(__half(h));
+    const double got = ref::e4m3Decode(static_cast<uint8_t>(c));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << c;
+    } else {
+      EXPECT_EQ(got, want) << c;
+    }
+  }
+}
+
+// ---- bf16 / fp16 rounding -----------------------------------------------------------------
+TEST(FusedReference, DtypeRoundingMatchesCuda) {
+  std::vector<float> probes = allBf16();
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 300000; ++i) probes.push_back(floatFromBits(bits(rng)));
+  for (float v : {65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.9802322e-08f, 5.9604645e-08f}) {
+    probes.push_back(v);
+    probes.push_back(-v);
+  }
+  for (float v : probes) {
+    if (std::isnan(v)) continue;
+    const __nv_bfloat16 b = __float2bfloat16_rn(v);
+    const __half h = __float2half_rn(v);
+    const double rb = ref::roundToDtype(v, anyrBfloat16);
+    const double rh = ref::roundToDtype(v, anyrFloat16);
+    ASSERT_EQ(rb, static_cast<double>(__bfloat162float(b))) << v;
+    ASSERT_EQ(rh, static_cast<double>(__half2float(h))) << v;
+    uint16_t bb = 0, hb = 0;
+    std::memcpy(&bb, &b, 2);
+    std::memcpy(&hb, &h, 2);
+    ASSERT_EQ(ref::dtypeBits(v, anyrBfloat16), bb) << v;
+    ASSERT_EQ(ref::dtypeBits(v, anyrFloat16), hb) << v;
+    ASSERT_EQ(ref::dtypeValue(bb, anyrBfloat16), rb) << v;
+    ASSERT_EQ(ref::dtypeValue(hb, anyrFloat16), rh) << v;
+  }
+  EXPECT_EQ(ref::dtypeUlp(1.0, anyrBfloat16), 1.0 / 128);
+  EXPECT_EQ(ref::dtypeUlp(1.0, anyrFloat16), 1.0 / 1024);
+  EXPECT_EQ(ref::dtypeUlp(0.0, anyrFloat16), std::ldexp(1.0, -24));
+}
+
+// ---- 128x4 layout -------------------------------------------------------------------------
+TEST(FusedSwizzle, HandComputedOffsets) {
+  // (m, k, cols) -> offset, worked out by hand from the tile description in docs/FUSED.md.
+  const struct {
+    int64_t m, k, cols, offset;
+  } cases[] = {
+      {0, 0, 8, 0},      {0, 1, 8, 1},      {0, 3, 8, 3},      {0, 4, 8, 512},  {1, 0, 8, 16},
+      {31, 3, 8, 499},   {32, 0, 8, 4},     {33, 2, 8, 22},    {96, 0, 8, 12},  {127, 3, 8, 511},
+      {127, 7, 8, 1023}, {128, 0, 8, 1024}, {130, 5, 8, 1569}, {5, 8, 9, 1104}, {128, 0, 9, 1536},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(swizzledScaleOffset(c.m, c.k, c.cols), c.offset) << c.m << "," << c.k;
+    EXPECT_EQ(ref::swizzleOffset(c.m, c.k, c.cols), c.offset) << c.m << "," << c.k;
+  }
+  // hidden 7168: 448 scale columns, 112 column tiles of 512 bytes per 128-row tile.
+  // m = 300: row tile 2, o = 300 % 32 = 12, i = (300 % 128) / 32 = 1; k = 447: kt 111, j 3.
+  const int64_t want = 2 * 112 * 512 + 111 * 512 + 12 * 16 + 1 * 4 + 3;
+  EXPECT_EQ(swizzledScaleOffset(300, 447, 448), want);
+  EXPECT_EQ(ref::swizzleOffset(300, 447, 448), want);
+  EXPECT_EQ(swizzledPaddedRows(1), 128);
+  EXPECT_EQ(swizzledPaddedRows(128), 128);
+  EXPECT_EQ(swizzledPaddedRows(129), 256);
+  EXPECT_EQ(swizzledPaddedCols(8), 8);
+  EXPECT_EQ(swizzledPaddedCols(9), 12);
+  EXPECT_EQ(nvfp4ScaleCols(7168), 448);
+  EXPECT_EQ(swizzledScaleBytes(3, 9), 128 * 12);
+}
+
+TEST(FusedSwizzle, BijectionOntoPaddedBuffer) {
+  for (int64_t rows : {1, 5, 127, 128, 129, 300}) {
+    for (int64_t cols : {1, 3, 4, 8, 9, 384, 448, 1024}) {
+      const int64_t bytes = swizzledScaleBytes(rows, cols);
+      ASSERT_EQ(bytes, ref::swizzleBytes(rows, cols));
+      std::vector<char> seen(static_cast<size_t>(bytes), 0);
+      for (int64_t m = 0; m < swizzledPaddedRows(rows); ++m) {
+        for (int64_t k = 0; k < swizzledPaddedCols(cols); ++k) {
+          const int64_t off = swizzledScaleOffset(m, k, cols);
+          ASSERT_GE(off, 0);
+          ASSERT_LT(off, bytes) << rows << "x" << cols << " (" << m << "," << k << ")";
+          ASSERT_EQ(off, ref::swizzleOffset(m, k, cols)) << m << "," << k;
+          ASSERT_EQ(seen[off], 0) << "offset " << off << " hit twice";
+          seen[off] = 1;
+        }
+      }
+      for (int64_t i = 0; i < bytes; ++i) ASSERT_EQ(seen[i], 1) << "offset " << i << " missed";
+    }
+  }
+}
+
+// ---- argument rules -----------------------------------------------------------------------
+struct Args {
+  const void* input = reinterpret_cast<const void*>(0x100000);
+  const void* residualIn = reinterpret_cast<const void*>(0x200000);
+  void* residualOut = reinterpret_cast<void*>(0x300000);
+  const void* weight = reinterpret_cast<const void*>(0x400000);
+  float epsilon = 1e-6f;
+  void* normOut = reinterpret_cast<void*>(0x500000);
+  size_t tokens = 4;
+  size_t hidden = 256;
+  anyrDataType_t datatype = anyrBfloat16;
+  anyrFusedOptions_t options = ANYR_FUSED_OPTIONS_INITIALIZER;
+  bool nullOptions = false;  // pass options = NULL
+
+  void validate() const {
+    validateFused(input, "x", residualIn, residualOut, weight, epsilon, normOut, tokens, hidden,
+                  datatype, nullOptions ? nullptr : &options);
+  }
+};
+
+Args nvfp4Args() {
+  Args a;
+  a.options.quant = anyrQuantNvfp4;
+  a.options.scale = reinterpret_cast<const float*>(0x600000);
+  a.options.quantOut = reinterpret_cast<void*>(0x700000);
+  a.options.blockScales = reinterpret_cast<void*>(0x800000);
+  return a;
+}
+
+void expectRejected(const Args& a, const std::string& arg, const std::string& rule) {
+  try {
+    a.validate();
+    ADD_FAILURE() << "accepted; expected a rejection of '" << arg << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), anyrInvalidArgument);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("argument '" + arg + "': "), std::string::npos) << msg;
+    EXPECT_NE(msg.find(rule), std::string::npos) << msg;
+  }
+}
+
+TEST(FusedValidate, AcceptsValidArguments) {
+  Args a;
+  EXPECT_NO_THROW(a.validate());
+  a.residualOut = const_cast<void*>(a.residualIn);  // in place
+  EXPECT_NO_THROW(a.validate());
+  a.normOut = const_cast<void*>(a.input);  // x aliasing normOut
+  EXPECT_NO_THROW(a.validate());
+  a.residualIn = nullptr;  // no residual, no residual output
+  a.residualOut = nullptr;
+  EXPECT_NO_THROW(a.validate());
+  a.nullOptions = true;  // default options
+  EXPECT_NO_THROW(a.validate());
+  for (size_t h : {128, 136, 6144, 7168, 16384}) {
+    a.hidden = h;
+    EXPECT_NO_THROW(a.validate()) << h;
+  }
+  Args n = nvfp4Args();
+  n.normOut = nullptr;  // quantized output only
+  EXPECT_NO_THROW(n.validate());
+  n.options.blockScales = nullptr;
+  n.options.blockScalesSwizzled = reinterpret_cast<void*>(0x900000);
+  EXPECT_NO_THROW(n.validate());
+  n.options.quant = anyrQuantFp8;
+  n.options.blockScalesSwizzled = nullptr;
+  EXPECT_NO_THROW(n.validate());
+  // tokens == 0: nothing is touched, so missing buffers are fine.
+  Args z;
+  z.tokens = 0;
+  z.input = z.weight = z.residualIn = nullptr;
+  z.normOut = z.residualOut = nullptr;
+  z.options.quant = anyrQuantNvfp4;
+  EXPECT_NO_THROW(z.validate());
+}
+
+TEST(FusedValidate, RejectsEachBrokenRule) {
+  Args a;
+  a.datatype = anyrFloat32;
+  expectRejected(a, "datatype", "fused op supports bf16 and fp16");
+  a = Args();
+  a.datatype = static_cast<anyrDataType_t>(7);
+  expectRejected(a, "datatype", "fused op supports bf16 and fp16");
+  for (size_t h : {0, 8, 120, 130, 16392, 32768}) {
+    a = Args();
+    a.hidden = h;
+    expectRejected(a, "hidden", "multiple of 8 in 128..16384");
+  }
+  a = nvfp4Args();
+  a.hidden = 136;
+  expectRejected(a, "hidden", "multiple of 16");
+  a = Args();
+  a.tokens = size_t{1} << 31;
+  expectRejected(a, "tokens", "exceeds");
+  for (float eps : {0.0f, -1e-6f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    a = Args();
+    a.epsilon = eps;
+    expectRejected(a, "epsilon", "positive and finite");
+  }
+  a = Args();
+  a.options.magic = 0;
+  expectRejected(a, "options", "ANYR_FUSED_OPTIONS_INITIALIZER");
+  a = Args();
+  a.options.size = sizeof(anyrFusedOptions_t) - 8;
+  expectRejected(a, "options", "size field");
+  for (int q : {-1, 3}) {
+    a = Args();
+    a.options.quant = q;
+    expectRejected(a, "options.quant", "unknown quantization");
+  }
+  a = nvfp4Args();
+  a.options.quant = anyrQuantFp8;
+  a.options.scale = nullptr;
+  expectRejected(a, "options.scale", "FP8 needs");
+  a = nvfp4Args();
+  a.options.scale = nullptr;
+  expectRejected(a, "options.scale", "NVFP4 needs");
+  a = nvfp4Args();
+  a.options.quant = anyrQuantFp8;
+  a.options.quantOut = nullptr;
+  expectRejected(a, "options.quantOut", "must not be NULL");
+  a = nvfp4Args();
+  a.options.quantOut = nullptr;
+  expectRejected(a, "options.quantOut", "must not be NULL");
+  a = nvfp4Args();
+  a.options.blockScales = nullptr;
+  expectRejected(a, "options.blockScales", "blockScales or blockScalesSwizzled");
+  a = Args();
+  a.normOut = nullptr;
+  expectRejected(a, "normOut", "unless a quantized output is requested");
+  a = Args();
+  a.residualOut = nullptr;
+  expectRejected(a, "residualOut", "when residualIn is given");
+  a = Args();
+  a.input = nullptr;
+  expectRejected(a, "x", "must not be NULL");
+  a = Args();
+  a.weight = nullptr;
+  expectRejected(a, "weight", "must not be NULL");
+  // Partial overlaps (rows are 4 x 256 x 2 = 2048 bytes).
+  a = Args();
+  a.residualOut = reinterpret_cast<char*>(const_cast<void*>(a.residualIn)) + 512;
+  expectRejected(a, "residualOut", "partly overlaps residualIn");
+  a = Args();
+  a.residualOut = reinterpret_cast<char*>(const_cast<void*>(a.residualIn)) - 2046;
+  expectRejected(a, "residualOut", "partly overlaps residualIn");
+  a = Args();
+  a.normOut = reinterpret_cast<char*>(const_cast<void*>(a.input)) + 16;
+  expectRejected(a, "normOut", "partly overlaps x");
+  a = Args();
+  a.normOut = a.residualOut;
+  expectRejected(a, "normOut", "overlaps residualOut");
+  // Alignment to the element size.
+  a = Args();
+  a.input = reinterpret_cast<const char*>(a.input) + 1;
+  expectRejected(a, "x", "not aligned to 2 bytes");
+  a = Args();
+  a.weight = reinterpret_cast<const char*>(a.weight) + 1;
+  expectRejected(a, "weight", "not aligned to 2 bytes");
+  a = Args();
+  a.residualIn = reinterpret_cast<const char*>(a.residualIn) + 1;
+  expectRejected(a, "residualIn", "not aligned to 2 bytes");
+  a = Args();
+  a.residualOut = reinterpret_cast<char*>(a.residualOut) + 1;
+  expectRejected(a, "residualOut", "not aligned to 2 bytes");
+  a = Args();
+  a.normOut = reinterpret_cast<char*>(a.normOut) + 1;
+  expectRejected(a, "normOut", "not aligned to 2 bytes");
+  a = nvfp4Args();
+  a.options.scale = reinterpret_cast<const float*>(0x600002);
+  expectRejected(a, "options.scale", "not aligned to 4 bytes");
+}
+
+TEST(FusedValidate, MakeFusedParamsCopiesTheArguments) {
+  Args a = nvfp4Args();
+  a.options.weightPlusOne = 7;
+  a.options.blockScalesSwizzled = reinterpret_cast<void*>(0x900000);
+  const FusedParams p =
+      makeFusedParams(a.input, "x", a.residualIn, a.residualOut, a.weight, a.epsilon, a.normOut,
+                      a.tokens, a.hidden, a.datatype, &a.options);
+  EXPECT_EQ(p.residualIn, a.residualIn);
+  EXPECT_EQ(p.residualOut, a.residualOut);
+  EXPECT_EQ(p.weight, a.weight);
+  EXPECT_EQ(p.normOut, a.normOut);
+  EXPECT_EQ(p.epsilon, a.epsilon);
+  EXPECT_EQ(p.tokens, 4);
+  EXPECT_EQ(p.hidden, 256);
+  EXPECT_EQ(p.weightPlusOne, 1);
+  EXPECT_EQ(p.quant, anyrQuantNvfp4);
+  EXPECT_EQ(p.scale, a.options.scale);
+  EXPECT_EQ(p.quantOut, a.options.quantOut);
+  EXPECT_EQ(p.blockScales, a.options.blockScales);
+  EXPECT_EQ(p.blockScalesSwizzled, a.options.blockScalesSwizzled);
+  // Quantization buffers of other modes are not passed on.
+  a.options.quant = anyrQuantNone;
+  const FusedParams q =
+      makeFusedParams(a.input, "x", a.residualIn, a.residualOut, a.weight, a.epsilon, a.normOut,
+                      a.tokens, a.hidden, a.datatype, &a.options);
+  EXPECT_EQ(q.scale, nullptr);
+  EXPECT_EQ(q.quantOut, nullptr);
+  EXPECT_EQ(q.blockScales, nullptr);
+  EXPECT_EQ(q.blockScalesSwizzled, nullptr);
+}
+
+TEST(FusedCApi, RejectsInvalidArgumentsBeforeTouchingTheGpu) {
+  std::vector<uint16_t> host(256 * 4);
+  void* p = host.data();
+  EXPECT_EQ(
+      anyrAddRmsNorm(p, nullptr, nullptr, p, 1e-6f, p, 4, 130, anyrBfloat16, nullptr, nullptr),
+      anyrInvalidArgument);
+  EXPECT_EQ(anyrAddRmsNorm(p, nullptr, nullptr, p, 1e-6f, p, 4, 256, anyrFloat32, nullptr, nullptr),
+            anyrInvalidArgument);
+  EXPECT_EQ(anyrAddRmsNorm(nullptr, nullptr, nullptr, nullptr, 1e-6f, nullptr, 0, 256, anyrBfloat16,
+                           nullptr, nullptr),
+            anyrSuccess);  // tokens == 0: a no-op
+}
+
+// ---- crafted rows through the reference ---------------------------------------------------
+struct Crafted {
+  ref::RowSpec spec;
+  std::vector<double> x, weight;
+  ref::RowResult out;
+  void run() { ref::referenceRow(spec, x.data(), nullptr, weight.data(), &out); }
+};
+
+Crafted crafted(anyrDataType_t t, size_t hidden, double xv, double wv) {
+  Crafted c;
+  c.spec.dtype = t;
+  c.spec.hidden = hidden;
+  c.x.assign(hidden, xv);
+  c.weight.assign(hidden, wv);
+  return c;
+}
+
+TEST(FusedReference, CraftedAllZeros) {
+  for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
+    Crafted c = crafted(t, 256, 0.0, 1.0);
+    c.run();
+    std::vector<float> yf(c.out.y.begin(), c.out.y.end());
+    for (double y : c.out.y) ASSERT_EQ(y, 0.0);
+    std::vector<uint8_t> fp8(256), packed(128), scales(16);
+    ref::quantizeFp8(yf.data(), 256, 0.5f, fp8.data());
+    for (uint8_t q : fp8) ASSERT_EQ(q, 0);
+    ref::quantizeNvfp4(yf.data(), 256, 0.25f, packed.data(), scales.data());
+    for (uint8_t s : scales) ASSERT_EQ(s, 0);
+    for (uint8_t q : packed) ASSERT_EQ(q, 0);
+    ref::quantizeNvfp4Exact(c.out.y.data(), 256, 0.25, packed.data(), scales.data());
+    for (uint8_t s : scales) ASSERT_EQ(s, 0);
+    for (uint8_t q : packed) ASSERT_EQ(q, 0);
+  }
+}
+
+TEST(FusedReference, CraftedNegativeZero) {
+  Crafted c = crafted(anyrBfloat16, 128, -0.0, 1.0);
+  c.run();
+  for (size_t i = 0; i < 128; ++i) {
+    ASSERT_TRUE(std::signbit(c.out.r[i]));
+    ASSERT_EQ(c.out.y[i], 0.0);
+    ASSERT_TRUE(std::signbit(c.out.y[i]));
+    ASSERT_EQ(ref::dtypeBits(c.out.y[i], anyrBfloat16), 0x8000);
+  }
+  std::vector<float> yf(c.out.y.begin(), c.out.y.end());
+  std::vector<uint8_t> fp8(128), packed(64), scales(8);
+  ref::quantizeFp8(yf.data(), 128, 1.0f, fp8.data());
+  for (uint8_t q : fp8) ASSERT_EQ(q, 0x80);  // FP8 keeps the sign of zero
+  ref::quantizeNvfp4(yf.data(), 128, 1.0f, packed.data(), scales.data());
+  for (uint8_t s : scales) ASSERT_EQ(s, 0);
+  for (uint8_t q : packed) ASSERT_EQ(q, 0);  // block scale 0: every code is +0
+  // -0.0 + 0.0 = +0.0 in the residual add.
+  const std::vector<double> zeros(128, 0.0);
+  ref::referenceRow(c.spec, c.x.data(), zeros.data(), c.weight.data(), &c.out);
+  for (double r : c.out.r) ASSERT_FALSE(std::signbit(r));
+}
+
+TEST(FusedReference, CraftedOneHugeValue) {
+  for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
+    const double huge = t == anyrBfloat16 ? 1e18 : 60000.0;
+    Crafted c = crafted(t, 1024, 1.0, 1.0);
+    c.x[5] = huge;
+    c.run();
+    const double hugeT = ref::roundToDtype(huge, t);
+    const double rms = std::sqrt((hugeT * hugeT + 1023.0) / 1024.0 + c.spec.epsilon);
+    EXPECT_EQ(c.out.y[5], ref::roundToDtype(hugeT / rms, t));
+    EXPECT_NEAR(c.out.y[5], 32.0, 32.0 * 1e-2);
+    for (size_t i = 0; i < 1024; ++i) ASSERT_TRUE(std::isfinite(c.out.y[i]));
+    std::vector<uint8_t> packed(512), scales(64);
+    const double g = 1.0 / 64;
+    ref::quantizeNvfp4Exact(c.out.y.data(), 1024, g, packed.data(), scales.data());
+    EXPECT_EQ(scales[0], ref::e4m3Encode(c.out.y[5] / (6 * g)));
+    EXPECT_EQ(packed[2] >> 4, 7);  // element 5: the block maximum maps to 6
+    EXPECT_EQ(packed[0], 0);       // the small ones vanish
+    EXPECT_EQ(scales[1], ref::e4m3Encode(c.out.y[16] / (6 * g)));
+  }
+}
+
+TEST(FusedReference, CraftedFp8SaturationLimit) {
+  // y / scale at and around 448, with scale = 1/64 (y values exact in bf16 and fp16).
+  const float scale = 1.0f / 64;
+  const struct {
+    float y;
+    uint8_t code;
+  } cases[] = {{7.0f, 0x7e},  {-7.0f, 0xfe}, {7.25f, 0x7e}, {7.5f, 0x7e},   {1000.0f, 0x7e},
+               {-1e4f, 0xfe}, {6.5f, 0x7d},  {6.75f, 0x7e}, {6.625f, 0x7d}, {0.0f, 0x00}};
+  for (const auto& c : cases) {
+    uint8_t q = 0;
+    ref::quantizeFp8(&c.y, 1, scale, &q);
+    EXPECT_EQ(q, c.code) << c.y;
+    double yd = c.y;
+    ref::quantizeFp8Exact(&yd, 1, scale, &q);
+    EXPECT_EQ(q, c.code) << c.y;
+  }
+}
+
+// An NVFP4 block whose values sit exactly on the e2m1 grid and on its ties.
+TEST(FusedReference, CraftedNvfp4TiesAndSaturation) {
+  const float g = 1.0f / 16;  // block amax 6 * g -> s = 1.0 (0x38), d = g
+  const float units[16] = {6,      0.25f,  0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5,
+                           -0.25f, -0.75f, -5,    0,     -0.0f, 0.5f, 4,    -6};
+  const uint8_t codes[16] = {7, 0, 2, 2, 4, 4, 6, 6, 8, 10, 14, 0, 8, 1, 6, 15};
+  float y[16];
+  for (int i = 0; i < 16; ++i) y[i] = units[i] * g;
+  uint8_t packed[8], s = 0;
+  ref::quantizeNvfp4(y, 16, g, packed, &s);
+  EXPECT_EQ(s, 0x38);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ((packed[i / 2] >> (4 * (i % 2))) & 15, codes[i]) << i;
+  }
+  // Saturation: amax above 448 * 6 * g -> s = 448, values beyond 6 * 448 * g -> +-6.
+  float big[16];
+  for (int i = 0; i < 16; ++i) big[i] = (i % 2 ? -1.0f : 1.0f) * 4000.0f * g;
+  ref::quantizeNvfp4(big, 16, g, packed, &s);
+  EXPECT_EQ(s, 0x7e);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(packed[i], 0xf7) << i;
+}
+
+}  // namespace
+}  // namespace anyr

@@ -1,0 +1,910 @@
+// Single-process GPU tests (device 0, each test body in one forked child so that the test
+// process stays CUDA-free) of the standalone add + RMSNorm (+ FP8 / NVFP4) kernel,
+// anyrAddRmsNorm, against the host reference (tests/common/fused_reference.h).
+//
+// Matrix: dtype {bf16, fp16} x hidden {128, 6144, 7168, 16384} x tokens {1, 3, 64, 129, 2048}
+// x weightPlusOne {0, 1} x residual {none, separate out, in place} x quant {none, FP8, NVFP4}.
+// Every output is poisoned (0xFF) before every call, with a guard region after it.
+//   residualOut: bit-exact (the fp32 add of two dtype values, rounded once, is exact math).
+//   normOut: within half an ulp of the dtype of the fp64 value, plus fp32 error (2^-14 rel.),
+//            and per row within the dtype's relative precision (L2).
+//   FP8 / NVFP4: bit-exact against the host quantizer run on the kernel's own normOut (the
+//            contract quantizes the rounded y), and dequantized values within half a grid
+//            step of y; the run without normOut gives the same bits; 128x4 scales equal the
+//            linear ones at the documented offsets, and padding rows stay unwritten.
+//   x aliasing normOut gives the same bits; inputs stay untouched.
+// Rows checked against the reference: all for tokens <= 129; for 2048, 96 rows (first, last,
+// spread); every row is scanned for poison left behind.
+// Crafted rows (y landing exactly on e2m1 ties, FP8 saturation, zero, -0.0, tiny and huge
+// blocks) are compared bit for bit with the fp64 reference, scales included.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "anyreduce/anyreduce.h"
+#include "common/fused_reference.h"
+#include "fused/fused.h"
+#include "gpu/gpu_test_util.h"
+
+namespace anyr {
+namespace {
+
+constexpr size_t kGuard = 4096;
+constexpr uint8_t kPoison = 0xff;
+constexpr int kMaxTokens = 2048;
+
+// Runs `body` in one forked child on device 0: this process stays CUDA-free (the multi-process
+// tests of this binary fork their ranks from it). gtest works as usual inside the child, which
+// prints its failures and exits non-zero if it had any.
+void inChild(const std::function<void()>& body, double timeoutSec = 540) {
+  auto results = launch::runRanks(
+      1,
+      [&](int, int, const anyrUniqueId&, const std::function<void(const std::string&)>& report) {
+        try {
+          if (cudaSetDevice(0) != cudaSuccess) {
+            report("cudaSetDevice(0) failed");
+            return 3;
+          }
+          body();
+        } catch (const std::exception& e) {
+          report(std::string("exception: ") + e.what());
+          return 3;
+        }
+        return testing::Test::HasFailure() ? 1 : 0;
+      },
+      timeoutSec);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].exitCode, 0) << launch::describeFailures(results);
+}
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetLastError()
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+// Uniform in [lo, hi), a pure function of (seed, i).
+double uniform(uint64_t seed, uint64_t i, double lo, double hi) {
+  return lo + (hi - lo) * static_cast<double>(mix(seed * 0x9e3779b97f4a7c15ull ^ i) >> 11) /
+                  9007199254740992.0;
+}
+
+const char* dtypeName(anyrDataType_t t) { return t == anyrBfloat16 ? "bf16" : "fp16"; }
+const char* quantName(int q) {
+  return q == anyrQuantNone ? "none" : (q == anyrQuantFp8 ? "fp8" : "nvfp4");
+}
+
+enum Residual { kNoResidual = 0, kSeparate = 1, kInPlace = 2 };
+const char* residualName(int r) {
+  return r == kNoResidual ? "none" : (r == kSeparate ? "separate" : "in-place");
+}
+
+// ---- device buffers, allocated once for the largest case ----------------------------------
+struct Pool {
+  uint8_t* x = nullptr;       // pristine x
+  uint8_t* res = nullptr;     // pristine residualIn
+  uint8_t* resOut = nullptr;  // residualOut (and residualIn in place)
+  uint8_t* norm = nullptr;    // normOut (and x when aliased)
+  uint8_t* quant = nullptr;
+  uint8_t* scales = nullptr;
+  uint8_t* swz = nullptr;
+  uint8_t* weight = nullptr;
+  float* scale = nullptr;
+  bool ok = false;
+};
+
+Pool& pool() {
+  static Pool p = [] {
+    Pool q;
+    const size_t rowBytes = size_t{kMaxTokens} * kFusedMaxHidden * 2;
+    auto get = [&](size_t bytes) {
+      void* ptr = nullptr;
+      if (cudaMalloc(&ptr, bytes + kGuard + 64) != cudaSuccess)
+        return static_cast<uint8_t*>(nullptr);
+      return static_cast<uint8_t*>(ptr);
+    };
+    q.x = get(rowBytes);
+    q.res = get(rowBytes);
+    q.resOut = get(rowBytes);
+    q.norm = get(rowBytes);
+    q.quant = get(rowBytes / 2);
+    q.scales = get(rowBytes / 32);
+    q.swz = get(static_cast<size_t>(swizzledScaleBytes(kMaxTokens, kFusedMaxHidden / 16)));
+    q.weight = get(kFusedMaxHidden * 2);
+    q.scale = reinterpret_cast<float*>(get(sizeof(float)));
+    q.ok =
+        q.x && q.res && q.resOut && q.norm && q.quant && q.scales && q.swz && q.weight && q.scale;
+    return q;
+  }();
+  return p;
+}
+
+// ---- host-side problem and results --------------------------------------------------------
+struct Inputs {
+  anyrDataType_t dtype = anyrBfloat16;
+  int tokens = 0, hidden = 0;
+  std::vector<uint16_t> x, res, weight;  // dtype bits
+  bool weightPlusOne = false;
+};
+
+// x in [-4, 4), residual in [-2, 2), weight in [-1.5, 1.5) or, with weightPlusOne, [-0.5, 0.5).
+Inputs makeInputs(anyrDataType_t t, int tokens, int hidden, uint64_t seed) {
+  Inputs in;
+  in.dtype = t;
+  in.tokens = tokens;
+  in.hidden = hidden;
+  const size_t n = static_cast<size_t>(tokens) * hidden;
+  in.x.resize(n);
+  in.res.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    in.x[i] = ref::dtypeBits(uniform(seed, 2 * i, -4, 4), t);
+    in.res[i] = ref::dtypeBits(uniform(seed, 2 * i + 1, -2, 2), t);
+  }
+  return in;
+}
+
+void setWeights(Inputs* in, bool weightPlusOne, uint64_t seed) {
+  in->weightPlusOne = weightPlusOne;
+  in->weight.resize(in->hidden);
+  for (int i = 0; i < in->hidden; ++i) {
+    const double w = weightPlusOne ? uniform(seed, i, -0.5, 0.5) : uniform(seed, i, -1.5, 1.5);
+    in->weight[i] = ref::dtypeBits(w, in->dtype);
+  }
+}
+
+struct RunSpec {
+  int residual = kNoResidual;
+  int quant = anyrQuantNone;
+  bool normOut = true;
+  bool linearScales = true;
+  bool swizzledScales = true;
+  bool xAliasesNorm = false;
+  float scale = 1.0f;  // FP8 scale or NVFP4 global scale
+  float epsilon = 1e-6f;
+  // Non-zero: pointer offsets in bytes, to take the unaligned paths.
+  size_t elemOffset = 0;  // x, residual buffers, weight, normOut (multiple of 2)
+  size_t byteOffset = 0;  // quantOut, block scales
+  int threads = 0;        // 0: anyrAddRmsNorm; else launchAddRmsNorm with this block size
+  cudaStream_t stream = nullptr;
+  bool captureGraph = false;
+};
+
+struct Outputs {
+  std::vector<uint16_t> resOut, norm;  // tokens x hidden, then the guard (as bytes)
+  std::vector<uint8_t> resOutGuard, normGuard;
+  std::vector<uint8_t> quant, scales, swz;  // guard included
+  size_t quantBytes = 0, scaleBytes = 0, swzBytes = 0;
+};
+
+size_t quantBytesOf(const Inputs& in, int quant) {
+  const size_t n = static_cast<size_t>(in.tokens) * in.hidden;
+  return quant == anyrQuantFp8 ? n : (quant == anyrQuantNvfp4 ? n / 2 : 0);
+}
+
+// Uploads x, residualIn and the weights into the pool's pristine buffers.
+void upload(const Inputs& in, const RunSpec& spec) {
+  Pool& p = pool();
+  const size_t bytes = in.x.size() * 2;
+  ASSERT_EQ(cudaMemcpy(p.x + spec.elemOffset, in.x.data(), bytes, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(p.res + spec.elemOffset, in.res.data(), bytes, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(p.weight + spec.elemOffset, in.weight.data(), in.weight.size() * 2,
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(p.scale, &spec.scale, sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+// Poisons the outputs, runs the kernel, copies every output (with its guard) back.
+void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
+  Pool& p = pool();
+  ASSERT_TRUE(p.ok) << "device allocation failed";
+  const size_t n = static_cast<size_t>(in.tokens) * in.hidden;
+  const size_t bytes = n * 2;
+  const size_t eo = spec.elemOffset, bo = spec.byteOffset;
+  out->quantBytes = quantBytesOf(in, spec.quant);
+  out->scaleBytes = spec.quant == anyrQuantNvfp4 ? n / 16 : 0;
+  out->swzBytes = spec.quant == anyrQuantNvfp4
+                      ? static_cast<size_t>(swizzledScaleBytes(in.tokens, in.hidden / 16))
+                      : 0;
+  CUDA_OK(cudaMemset(p.resOut, kPoison, bytes + eo + kGuard));
+  CUDA_OK(cudaMemset(p.norm, kPoison, bytes + eo + kGuard));
+  CUDA_OK(cudaMemset(p.quant, kPoison, out->quantBytes + bo + kGuard));
+  CUDA_OK(cudaMemset(p.scales, kPoison, out->scaleBytes + bo + kGuard));
+  CUDA_OK(cudaMemset(p.swz, kPoison, out->swzBytes + bo + kGuard));
+
+  const void* x = p.x + eo;
+  const void* residualIn = nullptr;
+  void* residualOut = nullptr;
+  if (spec.residual == kSeparate) {
+    residualIn = p.res + eo;
+    residualOut = p.resOut + eo;
+  } else if (spec.residual == kInPlace) {
+    CUDA_OK(cudaMemcpy(p.resOut + eo, p.res + eo, bytes, cudaMemcpyDeviceToDevice));
+    residualIn = residualOut = p.resOut + eo;
+  }
+  void* normOut = spec.normOut ? p.norm + eo : nullptr;
+  if (spec.xAliasesNorm) {
+    CUDA_OK(cudaMemcpy(p.norm + eo, p.x + eo, bytes, cudaMemcpyDeviceToDevice));
+    x = p.norm + eo;
+  }
+  anyrFusedOptions_t o = ANYR_FUSED_OPTIONS_INITIALIZER;
+  o.weightPlusOne = in.weightPlusOne ? 1 : 0;
+  o.quant = spec.quant;
+  if (spec.quant != anyrQuantNone) {
+    o.scale = p.scale;
+    o.quantOut = p.quant + bo;
+  }
+  if (spec.quant == anyrQuantNvfp4) {
+    o.blockScales = spec.linearScales ? p.scales + bo : nullptr;
+    o.blockScalesSwizzled = spec.swizzledScales ? p.swz + bo : nullptr;
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+
+  auto launch = [&](cudaStream_t s) {
+    if (spec.threads == 0) {
+      return anyrAddRmsNorm(x, residualIn, residualOut, p.weight + eo, spec.epsilon, normOut,
+                            in.tokens, in.hidden, in.dtype, &o, s) == anyrSuccess
+                 ? cudaSuccess
+                 : cudaErrorUnknown;
+    }
+    const FusedParams fp =
+        makeFusedParams(x, "x", residualIn, residualOut, p.weight + eo, spec.epsilon, normOut,
+                        in.tokens, in.hidden, in.dtype, &o);
+    return launchAddRmsNorm(in.dtype, x, fp, s, spec.threads);
+  };
+  if (spec.captureGraph) {
+    cudaStream_t s = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    const cudaError_t launched = launch(s);
+    CUDA_OK(cudaStreamEndCapture(s, &graph));
+    CUDA_OK(launched);
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_OK(cudaGraphLaunch(exec, s));  // replayed twice: the second must give the same bits
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaStreamDestroy(s));
+  } else {
+    CUDA_OK(launch(spec.stream));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+
+  auto fetch16 = [&](const uint8_t* dev, std::vector<uint16_t>* v, std::vector<uint8_t>* guard) {
+    v->resize(n);
+    guard->resize(kGuard);
+    ASSERT_EQ(cudaMemcpy(v->data(), dev + eo, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(guard->data(), dev + eo + bytes, kGuard, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+  };
+  auto fetch8 = [&](const uint8_t* dev, size_t count, std::vector<uint8_t>* v) {
+    v->resize(count + kGuard);
+    ASSERT_EQ(cudaMemcpy(v->data(), dev + bo, count + kGuard, cudaMemcpyDeviceToHost), cudaSuccess);
+  };
+  fetch16(p.resOut, &out->resOut, &out->resOutGuard);
+  fetch16(p.norm, &out->norm, &out->normGuard);
+  fetch8(p.quant, out->quantBytes, &out->quant);
+  fetch8(p.scales, out->scaleBytes, &out->scales);
+  fetch8(p.swz, out->swzBytes, &out->swz);
+}
+
+// ---- checking -----------------------------------------------------------------------------
+// Collects failures and reports the first few (a mismatch in every element would otherwise
+// print millions of lines).
+class Checker {
+ public:
+  explicit Checker(std::string where) : where_(std::move(where)) {}
+  ~Checker() { EXPECT_EQ(count_, 0u) << where_ << first_.str(); }
+  template <typename F>
+  void expect(bool ok, F&& describe) {
+    if (ok) return;
+    if (count_++ < 6) first_ << "\n  " << describe();
+  }
+  size_t failures() const { return count_; }
+
+ private:
+  std::string where_;
+  size_t count_ = 0;
+  std::ostringstream first_;
+};
+
+std::vector<int> rowsToCheck(int tokens) {
+  std::vector<int> rows;
+  if (tokens <= 129) {
+    for (int r = 0; r < tokens; ++r) rows.push_back(r);
+    return rows;
+  }
+  for (int r = 0; r < 32; ++r) rows.push_back(r);
+  for (int r = 0; r < 32; ++r) rows.push_back(32 + r * (tokens - 64) / 32);
+  for (int r = tokens - 32; r < tokens; ++r) rows.push_back(r);
+  return rows;
+}
+
+bool allBytesAre(const uint8_t* p, size_t n, uint8_t v) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != v) return false;
+  }
+  return true;
+}
+
+double halfE2m1Step(double u) { return u < 2.0 ? 0.25 : (u < 4.0 ? 0.5 : 1.0); }
+
+// Everything that can be checked about one run.
+void checkRun(const Inputs& in, const RunSpec& spec, const Outputs& out, const std::string& where) {
+  Checker ck(where);
+  const anyrDataType_t t = in.dtype;
+  const int H = in.hidden;
+  const size_t n = static_cast<size_t>(in.tokens) * H;
+  const bool hasResOut = spec.residual != kNoResidual;
+
+  // Poison and guards, over every row.
+  ck.expect(allBytesAre(out.resOutGuard.data(), kGuard, kPoison),
+            [] { return std::string("residualOut guard overwritten"); });
+  ck.expect(allBytesAre(out.normGuard.data(), kGuard, kPoison),
+            [] { return std::string("normOut guard overwritten"); });
+  ck.expect(allBytesAre(out.quant.data() + out.quantBytes, kGuard, kPoison),
+            [] { return std::string("quantOut guard overwritten"); });
+  ck.expect(allBytesAre(out.scales.data() + out.scaleBytes, kGuard, kPoison),
+            [] { return std::string("blockScales guard overwritten"); });
+  ck.expect(allBytesAre(out.swz.data() + out.swzBytes, kGuard, kPoison),
+            [] { return std::string("blockScalesSwizzled guard overwritten"); });
+  if (!hasResOut) {
+    ck.expect(allBytesAre(reinterpret_cast<const uint8_t*>(out.resOut.data()), n * 2, kPoison),
+              [] { return std::string("residualOut written without a residual"); });
+  }
+  if (!spec.normOut && !spec.xAliasesNorm) {
+    ck.expect(allBytesAre(reinterpret_cast<const uint8_t*>(out.norm.data()), n * 2, kPoison),
+              [] { return std::string("normOut written although NULL"); });
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (hasResOut) {
+      ck.expect(out.resOut[i] != 0xffff,
+                [&] { return "residualOut poison at " + std::to_string(i); });
+    }
+    if (spec.normOut) {
+      ck.expect(out.norm[i] != 0xffff, [&] { return "normOut poison at " + std::to_string(i); });
+    }
+  }
+  if (spec.quant == anyrQuantFp8) {
+    for (size_t i = 0; i < n; ++i) {
+      ck.expect(out.quant[i] != 0xff, [&] { return "quantOut poison at " + std::to_string(i); });
+    }
+  }
+  const int K = H / 16;
+  if (spec.quant == anyrQuantNvfp4) {
+    if (spec.linearScales) {
+      for (size_t i = 0; i < out.scaleBytes; ++i) {
+        ck.expect(out.scales[i] != 0xff,
+                  [&] { return "blockScales poison at " + std::to_string(i); });
+      }
+    }
+    if (spec.swizzledScales) {
+      for (int64_t m = 0; m < swizzledPaddedRows(in.tokens); ++m) {
+        for (int64_t k = 0; k < swizzledPaddedCols(K); ++k) {
+          const uint8_t s = out.swz[swizzledScaleOffset(m, k, K)];
+          if (m >= in.tokens || k >= K) {
+            ck.expect(s == kPoison, [&] {
+              return "swizzled padding (" + std::to_string(m) + "," + std::to_string(k) +
+                     ") written";
+            });
+          } else if (spec.linearScales) {
+            ck.expect(s == out.scales[m * K + k], [&] {
+              return "swizzled scale (" + std::to_string(m) + "," + std::to_string(k) +
+                     ") != linear";
+            });
+          } else {
+            ck.expect(s != kPoison,
+                      [&] { return "swizzled scale missing at row " + std::to_string(m); });
+          }
+        }
+      }
+    }
+  }
+
+  // Against the reference, on the sampled rows.
+  ref::RowSpec rs;
+  rs.dtype = t;
+  rs.hidden = static_cast<size_t>(H);
+  rs.epsilon = spec.epsilon;
+  rs.weightPlusOne = in.weightPlusOne;
+  std::vector<double> xr(H), rr(H), w(H);
+  for (int i = 0; i < H; ++i) w[i] = ref::dtypeValue(in.weight[i], t);
+  ref::RowResult res;
+  std::vector<float> yk(H);
+  std::vector<uint8_t> q(H), sc(K);
+  size_t roundingDiffs = 0, checked = 0;
+  const double rowTol = t == anyrBfloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  for (int row : rowsToCheck(in.tokens)) {
+    const size_t base = static_cast<size_t>(row) * H;
+    for (int i = 0; i < H; ++i) {
+      xr[i] = ref::dtypeValue(in.x[base + i], t);
+      rr[i] = ref::dtypeValue(in.res[base + i], t);
+    }
+    ref::referenceRow(rs, xr.data(), hasResOut ? rr.data() : nullptr, w.data(), &res);
+    if (hasResOut) {
+      for (int i = 0; i < H; ++i) {
+        ck.expect(out.resOut[base + i] == ref::dtypeBits(res.r[i], t), [&] {
+          return "residualOut[" + std::to_string(row) + "][" + std::to_string(i) +
+                 "] = " + std::to_string(ref::dtypeValue(out.resOut[base + i], t)) + ", expected " +
+                 std::to_string(res.r[i]);
+        });
+      }
+    }
+    if (!spec.normOut) continue;
+    double err2 = 0, ref2 = 0;
+    for (int i = 0; i < H; ++i) {
+      const double got = ref::dtypeValue(out.norm[base + i], t);
+      const double ye = res.yExact[i];
+      const double tol = 0.5 * ref::dtypeUlp(ye, t) + std::ldexp(std::fabs(ye), -14) + 1e-30;
+      ck.expect(std::fabs(got - ye) <= tol, [&] {
+        std::ostringstream os;
+        os << "normOut[" << row << "][" << i << "] = " << got << ", fp64 " << ye << " (tolerance "
+           << tol << ")";
+        return os.str();
+      });
+      roundingDiffs += got != res.y[i];
+      ++checked;
+      err2 += (got - ye) * (got - ye);
+      ref2 += ye * ye;
+      yk[i] = static_cast<float>(got);
+    }
+    ck.expect(ref2 == 0 || std::sqrt(err2 / ref2) <= rowTol, [&] {
+      return "normOut row " + std::to_string(row) + " relative error " +
+             std::to_string(std::sqrt(err2 / ref2));
+    });
+
+    if (spec.quant == anyrQuantFp8) {
+      ref::quantizeFp8(yk.data(), H, spec.scale, q.data());
+      for (int i = 0; i < H; ++i) {
+        const uint8_t code = out.quant[base + i];
+        ck.expect(code == q[i], [&] {
+          std::ostringstream os;
+          os << "fp8[" << row << "][" << i << "] = 0x" << std::hex << int(code) << ", expected 0x"
+             << int(q[i]) << std::dec << " (y " << yk[i] << ")";
+          return os.str();
+        });
+        const double v = static_cast<double>(yk[i]) / spec.scale;
+        const double d = ref::e4m3Decode(code);
+        const bool ok =
+            std::fabs(v) >= 448.0
+                ? d == std::copysign(448.0, v)
+                : std::fabs(d - v) <= 0.5 * ref::e4m3Ulp(v) + std::ldexp(std::fabs(v), -20);
+        ck.expect(ok, [&] {
+          return "fp8 dequantized " + std::to_string(d) + " vs " + std::to_string(v);
+        });
+      }
+    }
+    if (spec.quant == anyrQuantNvfp4) {
+      ref::quantizeNvfp4(yk.data(), H, spec.scale, q.data(), sc.data());
+      const uint8_t* qk = out.quant.data() + base / 2;
+      const uint8_t* sk =
+          spec.linearScales ? out.scales.data() + static_cast<size_t>(row) * K : nullptr;
+      for (int b = 0; b < K; ++b) {
+        const uint8_t s = sk ? sk[b] : out.swz[swizzledScaleOffset(row, b, K)];
+        ck.expect(s == sc[b], [&] {
+          std::ostringstream os;
+          os << "nvfp4 scale[" << row << "][" << b << "] = 0x" << std::hex << int(s)
+             << ", expected 0x" << int(sc[b]);
+          return os.str();
+        });
+        const double g = spec.scale, d = ref::e4m3Decode(s) * g;
+        double amax = 0;
+        for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(double(yk[16 * b + i])));
+        if (d == 0) {
+          ck.expect(amax <= 6 * g * std::ldexp(1.0, -10) * (1 + 1e-6),
+                    [&] { return "nvfp4 scale 0 for amax " + std::to_string(amax); });
+        } else if (amax / (6 * g) >= std::ldexp(1.0, -6) && amax / (6 * g) <= 448) {
+          ck.expect(std::fabs(ref::e4m3Decode(s) / (amax / (6 * g)) - 1) <= 1.0 / 16 + 1e-6,
+                    [&] { return "nvfp4 scale far from amax / (6 g)"; });
+        }
+        for (int i = 0; i < 16; ++i) {
+          const int e = 16 * b + i;
+          const uint8_t code = (qk[e / 2] >> (4 * (e % 2))) & 15;
+          const uint8_t want = (q[e / 2] >> (4 * (e % 2))) & 15;
+          ck.expect(code == want, [&] {
+            std::ostringstream os;
+            os << "nvfp4[" << row << "][" << e << "] = " << int(code) << ", expected " << int(want)
+               << " (y " << yk[e] << ", d " << d << ")";
+            return os.str();
+          });
+          if (d > 0) {
+            const double y = yk[e], u = std::fabs(y) / d, deq = ref::e2m1Decode(code) * d;
+            const bool ok = u > 6 ? deq == std::copysign(6 * d, y)
+                                  : std::fabs(deq - y) <= halfE2m1Step(u) * d * (1 + 1e-6);
+            ck.expect(ok, [&] {
+              return "nvfp4 dequantized " + std::to_string(deq) + " vs " + std::to_string(y);
+            });
+          }
+        }
+      }
+    }
+  }
+  // Rounding of y differs from the fp64 value's rounding only next to ties.
+  ck.expect(roundingDiffs * 100 <= checked + 100, [&] {
+    return std::to_string(roundingDiffs) + " of " + std::to_string(checked) +
+           " normOut values differ from the rounded fp64 value";
+  });
+}
+
+std::string describe(const Inputs& in, const RunSpec& s) {
+  std::ostringstream os;
+  os << dtypeName(in.dtype) << " hidden=" << in.hidden << " tokens=" << in.tokens
+     << " weightPlusOne=" << in.weightPlusOne << " residual=" << residualName(s.residual)
+     << " quant=" << quantName(s.quant) << " normOut=" << s.normOut
+     << " xAliasesNorm=" << s.xAliasesNorm << " threads=" << s.threads
+     << " offsets=" << s.elemOffset << "/" << s.byteOffset << " graph=" << s.captureGraph;
+  return os.str();
+}
+
+void expectSameQuant(const Outputs& a, const Outputs& b, bool swizzledOnly,
+                     const std::string& where) {
+  EXPECT_TRUE(a.quant == b.quant) << where << ": quantOut differs";
+  if (swizzledOnly) {
+    EXPECT_TRUE(a.swz == b.swz) << where << ": swizzled scales differ";
+  } else {
+    EXPECT_TRUE(a.scales == b.scales) << where << ": block scales differ";
+    EXPECT_TRUE(a.swz == b.swz) << where << ": swizzled scales differ";
+  }
+}
+
+void expectSameOutputs(const Outputs& a, const Outputs& b, const std::string& where) {
+  EXPECT_TRUE(a.resOut == b.resOut) << where << ": residualOut differs";
+  EXPECT_TRUE(a.norm == b.norm) << where << ": normOut differs";
+  expectSameQuant(a, b, false, where);
+}
+
+// Inputs must come back untouched.
+void expectInputsUntouched(const Inputs& in, const RunSpec& spec) {
+  Pool& p = pool();
+  std::vector<uint16_t> x(in.x.size()), res(in.res.size()), w(in.weight.size());
+  ASSERT_EQ(cudaMemcpy(x.data(), p.x + spec.elemOffset, x.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(res.data(), p.res + spec.elemOffset, res.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(w.data(), p.weight + spec.elemOffset, w.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_TRUE(x == in.x) << "x changed";
+  EXPECT_TRUE(res == in.res) << "residualIn (separate) changed";
+  EXPECT_TRUE(w == in.weight) << "weight changed";
+}
+
+float scaleFor(int quant) { return quant == anyrQuantFp8 ? 0.006f : 0.0017f; }
+
+// ---- the matrix ---------------------------------------------------------------------------
+class FusedKernelMatrix : public testing::TestWithParam<std::tuple<anyrDataType_t, int, int>> {};
+
+TEST_P(FusedKernelMatrix, MatchesReference) {
+  REQUIRE_GPU();
+  inChild([&] {
+    const anyrDataType_t t = std::get<0>(GetParam());
+    const int hidden = std::get<1>(GetParam());
+    const int quant = std::get<2>(GetParam());
+    for (int tokens : {1, 3, 64, 129, 2048}) {
+      Inputs in = makeInputs(t, tokens, hidden, 1000 + tokens);
+      for (int wpo = 0; wpo < 2; ++wpo) {
+        setWeights(&in, wpo != 0, 77 + wpo);
+        RunSpec spec;
+        spec.quant = quant;
+        spec.scale = scaleFor(quant);
+        upload(in, spec);
+        if (HasFatalFailure()) return;
+        for (int residual : {kNoResidual, kSeparate, kInPlace}) {
+          spec.residual = residual;
+          spec.normOut = true;
+          spec.linearScales = spec.swizzledScales = true;
+          spec.xAliasesNorm = false;
+          const std::string where = describe(in, spec);
+          SCOPED_TRACE(where);
+          Outputs full;
+          run(in, spec, &full);
+          if (HasFatalFailure()) return;
+          checkRun(in, spec, full, where);
+
+          // x aliasing normOut: the same bits.
+          RunSpec alias = spec;
+          alias.xAliasesNorm = true;
+          Outputs aliased;
+          run(in, alias, &aliased);
+          if (HasFatalFailure()) return;
+          expectSameOutputs(full, aliased, describe(in, alias));
+
+          // Quantized output only: the same quantized bits (NVFP4: swizzled scales only).
+          if (quant != anyrQuantNone) {
+            RunSpec qonly = spec;
+            qonly.normOut = false;
+            qonly.linearScales = false;
+            Outputs quantOnly;
+            run(in, qonly, &quantOnly);
+            if (HasFatalFailure()) return;
+            checkRun(in, qonly, quantOnly, describe(in, qonly));
+            expectSameQuant(full, quantOnly, true, describe(in, qonly));
+            EXPECT_TRUE(full.resOut == quantOnly.resOut) << describe(in, qonly);
+          }
+        }
+        expectInputsUntouched(in, spec);
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fused, FusedKernelMatrix,
+    testing::Combine(testing::Values(anyrBfloat16, anyrFloat16),
+                     testing::Values(128, 6144, 7168, 16384),
+                     testing::Values(int(anyrQuantNone), int(anyrQuantFp8), int(anyrQuantNvfp4))),
+    [](const testing::TestParamInfo<std::tuple<anyrDataType_t, int, int>>& param) {
+      return std::string(dtypeName(std::get<0>(param.param))) + "_h" +
+             std::to_string(std::get<1>(param.param)) + "_" + quantName(std::get<2>(param.param));
+    });
+
+// ---- block size, alignment, graphs --------------------------------------------------------
+// The epilogue's summation order does not depend on the block size: every block size gives
+// the bits of the default one (the fused all-reduce kernels use other block sizes).
+TEST(FusedKernel, BlockSizeDoesNotChangeTheBits) {
+  REQUIRE_GPU();
+  inChild([&] {
+    for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
+      for (int hidden : {128, 7168, 16384}) {
+        Inputs in = makeInputs(t, 5, hidden, 4242);
+        setWeights(&in, false, 5);
+        RunSpec spec;
+        spec.residual = kSeparate;
+        spec.quant = anyrQuantNvfp4;
+        spec.scale = scaleFor(anyrQuantNvfp4);
+        upload(in, spec);
+        Outputs base;
+        run(in, spec, &base);
+        if (HasFatalFailure()) return;
+        checkRun(in, spec, base, describe(in, spec));
+        for (int threads : {32, 96, 256, 512, 1024}) {
+          RunSpec other = spec;
+          other.threads = threads;
+          Outputs o;
+          run(in, other, &o);
+          if (HasFatalFailure()) return;
+          expectSameOutputs(base, o, describe(in, other));
+        }
+      }
+    }
+  });
+}
+
+// Buffers aligned only to their element size take the scalar paths; the bits stay the same.
+TEST(FusedKernel, UnalignedBuffers) {
+  REQUIRE_GPU();
+  inChild([&] {
+    for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
+      for (int quant : {int(anyrQuantFp8), int(anyrQuantNvfp4)}) {
+        Inputs in = makeInputs(t, 9, 6144, 99);
+        setWeights(&in, true, 6);
+        RunSpec spec;
+        spec.residual = kSeparate;
+        spec.quant = quant;
+        spec.scale = scaleFor(quant);
+        upload(in, spec);
+        Outputs aligned;
+        run(in, spec, &aligned);
+        if (HasFatalFailure()) return;
+        for (size_t offsets : {2, 6}) {
+          RunSpec odd = spec;
+          odd.elemOffset = offsets;
+          odd.byteOffset = offsets - 1;
+          upload(in, odd);
+          Outputs o;
+          run(in, odd, &o);
+          if (HasFatalFailure()) return;
+          checkRun(in, odd, o, describe(in, odd));
+          expectSameOutputs(aligned, o, describe(in, odd));
+        }
+      }
+    }
+  });
+}
+
+TEST(FusedKernel, GraphCaptureAndReplay) {
+  REQUIRE_GPU();
+  inChild([&] {
+    Inputs in = makeInputs(anyrBfloat16, 64, 16384, 7);
+    setWeights(&in, false, 8);
+    RunSpec spec;
+    spec.residual = kSeparate;  // replayed twice: in place would add the residual twice
+    spec.quant = anyrQuantNvfp4;
+    spec.scale = scaleFor(anyrQuantNvfp4);
+    upload(in, spec);
+    Outputs eager;
+    run(in, spec, &eager);
+    if (HasFatalFailure()) return;
+    RunSpec graph = spec;
+    graph.captureGraph = true;
+    Outputs replayed;
+    run(in, graph, &replayed);
+    if (HasFatalFailure()) return;
+    expectSameOutputs(eager, replayed, describe(in, graph));
+  });
+}
+
+// ---- crafted rows, bit-exact against the fp64 reference -----------------------------------
+// Rows are c * sign_i with c a power of two, so mean(r^2) = c^2 and y = sign_i * w_i exactly
+// (rsqrtf's error and epsilon are far below half an ulp of the dtype); the weights are the
+// crafted y values. With g and the FP8 scale powers of two every later step is exact too, so
+// scales and codes must equal the fp64 reference bit for bit.
+std::vector<double> craftedWeights(int hidden, double g) {
+  std::vector<double> w(hidden, 0.0);
+  auto block = [&](int b, const std::vector<double>& units, double unit) {
+    for (int i = 0; i < 16; ++i) w[16 * b + i] = units[i % units.size()] * unit;
+  };
+  // e2m1 grid points and ties (block scale 1: amax = 6 g).
+  block(0, {6, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, -0.25, -0.75, -5, 0, -0.0, 0.5, 4, -6}, g);
+  block(1, {4000, -4000, 1, 0}, g);                       // s saturates at 448, codes at 6
+  block(2, {6, 1, 3, -2}, std::ldexp(g, -8));             // s = 2^-8 (e4m3 subnormal)
+  block(3, {1, -1, 0.5}, std::ldexp(g, -12));             // amax / (6 g) < 2^-10: s = 0
+  block(4, {7, 7.25, 7.5, 6.75, -7, 1000, 6.625, 0}, 1);  // FP8 saturation at 448 (scale 1/64)
+  block(5, {0, 0, 0, 0}, 1);                              // all zero
+  for (int i = 96; i < hidden; ++i) w[i] = std::ldexp(1.0 + (i % 37) / 64.0, (i % 9) - 6);
+  return w;
+}
+
+TEST(FusedKernel, CraftedRowsAreExact) {
+  REQUIRE_GPU();
+  inChild([&] {
+    const int hidden = 256, K = hidden / 16;
+    const double g = 1.0 / 16, fp8Scale = 1.0 / 64;
+    const double cs[] = {1.0, 2.0, 0.5, 1024.0};
+    for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
+      const std::vector<double> wd = craftedWeights(hidden, g);
+      // Rows: c * (+1), c * (alternating), then a zero row and a -0.0 row.
+      std::vector<std::vector<double>> rows;
+      for (double c : cs) {
+        rows.push_back(std::vector<double>(hidden, c));
+        std::vector<double> alt(hidden);
+        for (int i = 0; i < hidden; ++i) alt[i] = (i % 3 == 1) ? -c : c;
+        rows.push_back(alt);
+      }
+      rows.push_back(std::vector<double>(hidden, 0.0));
+      rows.push_back(std::vector<double>(hidden, -0.0));
+      Inputs in;
+      in.dtype = t;
+      in.hidden = hidden;
+      in.tokens = static_cast<int>(rows.size());
+      for (const auto& r : rows) {
+        for (double v : r) in.x.push_back(ref::dtypeBits(v, t));
+      }
+      in.res.assign(in.x.size(), ref::dtypeBits(0.0, t));
+      for (double v : wd) in.weight.push_back(ref::dtypeBits(v, t));
+      for (int residual : {kNoResidual, kSeparate}) {
+        for (int quant : {int(anyrQuantFp8), int(anyrQuantNvfp4)}) {
+          RunSpec spec;
+          spec.residual = residual;
+          spec.quant = quant;
+          spec.scale = static_cast<float>(quant == anyrQuantFp8 ? fp8Scale : g);
+          upload(in, spec);
+          Outputs out;
+          run(in, spec, &out);
+          if (HasFatalFailure()) return;
+          const std::string where = describe(in, spec);
+          checkRun(in, spec, out, where);
+          Checker ck(where + " (crafted, exact)");
+          ref::RowSpec rs;
+          rs.dtype = t;
+          rs.hidden = hidden;
+          rs.epsilon = spec.epsilon;
+          ref::RowResult res;
+          std::vector<double> w(hidden), zeros(hidden, 0.0);
+          for (int i = 0; i < hidden; ++i) w[i] = ref::dtypeValue(in.weight[i], t);
+          std::vector<uint8_t> q(hidden), sc(K);
+          for (int row = 0; row < in.tokens; ++row) {
+            std::vector<double> x(hidden);
+            for (int i = 0; i < hidden; ++i) x[i] = ref::dtypeValue(in.x[row * hidden + i], t);
+            ref::referenceRow(rs, x.data(), residual == kSeparate ? zeros.data() : nullptr,
+                              w.data(), &res);
+            for (int i = 0; i < hidden; ++i) {
+              ck.expect(out.norm[row * hidden + i] == ref::dtypeBits(res.y[i], t), [&] {
+                std::ostringstream os;
+                os << "normOut[" << row << "][" << i << "] bits 0x" << std::hex
+                   << out.norm[row * hidden + i] << ", expected 0x" << ref::dtypeBits(res.y[i], t);
+                return os.str();
+              });
+            }
+            if (quant == anyrQuantFp8) {
+              ref::quantizeFp8Exact(res.y.data(), hidden, fp8Scale, q.data());
+              for (int i = 0; i < hidden; ++i) {
+                ck.expect(out.quant[row * hidden + i] == q[i], [&] {
+                  return "fp8[" + std::to_string(row) + "][" + std::to_string(i) + "]";
+                });
+              }
+            } else {
+              ref::quantizeNvfp4Exact(res.y.data(), hidden, g, q.data(), sc.data());
+              for (int b = 0; b < K; ++b) {
+                ck.expect(out.scales[row * K + b] == sc[b], [&] {
+                  std::ostringstream os;
+                  os << "scale[" << row << "][" << b << "] = 0x" << std::hex
+                     << int(out.scales[row * K + b]) << ", expected 0x" << int(sc[b]);
+                  return os.str();
+                });
+                ck.expect(out.swz[swizzledScaleOffset(row, b, K)] == sc[b],
+                          [&] { return "swizzled scale " + std::to_string(b); });
+              }
+              for (int i = 0; i < hidden / 2; ++i) {
+                ck.expect(out.quant[row * hidden / 2 + i] == q[i], [&] {
+                  std::ostringstream os;
+                  os << "nvfp4 byte [" << row << "][" << i << "] = 0x" << std::hex
+                     << int(out.quant[row * hidden / 2 + i]) << ", expected 0x" << int(q[i]);
+                  return os.str();
+                });
+              }
+            }
+          }
+          // Spot checks of what the crafted blocks are for (row 0: c = 1, all positive).
+          if (quant == anyrQuantNvfp4) {
+            EXPECT_EQ(out.scales[0], 0x38) << where;  // block 0: s = 1.0
+            EXPECT_EQ(out.scales[1], 0x7e) << where;  // block 1: saturated
+            EXPECT_EQ(out.scales[2], 0x02) << where;  // block 2: 2^-8
+            EXPECT_EQ(out.scales[3], 0x00) << where;  // block 3: underflow to 0
+            EXPECT_EQ(out.scales[5], 0x00) << where;  // block 5: zeros
+            EXPECT_EQ(out.quant[0], 0x07) << where;   // 6 -> 7, 0.25 -> 0 (tie to even)
+            EXPECT_EQ(out.quant[1], 0x22) << where;   // 0.75 -> 1.0, 1.25 -> 1.0
+            EXPECT_EQ(out.quant[2], 0x44) << where;   // 1.75 -> 2, 2.5 -> 2
+            EXPECT_EQ(out.quant[3], 0x66) << where;   // 3.5 -> 4, 5 -> 4
+            EXPECT_EQ(out.quant[5], 0x0e) << where;   // -5 -> -4 (tie to even), 0 -> +0
+            EXPECT_EQ(out.quant[6], 0x18) << where;   // -0.0 -> -0 (sign kept), 0.5
+            EXPECT_EQ(out.quant[8], 0xf7) << where;   // saturated +-6
+            EXPECT_EQ(out.quant[24], 0x00) << where;  // block 3: s = 0 -> all +0
+          } else {
+            EXPECT_EQ(out.quant[64], 0x7e) << where;  // 7 / (1/64) = 448
+            EXPECT_EQ(out.quant[65], 0x7e) << where;  // 464: tie -> 448
+            EXPECT_EQ(out.quant[66], 0x7e) << where;  // 480 saturates
+            EXPECT_EQ(out.quant[67], 0x7e) << where;  // 432: tie -> 448 (even)
+            EXPECT_EQ(out.quant[68], 0xfe) << where;  // -448
+            EXPECT_EQ(out.quant[69], 0x7e) << where;  // 64000 saturates
+            EXPECT_EQ(out.quant[70], 0x7d) << where;  // 424 -> 416
+          }
+          const int zeroRow = in.tokens - 2, negZeroRow = in.tokens - 1;
+          for (int i = 0; i < hidden; ++i) {
+            EXPECT_EQ(out.norm[zeroRow * hidden + i] & 0x7fff, 0) << where;
+            EXPECT_EQ(out.norm[negZeroRow * hidden + i] & 0x7fff, 0) << where;
+          }
+        }
+      }
+    }
+  });
+}
+
+// Invalid arguments come back as anyrInvalidArgument without a launch.
+TEST(FusedKernel, RejectsInvalidArguments) {
+  REQUIRE_GPU();
+  inChild([&] {
+    Pool& p = pool();
+    ASSERT_TRUE(p.ok);
+    anyrFusedOptions_t o = ANYR_FUSED_OPTIONS_INITIALIZER;
+    o.quant = anyrQuantNvfp4;
+    o.scale = p.scale;
+    o.quantOut = p.quant;
+    EXPECT_EQ(anyrAddRmsNorm(p.x, nullptr, nullptr, p.weight, 1e-6f, p.norm, 4, 4096, anyrBfloat16,
+                             &o, nullptr),
+              anyrInvalidArgument);  // NVFP4 without block scales
+    EXPECT_EQ(anyrAddRmsNorm(p.x, nullptr, nullptr, p.weight, 1e-6f, p.norm, 4, 4104, anyrFloat16,
+                             nullptr, nullptr),
+              anyrSuccess);  // multiple of 8 is enough without NVFP4
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  });
+}
+
+}  // namespace
+}  // namespace anyr
