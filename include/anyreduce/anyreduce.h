@@ -170,22 +170,27 @@ ANYR_API anyrResult_t anyrAllReduce(const void* sendbuff, void* recvbuff, size_t
  * in fp32 over the rounded r, so normOut and residualOut match a separate add+RMSNorm kernel
  * run on the all-reduced tensor. dtype: anyrBfloat16 or anyrFloat16; weight has the same
  * dtype. hidden: a multiple of 8 in 128..16384; tokens: any (0 is a no-op). */
-typedef enum { anyrQuantNone = 0, anyrQuantFp8 = 1, anyrQuantNvfp4 = 2, anyrNumQuants = 3 } anyrQuant_t;
+typedef enum {
+  anyrQuantNone = 0,
+  anyrQuantFp8 = 1,
+  anyrQuantNvfp4 = 2,
+  anyrNumQuants = 3
+} anyrQuant_t;
 
 typedef struct {
-  size_t size;          /* sizeof(anyrFusedOptions_t) */
-  unsigned int magic;   /* ANYR_FUSED_MAGIC */
-  int weightPlusOne;    /* 1: y = r/rms * (1 + weight) (Gemma/Qwen); 0: r/rms * weight */
-  int quant;            /* anyrQuant_t */
+  size_t size;        /* sizeof(anyrFusedOptions_t) */
+  unsigned int magic; /* ANYR_FUSED_MAGIC */
+  int weightPlusOne;  /* 1: y = r/rms * (1 + weight) (Gemma/Qwen); 0: r/rms * weight */
+  int quant;          /* anyrQuant_t */
   /* FP8 (e4m3, saturating): q = clamp(y / scale[0], -448, 448), scale a device pointer to one
    * fp32 (per-tensor). NVFP4: scale[0] is the fp32 global scale g; each 16-element block b
    * gets an e4m3 block scale s_b = e4m3(amax_b / (6 * g)) and elements
    * q = e2m1(y / (s_b * g)); dequantized y ~ q * s_b * g. */
   const float* scale;
-  void* quantOut;       /* FP8: tokens x hidden bytes. NVFP4: tokens x hidden/2 bytes, two
-                           e2m1 values per byte, element 2i in the low nibble. */
-  void* blockScales;    /* NVFP4: e4m3 block scales, row-major tokens x hidden/16 (may be NULL
-                           if blockScalesSwizzled is given) */
+  void* quantOut;            /* FP8: tokens x hidden bytes. NVFP4: tokens x hidden/2 bytes, two
+                                e2m1 values per byte, element 2i in the low nibble. */
+  void* blockScales;         /* NVFP4: e4m3 block scales, row-major tokens x hidden/16 (may be NULL
+                                if blockScalesSwizzled is given) */
   void* blockScalesSwizzled; /* NVFP4: the same scales in the 128x4 swizzled layout NVFP4
                            GEMMs read (docs/FUSED.md); rows padded to 128, scale columns to 4;
                            may be NULL */

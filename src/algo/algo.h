@@ -14,7 +14,7 @@ constexpr int kAlgoThreads = 512;
 struct LaunchShape {
   int blocks = 1;
   int threads = kAlgoThreads;  // <= kAlgoThreads, a multiple of 32
-  bool aligned = false;  // input and output are 16-byte aligned
+  bool aligned = false;        // input and output are 16-byte aligned
 };
 
 cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
