@@ -67,5 +67,29 @@ __device__ __forceinline__ uint4 clearVec() {
   return make_uint4(kPushClearWord, kPushClearWord, kPushClearWord, kPushClearWord);
 }
 
+// The three-phase rotation of a push launch: it writes and reads phase `cur` and clears what
+// peers wrote one launch ago, in phase `prev` (the safety argument is in oneshot_push.cu).
+struct Phases {
+  uint32_t epoch, cur, prev;
+};
+__device__ __forceinline__ Phases phasesOf(const uint32_t* epochSlots) {
+  const uint32_t e = readEpoch(epochSlots);
+  return Phases{e, e % 3, (e + 2) % 3};
+}
+
+// Clears, in one receive area of this rank's own memory (n slots of slotBytes), the first
+// `vecs` vectors of every peer's slot: what peers wrote there one launch ago. The own slot is
+// never written, so it is left alone. Every thread of the grid takes part (grid-stride).
+__device__ __forceinline__ void clearPeerSlots(char* area, uint64_t slotBytes, int n, int rank,
+                                               uint64_t vecs) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int s = 0; s < n; ++s) {
+    if (s == rank) continue;
+    char* base = area + static_cast<uint64_t>(s) * slotBytes;
+    for (uint64_t v = first; v < vecs; v += stride) storeRelaxed(base + v * 16, clearVec());
+  }
+}
+
 }  // namespace dev
 }  // namespace anyr

@@ -32,9 +32,9 @@ __global__ void __launch_bounds__(kAlgoThreads) oneShotPushKernel(AllReduceArgs 
   const int rank = a.rank;
   const int n = a.nranks;
   LocalState* st = a.state;
-  const uint32_t epoch = dev::readEpoch(st->pushEpoch);
-  const uint32_t phase = epoch % 3;
-  const uint32_t prevPhase = (epoch + 2) % 3;
+  const dev::Phases ph = dev::phasesOf(st->pushEpoch);
+  const uint32_t epoch = ph.epoch;
+  const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.pushSlotBytes;
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -56,13 +56,7 @@ __global__ void __launch_bounds__(kAlgoThreads) oneShotPushKernel(AllReduceArgs 
 
   // 2. Clear, in this rank's own buffer, what peers wrote one call ago.
   char* own = a.peerWorkspace[rank] + a.layout.pushOffset;
-  const uint64_t prevVecs = st->pushVecs[prevPhase];
-  const uint4 clear = dev::clearVec();
-  for (int s = 0; s < n; ++s) {
-    if (s == rank) continue;
-    char* base = own + prevPhase * phaseBytes + static_cast<uint64_t>(s) * slot;
-    for (uint64_t v = first; v < prevVecs; v += stride) dev::storeRelaxed(base + v * 16, clear);
-  }
+  dev::clearPeerSlots(own + ph.prev * phaseBytes, slot, n, rank, st->pushVecs[ph.prev]);
 
   // 3. Reduce in rank order as peers' vectors arrive.
   dev::Waiter waiter(a.wait);

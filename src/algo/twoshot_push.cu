@@ -34,9 +34,9 @@ __global__ void __launch_bounds__(kAlgoThreads) twoShotPushKernel(AllReduceArgs 
   const int rank = a.rank;
   const int n = a.nranks;
   LocalState* st = a.state;
-  const uint32_t epoch = dev::readEpoch(st->tsEpoch);
-  const uint32_t phase = epoch % 3;
-  const uint32_t prevPhase = (epoch + 2) % 3;
+  const dev::Phases ph = dev::phasesOf(st->tsEpoch);
+  const uint32_t epoch = ph.epoch;
+  const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
   const uint64_t areaBytes = slot * static_cast<uint64_t>(n);  // one scatter or gather area
   const uint64_t V = a.numVecs;
@@ -63,15 +63,8 @@ __global__ void __launch_bounds__(kAlgoThreads) twoShotPushKernel(AllReduceArgs 
   if (a.pushFence) __threadfence_system();
 
   // 2. Clear, in this rank's own buffers, what peers wrote one launch ago.
-  const uint64_t prevL = st->tsVecs[prevPhase];
   for (int g = 0; g < 2; ++g) {
-    char* base = area(rank, prevPhase, g);
-    for (int s = 0; s < n; ++s) {
-      if (s == rank) continue;
-      for (uint64_t i = first; i < prevL; i += stride) {
-        dev::storeRelaxed(base + static_cast<uint64_t>(s) * slot + i * 16, dev::clearVec());
-      }
-    }
+    dev::clearPeerSlots(area(rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
   }
 
   // 3. Reduce the own segment and send it to every peer.

@@ -32,9 +32,9 @@ __global__ void __launch_bounds__(kAlgoThreads)
   const int rank = a.rank;
   const int n = a.nranks;
   LocalState* st = a.state;
-  const uint32_t epoch = dev::readEpoch(st->pushEpoch);
-  const uint32_t phase = epoch % 3;
-  const uint32_t prevPhase = (epoch + 2) % 3;
+  const dev::Phases ph = dev::phasesOf(st->pushEpoch);
+  const uint32_t epoch = ph.epoch;
+  const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.pushSlotBytes;
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
   const int H = p.hidden / 8;  // 16-byte vectors per row
@@ -59,15 +59,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
 
   // 2. Clear what peers wrote one launch ago.
   char* own = a.peerWorkspace[rank] + a.layout.pushOffset;
-  const uint64_t prevVecs = st->pushVecs[prevPhase];
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int s = 0; s < n; ++s) {
-    if (s == rank) continue;
-    char* base = own + prevPhase * phaseBytes + static_cast<uint64_t>(s) * slot;
-    for (uint64_t v = first; v < prevVecs; v += stride)
-      dev::storeRelaxed(base + v * 16, dev::clearVec());
-  }
+  dev::clearPeerSlots(own + ph.prev * phaseBytes, slot, n, rank, st->pushVecs[ph.prev]);
 
   // 3. Reduce each row into shared memory, then the epilogue.
   dev::Waiter waiter(a.wait);

@@ -38,9 +38,9 @@ __global__ void __launch_bounds__(kAlgoThreads)
   const int rank = a.rank;
   const int n = a.nranks;
   LocalState* st = a.state;
-  const uint32_t epoch = dev::readEpoch(st->tsEpoch);
-  const uint32_t phase = epoch % 3;
-  const uint32_t prevPhase = (epoch + 2) % 3;
+  const dev::Phases ph = dev::phasesOf(st->tsEpoch);
+  const uint32_t epoch = ph.epoch;
+  const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
   const uint64_t areaBytes = slot * static_cast<uint64_t>(n);
   const int H = p.hidden / 8;
@@ -70,17 +70,8 @@ __global__ void __launch_bounds__(kAlgoThreads)
   if (a.pushFence) __threadfence_system();
 
   // 2. Clear what peers wrote one launch ago.
-  const uint64_t prevL = st->tsVecs[prevPhase];
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int g = 0; g < 2; ++g) {
-    char* base = area(rank, prevPhase, g);
-    for (int s = 0; s < n; ++s) {
-      if (s == rank) continue;
-      for (uint64_t v = first; v < prevL; v += stride) {
-        dev::storeRelaxed(base + static_cast<uint64_t>(s) * slot + v * 16, dev::clearVec());
-      }
-    }
+    dev::clearPeerSlots(area(rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
   }
   __syncthreads();
 

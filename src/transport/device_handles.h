@@ -20,8 +20,10 @@ struct FlagArea {
 };
 static_assert(sizeof(FlagArea) == 2 * kMaxBlocks * kMaxLocalRanks * 4, "FlagArea layout");
 
-// First bytes of every workspace; peers check it after mapping (a corrupt or foreign mapping
-// is caught before any data moves).
+// First bytes of every workspace: identifies the region and its layout (written at init), and
+// holds the word through which peers tell this rank to stop. Peers do not yet verify the
+// identifying fields after mapping; the init-time transfer checks are what catch a mapping
+// that does not work.
 struct WorkspaceHeader {
   uint32_t magic;  // kWorkspaceMagic
   uint32_t layoutVersion;
