@@ -3,7 +3,7 @@
 # benchmark anyreduce against NCCL (and PyTorch symmetric memory) on all visible GPUs.
 # Logs and JSON go to $OUT (or ./device-out). Every multi-process step runs under `timeout`.
 #
-#   scripts/device.sh [quick|full]     (default: full)
+#   scripts/device.sh [quick|full|final|fused]     (default: full)
 set -uo pipefail
 MODE=${1:-full}
 OUT=${OUT:-$PWD/device-out}
@@ -47,6 +47,22 @@ if [ "$MODE" = final ]; then
   done
   step "python GPU tests"
   timeout -k 10 300 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" python3 -m pytest -q -rs -x python/tests 2>&1 | tail -25
+elif [ "$MODE" = fused ]; then
+  step "fused all-reduce + add + RMSNorm: hidden 4096..8192, tokens 1..2048"
+  timeout -k 10 500 "$BUILD/tools/anyreduce" bench --op add-rmsnorm --hidden 4096,6144,7168,8192 \
+    --tokens 1,2,3,4,8,16,32,64,129,128,256,512,1024,2048 --samples 11 --json "$OUT/fused.json" 2>&1 | tee "$OUT/fused.txt"
+  for q in fp8 nvfp4; do
+    timeout -k 10 200 "$BUILD/tools/anyreduce" bench --op add-rmsnorm --quant $q --hidden 6144,7168 \
+      --tokens 1,8,32,128,2048 --samples 11 2>&1 | tee "$OUT/fused-$q.txt"
+  done
+  step "python GPU tests"
+  timeout -k 10 300 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" python3 -m pytest -q -rs python/tests 2>&1 | tail -15
+  step "examples/tp_decoder.py (int inputs: bit-identical check; then timing)"
+  for f in "" --fused; do
+    timeout -k 10 240 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" PYTHONPATH="$PWD/python" \
+      python3 examples/tp_decoder.py --nproc-per-node 2 --graph $f --layers 8 --hidden 6144 --tokens 8 \
+      --steps 100 2>&1 | grep -v Warning | tee -a "$OUT/tp_decoder.txt"
+  done
 elif [ "$MODE" = quick ]; then
   step "bench (quick)"
   timeout -k 10 600 "$BUILD/tools/anyreduce" bench -b 1K -e 64M -f 4 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"

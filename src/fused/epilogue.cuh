@@ -140,6 +140,97 @@ __device__ __forceinline__ Vec normVec(const FusedParams& p, const float* xs, in
   return out;
 }
 
+// ---- phase 2 outputs ----------------------------------------------------------------------
+// Where one row's normed values go: normOut and the quantized forms. write() takes vector v's
+// y (rounded to T, as floats, and packed) and must be called warp-uniformly with consecutive
+// lanes on consecutive vectors (the NVFP4 block maximum is combined across lanes 2j, 2j + 1).
+template <typename T>
+struct RowOutputs {
+  const FusedParams& p;
+  int row, nvec, nblocks, quant;
+  float qscale, sixG;
+  T* normOut;
+  unsigned char* quantRow;
+  unsigned char* linear;
+  unsigned char* swizzled;
+  bool weightAligned, normAligned, quantAligned;
+
+  __device__ __forceinline__ RowOutputs(const FusedParams& params, int r) : p(params), row(r) {
+    const int hidden = p.hidden;
+    const int64_t rowStart = static_cast<int64_t>(row) * hidden;
+    nvec = hidden / 8;
+    nblocks = hidden / kNvfp4BlockElems;
+    quant = p.quant;
+    qscale = quant != anyrQuantNone ? *p.scale : 1.0f;  // FP8 scale or NVFP4 g
+    sixG = 6.0f * qscale;
+    normOut = p.normOut ? static_cast<T*>(p.normOut) + rowStart : nullptr;
+    quantRow = p.quantOut ? static_cast<unsigned char*>(p.quantOut) +
+                                (quant == anyrQuantFp8 ? rowStart : rowStart / 2)
+                          : nullptr;
+    linear = p.blockScales
+                 ? static_cast<unsigned char*>(p.blockScales) + static_cast<int64_t>(row) * nblocks
+                 : nullptr;
+    swizzled = static_cast<unsigned char*>(p.blockScalesSwizzled);
+    weightAligned = isAligned(p.weight, 16);
+    normAligned = isAligned(p.normOut, 16);
+    quantAligned = isAligned(p.quantOut, quant == anyrQuantFp8 ? 8 : 4);
+  }
+
+  __device__ __forceinline__ void write(int v, bool active, const Vec& out,
+                                        const float (&y)[8]) const {
+    if (active && normOut != nullptr) storeRowVec(normOut, v, p.hidden, normAligned, out);
+    if (quant == anyrQuantFp8) {
+      if (active) {
+        uint2 packed = make_uint2(0u, 0u);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          packed.x |= e4m3Code(y[i] / qscale) << (8 * i);
+          packed.y |= e4m3Code(y[4 + i] / qscale) << (8 * i);
+        }
+        storeBytes(quantRow + 8 * static_cast<int64_t>(v), packed, 8, quantAligned);
+      }
+    } else if (quant == anyrQuantNvfp4) {
+      float amax = 0.0f;  // inactive lanes hold zeros
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(y[i]));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the block's other half
+      if (active) {
+        const uint32_t s = e4m3Code(amax / sixG);
+        const float d = e4m3Value(s) * qscale;
+        uint32_t packed = 0;
+        if (d > 0.0f) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) packed |= e2m1Code(y[i] / d) << (4 * i);
+        }
+        storeBytes(quantRow + 4 * static_cast<int64_t>(v), make_uint2(packed, 0u), 4, quantAligned);
+        if ((v & 1) == 0) {
+          const int b = v >> 1;
+          if (linear != nullptr) linear[b] = static_cast<unsigned char>(s);
+          if (swizzled != nullptr) {
+            swizzled[swizzledScaleOffset(row, b, nblocks)] = static_cast<unsigned char>(s);
+          }
+        }
+      }
+    }
+  }
+};
+
+// Sum of the kFusedSlots partial sums in red[0..nslots) in the documented order (warp 0,
+// lanes over slots, then an xor butterfly); returns rstd. Starts and ends with __syncthreads.
+__device__ __forceinline__ float blockRstd(const FusedParams& p, int nslots, float* red) {
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float t = 0.0f;
+    for (int s = threadIdx.x; s < nslots; s += 32) t += red[s];
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) t += __shfl_xor_sync(0xffffffffu, t, m);
+    if (threadIdx.x == 0) red[kFusedSlots] = t;
+  }
+  __syncthreads();
+  const float mean = red[kFusedSlots] / static_cast<float>(p.hidden);
+  return rsqrtf(mean + p.epsilon);
+}
+
 // ---- the epilogue -------------------------------------------------------------------------
 template <typename T>
 __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float* red) {
@@ -176,78 +267,114 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
     }
     red[s] = acc;
   }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float t = 0.0f;
-    for (int s = threadIdx.x; s < nslots; s += 32) t += red[s];
-#pragma unroll
-    for (int m = 16; m >= 1; m >>= 1) t += __shfl_xor_sync(0xffffffffu, t, m);
-    if (threadIdx.x == 0) red[kFusedSlots] = t;
-  }
-  __syncthreads();
-  const float mean = red[kFusedSlots] / static_cast<float>(hidden);
-  const float rstd = rsqrtf(mean + p.epsilon);
+  const float rstd = blockRstd(p, nslots, red);
 
   // Phase 2: y, normOut, quantization. One vector per lane, consecutive lanes on consecutive
   // vectors; the loop runs warp-uniformly, so the two lanes holding an NVFP4 block (vectors
   // 2b and 2b + 1 on lanes 2j and 2j + 1) combine their maxima with one shuffle.
-  const bool weightAligned = isAligned(p.weight, 16);
-  T* normOut = p.normOut ? static_cast<T*>(p.normOut) + rowStart : nullptr;
-  const bool normAligned = isAligned(p.normOut, 16);
-  const int quant = p.quant;
-  const float qscale = quant != anyrQuantNone ? *p.scale : 1.0f;  // FP8 scale or NVFP4 g
-  const float sixG = 6.0f * qscale;
-  const int nblocks = hidden / kNvfp4BlockElems;
-  unsigned char* quantRow = p.quantOut ? static_cast<unsigned char*>(p.quantOut) +
-                                             (quant == anyrQuantFp8 ? rowStart : rowStart / 2)
-                                       : nullptr;
-  const bool quantAligned = isAligned(p.quantOut, quant == anyrQuantFp8 ? 8 : 4);
-  unsigned char* linear = p.blockScales ? static_cast<unsigned char*>(p.blockScales) +
-                                              static_cast<int64_t>(row) * nblocks
-                                        : nullptr;
-  unsigned char* swizzled = static_cast<unsigned char*>(p.blockScalesSwizzled);
+  const RowOutputs<T> o(p, row);
   const int lane = threadIdx.x & 31;
   for (int v0 = threadIdx.x - lane; v0 < nvec; v0 += blockDim.x) {
     const int v = v0 + lane;
     const bool active = v < nvec;
     float y[8] = {};
+    Vec out = {};
+    if (active) out = normVec<T>(p, xs, v, rstd, o.weightAligned, y);
+    o.write(v, active, out, y);
+  }
+  __syncthreads();
+}
+
+// ---- the register-resident epilogue ------------------------------------------------------
+// The same math and the same bits as fusedRowEpilogue, for kernels that hold the row in
+// registers: thread t of a block of B threads owns vectors v = t + k * B, k < VPT, so callers
+// can load the residual and the weight before the all-reduced values arrive and hide their
+// latency behind the wait. Rules: every thread calls it with the same row; B is a multiple of
+// 32 with B * VPT >= hidden / 8; when VPT > 1, B == kFusedSlots / 2 (then vector v = t + k * B
+// belongs to slot t + (k & 1) * B, which keeps the documented slot order); when VPT == 1,
+// B <= kFusedSlots. `x` holds the all-reduced fp32 row on entry and float(r) on return; `red`
+// (shared) holds kFusedRedFloats floats; ends with __syncthreads().
+constexpr int kFusedRegsMaxVpt = 4;  // kFusedMaxHidden / 8 vectors over kFusedSlots / 2 threads
+static_assert(kFusedMaxHidden / 8 <= kFusedRegsMaxVpt * (kFusedSlots / 2), "VPT too small");
+
+template <typename T, int VPT>
+__device__ __forceinline__ void loadRowRegs(const T* base, int row, int hidden, bool aligned,
+                                            Vec (&out)[VPT]) {
+  const T* r = base + static_cast<int64_t>(row) * hidden;
+  const int nvec = hidden / 8;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = threadIdx.x + k * blockDim.x;
+    out[k] = Vec{};
+    if (v < nvec) out[k] = loadRowVec(r, v, hidden, aligned);
+  }
+}
+
+template <typename T, int VPT>
+__device__ void fusedRowEpilogueRegs(const FusedParams& p, int row, float (&x)[VPT][8],
+                                     const Vec (&res)[VPT], const Vec (&w)[VPT], float* red) {
+  static_assert(VPT >= 1 && VPT <= kFusedRegsMaxVpt, "unsupported vectors per thread");
+  const int hidden = p.hidden;
+  const int nvec = hidden / 8;
+  const int nslots = nvec < kFusedSlots ? nvec : kFusedSlots;
+  const int t = threadIdx.x;
+  const int B = blockDim.x;
+  const int64_t rowStart = static_cast<int64_t>(row) * hidden;
+  const bool haveRes = p.residualIn != nullptr;
+  T* resOut = p.residualOut ? static_cast<T*>(p.residualOut) + rowStart : nullptr;
+  const bool resOutAligned = isAligned(p.residualOut, 16);
+
+  // Phase 1: r = round_T(round_T(x) + residual); residualOut; slot sums (slot t and, with
+  // VPT > 1, slot t + B: vectors ascending within each, as in fusedRowEpilogue).
+  float ss[VPT > 1 ? 2 : 1] = {};
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = t + k * B;
+    if (v >= nvec) continue;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[k][i] = Elem<T>::toFloat(Elem<T>::fromFloat(x[k][i]));
+    if (haveRes) {
+      const T* re = reinterpret_cast<const T*>(&res[k]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        x[k][i] = Elem<T>::toFloat(Elem<T>::fromFloat(x[k][i] + Elem<T>::toFloat(re[i])));
+      }
+    }
+    if (resOut != nullptr) storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(x[k]));
+    if (VPT > 1 && (k & 1)) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss[VPT > 1 ? 1 : 0] = fmaf(x[k][i], x[k][i], ss[VPT > 1 ? 1 : 0]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss[0] = fmaf(x[k][i], x[k][i], ss[0]);
+    }
+  }
+  if (t < nslots) red[t] = ss[0];
+  if constexpr (VPT > 1) {
+    if (t + B < nslots) red[t + B] = ss[1];
+  }
+  const float rstd = blockRstd(p, nslots, red);
+
+  // Phase 2: y, normOut, quantization; k runs warp-uniformly (RowOutputs::write's rule).
+  const RowOutputs<T> o(p, row);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = t + k * B;
+    const bool active = v < nvec;
+    float y[8] = {};
+    Vec out = {};
     if (active) {
-      const Vec o = normVec<T>(p, xs, v, rstd, weightAligned, y);
-      if (normOut != nullptr) storeRowVec(normOut, v, hidden, normAligned, o);
-    }
-    if (quant == anyrQuantFp8) {
-      if (active) {
-        uint2 packed = make_uint2(0u, 0u);
+      const T* we = reinterpret_cast<const T*>(&w[k]);
+      T* oe = reinterpret_cast<T*>(&out);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          packed.x |= e4m3Code(y[i] / qscale) << (8 * i);
-          packed.y |= e4m3Code(y[4 + i] / qscale) << (8 * i);
-        }
-        storeBytes(quantRow + 8 * static_cast<int64_t>(v), packed, 8, quantAligned);
-      }
-    } else if (quant == anyrQuantNvfp4) {
-      float amax = 0.0f;  // inactive lanes hold zeros
-#pragma unroll
-      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(y[i]));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the block's other half
-      if (active) {
-        const uint32_t s = e4m3Code(amax / sixG);
-        const float d = e4m3Value(s) * qscale;
-        uint32_t packed = 0;
-        if (d > 0.0f) {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) packed |= e2m1Code(y[i] / d) << (4 * i);
-        }
-        storeBytes(quantRow + 4 * static_cast<int64_t>(v), make_uint2(packed, 0u), 4, quantAligned);
-        if ((v & 1) == 0) {
-          const int b = v >> 1;
-          if (linear != nullptr) linear[b] = static_cast<unsigned char>(s);
-          if (swizzled != nullptr) {
-            swizzled[swizzledScaleOffset(row, b, nblocks)] = static_cast<unsigned char>(s);
-          }
-        }
+      for (int i = 0; i < 8; ++i) {
+        const float wf = Elem<T>::toFloat(we[i]);
+        const float wv = p.weightPlusOne ? 1.0f + wf : wf;
+        oe[i] = Elem<T>::fromFloat((x[k][i] * rstd) * wv);
+        y[i] = Elem<T>::toFloat(oe[i]);
       }
     }
+    o.write(v, active, out, y);
   }
   __syncthreads();
 }

@@ -11,10 +11,14 @@
 
 namespace anyr {
 
-// Threads per block of the fused all-reduce kernels for a row of `hidden` elements.
+// Threads per block of the fused all-reduce kernels for a row of `hidden` elements: a power
+// of two, one 8-element vector per thread up to 512 vectors (at least 64 threads), else 512
+// threads with up to four vectors each (the register epilogue's rule, fused/epilogue.cuh).
 inline int fusedThreads(int hidden) {
-  int t = (hidden / 8 + 31) / 32 * 32;
-  return t < 64 ? 64 : (t > 512 ? 512 : t);
+  const int nvec = hidden / 8;
+  int t = 64;
+  while (t < nvec && t < 512) t *= 2;
+  return t;
 }
 
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,

@@ -5,15 +5,16 @@
 // slot [rank] of every peer's push buffer, readers poll for arrival (lamport.cuh), and the
 // previous phase is cleared. Work is split by rows: block b owns rows b, b + G, ...; it pushes
 // its rows, then for each of them sums the n contributions in rank order (fp32) into shared
-// memory and runs the row epilogue (fused/epilogue.cuh), so the outputs carry exactly the bits
-// of "all-reduce, then the standalone add + RMSNorm kernel".
+// registers and runs the register-resident row epilogue (fused/epilogue.cuh), so the outputs
+// carry exactly the bits of "all-reduce, then the standalone add + RMSNorm kernel". The weight
+// and the residual row are loaded before the wait, so their latency overlaps it. Threads per
+// block: fusedThreads(hidden), VPT = vectors per thread (1..4) a template parameter.
 // normOut may alias partial: a block reads a row of partial (push, then reduce) before it
 // writes that row's outputs, and no other block touches the row.
 #include "algo/algo.h"
 #include "algo/lamport.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
-#include "fused/launch.cuh"
 
 namespace anyr {
 namespace {
@@ -21,12 +22,10 @@ namespace {
 using dev::Elem;
 using dev::Vec;
 
-template <typename T>
+template <typename T, int VPT>
 __global__ void __launch_bounds__(kAlgoThreads)
     fusedOneShotPushKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
-  extern __shared__ float4 smemRaw[];
-  float* xs = reinterpret_cast<float*>(smemRaw);
-  float* red = xs + p.hidden;
+  __shared__ float red[kFusedRedFloats];
   __shared__ int blockFailed;
   const T* in = static_cast<const T*>(a.input);  // rows [0, rows) of this launch
   const int rank = a.rank;
@@ -37,17 +36,32 @@ __global__ void __launch_bounds__(kAlgoThreads)
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.pushSlotBytes;
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
-  const int H = p.hidden / 8;  // 16-byte vectors per row
+  const int H = p.hidden / 8;  // 16-byte vectors per row; thread t owns t + k * blockDim.x
   if (threadIdx.x == 0) blockFailed = 0;
+
+  // The weight, and the residual of this block's first row, are loaded first: their latency
+  // hides behind the pushes and the wait for the peers' data.
+  Vec w[VPT];
+  Vec res[VPT];
+  dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, p.hidden,
+                           dev::isAligned(p.weight, 16), w);
+  const bool resAligned = dev::isAligned(p.residualIn, 16);
+  if (p.residualIn != nullptr && static_cast<int>(blockIdx.x) < rows) {
+    dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + blockIdx.x, p.hidden,
+                             resAligned, res);
+  }
 
   // 1. Push this block's rows to every peer.
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
-    for (int j = threadIdx.x; j < H; j += blockDim.x) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j >= H) continue;
       const uint64_t v = static_cast<uint64_t>(row) * H + j;
       Vec x = dev::loadVec<T, true>(in, v, a.count);
       dev::sanitize<T>(x);
-      for (int k = 1; k < n; ++k) {
-        const int s = (rank + k) % n;
+      for (int d = 1; d < n; ++d) {
+        const int s = (rank + d) % n;
         dev::storeSys(a.peerWorkspace[s] + a.layout.pushOffset + phase * phaseBytes +
                           static_cast<uint64_t>(rank) * slot + v * 16,
                       x.u);
@@ -61,15 +75,21 @@ __global__ void __launch_bounds__(kAlgoThreads)
   char* own = a.peerWorkspace[rank] + a.layout.pushOffset;
   dev::clearPeerSlots(own + ph.prev * phaseBytes, slot, n, rank, st->pushVecs[ph.prev]);
 
-  // 3. Reduce each row into shared memory, then the epilogue.
+  // 3. Sum each row's n contributions in rank order (fp32), then the epilogue in registers.
   dev::Waiter waiter(a.wait);
   const char* cur = own + phase * phaseBytes;
-  __syncthreads();
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    if (row != static_cast<int>(blockIdx.x) && p.residualIn != nullptr) {
+      dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + row, p.hidden,
+                               resAligned, res);
+    }
+    float acc[VPT][8] = {};
     bool ok = true;
-    for (int j = threadIdx.x; j < H && ok; j += blockDim.x) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j >= H) continue;
       const uint64_t v = static_cast<uint64_t>(row) * H + j;
-      float acc[8] = {};
       for (int s = 0; s < n && ok; ++s) {
         Vec x;
         if (s == rank) {
@@ -79,19 +99,41 @@ __global__ void __launch_bounds__(kAlgoThreads)
           ok =
               dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, &x, waiter, s, epoch);
         }
-        dev::accumulate<T>(acc, x);
+        dev::accumulate<T>(acc[k], x);
       }
-      reinterpret_cast<float4*>(xs)[2 * j] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      reinterpret_cast<float4*>(xs)[2 * j + 1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
     if (!ok) blockFailed = 1;
     __syncthreads();
     if (blockFailed) break;  // uniform: every thread read the same shared flag
-    dev::fusedRowEpilogue<T>(p, rowBase + row, xs, red);
+    dev::fusedRowEpilogueRegs<T, VPT>(p, rowBase + row, acc, res, w, red);
   }
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->pushVecs[phase] = static_cast<uint32_t>(a.numVecs);
   dev::finishEpoch(st->pushEpoch, epoch + 1);
+}
+
+template <typename T>
+cudaError_t launchTyped(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
+                        int blocks, cudaStream_t stream) {
+  const int threads = fusedThreads(p.hidden);
+  const int vpt = (p.hidden / 8 + threads - 1) / threads;
+  switch (vpt) {
+    case 1:
+      fusedOneShotPushKernel<T, 1><<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
+      break;
+    case 2:
+      fusedOneShotPushKernel<T, 2><<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
+      break;
+    case 3:
+      fusedOneShotPushKernel<T, 3><<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
+      break;
+    case 4:
+      fusedOneShotPushKernel<T, 4><<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -99,16 +141,11 @@ __global__ void __launch_bounds__(kAlgoThreads)
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream) {
-  const size_t smem = fusedSharedBytes(p.hidden);
-  const size_t maxSmem = fusedSharedBytes(kFusedMaxHidden);
-  const int threads = fusedThreads(p.hidden);
   switch (dtype) {
     case anyrFloat16:
-      return launchWithSmem(fusedOneShotPushKernel<__half>, blocks, threads, smem, maxSmem, stream,
-                            a, p, rowBase, rows);
+      return launchTyped<__half>(a, p, rowBase, rows, blocks, stream);
     case anyrBfloat16:
-      return launchWithSmem(fusedOneShotPushKernel<__nv_bfloat16>, blocks, threads, smem, maxSmem,
-                            stream, a, p, rowBase, rows);
+      return launchTyped<__nv_bfloat16>(a, p, rowBase, rows, blocks, stream);
     default:
       return cudaErrorInvalidValue;
   }
