@@ -23,7 +23,9 @@ using dev::Elem;
 using dev::Vec;
 
 template <typename T, int VPT>
-__global__ void __launch_bounds__(kAlgoThreads)
+// (kAlgoThreads, 1): one block per SM may use 128 registers a thread, so the row stays in
+// registers (without the 1, ptxas aimed at two blocks per SM and spilled).
+__global__ void __launch_bounds__(kAlgoThreads, 1)
     fusedOneShotPushKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
   __shared__ float red[kFusedRedFloats];
   __shared__ int blockFailed;
@@ -51,20 +53,46 @@ __global__ void __launch_bounds__(kAlgoThreads)
                              resAligned, res);
   }
 
-  // 1. Push this block's rows to every peer.
-  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+  // Loads are issued in batches (all of a thread's vectors, then their uses): a load placed
+  // after a volatile store or poll would wait for it, one round trip per vector.
+  auto loadMine = [&](int row, Vec(&mine)[VPT]) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      mine[k] = Vec{};
+      if (j < H) mine[k] = dev::loadVec<T, true>(in, static_cast<uint64_t>(row) * H + j, a.count);
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) dev::sanitize<T>(mine[k]);
+  };
+
+  // 1. Push this block's rows to every peer. The first row's own vectors stay in registers.
+  Vec mine[VPT];
+  for (int row = static_cast<int>(gridDim.x) + blockIdx.x; row < rows; row += gridDim.x) {
+    Vec other[VPT];
+    loadMine(row, other);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int j = threadIdx.x + k * blockDim.x;
       if (j >= H) continue;
-      const uint64_t v = static_cast<uint64_t>(row) * H + j;
-      Vec x = dev::loadVec<T, true>(in, v, a.count);
-      dev::sanitize<T>(x);
+      const uint64_t off = static_cast<uint64_t>(rank) * slot +
+                           (static_cast<uint64_t>(row) * H + j) * 16 + phase * phaseBytes;
       for (int d = 1; d < n; ++d) {
-        const int s = (rank + d) % n;
-        dev::storeSys(a.peerWorkspace[s] + a.layout.pushOffset + phase * phaseBytes +
-                          static_cast<uint64_t>(rank) * slot + v * 16,
-                      x.u);
+        dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, other[k].u);
+      }
+    }
+  }
+  if (static_cast<int>(blockIdx.x) < rows) {
+    const int row = blockIdx.x;
+    loadMine(row, mine);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j >= H) continue;
+      const uint64_t off = static_cast<uint64_t>(rank) * slot +
+                           (static_cast<uint64_t>(row) * H + j) * 16 + phase * phaseBytes;
+      for (int d = 1; d < n; ++d) {
+        dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, mine[k].u);
       }
     }
   }
@@ -79,27 +107,37 @@ __global__ void __launch_bounds__(kAlgoThreads)
   dev::Waiter waiter(a.wait);
   const char* cur = own + phase * phaseBytes;
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
-    if (row != static_cast<int>(blockIdx.x) && p.residualIn != nullptr) {
-      dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + row, p.hidden,
-                               resAligned, res);
+    if (row != static_cast<int>(blockIdx.x)) {
+      if (p.residualIn != nullptr) {
+        dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + row, p.hidden,
+                                 resAligned, res);
+      }
+      loadMine(row, mine);
     }
     float acc[VPT][8] = {};
     bool ok = true;
+    for (int s = 0; s < n && ok; ++s) {
+      if (s == rank) {
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int j = threadIdx.x + k * blockDim.x;
-      if (j >= H) continue;
-      const uint64_t v = static_cast<uint64_t>(row) * H + j;
-      for (int s = 0; s < n && ok; ++s) {
-        Vec x;
-        if (s == rank) {
-          x = dev::loadVec<T, true>(in, v, a.count);
-          dev::sanitize<T>(x);
-        } else {
-          ok =
-              dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, &x, waiter, s, epoch);
+        for (int k = 0; k < VPT; ++k) dev::accumulate<T>(acc[k], mine[k]);
+        continue;
+      }
+      const char* src = cur + static_cast<uint64_t>(s) * slot + static_cast<uint64_t>(row) * H * 16;
+      Vec x[VPT] = {};
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j < H) x[k].u = dev::loadVolatile(src + static_cast<uint64_t>(j) * 16);
+      }
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j >= H) continue;
+        while (ok && !dev::arrived<T>(x[k])) {
+          ok = waiter.keepWaiting(s, kWaitPushData, epoch);
+          x[k].u = dev::loadVolatile(src + static_cast<uint64_t>(j) * 16);
         }
-        dev::accumulate<T>(acc[k], x);
+        dev::accumulate<T>(acc[k], x[k]);
       }
     }
     if (!ok) blockFailed = 1;
