@@ -678,8 +678,14 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   // (128 tokens x 6144: 14.5 vs 12.8 us; 2048 tokens: 295 vs 129 us, docs/PERFORMANCE.md), so
   // the automatic choice composes those, and the fused two-shot kernel runs only when forced.
   const bool forcedTwoShotPush = forced_.load() == anyrAlgoTwoShotPush;
-  const bool fusedKernel = aligned16 && (algo == anyrAlgoOneShotPush ||
-                                         (algo == anyrAlgoTwoShotPush && forcedTwoShotPush));
+  // The fused one-shot kernel holds a row in registers; above two vectors per thread
+  // (hidden > 8192) it spills and measured slower than the composition (hidden 16384, 1 token:
+  // 14.6 vs 9.9 us on 2 x H200, docs/PERFORMANCE.md), so there it runs only when forced.
+  const bool forcedOneShotPush = forced_.load() == anyrAlgoOneShotPush;
+  const bool rowFitsRegisters = hidden / 8 <= 2 * static_cast<size_t>(fusedThreads(hidden));
+  const bool fusedKernel =
+      aligned16 && ((algo == anyrAlgoOneShotPush && (rowFitsRegisters || forcedOneShotPush)) ||
+                    (algo == anyrAlgoTwoShotPush && forcedTwoShotPush));
   if (fusedKernel) {
     // Fused kernels, in row chunks that fit one launch's buffers.
     const int H = static_cast<int>(hidden / 8);
@@ -696,7 +702,9 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
       a.numVecs = static_cast<uint64_t>(rows) * H;
       cudaError_t e;
       if (algo == anyrAlgoOneShotPush) {
-        const int blocks = std::min(rows, maxBlocks_);
+        // A block per row, and at least one per 64 vectors so the push leaves from many SMs.
+        const int pushBlocks = static_cast<int>((a.numVecs + 63) / 64);
+        const int blocks = std::min(std::max(rows, pushBlocks), maxBlocks_);
         e = launchFusedOneShotPush(dtype, a, p, static_cast<int>(row), rows, blocks, stream);
       } else {
         const int lr = (rows + nranks_ - 1) / nranks_;

@@ -13,6 +13,10 @@
 #include "fused/launch.cuh"
 
 namespace anyr {
+
+// Dynamic shared memory of this file's kernels, at most (scripts/check-smem.py reads the line):
+// anyr-dynamic-smem-max: 69648
+static_assert(fusedSharedBytes(kFusedMaxHidden) == 69648, "update anyr-dynamic-smem-max");
 namespace {
 
 constexpr int kMaxThreads = 1024;

@@ -3,12 +3,14 @@
 // The all-reduce part is oneshot_push.cu's protocol, in the same buffers and the same epoch
 // sequence (a fused launch is one more push launch): each rank writes its partial rows into
 // slot [rank] of every peer's push buffer, readers poll for arrival (lamport.cuh), and the
-// previous phase is cleared. Work is split by rows: block b owns rows b, b + G, ...; it pushes
-// its rows, then for each of them sums the n contributions in rank order (fp32) into shared
-// registers and runs the register-resident row epilogue (fused/epilogue.cuh), so the outputs
-// carry exactly the bits of "all-reduce, then the standalone add + RMSNorm kernel". The weight
-// and the residual row are loaded before the wait, so their latency overlaps it. Threads per
-// block: fusedThreads(hidden), VPT = vectors per thread (1..4) a template parameter.
+// previous phase is cleared. Pushes are spread over the whole grid (one SM injects into the
+// links at a limited rate, so a launch with few rows runs more blocks than rows). Rows are
+// reduced by blocks: block b owns rows b, b + G, ...; for each it sums the n contributions in
+// rank order (fp32) in registers and runs the register-resident row epilogue
+// (fused/epilogue.cuh), so the outputs carry exactly the bits of "all-reduce, then the
+// standalone add + RMSNorm kernel". The weight and the residual row are loaded before the
+// wait, so their latency overlaps it. Threads per block: fusedThreads(hidden); VPT, the
+// vectors per thread (1..4), is a template parameter.
 // normOut may alias partial: a block reads a row of partial (push, then reduce) before it
 // writes that row's outputs, and no other block touches the row.
 #include "algo/algo.h"
@@ -66,36 +68,35 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     for (int k = 0; k < VPT; ++k) dev::sanitize<T>(mine[k]);
   };
 
-  // 1. Push this block's rows to every peer. The first row's own vectors stay in registers.
-  Vec mine[VPT];
-  for (int row = static_cast<int>(gridDim.x) + blockIdx.x; row < rows; row += gridDim.x) {
-    Vec other[VPT];
-    loadMine(row, other);
+  // 1. Push. Every block of the grid takes part, vector v of the launch going to block
+  // v % gridDim.x: one SM injects into the links at a limited rate, so a launch with few rows
+  // runs more blocks than rows (the extra ones only push and clear).
+  {
+    constexpr int kBatch = 4;
+    const uint64_t total = static_cast<uint64_t>(rows) * H;
+    const uint64_t G = gridDim.x;
+    for (uint64_t i0 = threadIdx.x; blockIdx.x + i0 * G < total; i0 += kBatch * blockDim.x) {
+      Vec x[kBatch];
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int j = threadIdx.x + k * blockDim.x;
-      if (j >= H) continue;
-      const uint64_t off = static_cast<uint64_t>(rank) * slot +
-                           (static_cast<uint64_t>(row) * H + j) * 16 + phase * phaseBytes;
-      for (int d = 1; d < n; ++d) {
-        dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, other[k].u);
+      for (int u = 0; u < kBatch; ++u) {
+        const uint64_t v = blockIdx.x + (i0 + static_cast<uint64_t>(u) * blockDim.x) * G;
+        x[u] = Vec{};
+        if (v < total) x[u] = dev::loadVec<T, true>(in, v, a.count);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const uint64_t v = blockIdx.x + (i0 + static_cast<uint64_t>(u) * blockDim.x) * G;
+        if (v >= total) continue;
+        dev::sanitize<T>(x[u]);
+        const uint64_t off = phase * phaseBytes + static_cast<uint64_t>(rank) * slot + v * 16;
+        for (int d = 1; d < n; ++d) {
+          dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, x[u].u);
+        }
       }
     }
   }
-  if (static_cast<int>(blockIdx.x) < rows) {
-    const int row = blockIdx.x;
-    loadMine(row, mine);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int j = threadIdx.x + k * blockDim.x;
-      if (j >= H) continue;
-      const uint64_t off = static_cast<uint64_t>(rank) * slot +
-                           (static_cast<uint64_t>(row) * H + j) * 16 + phase * phaseBytes;
-      for (int d = 1; d < n; ++d) {
-        dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, mine[k].u);
-      }
-    }
-  }
+  Vec mine[VPT];  // this rank's vectors of the row being reduced
+  if (static_cast<int>(blockIdx.x) < rows) loadMine(blockIdx.x, mine);
 
   if (a.pushFence) __threadfence_system();
 
