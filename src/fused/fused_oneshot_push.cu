@@ -68,25 +68,27 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     for (int k = 0; k < VPT; ++k) dev::sanitize<T>(mine[k]);
   };
 
-  // 1. Push. Every block of the grid takes part, vector v of the launch going to block
-  // v % gridDim.x: one SM injects into the links at a limited rate, so a launch with few rows
-  // runs more blocks than rows (the extra ones only push and clear).
+  // 1. Push. Every block of the grid takes part, block b the b-th contiguous share of the
+  // launch's vectors: one SM injects into the links at a limited rate, so a launch with few
+  // rows runs more blocks than rows (the extra ones only push and clear).
   {
     constexpr int kBatch = 4;
     const uint64_t total = static_cast<uint64_t>(rows) * H;
-    const uint64_t G = gridDim.x;
-    for (uint64_t i0 = threadIdx.x; blockIdx.x + i0 * G < total; i0 += kBatch * blockDim.x) {
+    const uint64_t share = (total + gridDim.x - 1) / gridDim.x;
+    const uint64_t first = blockIdx.x * share;
+    const uint64_t last = first + share < total ? first + share : total;
+    for (uint64_t v0 = first + threadIdx.x; v0 < last; v0 += kBatch * blockDim.x) {
       Vec x[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        const uint64_t v = blockIdx.x + (i0 + static_cast<uint64_t>(u) * blockDim.x) * G;
+        const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
         x[u] = Vec{};
-        if (v < total) x[u] = dev::loadVec<T, true>(in, v, a.count);
+        if (v < last) x[u] = dev::loadVec<T, true>(in, v, a.count);
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        const uint64_t v = blockIdx.x + (i0 + static_cast<uint64_t>(u) * blockDim.x) * G;
-        if (v >= total) continue;
+        const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
+        if (v >= last) continue;
         dev::sanitize<T>(x[u]);
         const uint64_t off = phase * phaseBytes + static_cast<uint64_t>(rank) * slot + v * 16;
         for (int d = 1; d < n; ++d) {
