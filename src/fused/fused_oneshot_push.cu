@@ -132,16 +132,29 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
         const int j = threadIdx.x + k * blockDim.x;
         if (j < H) x[k].u = dev::loadVolatile(src + static_cast<uint64_t>(j) * 16);
       }
+      // Spin on all of this thread's vectors at once: a vector that was stale when first
+      // read is refreshed in the same round trip as the others.
+      for (;;) {
+        bool all = true;
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int j = threadIdx.x + k * blockDim.x;
-        if (j >= H) continue;
-        while (ok && !dev::arrived<T>(x[k])) {
-          ok = waiter.keepWaiting(s, kWaitPushData, epoch);
-          x[k].u = dev::loadVolatile(src + static_cast<uint64_t>(j) * 16);
+        for (int k = 0; k < VPT; ++k) {
+          const int j = threadIdx.x + k * blockDim.x;
+          if (j < H && !dev::arrived<T>(x[k])) all = false;
         }
-        dev::accumulate<T>(acc[k], x[k]);
+        if (all) break;
+        ok = waiter.keepWaiting(s, kWaitPushData, epoch);
+        if (!ok) break;
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+          const int j = threadIdx.x + k * blockDim.x;
+          if (j < H && !dev::arrived<T>(x[k])) {
+            x[k].u = dev::loadVolatile(src + static_cast<uint64_t>(j) * 16);
+          }
+        }
       }
+      if (!ok) break;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) dev::accumulate<T>(acc[k], x[k]);
     }
     if (!ok) blockFailed = 1;
     __syncthreads();
