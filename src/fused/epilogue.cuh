@@ -155,13 +155,15 @@ struct RowOutputs {
   unsigned char* swizzled;
   bool weightAligned, normAligned, quantAligned;
 
-  __device__ __forceinline__ RowOutputs(const FusedParams& params, int r) : p(params), row(r) {
+  // qscale: *p.scale when quantizing (callers may load it early), else unused.
+  __device__ __forceinline__ RowOutputs(const FusedParams& params, int r, float scaleValue)
+      : p(params), row(r) {
     const int hidden = p.hidden;
     const int64_t rowStart = static_cast<int64_t>(row) * hidden;
     nvec = hidden / 8;
     nblocks = hidden / kNvfp4BlockElems;
     quant = p.quant;
-    qscale = quant != anyrQuantNone ? *p.scale : 1.0f;  // FP8 scale or NVFP4 g
+    qscale = quant != anyrQuantNone ? scaleValue : 1.0f;  // FP8 scale or NVFP4 g
     sixG = 6.0f * qscale;
     normOut = p.normOut ? static_cast<T*>(p.normOut) + rowStart : nullptr;
     quantRow = p.quantOut ? static_cast<unsigned char*>(p.quantOut) +
@@ -214,6 +216,11 @@ struct RowOutputs {
     }
   }
 };
+
+// The quantization scale (FP8 scale or NVFP4 g), or 1 without quantization.
+__device__ __forceinline__ float quantScale(const FusedParams& p) {
+  return p.quant != anyrQuantNone ? *p.scale : 1.0f;
+}
 
 // Sum of the kFusedSlots partial sums in red[0..nslots) in the documented order (warp 0,
 // lanes over slots, then an xor butterfly); returns rstd. Starts and ends with __syncthreads.
@@ -272,7 +279,7 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
   // Phase 2: y, normOut, quantization. One vector per lane, consecutive lanes on consecutive
   // vectors; the loop runs warp-uniformly, so the two lanes holding an NVFP4 block (vectors
   // 2b and 2b + 1 on lanes 2j and 2j + 1) combine their maxima with one shuffle.
-  const RowOutputs<T> o(p, row);
+  const RowOutputs<T> o(p, row, quantScale(p));
   const int lane = threadIdx.x & 31;
   for (int v0 = threadIdx.x - lane; v0 < nvec; v0 += blockDim.x) {
     const int v = v0 + lane;
@@ -292,7 +299,8 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
 // latency behind the wait. Rules: every thread calls it with the same row; B is a multiple of
 // 32 with B * VPT >= hidden / 8; when VPT > 1, B == kFusedSlots / 2 (then vector v = t + k * B
 // belongs to slot t + (k & 1) * B, which keeps the documented slot order); when VPT == 1,
-// B <= kFusedSlots. `x` holds the all-reduced fp32 row on entry and float(r) on return; `red`
+// B <= kFusedSlots. `qscale` is quantScale(p), loaded early by the caller. `x` holds the
+// all-reduced fp32 row on entry and float(r) on return; `red`
 // (shared) holds kFusedRedFloats floats; ends with __syncthreads().
 constexpr int kFusedRegsMaxVpt = 4;  // kFusedMaxHidden / 8 vectors over kFusedSlots / 2 threads
 static_assert(kFusedMaxHidden / 8 <= kFusedRegsMaxVpt * (kFusedSlots / 2), "VPT too small");
@@ -312,7 +320,8 @@ __device__ __forceinline__ void loadRowRegs(const T* base, int row, int hidden, 
 
 template <typename T, int VPT>
 __device__ void fusedRowEpilogueRegs(const FusedParams& p, int row, float (&x)[VPT][8],
-                                     const Vec (&res)[VPT], const Vec (&w)[VPT], float* red) {
+                                     const Vec (&res)[VPT], const Vec (&w)[VPT], float qscale,
+                                     float* red) {
   static_assert(VPT >= 1 && VPT <= kFusedRegsMaxVpt, "unsupported vectors per thread");
   const int hidden = p.hidden;
   const int nvec = hidden / 8;
@@ -356,7 +365,7 @@ __device__ void fusedRowEpilogueRegs(const FusedParams& p, int row, float (&x)[V
   const float rstd = blockRstd(p, nslots, red);
 
   // Phase 2: y, normOut, quantization; k runs warp-uniformly (RowOutputs::write's rule).
-  const RowOutputs<T> o(p, row);
+  const RowOutputs<T> o(p, row, qscale);
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int v = t + k * B;

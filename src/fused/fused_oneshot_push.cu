@@ -43,12 +43,14 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const int H = p.hidden / 8;  // 16-byte vectors per row; thread t owns t + k * blockDim.x
   if (threadIdx.x == 0) blockFailed = 0;
 
-  // The weight, and the residual of this block's first row, are loaded first: their latency
+  // The weight, the quantization scale and the residual of this block's first row are loaded
+  // first: their latency
   // hides behind the pushes and the wait for the peers' data.
   Vec w[VPT];
   Vec res[VPT];
   dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, p.hidden,
                            dev::isAligned(p.weight, 16), w);
+  const float qscale = dev::quantScale(p);
   const bool resAligned = dev::isAligned(p.residualIn, 16);
   if (p.residualIn != nullptr && static_cast<int>(blockIdx.x) < rows) {
     dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + blockIdx.x, p.hidden,
@@ -159,7 +161,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     if (!ok) blockFailed = 1;
     __syncthreads();
     if (blockFailed) break;  // uniform: every thread read the same shared flag
-    dev::fusedRowEpilogueRegs<T, VPT>(p, rowBase + row, acc, res, w, red);
+    dev::fusedRowEpilogueRegs<T, VPT>(p, rowBase + row, acc, res, w, qscale, red);
   }
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->pushVecs[phase] = static_cast<uint32_t>(a.numVecs);
