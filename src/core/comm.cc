@@ -12,6 +12,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/selftest.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 #include "topology/probe.h"
@@ -431,6 +432,7 @@ void Communicator::checkTransport() {
 
 void Communicator::decide() {
   admission_ = admit(topo_, facts_);
+  SelfTest(*this).run();  // may disable admitted paths, on every rank alike
   thresholds_ = defaultThresholds(topo_, admission_, cfg_, nranks_);
   if (nranks_ > 1 && !admission_.any()) {
     std::string reasons;
@@ -678,8 +680,9 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   // (128 tokens x 6144: 14.5 vs 12.8 us; 2048 tokens: 295 vs 129 us, docs/PERFORMANCE.md), so
   // the automatic choice composes those, and the fused two-shot kernel runs only when forced.
   const bool forcedTwoShotPush = forced_.load() == anyrAlgoTwoShotPush;
-  const bool fusedKernel = aligned16 && (algo == anyrAlgoOneShotPush ||
-                                         (algo == anyrAlgoTwoShotPush && forcedTwoShotPush));
+  const bool fusedKernel =
+      aligned16 && ((algo == anyrAlgoOneShotPush && fusedOneShotPushOk_) ||
+                    (algo == anyrAlgoTwoShotPush && forcedTwoShotPush && fusedTwoShotPushOk_));
   if (fusedKernel) {
     // Fused kernels, in row chunks that fit one launch's buffers.
     const int H = static_cast<int>(hidden / 8);
@@ -834,6 +837,7 @@ std::string Communicator::explainJson() const {
                                                 static_cast<anyrAlgo_t>(forced_.load()))}});
   }
   j["choices"] = choices;
+  if (!selfTestJson_.empty()) j["selfTest"] = nlohmann::json::parse(selfTestJson_);
   if (peers_) {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;
