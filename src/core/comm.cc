@@ -884,11 +884,14 @@ void Communicator::destroy() {
 }
 
 Communicator::~Communicator() {
+  // NCCL first: after a failure its kernels may still wait for a dead peer, and only
+  // ncclCommAbort releases them; cudaFree below would otherwise wait for them forever.
+  if (nccl_ != nullptr && ownsNccl_) releaseNcclComm(nccl_, failCode_.load() == anyrSuccess);
+  nccl_ = nullptr;
   peers_.reset();
   if (dState_ != nullptr) (void)cudaFree(dState_);
   if (dWait_ != nullptr) (void)cudaFree(dWait_);
   if (scratch_ != nullptr) (void)cudaFree(scratch_);
-  if (nccl_ != nullptr && ownsNccl_) releaseNcclComm(nccl_, failCode_.load() == anyrSuccess);
   if (lastWork_ != nullptr) (void)cudaEventDestroy(lastWork_);
   if (internalStream_ != nullptr) (void)cudaStreamDestroy(internalStream_);
   if (hostMapped_ != nullptr) (void)cudaFreeHost(hostMapped_);
