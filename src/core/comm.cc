@@ -481,8 +481,11 @@ anyrResult_t Communicator::asyncError(std::string* msg) {
                                    "waiting for rank " +
                                    std::to_string(e.waitedRank) + " (" + where + ")");
       } else {
-        setFailed(anyrRemoteError, "rank " + std::to_string(e.waitedRank) +
-                                       " failed and stopped the communicator (rank " +
+        const std::string cause =
+            e.cause > 0 ? " (it timed out waiting for rank " + std::to_string(e.cause - 1) + ")"
+                        : "";
+        setFailed(anyrRemoteError, "rank " + std::to_string(e.waitedRank) + " failed" + cause +
+                                       " and stopped the communicator (rank " +
                                        std::to_string(rank_) + " was waiting in " + where + ")");
       }
     }

@@ -328,7 +328,8 @@ SelfTest::Outcome SelfTest::finish(const std::vector<Run>& runs, int launchFailu
               " ms waiting for rank " + std::to_string(e.waitedRank) + " (" + waitedFor(e.what) +
               ", block " + std::to_string(e.block) + ")";
     } else if (code == kFailPeerAborted) {
-      o.why = "stopped by rank " + std::to_string(e.waitedRank) + ", which failed first";
+      o.why = "stopped by rank " + std::to_string(e.waitedRank) + ", which failed first" +
+              (e.cause > 0 ? " (waiting for rank " + std::to_string(e.cause - 1) + ")" : "");
     } else {
       o.why = "aborted (anyrCommAbort) during the self-test";
     }
@@ -389,7 +390,7 @@ void SelfTest::resetProtocolState() {
   cudaStream_t s = c.internalStream_;
   ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.flagsOffset, 0, l.pushOffset - l.flagsOffset, s));
   ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.headerOffset + offsetof(WorkspaceHeader, abortedBy), 0,
-                                  sizeof(int32_t), s));
+                                  2 * sizeof(int32_t), s));  // abortedBy, abortCause
   ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + l.pushOffset),
                                   3 * l.pushSlotBytes * static_cast<uint64_t>(c.nranks_) / 4,
                                   kPushClearWord, s));
