@@ -63,17 +63,21 @@ const char* dtypeLabel(anyrDataType_t t) {
   }
 }
 
-// Frees the self-test buffers on every exit path.
+// The self-test buffers, stream-ordered on the internal stream (cudaFree would synchronize the
+// whole device, and so wait for whatever else the application runs there), freed on every exit
+// path.
 struct DeviceBuffers {
+  cudaStream_t stream;
   std::vector<void*> ptrs;
+  explicit DeviceBuffers(cudaStream_t s) : stream(s) {}
   void* alloc(size_t bytes) {
     void* p = nullptr;
-    ANYR_CUDA_CHECK(cudaMalloc(&p, bytes));
+    ANYR_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream));
     ptrs.push_back(p);
     return p;
   }
   ~DeviceBuffers() {
-    for (void* p : ptrs) (void)cudaFree(p);
+    for (void* p : ptrs) (void)cudaFreeAsync(p, stream);
   }
 };
 
@@ -141,7 +145,7 @@ void SelfTest::run() {
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  DeviceBuffers bufs;
+  DeviceBuffers bufs(c.internalStream_);
   maxBytes_ = kLargeBytes + 4096;
   in_ = bufs.alloc(maxBytes_);
   out_ = bufs.alloc(maxBytes_);
@@ -315,8 +319,9 @@ SelfTest::Outcome SelfTest::finish(const std::vector<Run>& runs, int launchFailu
   // Bounded: every kernel gives up at the self-test deadline.
   c.waitStreamIdle(c.internalStream_, "the self-test");
   std::vector<SelfCheckResult> got(kMaxRuns);
-  ANYR_CUDA_CHECK(
-      cudaMemcpy(got.data(), results_, sizeof(SelfCheckResult) * kMaxRuns, cudaMemcpyDeviceToHost));
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(got.data(), results_, sizeof(SelfCheckResult) * kMaxRuns,
+                                  cudaMemcpyDeviceToHost, c.internalStream_));
+  c.waitStreamIdle(c.internalStream_, "copying the self-test results");
   Outcome o;
   const int32_t code = *reinterpret_cast<volatile int32_t*>(&c.hError_->code);
   if (code != kFailNone) {
