@@ -351,8 +351,13 @@ TEST(ReliabilityGpu, KillOneRankSurvivorsNameItWithinTimeout) {
           void* buf = nullptr;
           R_CUDA(cudaMalloc(&buf, 4 << 20));
           R_CUDA(cudaMemset(buf, 0, 4 << 20));
+          // The algorithms this communicator admits (all of them on healthy hardware).
+          std::vector<anyrAlgo_t> algos;
+          for (anyrAlgo_t a : cycle) {
+            if (anyrCommSetAlgorithm(comm, a) == anyrSuccess) algos.push_back(a);
+          }
           for (int i = 0;; ++i) {
-            const anyrAlgo_t algo = cycle[i % 5];
+            const anyrAlgo_t algo = algos[static_cast<size_t>(i) % algos.size()];
             const size_t count = 1024ull << (i % 10);  // 2 KiB .. 1 MiB of bf16
             anyrResult_t r = anyrCommSetAlgorithm(comm, algo);
             if (r == anyrSuccess)
