@@ -3,7 +3,9 @@
 # benchmark anyreduce against NCCL (and PyTorch symmetric memory) on all visible GPUs.
 # Logs and JSON go to $OUT (or ./device-out). Every multi-process step runs under `timeout`.
 #
-#   scripts/device.sh [quick|full|final|fused]     (default: full)
+#   scripts/device.sh [quick|full|final|fused|reliability]     (default: full)
+#   reliability: build, then only the reliability GPU tests at full size (100000 stress calls,
+#   20 kill -9 trials; docs/RELIABILITY.md), then exit with their status.
 set -uo pipefail
 MODE=${1:-full}
 OUT=${OUT:-$PWD/device-out}
@@ -24,6 +26,24 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$A
   -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build "$BUILD" -j"$JOBS" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
+
+if [ "$MODE" = reliability ]; then
+  T="$BUILD/tests/anyr_gpu_tests"
+  RC=0
+  step "reliability: stress, 100000 random calls with canaries"
+  ANYR_TEST_STRESS_CALLS=100000 timeout -k 10 560 "$T" --gtest_filter='ReliabilityGpu.Stress*' 2>&1 | tee "$OUT/reliability-stress.log" | grep -E "info|OK|FAIL|Failure|PASSED" | tail -12
+  [ "${PIPESTATUS[0]}" = 0 ] || RC=1
+  step "reliability: kill -9 one rank, 20 trials"
+  ANYR_TEST_KILL_TRIALS=20 timeout -k 10 560 "$T" --gtest_filter='ReliabilityGpu.Kill*' 2>&1 | tee "$OUT/reliability-kill.log" | grep -E "info|OK|FAIL|Failure|PASSED" | tail -12
+  [ "${PIPESTATUS[0]}" = 0 ] || RC=1
+  step "reliability: self-test, fault injection, skipped call, abort, 200 create/destroy"
+  timeout -k 10 560 "$T" --gtest_filter='ReliabilityGpu.*:-ReliabilityGpu.Stress*:ReliabilityGpu.Kill*' 2>&1 | tee "$OUT/reliability-other.log" | grep -E "info|OK|FAIL|Failure|PASSED" | tail -40
+  [ "${PIPESTATUS[0]}" = 0 ] || RC=1
+  step "reliability: anyreduce explain with a corrupted peer mapping on rank 1 (self-test reasons)"
+  ANYR_FAULT_INJECT=corrupt-peer:1 timeout -k 10 300 "$BUILD/tools/anyreduce" explain 2>&1 | tee "$OUT/reliability-explain-injected.json" | grep -E '"reason"|self-test|"ms"' | head -20
+  step "done (reliability: $([ $RC = 0 ] && echo passed || echo FAILED))"
+  exit $RC
+fi
 
 step "GPU tests"
 # GPU_TEST_EXCLUDE: a ctest -E regex, to leave out suites already run on this commit's kernels.

@@ -174,8 +174,8 @@ struct Waiter {
   uint32_t spins = 0;
   __device__ explicit Waiter(const WaitControl* c) : wcp(c) {}
 
-  __device__ __noinline__ void fail(int32_t code, int32_t waitedRank, int32_t what,
-                                    uint32_t epoch) {
+  __device__ __noinline__ void fail(int32_t code, int32_t waitedRank, int32_t what, uint32_t epoch,
+                                    int32_t cause = 0) {
     const WaitControl& wc = *wcp;
     if (atomicCAS(&wc.state->failClaim, 0, 1) == 0) {
       ErrorRecord* e = wc.error;
@@ -183,10 +183,20 @@ struct Waiter {
       e->what = what;
       e->block = static_cast<int32_t>(blockIdx.x);
       e->epoch = epoch;
+      e->cause = cause;
       __threadfence_system();
       *reinterpret_cast<volatile int32_t*>(&e->code) = code;
       __threadfence_system();
       if (code != kFailPeerAborted) {
+        // The rank this one timed out on, so every peer's error names it too (with more than
+        // two ranks the stopped peers were not waiting for it themselves).
+        const int32_t culprit = code == kFailTimeout ? waitedRank + 1 : 0;
+        for (int p = 0; p < wc.nranks; ++p) {
+          if (p != wc.rank && wc.peerHeaders[p] != nullptr) {
+            *reinterpret_cast<volatile int32_t*>(&wc.peerHeaders[p]->abortCause) = culprit;
+          }
+        }
+        __threadfence_system();
         for (int p = 0; p < wc.nranks; ++p) {
           if (p != wc.rank && wc.peerHeaders[p] != nullptr) {
             *reinterpret_cast<volatile int32_t*>(&wc.peerHeaders[p]->abortedBy) = wc.rank + 1;
@@ -213,7 +223,8 @@ struct Waiter {
     if (*reinterpret_cast<volatile const int32_t*>(&wc.state->failClaim) != 0) return false;
     const int32_t by = *reinterpret_cast<volatile int32_t*>(&wc.ownHeader->abortedBy);
     if (by != 0) {
-      fail(kFailPeerAborted, by - 1, what, epoch);
+      fail(kFailPeerAborted, by - 1, what, epoch,
+           *reinterpret_cast<volatile int32_t*>(&wc.ownHeader->abortCause));
       return false;
     }
     if (now >= nextHostPoll) {

@@ -12,6 +12,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/selftest.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 #include "topology/probe.h"
@@ -431,6 +432,7 @@ void Communicator::checkTransport() {
 
 void Communicator::decide() {
   admission_ = admit(topo_, facts_);
+  SelfTest(*this).run();  // may disable admitted paths, on every rank alike
   thresholds_ = defaultThresholds(topo_, admission_, cfg_, nranks_);
   if (nranks_ > 1 && !admission_.any()) {
     std::string reasons;
@@ -479,8 +481,11 @@ anyrResult_t Communicator::asyncError(std::string* msg) {
                                    "waiting for rank " +
                                    std::to_string(e.waitedRank) + " (" + where + ")");
       } else {
-        setFailed(anyrRemoteError, "rank " + std::to_string(e.waitedRank) +
-                                       " failed and stopped the communicator (rank " +
+        const std::string cause =
+            e.cause > 0 ? " (it timed out waiting for rank " + std::to_string(e.cause - 1) + ")"
+                        : "";
+        setFailed(anyrRemoteError, "rank " + std::to_string(e.waitedRank) + " failed" + cause +
+                                       " and stopped the communicator (rank " +
                                        std::to_string(rank_) + " was waiting in " + where + ")");
       }
     }
@@ -684,8 +689,9 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   const bool forcedOneShotPush = forced_.load() == anyrAlgoOneShotPush;
   const bool rowFitsRegisters = hidden / 8 <= 2 * static_cast<size_t>(fusedThreads(hidden));
   const bool fusedKernel =
-      aligned16 && ((algo == anyrAlgoOneShotPush && (rowFitsRegisters || forcedOneShotPush)) ||
-                    (algo == anyrAlgoTwoShotPush && forcedTwoShotPush));
+      aligned16 && ((algo == anyrAlgoOneShotPush && fusedOneShotPushOk_ &&
+                     (rowFitsRegisters || forcedOneShotPush)) ||
+                    (algo == anyrAlgoTwoShotPush && forcedTwoShotPush && fusedTwoShotPushOk_));
   if (fusedKernel) {
     // Fused kernels, in row chunks that fit one launch's buffers.
     const int H = static_cast<int>(hidden / 8);
@@ -842,6 +848,7 @@ std::string Communicator::explainJson() const {
                                                 static_cast<anyrAlgo_t>(forced_.load()))}});
   }
   j["choices"] = choices;
+  if (!selfTestJson_.empty()) j["selfTest"] = nlohmann::json::parse(selfTestJson_);
   if (peers_) {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;
@@ -888,11 +895,14 @@ void Communicator::destroy() {
 }
 
 Communicator::~Communicator() {
+  // NCCL first: after a failure its kernels may still wait for a dead peer, and only
+  // ncclCommAbort releases them; cudaFree below would otherwise wait for them forever.
+  if (nccl_ != nullptr && ownsNccl_) releaseNcclComm(nccl_, failCode_.load() == anyrSuccess);
+  nccl_ = nullptr;
   peers_.reset();
   if (dState_ != nullptr) (void)cudaFree(dState_);
   if (dWait_ != nullptr) (void)cudaFree(dWait_);
   if (scratch_ != nullptr) (void)cudaFree(scratch_);
-  if (nccl_ != nullptr && ownsNccl_) releaseNcclComm(nccl_, failCode_.load() == anyrSuccess);
   if (lastWork_ != nullptr) (void)cudaEventDestroy(lastWork_);
   if (internalStream_ != nullptr) (void)cudaStreamDestroy(internalStream_);
   if (hostMapped_ != nullptr) (void)cudaFreeHost(hostMapped_);

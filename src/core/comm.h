@@ -60,6 +60,7 @@ class Communicator {
   const Thresholds& thresholds() const { return thresholds_; }
 
  private:
+  friend class SelfTest;  // core/selftest.cc: runs the startup self-test on the internals
   Communicator() = default;
   void init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclComm_t externalNccl);
   void exchangeDeviceInfo();
@@ -110,6 +111,11 @@ class Communicator {
   cudaStream_t internalStream_ = nullptr;
   cudaEvent_t lastWork_ = nullptr;  // recorded after eager launches (not during capture)
   bool haveLastWork_ = false;
+
+  // Startup self-test (core/selftest.cc): fused kernels it disabled, and its report (JSON).
+  bool fusedOneShotPushOk_ = true;
+  bool fusedTwoShotPushOk_ = true;
+  std::string selfTestJson_;
 
   std::mutex failMu_;
   std::atomic<int> failCode_{anyrSuccess};

@@ -30,6 +30,12 @@ const std::vector<Param>& params() {
       {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on (0: any free port)"},
       {"ANYR_PUSH_FENCE", "0",
        "diagnostic: 1 = system-scope fence after a push kernel's stores, before it polls"},
+      {"ANYR_SELFTEST", "1",
+       "1: at init, run every admitted peer algorithm once on a checksum pattern and disable any "
+       "that fails on any rank (rank 0's value decides); 0: skip"},
+      {"ANYR_FAULT_INJECT", "",
+       "tests only: corrupt-peer:R makes rank R's mapping of the next rank's workspace point at "
+       "its own, so the self-test must catch it"},
   };
   return table;
 }

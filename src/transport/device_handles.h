@@ -31,7 +31,8 @@ struct WorkspaceHeader {
   int32_t nranks;
   uint64_t layoutHash;  // hash of the offsets below; equal on every rank
   int32_t abortedBy;    // 0, or 1 + the rank that failed and told this rank to stop
-  int32_t pad[9];
+  int32_t abortCause;   // 0, or 1 + the rank that rank timed out waiting for (written first)
+  int32_t pad[8];
 };
 static_assert(sizeof(WorkspaceHeader) == 64, "WorkspaceHeader layout");
 constexpr uint32_t kWorkspaceMagic = 0x414e5957u;  // "ANYW"
@@ -76,7 +77,8 @@ struct ErrorRecord {   // host-mapped pinned memory
   int32_t what;        // WaitWhat
   int32_t block;
   uint32_t epoch;
-  int32_t pad[3];
+  int32_t cause;  // kFailPeerAborted: 1 + the rank the stopping peer timed out on, or 0
+  int32_t pad[2];
 };
 static_assert(sizeof(ErrorRecord) == 32, "ErrorRecord layout");
 

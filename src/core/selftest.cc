@@ -1,0 +1,411 @@
+// Startup self-test: see core/selftest.h. Runs on the communicator's internal stream with the
+// communicator's own launch paths (launchPeerAlgo, the fused launchers) and kernel arguments,
+// so it tests exactly what later calls will run, mappings included.
+#include "core/selftest.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "algo/selftest_kernels.h"
+#include "core/comm.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "fused/fused.h"
+#include "fused/fused_algo.h"
+#include "transport/check.h"
+
+namespace anyr {
+
+namespace {
+
+constexpr int kMaxRuns = 8;
+// Three launches per size: the push kernels rotate through three buffer phases, so every
+// phase runs once; the last launch of each size is in place.
+constexpr int kReps = 3;
+constexpr uint64_t kLargeBytes = 1ull << 20;
+constexpr int kFusedHidden = 1024;
+
+struct VoteWire {
+  int32_t ok;
+  int32_t code;  // FailCode of this rank's device wait, 0 if none
+  char why[248];
+};
+static_assert(sizeof(VoteWire) == 256, "VoteWire layout");
+
+const char* waitedFor(int32_t w) {
+  switch (w) {
+    case kWaitPushData:
+      return "one-shot push data";
+    case kWaitStartFlag:
+      return "start flag";
+    case kWaitEndFlag:
+      return "end flag";
+    default:
+      return "a peer";
+  }
+}
+
+const char* dtypeLabel(anyrDataType_t t) {
+  switch (t) {
+    case anyrFloat32:
+      return "fp32";
+    case anyrFloat16:
+      return "fp16";
+    default:
+      return "bf16";
+  }
+}
+
+// The self-test buffers, stream-ordered on the internal stream (cudaFree would synchronize the
+// whole device, and so wait for whatever else the application runs there), freed on every exit
+// path.
+struct DeviceBuffers {
+  cudaStream_t stream;
+  std::vector<void*> ptrs;
+  explicit DeviceBuffers(cudaStream_t s) : stream(s) {}
+  void* alloc(size_t bytes) {
+    void* p = nullptr;
+    ANYR_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream));
+    ptrs.push_back(p);
+    return p;
+  }
+  ~DeviceBuffers() {
+    for (void* p : ptrs) (void)cudaFreeAsync(p, stream);
+  }
+};
+
+}  // namespace
+
+struct SelfTest::Outcome {
+  bool ok = true;
+  int32_t code = kFailNone;
+  std::string why;
+};
+
+FaultInjection parseFaultInjection(const std::string& text) {
+  FaultInjection f;
+  if (text.empty()) return f;
+  const std::string prefix = "corrupt-peer:";
+  if (text.rfind(prefix, 0) == 0 && text.size() > prefix.size()) {
+    const char* digits = text.c_str() + prefix.size();
+    char* end = nullptr;
+    const long r = std::strtol(digits, &end, 10);
+    if (end != digits && *end == '\0' && r >= 0 && r < kMaxLocalRanks) {
+      f.kind = FaultInjection::CorruptPeer;
+      f.rank = static_cast<int>(r);
+      return f;
+    }
+  }
+  throwError(anyrInvalidArgument, "environment variable ANYR_FAULT_INJECT='" + text +
+                                      "': must be empty or corrupt-peer:<rank> with rank in 0.." +
+                                      std::to_string(kMaxLocalRanks - 1) + " (tests only)");
+}
+
+void SelfTest::injectFaults() {
+  const FaultInjection f = parseFaultInjection(env::getString("ANYR_FAULT_INJECT"));
+  if (f.kind != FaultInjection::CorruptPeer || f.rank != c_.rank_) return;
+  // This rank's view of the next rank's workspace points at its own workspace instead: its
+  // pushes and flags for that peer land in its own memory, and its reads of that peer read
+  // itself. The peer's WaitControl headers are left alone, so failures still propagate.
+  const int victim = (c_.rank_ + 1) % c_.nranks_;
+  c_.argsTemplate_.peerWorkspace[victim] = c_.peers_->local();
+  ANYR_LOG(Warn, c_.rank_,
+           "ANYR_FAULT_INJECT: this rank's mapping of rank "
+               << victim << "'s workspace now points at its own workspace (tests only)");
+}
+
+void SelfTest::setWaitTimeoutMs(int ms) {
+  const uint64_t ns = static_cast<uint64_t>(ms) * 1000000ull;
+  ANYR_CUDA_CHECK(
+      cudaMemcpyAsync(reinterpret_cast<char*>(c_.dWait_) + offsetof(WaitControl, timeoutNs), &ns,
+                      sizeof(ns), cudaMemcpyHostToDevice, c_.internalStream_));
+  c_.waitStreamIdle(c_.internalStream_, "setting the self-test deadline");
+}
+
+void SelfTest::run() {
+  Communicator& c = c_;
+  if (!c.facts_.peerMemory || c.nranks_ < 2) return;
+  injectFaults();
+  // Rank 0's setting decides, so every rank runs the same collective sequence.
+  int32_t on = env::getInt("ANYR_SELFTEST") != 0 ? 1 : 0;
+  c.bs_->broadcast(&on, sizeof(on), 0);
+  nlohmann::json rep;
+  if (on == 0) {
+    rep["ran"] = false;
+    rep["why"] = "disabled by ANYR_SELFTEST=0 (rank 0's environment)";
+    c.selfTestJson_ = rep.dump();
+    ANYR_LOG(Info, c.rank_, "self-test skipped (ANYR_SELFTEST=0)");
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  DeviceBuffers bufs(c.internalStream_);
+  maxBytes_ = kLargeBytes + 4096;
+  in_ = bufs.alloc(maxBytes_);
+  out_ = bufs.alloc(maxBytes_);
+  norm_ = bufs.alloc(static_cast<size_t>(kFusedHidden) * 2 * 64);
+  weight_ = bufs.alloc(static_cast<size_t>(kFusedHidden) * 2);
+  results_ = bufs.alloc(sizeof(SelfCheckResult) * kMaxRuns);
+  ANYR_CUDA_CHECK(launchSelfTestFill(anyrBfloat16, weight_, kFusedHidden, -1, c.internalStream_));
+  const int timeoutMs = std::min(c.cfg_.timeoutMs, kSelfTestTimeoutMs);
+  setWaitTimeoutMs(timeoutMs);
+
+  nlohmann::json results = nlohmann::json::object();
+  for (anyrAlgo_t algo :
+       {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoTwoShotPush}) {
+    AlgoAdmission& adm = c.admission_.algo[static_cast<size_t>(algo)];
+    if (!adm.admitted) {
+      results[anyrAlgoName(algo)] = "not run (not admitted)";
+      continue;
+    }
+    bool failed = false;
+    const std::string why = vote(runAlgo(algo), &failed);
+    if (failed) {
+      adm.admitted = false;
+      adm.reason = why;
+      results[anyrAlgoName(algo)] = why;
+      ANYR_LOG(Warn, c.rank_, anyrAlgoName(algo) << " disabled: " << why);
+      resetProtocolState();
+    } else {
+      results[anyrAlgoName(algo)] = "passed";
+    }
+  }
+  for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoTwoShotPush}) {
+    const std::string name = std::string("fused-") + anyrAlgoName(algo);
+    bool& ok = algo == anyrAlgoOneShotPush ? c.fusedOneShotPushOk_ : c.fusedTwoShotPushOk_;
+    if (!c.admission_[algo].admitted) {
+      ok = false;
+      results[name] = std::string("not run (") + anyrAlgoName(algo) + " is not admitted)";
+      continue;
+    }
+    bool failed = false;
+    const std::string why = vote(runFused(algo), &failed);
+    if (failed) {
+      ok = false;
+      results[name] = why;
+      ANYR_LOG(Warn, c.rank_,
+               name << " disabled (the unfused composition is used instead): " << why);
+      resetProtocolState();
+    } else {
+      results[name] = "passed";
+    }
+  }
+  setWaitTimeoutMs(c.cfg_.timeoutMs);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  rep["ran"] = true;
+  rep["timeoutMs"] = timeoutMs;
+  rep["ms"] = ms;
+  rep["results"] = results;
+  c.selfTestJson_ = rep.dump();
+  ANYR_LOG(Info, c.rank_, "self-test (" << ms << " ms): " << results.dump());
+}
+
+SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
+  Communicator& c = c_;
+  const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
+  const uint64_t cap = algo == anyrAlgoOneShotPush ? c.layout_.pushSlotBytes : c.layout_.chunkBytes;
+  // A small fp32 message (one partial vector at the end) and a large bf16 one (many blocks,
+  // odd count: a partial last vector too).
+  struct Size {
+    anyrDataType_t dtype;
+    uint64_t count;
+  };
+  const Size sizes[] = {{anyrFloat32, 3001}, {anyrBfloat16, std::min(cap, kLargeBytes) / 2 - 5}};
+  std::vector<SelfCheckResult> init(kMaxRuns);
+  for (SelfCheckResult& r : init) r = SelfCheckResult{0, ~0ull, 0.0f, 0.0f, 0};
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(results_, init.data(), sizeof(SelfCheckResult) * kMaxRuns,
+                                  cudaMemcpyHostToDevice, c.internalStream_));
+  auto* res = static_cast<SelfCheckResult*>(results_);
+  std::vector<Run> runs;
+  int launchFailures = 0;
+  std::string launchWhy;
+  for (const Size& sz : sizes) {
+    const size_t bytes = sz.count * dtypeSize(sz.dtype);
+    for (int rep = 0; rep < kReps; ++rep) {
+      const bool inPlace = rep == kReps - 1;
+      void* out = inPlace ? in_ : out_;
+      ANYR_CUDA_CHECK(launchSelfTestFill(sz.dtype, in_, sz.count, c.rank_, c.internalStream_));
+      if (!inPlace) ANYR_CUDA_CHECK(cudaMemsetAsync(out_, 0xff, bytes, c.internalStream_));
+      try {
+        c.launchPeerAlgo(algo, in_, out, sz.count, sz.dtype, c.internalStream_);
+      } catch (const Error& e) {
+        ++launchFailures;
+        launchWhy = e.what();
+      }
+      ANYR_CUDA_CHECK(launchSelfTestCheck(sz.dtype, out, sz.count, c.nranks_, res + runs.size(),
+                                          c.internalStream_));
+      runs.push_back({std::string(anyrAlgoName(algo)) + " " + std::to_string(sz.count) + " x " +
+                          dtypeLabel(sz.dtype) + (inPlace ? " in place" : ""),
+                      sz.count});
+    }
+  }
+  return finish(runs, launchFailures, launchWhy);
+}
+
+SelfTest::Outcome SelfTest::runFused(int algoInt) {
+  Communicator& c = c_;
+  const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
+  const int H = kFusedHidden / 8;
+  const uint64_t rowBytes = static_cast<uint64_t>(kFusedHidden) * 2;
+  const uint64_t maxRows =
+      algo == anyrAlgoOneShotPush
+          ? c.layout_.pushSlotBytes / rowBytes
+          : (c.layout_.tsSlotBytes / (static_cast<uint64_t>(H) * 16)) * c.nranks_;
+  const int rowCounts[] = {3, static_cast<int>(std::min<uint64_t>(maxRows, 48))};
+  std::vector<SelfCheckResult> init(kMaxRuns);
+  for (SelfCheckResult& r : init) r = SelfCheckResult{0, ~0ull, 0.0f, 0.0f, 0};
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(results_, init.data(), sizeof(SelfCheckResult) * kMaxRuns,
+                                  cudaMemcpyHostToDevice, c.internalStream_));
+  auto* res = static_cast<SelfCheckResult*>(results_);
+  std::vector<Run> runs;
+  int launchFailures = 0;
+  std::string launchWhy;
+  for (int rows : rowCounts) {
+    const uint64_t count = static_cast<uint64_t>(rows) * kFusedHidden;
+    for (int rep = 0; rep < kReps; ++rep) {
+      ANYR_CUDA_CHECK(launchSelfTestFill(anyrBfloat16, in_, count, c.rank_, c.internalStream_));
+      ANYR_CUDA_CHECK(cudaMemsetAsync(out_, 0xff, count * 2, c.internalStream_));
+      // residualIn NULL: residualOut = the all-reduced rows, exact; normOut is written too
+      // but not checked (it rounds).
+      FusedParams p{};
+      p.residualIn = nullptr;
+      p.residualOut = out_;
+      p.weight = weight_;
+      p.normOut = norm_;
+      p.epsilon = 1e-6f;
+      p.tokens = rows;
+      p.hidden = kFusedHidden;
+      p.weightPlusOne = 0;
+      p.quant = anyrQuantNone;
+      AllReduceArgs a = c.argsTemplate_;
+      a.input = in_;
+      a.output = nullptr;
+      a.count = count;
+      a.numVecs = static_cast<uint64_t>(rows) * H;
+      cudaError_t e;
+      if (algo == anyrAlgoOneShotPush) {
+        e = launchFusedOneShotPush(anyrBfloat16, a, p, 0, rows, std::min(rows, c.maxBlocks_),
+                                   c.internalStream_);
+      } else {
+        const int lr = (rows + c.nranks_ - 1) / c.nranks_;
+        e = launchFusedTwoShotPush(anyrBfloat16, a, p, 0, rows, std::min(lr, c.maxBlocks_),
+                                   c.internalStream_);
+      }
+      if (e != cudaSuccess) {
+        ++launchFailures;
+        launchWhy = std::string("launch failed: ") + cudaGetErrorString(e);
+        (void)cudaGetLastError();
+      }
+      ANYR_CUDA_CHECK(launchSelfTestCheck(anyrBfloat16, out_, count, c.nranks_, res + runs.size(),
+                                          c.internalStream_));
+      runs.push_back({std::string("fused ") + anyrAlgoName(algo) + " " + std::to_string(rows) +
+                          " x " + std::to_string(kFusedHidden) + " bf16 (residualOut)",
+                      count});
+    }
+  }
+  return finish(runs, launchFailures, launchWhy);
+}
+
+SelfTest::Outcome SelfTest::finish(const std::vector<Run>& runs, int launchFailures,
+                                   const std::string& launchWhy) {
+  Communicator& c = c_;
+  // Bounded: every kernel gives up at the self-test deadline.
+  c.waitStreamIdle(c.internalStream_, "the self-test");
+  std::vector<SelfCheckResult> got(kMaxRuns);
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(got.data(), results_, sizeof(SelfCheckResult) * kMaxRuns,
+                                  cudaMemcpyDeviceToHost, c.internalStream_));
+  c.waitStreamIdle(c.internalStream_, "copying the self-test results");
+  Outcome o;
+  const int32_t code = *reinterpret_cast<volatile int32_t*>(&c.hError_->code);
+  if (code != kFailNone) {
+    const ErrorRecord e = *const_cast<const ErrorRecord*>(c.hError_);
+    o.ok = false;
+    o.code = code;
+    if (code == kFailTimeout) {
+      o.why = "timed out after " + std::to_string(std::min(c.cfg_.timeoutMs, kSelfTestTimeoutMs)) +
+              " ms waiting for rank " + std::to_string(e.waitedRank) + " (" + waitedFor(e.what) +
+              ", block " + std::to_string(e.block) + ")";
+    } else if (code == kFailPeerAborted) {
+      o.why = "stopped by rank " + std::to_string(e.waitedRank) + ", which failed first" +
+              (e.cause > 0 ? " (waiting for rank " + std::to_string(e.cause - 1) + ")" : "");
+    } else {
+      o.why = "aborted (anyrCommAbort) during the self-test";
+    }
+    return o;
+  }
+  if (launchFailures > 0) {
+    o.ok = false;
+    o.why = launchWhy;
+    return o;
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (got[i].wrong == 0) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%llu of %llu elements wrong (element %llu: got %g, want %g)",
+                  got[i].wrong, static_cast<unsigned long long>(runs[i].count), got[i].firstBad,
+                  static_cast<double>(got[i].got), static_cast<double>(got[i].want));
+    o.ok = false;
+    o.why = runs[i].desc + ": " + buf;
+    return o;
+  }
+  return o;
+}
+
+std::string SelfTest::vote(const Outcome& mine, bool* anyFailed) {
+  VoteWire w{};
+  w.ok = mine.ok ? 1 : 0;
+  w.code = mine.code;
+  std::snprintf(w.why, sizeof(w.why), "%s", mine.why.c_str());
+  const std::vector<VoteWire> all = c_.bs_->allGatherValue(w);
+  // Name the rank that failed first: one whose wait was not merely stopped by a peer.
+  int pick = -1, failedRanks = 0;
+  for (int r = 0; r < c_.nranks_; ++r) {
+    const VoteWire& v = all[static_cast<size_t>(r)];
+    if (v.ok) continue;
+    ++failedRanks;
+    if (pick < 0 ||
+        (all[static_cast<size_t>(pick)].code == kFailPeerAborted && v.code != kFailPeerAborted)) {
+      pick = r;
+    }
+  }
+  *anyFailed = pick >= 0;
+  if (pick < 0) return "";
+  const VoteWire& v = all[static_cast<size_t>(pick)];
+  std::string why = "self-test failed on rank " + std::to_string(pick) + ": " +
+                    std::string(v.why, strnlen(v.why, sizeof(v.why)));
+  if (failedRanks > 1) why += " (" + std::to_string(failedRanks - 1) + " other rank(s) failed too)";
+  return why;
+}
+
+void SelfTest::resetProtocolState() {
+  Communicator& c = c_;
+  // Every rank has waited for its own self-test kernels (finish), so after this barrier no
+  // kernel of this communicator runs anywhere. Restore the init-time protocol state: flags and
+  // the check area zero, the abort word clear, push slots cleared, epochs zero, no error.
+  c.bs_->barrier();
+  char* base = c.peers_->local();
+  const WorkspaceLayout& l = c.layout_;
+  cudaStream_t s = c.internalStream_;
+  ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.flagsOffset, 0, l.pushOffset - l.flagsOffset, s));
+  ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.headerOffset + offsetof(WorkspaceHeader, abortedBy), 0,
+                                  2 * sizeof(int32_t), s));  // abortedBy, abortCause
+  ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + l.pushOffset),
+                                  3 * l.pushSlotBytes * static_cast<uint64_t>(c.nranks_) / 4,
+                                  kPushClearWord, s));
+  ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + l.tsOffset),
+                                  6 * l.tsSlotBytes * static_cast<uint64_t>(c.nranks_) / 4,
+                                  kPushClearWord, s));
+  ANYR_CUDA_CHECK(cudaMemsetAsync(c.dState_, 0, sizeof(LocalState), s));
+  c.waitStreamIdle(s, "resetting after a failed self-test");
+  std::memset(c.hError_, 0, sizeof(ErrorRecord));
+  c.bs_->barrier();
+}
+
+}  // namespace anyr
