@@ -209,7 +209,7 @@ int runDoctor(const RunOptions& o) {
                 {"perRank", r0.at("perRank")},
                 {"source", o.shape.source}};
   m["model"] = model;
-  char method[1024];
+  char method[1536];
   std::snprintf(
       method, sizeof(method),
       "Step: median of %d CUDA-graph replays of all %d layers (bf16 cuBLAS GEMMs; attention's "
@@ -219,7 +219,8 @@ int runDoctor(const RunOptions& o) {
       "back, divided by their number. Communication block: all-reduce + residual add + RMSNorm "
       "(baseline: ncclAllReduce + anyreduce's standalone add+RMSNorm kernel; anyreduce: "
       "anyrAllReduceAddRmsNorm). NVML sampled every %d ms by a thread of each rank during %d ms "
-      "of sustained replays per mode and batch; the first quarter of each window is dropped. "
+      "of sustained replays per mode and batch (instantaneous power where the driver reports it, "
+      "else the averaged reading); the first quarter of each window is dropped. "
       "Times are means over ranks.",
       o.samples, o.shape.layers, 2 * o.shape.layers, o.sampleMs, o.sustainMs);
   m["method"] = method;

@@ -407,7 +407,12 @@ std::string verdictText(const json& m) {
       << fmt(" (%.0f", num(base, "exposedCommUs")) << fmt(" of %.0f us)", bs)
       << fmt(" and %.1f %% with anyreduce. ", 100 * num(any, "commShare"));
     o << fmt("anyreduce saves %.1f us per layer", savedPerLayer) << " (two all-reduces): step "
-      << fmt("%.0f", bs) << fmt(" -> %.0f us, ", as) << fmt("%.2fx faster.\n", speedup);
+      << fmt("%.0f", bs) << fmt(" -> %.0f us, ", as) << fmt("%.2fx faster", speedup);
+    const double compute = num(base, "computeUs");
+    if (compute > 0) {
+      o << fmt(" (if communication cost nothing: %.2fx, step / compute)", bs / compute);
+    }
+    o << ".\n";
     o << fmt("  Per all-reduce + add + RMSNorm, back to back: baseline %.1f us",
              num(base, "perAllReduceUs"))
       << " (" << str(base, "path") << ")" << fmt(", anyreduce %.1f us", num(any, "perAllReduceUs"))

@@ -21,6 +21,55 @@ struct nvmlUtilization_t {
   unsigned int gpu;
   unsigned int memory;
 };
+// nvmlDeviceGetFieldValues, for the instantaneous power reading (NVML_FI_DEV_POWER_INSTANT,
+// driver r535 and later); nvmlDeviceGetPowerUsage averages over about a second on recent GPUs.
+constexpr unsigned int kFieldPowerInstant = 186;
+union nvmlValue_t {
+  double dVal;
+  int siVal;
+  unsigned int uiVal;
+  unsigned long ulVal;
+  unsigned long long ullVal;
+  signed long long sllVal;
+  unsigned short usVal;
+};
+struct nvmlFieldValue_t {
+  unsigned int fieldId;
+  unsigned int scopeId;
+  long long timestamp;
+  long long latencyUsec;
+  int valueType;
+  nvmlReturn_t nvmlReturn;
+  nvmlValue_t value;
+};
+static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t must match NVML's layout");
+
+// The field's value as a double; false when NVML did not answer.
+bool fieldNumber(const nvmlFieldValue_t& f, double* out) {
+  if (f.nvmlReturn != kNvmlSuccess) return false;
+  switch (f.valueType) {
+    case 0:
+      *out = f.value.dVal;
+      return true;
+    case 1:
+      *out = f.value.uiVal;
+      return true;
+    case 2:
+      *out = static_cast<double>(f.value.ulVal);
+      return true;
+    case 3:
+      *out = static_cast<double>(f.value.ullVal);
+      return true;
+    case 4:
+      *out = static_cast<double>(f.value.sllVal);
+      return true;
+    case 5:
+      *out = f.value.siVal;
+      return true;
+    default:
+      return false;
+  }
+}
 
 struct Api {
   bool ok = false;
@@ -36,6 +85,7 @@ struct Api {
   nvmlReturn_t (*clock)(nvmlDevice_t, int, unsigned*) = nullptr;
   nvmlReturn_t (*maxClock)(nvmlDevice_t, int, unsigned*) = nullptr;
   nvmlReturn_t (*util)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
+  nvmlReturn_t (*fields)(nvmlDevice_t, int, nvmlFieldValue_t*) = nullptr;  // optional
 };
 
 template <typename Fn>
@@ -67,6 +117,7 @@ const Api& api() {
       a.why = "an NVML function is missing from libnvidia-ml.so.1";
       return;
     }
+    sym(lib, "nvmlDeviceGetFieldValues", &a.fields);
     if (a.init() != kNvmlSuccess) {
       a.why = "nvmlInit_v2 failed";
       return;
@@ -145,7 +196,15 @@ void NvmlSampler::start(const std::vector<int>& indices, int intervalMs, double 
         s.t = monotonicSeconds() - t0;
         unsigned mw = 0, mhz = 0;
         nvmlUtilization_t u{};
-        if (a.power(devs[i], &mw) == kNvmlSuccess) s.powerW = mw / 1000.0;
+        nvmlFieldValue_t f{};
+        f.fieldId = kFieldPowerInstant;
+        double instantMw = -1;
+        if (a.fields != nullptr && a.fields(devs[i], 1, &f) == kNvmlSuccess &&
+            fieldNumber(f, &instantMw) && instantMw > 0) {
+          s.powerW = instantMw / 1000.0;
+        } else if (a.power(devs[i], &mw) == kNvmlSuccess) {
+          s.powerW = mw / 1000.0;
+        }
         if (a.clock(devs[i], kNvmlClockSm, &mhz) == kNvmlSuccess) s.smMHz = mhz;
         if (a.util(devs[i], &u) == kNvmlSuccess) s.utilPct = u.gpu;
         samples_[i].push_back(s);
