@@ -42,6 +42,24 @@ bool presetShape(const std::string& name, ModelShape* s) {
         "public slime GLM-5 model script). Attention is modelled as GQA (64 heads x 128, 8 KV "
         "heads) instead of GLM-5's MLA; experts are tensor-parallel (each expert's FFN split "
         "across ranks), uniformly routed.";
+  } else if (name == "glm-air") {
+    // GLM-4.5-Air (106B total, 12B active): fits 2 x H200 in bf16, so TP2 is a real deployment.
+    s->layers = 46;
+    s->denseLayers = 1;
+    s->hidden = 4096;
+    s->heads = 96;
+    s->kvHeads = 8;
+    s->headDim = 128;
+    s->intermediate = 10944;
+    s->moe = true;
+    s->experts = 128;
+    s->topk = 8;
+    s->moeIntermediate = 1408;
+    s->sharedExperts = 1;
+    s->source =
+        "GLM-4.5-Air: hidden 4096, 46 layers (1 dense, 45 MoE), 128 routed experts top-8 of FFN "
+        "1408 + 1 shared expert, dense FFN 10944, 96 heads x 128, 8 KV heads (public model "
+        "scripts); fits two H200 in bf16. Experts tensor-parallel, uniformly routed.";
   } else if (name == "llama70b") {
     s->layers = 80;
     s->hidden = 8192;
@@ -70,7 +88,7 @@ bool presetShape(const std::string& name, ModelShape* s) {
   return true;
 }
 
-std::string presetNames() { return "glm, llama70b, tiny"; }
+std::string presetNames() { return "glm, glm-air, llama70b, tiny"; }
 
 namespace {
 
