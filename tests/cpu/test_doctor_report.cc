@@ -205,3 +205,86 @@ TEST(DoctorReport, WellFormedCheckCatchesBrokenHtml) {
                             "</html>"),
             "");
 }
+
+namespace {
+
+// One rank's figures as doctor_run.cc writes them: one batch (8), two phases of 4 s each.
+json rankFigures(int rank, double stepBase, double stepAny, double compute, double powerBase,
+                 double powerAny) {
+  json samples = {{"gpu", rank},
+                  {"t", json::array()},
+                  {"powerW", json::array()},
+                  {"smMHz", json::array()},
+                  {"util", json::array()}};
+  // Baseline window [0, 4): the first second (the dropped quarter) at 999 W, then powerBase.
+  // anyreduce window [4, 8): powerAny throughout. One sample every 0.5 s.
+  for (int i = 0; i < 16; ++i) {
+    const double t = 0.5 * i;
+    const double p = t < 1.0 ? 999 : t < 4 ? powerBase : powerAny;
+    samples["t"].push_back(t);
+    samples["powerW"].push_back(p);
+    samples["smMHz"].push_back(t < 4 ? 1500 : 1900);
+    samples["util"].push_back(100);
+  }
+  auto mode = [&](double step) {
+    return json{{"stepUs", step},
+                {"computeUs", compute},
+                {"commOnlyUs", 40.0 * (rank + 1)},
+                {"perAllReduceUs", 10.0 * (rank + 1)},
+                {"path", rank == 0 ? "rank0-path" : "rank1-path"}};
+  };
+  return {
+      {"rank", rank},
+      {"gpu", {{"index", rank}, {"name", "GPU"}, {"powerLimitW", 700}}},
+      {"samples", samples},
+      {"phases",
+       {{{"label", "b8 baseline"}, {"batch", 8}, {"mode", "baseline"}, {"t0", 0}, {"t1", 4}},
+        {{"label", "b8 anyreduce"}, {"batch", 8}, {"mode", "anyreduce"}, {"t0", 4}, {"t1", 8}}}},
+      {"batches",
+       {{{"batch", 8},
+         {"messageBytes", 98304},
+         {"modes", {{"baseline", mode(stepBase)}, {"anyreduce", mode(stepAny)}}}}}},
+      {"arSweep",
+       {{{"tokens", 8},
+         {"bytes", 98304},
+         {"baselineUs", 10.0 + rank},
+         {"anyreduceUs", 4.0 + rank},
+         {"path", "p"}}}},
+      {"counters", {{"fusedKernelCalls", rank == 0 ? 7 : 9}}}};
+}
+
+}  // namespace
+
+TEST(DoctorReport, MergeRanksAveragesTimesAndWindowsPower) {
+  const std::vector<json> ranks = {rankFigures(0, 1000, 800, 700, 200, 300),
+                                   rankFigures(1, 1200, 900, 700, 220, 320)};
+  const json m = mergeRanks(ranks);
+  const json& base = m["batches"][0]["modes"]["baseline"];
+  const json& any = m["batches"][0]["modes"]["anyreduce"];
+  EXPECT_DOUBLE_EQ(base["stepUs"].get<double>(), 1100);
+  EXPECT_DOUBLE_EQ(any["stepUs"].get<double>(), 850);
+  EXPECT_DOUBLE_EQ(base["exposedCommUs"].get<double>(), 400);
+  EXPECT_DOUBLE_EQ(base["commShare"].get<double>(), 400.0 / 1100);
+  EXPECT_DOUBLE_EQ(any["commShare"].get<double>(), 150.0 / 850);
+  EXPECT_DOUBLE_EQ(base["perAllReduceUs"].get<double>(), 15);
+  EXPECT_EQ(base["path"], "rank0-path");
+  // Power: the first quarter (999 W) is dropped; mean over GPUs of (200, 220) and (300, 320).
+  EXPECT_DOUBLE_EQ(base["power"]["meanW"].get<double>(), 210);
+  EXPECT_DOUBLE_EQ(base["power"]["peakW"].get<double>(), 220);
+  EXPECT_DOUBLE_EQ(base["power"]["smMHzMean"].get<double>(), 1500);
+  EXPECT_DOUBLE_EQ(any["power"]["meanW"].get<double>(), 310);
+  EXPECT_DOUBLE_EQ(any["power"]["smMHzMean"].get<double>(), 1900);
+  EXPECT_DOUBLE_EQ(any["power"]["limitW"].get<double>(), 700);
+  EXPECT_DOUBLE_EQ(m["arSweep"][0]["baselineUs"].get<double>(), 10.5);
+  EXPECT_DOUBLE_EQ(m["arSweep"][0]["anyreduceUs"].get<double>(), 4.5);
+  EXPECT_EQ(m["counters"]["fusedKernelCalls"], 7);
+  EXPECT_EQ(m["gpus"].size(), 2u);
+  EXPECT_EQ(m["samples"].size(), 2u);
+  EXPECT_THROW(mergeRanks({}), std::runtime_error);
+}
+
+TEST(DoctorReport, PowerOverAWindowWithoutSamplesIsUnknown) {
+  const std::vector<json> ranks = {rankFigures(0, 1000, 800, 700, 200, 300)};
+  const json p = powerOver(ranks, 100, 200);
+  EXPECT_DOUBLE_EQ(p["meanW"].get<double>(), -1);
+}

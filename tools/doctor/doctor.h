@@ -69,6 +69,15 @@ int runWatch(const WatchOptions& o);
 int reportFromFile(const std::string& jsonPath, const std::string& htmlPath);
 
 // ---- From JSON (doctor_report.cc) ----
+// Merges the ranks' figures (doctor_run.cc writes one object per rank): times are means over
+// ranks; exposed communication = step - compute; power, SM clock and utilization of every
+// rank's GPU over each mode's window of sustained replays (rank 0's phases), without its first
+// quarter; counters and paths are rank 0's. Returns gpus, samples, phases, batches, arSweep and
+// counters of the measurement.
+nlohmann::json mergeRanks(const std::vector<nlohmann::json>& ranks);
+// Power figures of every rank's GPU over [t0 + (t1 - t0) / 4, t1): meanW (mean over GPUs of
+// each GPU's mean), peakW, limitW, smMHzMean, utilMean; meanW -1 when there is no sample.
+nlohmann::json powerOver(const std::vector<nlohmann::json>& ranks, double t0, double t1);
 // Plain-words verdict with the numbers.
 std::string verdictText(const nlohmann::json& m);
 // Self-contained HTML (inline SVG, no scripts, no network).

@@ -121,39 +121,6 @@ void writeOutputs(const json& m, const std::string& jsonPath, const std::string&
   }
 }
 
-// Power over [t0 + 25 % of the window, t1] of every rank's GPU.
-json powerOver(const std::vector<json>& ranks, double t0, double t1) {
-  const double from = t0 + 0.25 * (t1 - t0);
-  double meanSum = 0, peak = 0, clk = 0, util = 0, limit = -1;
-  int gpus = 0;
-  for (const json& r : ranks) {
-    const json& s = r.at("samples");
-    double p = 0, c = 0, u = 0;
-    int n = 0;
-    for (size_t i = 0; i < s.at("t").size(); ++i) {
-      const double t = s.at("t")[i];
-      if (t < from || t > t1 || s.at("powerW")[i].get<double>() < 0) continue;
-      p += s.at("powerW")[i].get<double>();
-      c += s.at("smMHz")[i].get<double>();
-      u += s.at("util")[i].get<double>();
-      peak = std::max(peak, s.at("powerW")[i].get<double>());
-      ++n;
-    }
-    if (n == 0) continue;
-    meanSum += p / n;
-    clk += c / n;
-    util += u / n;
-    limit = r.at("gpu").value("powerLimitW", -1.0);
-    ++gpus;
-  }
-  if (gpus == 0) return {{"meanW", -1}, {"peakW", -1}, {"limitW", limit}};
-  return {{"meanW", meanSum / gpus},
-          {"peakW", peak},
-          {"limitW", limit},
-          {"smMHzMean", clk / gpus},
-          {"utilMean", util / gpus}};
-}
-
 }  // namespace
 
 int runDoctor(const RunOptions& o) {
@@ -242,47 +209,8 @@ int runDoctor(const RunOptions& o) {
       "Times are means over ranks.",
       o.samples, o.shape.layers, 2 * o.shape.layers, o.sampleMs, o.sustainMs);
   m["method"] = method;
-  json gpus = json::array(), samples = json::array();
-  for (const json& r : ranks) {
-    gpus.push_back(r.at("gpu"));
-    samples.push_back(r.at("samples"));
-  }
-  m["gpus"] = gpus;
-  m["samples"] = samples;
-  m["phases"] = r0.at("phases");
-  json batches = json::array();
-  for (size_t bi = 0; bi < r0.at("batches").size(); ++bi) {
-    json b = r0.at("batches")[bi];
-    for (const char* mode : {"baseline", "anyreduce"}) {
-      json& x = b["modes"][mode];
-      for (const char* key : {"stepUs", "computeUs", "commOnlyUs", "perAllReduceUs"}) {
-        double sum = 0;
-        for (const json& r : ranks)
-          sum += r.at("batches")[bi].at("modes").at(mode).at(key).get<double>();
-        x[key] = sum / nranks;
-      }
-      const double step = x["stepUs"], comp = x["computeUs"];
-      x["exposedCommUs"] = std::max(0.0, step - comp);
-      x["commShare"] = std::max(0.0, step - comp) / step;
-      for (const json& p : r0.at("phases")) {
-        if (p.at("batch") == b.at("batch") && p.at("mode") == mode) {
-          x["power"] = powerOver(ranks, p.at("t0"), p.at("t1"));
-        }
-      }
-    }
-    batches.push_back(b);
-  }
-  m["batches"] = batches;
-  json sweep = r0.at("arSweep");
-  for (size_t i = 0; i < sweep.size(); ++i) {
-    for (const char* key : {"baselineUs", "anyreduceUs"}) {
-      double sum = 0;
-      for (const json& r : ranks) sum += r.at("arSweep")[i].at(key).get<double>();
-      sweep[i][key] = sum / nranks;
-    }
-  }
-  m["arSweep"] = sweep;
-  m["counters"] = r0.at("counters");
+  const json merged = mergeRanks(ranks);
+  for (auto& [key, value] : merged.items()) m[key] = value;
   writeOutputs(m, o.jsonPath, o.htmlPath);
   return 0;
 }
