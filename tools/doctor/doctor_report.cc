@@ -95,7 +95,10 @@ double niceStep(double range, int ticks) {
 std::string lineChart(const std::string& title, const std::string& xLabel,
                       const std::string& yLabel, const std::vector<Series>& series, bool logX,
                       const std::vector<Band>& bands = {}) {
-  const double W = 760, H = 320, L = 70, R = 20, T = 34, B = 46;
+  // The legend goes under the x-axis label, one series per line (names can be long).
+  const double legendH = 16.0 * series.size();
+  const double W = 760, L = 70, R = 20, T = 34, B = 46 + legendH;
+  const double H = 300 + legendH;
   double x0 = 1e300, x1 = -1e300, y1 = 0;
   for (const Series& s : series) {
     for (auto [x, y] : s.pts) {
@@ -160,7 +163,7 @@ std::string lineChart(const std::string& title, const std::string& xLabel,
         << "\" font-size=\"11\" text-anchor=\"middle\">" << fmt("%g", x) << "</text>";
     }
   }
-  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 8
+  o << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - B + 32
     << "\" font-size=\"12\" text-anchor=\"middle\">" << esc(xLabel) << "</text>";
   o << "<text x=\"14\" y=\"" << (T + H - B) / 2 << "\" font-size=\"12\" text-anchor=\"middle\" "
     << "transform=\"rotate(-90 14 " << (T + H - B) / 2 << ")\">" << esc(yLabel) << "</text>";
@@ -183,10 +186,11 @@ std::string lineChart(const std::string& title, const std::string& xLabel,
         << (i < s.pointLabels.size() ? " (" + esc(s.pointLabels[i]) + ")" : std::string())
         << "</title></circle>";
     }
-    o << "<rect x=\"" << L + 10 + 190 * (li % 3) << "\" y=\"" << T + 18 + 14 * (li / 3)
-      << "\" width=\"10\" height=\"10\" fill=\"" << s.color << "\"/>";
-    o << "<text x=\"" << L + 24 + 190 * (li % 3) << "\" y=\"" << T + 27 + 14 * (li / 3)
-      << "\" font-size=\"11\">" << esc(s.name) << "</text>";
+    const double ly = H - legendH + 16.0 * li - 4;
+    o << "<rect x=\"" << L << "\" y=\"" << ly << "\" width=\"10\" height=\"10\" fill=\"" << s.color
+      << "\"/>";
+    o << "<text x=\"" << L + 14 << "\" y=\"" << ly + 9 << "\" font-size=\"11\">" << esc(s.name)
+      << "</text>";
     ++li;
   }
   o << "</svg>";
