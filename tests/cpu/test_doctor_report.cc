@@ -180,6 +180,17 @@ TEST(DoctorReport, UnknownKindIsRejectedByName) {
   }
 }
 
+TEST(DoctorReport, MissingStepTimeIsRejectedByName) {
+  json m = loadFixture("doctor_run.json");
+  m["batches"][1]["modes"]["anyreduce"].erase("stepUs");
+  try {
+    verdictText(m);
+    FAIL() << "accepted a measurement without stepUs";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("'stepUs'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DoctorReport, ParseDuration) {
   double s = 0;
   EXPECT_TRUE(parseDuration("30s", &s));

@@ -27,6 +27,15 @@ double num(const json& j, const char* key, double dflt = -1) {
   return it->get<double>();
 }
 
+// A required number: throws naming the key when it is missing or not a number.
+double req(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) {
+    throw std::runtime_error(std::string("measurement: '") + key + "' is missing or not a number");
+  }
+  return it->get<double>();
+}
+
 std::string str(const json& j, const char* key, const std::string& dflt = "") {
   auto it = j.find(key);
   if (it == j.end() || !it->is_string()) return dflt;
@@ -484,7 +493,7 @@ std::string verdictText(const json& m) {
     const int batch = b.at("batch").get<int>();
     const json& base = b.at("modes").at("baseline");
     const json& any = b.at("modes").at("anyreduce");
-    const double bs = num(base, "stepUs"), as = num(any, "stepUs");
+    const double bs = req(base, "stepUs"), as = req(any, "stepUs");
     const double speedup = bs / as;
     const double savedPerLayer = (bs - as) / layers;
     o << "\nBatch " << batch
@@ -496,7 +505,7 @@ std::string verdictText(const json& m) {
       << fmt(" and %.1f %% with anyreduce. ", 100 * num(any, "commShare"));
     o << fmt("anyreduce saves %.1f us per layer", savedPerLayer) << " (two all-reduces): step "
       << fmt("%.0f", bs) << fmt(" -> %.0f us, ", as) << fmt("%.2fx faster", speedup);
-    const double compute = num(base, "computeUs");
+    const double compute = req(base, "computeUs");
     if (compute > 0) {
       o << fmt(" (if communication cost nothing: %.2fx, step / compute)", bs / compute);
     }
