@@ -12,7 +12,7 @@ int counterBucket(uint64_t bytes) {
 
 void CommCounters::note(anyrAlgo_t algo, uint64_t bytes, CallKind kind, bool forced,
                         bool capturing) {
-  if (algo < 0 || algo >= anyrNumAlgos) return;
+  if (algo <= anyrAlgoAuto || algo >= anyrNumAlgos) return;  // nothing ran (no algorithm)
   const int b = counterBucket(bytes);
   calls_[algo][b].fetch_add(1, std::memory_order_relaxed);
   bytes_[algo][b].fetch_add(bytes, std::memory_order_relaxed);
