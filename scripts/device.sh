@@ -106,4 +106,10 @@ else
   step "torch symmetric memory, same machine"
   timeout -k 10 300 python3 tools/peers/torch_symm_bench.py --json "$OUT/torch-symm.json" 2>&1 | grep -v Warning | tee "$OUT/torch-symm.txt"
 fi
+step "doctor: synthetic decode step, NCCL + separate add+RMSNorm vs anyreduce fused (glm preset)"
+timeout -k 10 400 "$BUILD/tools/anyreduce" doctor --preset glm --batch 1,8,32 --json "$OUT/doctor-glm.json" --html "$OUT/doctor-glm.html" 2>&1 | tee "$OUT/doctor-glm.txt"
+step "doctor: GLM-4.5-Air (fits two GPUs: a real TP2 deployment)"
+timeout -k 10 400 "$BUILD/tools/anyreduce" doctor --preset glm-air --batch 1,8,32 --json "$OUT/doctor-glm-air.json" --html "$OUT/doctor-glm-air.html" 2>&1 | tee "$OUT/doctor-glm-air.txt"
+step "doctor: glm with the per-GPU shapes of an 8-way deployment (all-reduce still over these GPUs)"
+timeout -k 10 400 "$BUILD/tools/anyreduce" doctor --preset glm --shard-as 8 --batch 1,8,32 --json "$OUT/doctor-glm-tp8.json" --html "$OUT/doctor-glm-tp8.html" 2>&1 | tee "$OUT/doctor-glm-tp8.txt"
 step "done"

@@ -237,6 +237,35 @@ ANYR_API const char* anyrGetErrorString(anyrResult_t result);
 /* Message of the last failure: of `comm` when non-NULL, else of the calling thread. */
 ANYR_API const char* anyrGetLastError(anyrComm_t comm);
 
+/* ---- Per-communicator counters ----------------------------------------------------------
+ *
+ * Counted on the host, once per dispatch: an eager call counts once per call; a call captured
+ * into a CUDA graph counts once, at capture (graph replays are not seen by the host and are not
+ * counted; capturedCalls says how many of the calls were captured). Time spent waiting for
+ * peers is not counted: it would need a device-side clock read in every wait loop of every
+ * kernel, which is not free on the latency-bound path; measure it from outside instead
+ * (`anyreduce doctor` reports the exposed communication time of a decode step). */
+#define ANYR_COUNTER_BUCKETS 8 /* message bytes: <4K, <16K, <64K, <256K, <1M, <4M, <16M, >=16M */
+typedef struct {
+  size_t size;        /* sizeof(anyrCounters_t), set by the caller */
+  unsigned int magic; /* ANYR_COUNTERS_MAGIC, set by the caller */
+  /* anyrAllReduce and anyrAllReduceAddRmsNorm calls and their message bytes, by the algorithm
+   * that ran (index anyrAlgo_t; anyrAlgoAuto unused) and size bucket. */
+  unsigned long long calls[anyrNumAlgos][ANYR_COUNTER_BUCKETS];
+  unsigned long long bytes[anyrNumAlgos][ANYR_COUNTER_BUCKETS];
+  unsigned long long fusedKernelCalls;   /* fused calls run as one fused kernel */
+  unsigned long long fusedComposedCalls; /* fused calls run as all-reduce + separate epilogue
+                                            kernel (NCCL, pull algorithms, unaligned input) */
+  unsigned long long forcedCalls;        /* calls made while an algorithm was forced */
+  unsigned long long capturedCalls;      /* calls dispatched during CUDA-graph capture */
+} anyrCounters_t;
+#define ANYR_COUNTERS_MAGIC 0x414e5943u
+
+/* Copies the communicator's counters into *counters (size and magic set by the caller). */
+ANYR_API anyrResult_t anyrCommGetCounters(const anyrComm_t comm, anyrCounters_t* counters);
+/* Sets every counter of the communicator to zero. */
+ANYR_API anyrResult_t anyrCommResetCounters(anyrComm_t comm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -596,6 +596,7 @@ void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
   }
   anyrAlgo_t algo =
       chooseAlgo(admission_, thresholds_, bytes, static_cast<anyrAlgo_t>(forced_.load()));
+  counters_.note(algo, bytes, CallKind::AllReduce, forced_.load() != anyrAlgoAuto, capturing);
   if (algo == anyrAlgoNccl) {
     ncclAllReduceSum(nccl_, sendbuff, recvbuff, count, dtype, stream, cfg_.timeoutMs);
     return;
@@ -692,6 +693,8 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
       aligned16 && ((algo == anyrAlgoOneShotPush && fusedOneShotPushOk_ &&
                      (rowFitsRegisters || forcedOneShotPush)) ||
                     (algo == anyrAlgoTwoShotPush && forcedTwoShotPush && fusedTwoShotPushOk_));
+  counters_.note(algo, bytes, fusedKernel ? CallKind::FusedKernel : CallKind::FusedComposed,
+                 forced_.load() != anyrAlgoAuto, capturing);
   if (fusedKernel) {
     // Fused kernels, in row chunks that fit one launch's buffers.
     const int H = static_cast<int>(hidden / 8);

@@ -15,6 +15,7 @@
 #include "anyreduce/anyreduce.h"
 #include "bootstrap/bootstrap.h"
 #include "core/config.h"
+#include "core/counters.h"
 #include "select/admission.h"
 #include "topology/topology.h"
 #include "transport/device_handles.h"
@@ -58,6 +59,7 @@ class Communicator {
   const Topology& topology() const { return topo_; }
   const Admission& admission() const { return admission_; }
   const Thresholds& thresholds() const { return thresholds_; }
+  CommCounters& counters() { return counters_; }
 
  private:
   friend class SelfTest;  // core/selftest.cc: runs the startup self-test on the internals
@@ -91,6 +93,7 @@ class Communicator {
   Admission admission_;
   Thresholds thresholds_;
   std::atomic<int> forced_{anyrAlgoAuto};
+  CommCounters counters_;  // one note() per dispatch
 
   ncclComm_t nccl_ = nullptr;
   bool ownsNccl_ = false;

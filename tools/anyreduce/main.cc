@@ -13,6 +13,7 @@
 #include "core/config.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "doctor_cli.h"
 #include "select/admission.h"
 #include "topology/probe.h"
 #include "topology/topology.h"
@@ -190,6 +191,7 @@ int main(int argc, char** argv) {
   explain->add_flag("--no-nccl", explainNoNccl, "With --topology: assume NCCL is unavailable");
   explain->add_option("-n,--nranks", explainRanks, "Live: world size (default: one per GPU)");
 
+  auto runDoctor = tool::addDoctorCommand(app, argc, argv);
   app.add_subcommand("env", "List every environment variable anyreduce reads, with defaults");
   app.add_subcommand("version", "Print the library version");
 
@@ -243,6 +245,7 @@ int main(int argc, char** argv) {
       return explainTopo.empty() ? cmdExplainLive(explainRanks)
                                  : cmdExplainTopology(explainTopo, !explainNoNccl);
     }
+    if (app.got_subcommand("doctor")) return runDoctor();
     if (app.got_subcommand("env")) return cmdEnv();
     if (app.got_subcommand("version")) {
       int v = 0;

@@ -1,0 +1,287 @@
+// `anyreduce doctor`: presets, the multi-process run and the merge of the ranks' figures, the
+// NVML watch, and the report from a file.
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "common/launcher.h"
+#include "doctor.h"
+#include "doctor_run.h"
+#include "nvml_sampler.h"
+
+namespace anyr {
+namespace doctor {
+
+using nlohmann::json;
+
+bool presetShape(const std::string& name, ModelShape* s) {
+  *s = ModelShape{};
+  s->preset = name;
+  if (name == "glm") {
+    // GLM-5-like MoE: hidden 6144, 78 layers (3 dense + 75 MoE), 256 routed experts, top-8,
+    // expert FFN 2048, 1 shared expert, dense FFN 12288, 64 heads (the slime GLM-5 model
+    // script). GLM-5's MLA attention is approximated by GQA (64 heads x 128, 8 KV heads).
+    s->layers = 78;
+    s->denseLayers = 3;
+    s->hidden = 6144;
+    s->heads = 64;
+    s->kvHeads = 8;
+    s->headDim = 128;
+    s->intermediate = 12288;
+    s->moe = true;
+    s->experts = 256;
+    s->topk = 8;
+    s->moeIntermediate = 2048;
+    s->sharedExperts = 1;
+    s->source =
+        "GLM-5-like MoE: hidden 6144, 78 layers (3 dense, 75 MoE), 256 routed experts top-8 of "
+        "FFN 2048 + 1 shared expert, dense FFN 12288, 64 attention heads (dimensions of the "
+        "public slime GLM-5 model script). Attention is modelled as GQA (64 heads x 128, 8 KV "
+        "heads) instead of GLM-5's MLA; experts are tensor-parallel (each expert's FFN split "
+        "across ranks), uniformly routed.";
+  } else if (name == "glm-air") {
+    // GLM-4.5-Air (106B total, 12B active): fits 2 x H200 in bf16, so TP2 is a real deployment.
+    s->layers = 46;
+    s->denseLayers = 1;
+    s->hidden = 4096;
+    s->heads = 96;
+    s->kvHeads = 8;
+    s->headDim = 128;
+    s->intermediate = 10944;
+    s->moe = true;
+    s->experts = 128;
+    s->topk = 8;
+    s->moeIntermediate = 1408;
+    s->sharedExperts = 1;
+    s->source =
+        "GLM-4.5-Air: hidden 4096, 46 layers (1 dense, 45 MoE), 128 routed experts top-8 of FFN "
+        "1408 + 1 shared expert, dense FFN 10944, 96 heads x 128, 8 KV heads (public model "
+        "scripts); fits two H200 in bf16. Experts tensor-parallel, uniformly routed.";
+  } else if (name == "llama70b") {
+    s->layers = 80;
+    s->hidden = 8192;
+    s->heads = 64;
+    s->kvHeads = 8;
+    s->headDim = 128;
+    s->intermediate = 28672;
+    s->source = "Llama-3-70B: hidden 8192, 80 layers, 64 heads x 128, 8 KV heads, FFN 28672.";
+  } else if (name == "tiny") {
+    s->layers = 4;
+    s->denseLayers = 1;
+    s->hidden = 1024;
+    s->heads = 16;
+    s->kvHeads = 4;
+    s->headDim = 64;
+    s->intermediate = 2816;
+    s->moe = true;
+    s->experts = 16;
+    s->topk = 2;
+    s->moeIntermediate = 512;
+    s->sharedExperts = 1;
+    s->source = "tiny: a small MoE for tests (hidden 1024, 4 layers, 16 experts top-2).";
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string presetNames() { return "glm, glm-air, llama70b, tiny"; }
+
+namespace {
+
+std::string utcNow() {
+  std::time_t t = std::time(nullptr);
+  char b[64];
+  std::strftime(b, sizeof(b), "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
+  return b;
+}
+
+std::string hostName() {
+  char b[256] = {0};
+  if (gethostname(b, sizeof(b) - 1) != 0) return "";
+  return b;
+}
+
+void writeOutputs(const json& m, const std::string& jsonPath, const std::string& htmlPath) {
+  if (!jsonPath.empty()) {
+    std::ofstream f(jsonPath);
+    f << m.dump(1) << "\n";
+    if (!f) throw std::runtime_error("cannot write " + jsonPath);
+  }
+  std::printf("%s", verdictText(m).c_str());
+  if (!htmlPath.empty()) {
+    std::ofstream f(htmlPath);
+    f << renderHtml(m);
+    if (!f) throw std::runtime_error("cannot write " + htmlPath);
+    std::printf("\nreport: %s%s%s\n", htmlPath.c_str(),
+                jsonPath.empty() ? "" : ", measurement: ", jsonPath.c_str());
+  }
+}
+
+}  // namespace
+
+int runDoctor(const RunOptions& o) {
+  std::string why;
+  const int ngpus = launch::countGpus(&why);
+  if (ngpus == 0) {
+    std::fprintf(stderr,
+                 "anyreduce doctor: no CUDA GPU is visible (%s); nothing to measure "
+                 "(use --watch or --report FILE).\n",
+                 why.c_str());
+    return 2;
+  }
+  const int nranks = o.nranks > 0 ? o.nranks : ngpus;
+  if (nranks < 2) {
+    std::fprintf(stderr, "anyreduce doctor: needs at least 2 ranks (GPUs visible: %d)\n", ngpus);
+    return 2;
+  }
+  const double t0 = monotonicSeconds();
+  const std::string base = (o.jsonPath.empty() ? std::string("doctor.json") : o.jsonPath);
+  auto rankFile = [&](int r) { return base + ".rank" + std::to_string(r) + ".tmp"; };
+  std::printf("anyreduce doctor: preset %s, %d layers, batches", o.shape.preset.c_str(),
+              o.shape.layers);
+  for (int b : o.batches) std::printf(" %d", b);
+  std::printf(", %d ranks; measuring (this takes about %d s)...\n", nranks,
+              static_cast<int>(o.batches.size() * 2 * (o.sustainMs / 1000.0 + 1) + 10));
+  std::fflush(stdout);
+  auto results = launch::runRanks(
+      nranks,
+      [&](int rank, int n, const anyrUniqueId& id,
+          const std::function<void(const std::string&)>& report) {
+        try {
+          return doctorRank(o, rank, n, id, ngpus, t0, rankFile(rank));
+        } catch (const std::exception& e) {
+          report(e.what());
+          return 3;
+        }
+      },
+      o.timeoutSec);
+  const std::string failures = launch::describeFailures(results);
+  if (!failures.empty()) {
+    std::fprintf(stderr, "anyreduce doctor failed:\n%s", failures.c_str());
+    return 1;
+  }
+  std::vector<json> ranks;
+  for (int r = 0; r < nranks; ++r) {
+    std::ifstream f(rankFile(r));
+    ranks.push_back(json::parse(f));
+    std::remove(rankFile(r).c_str());
+  }
+  const json& r0 = ranks[0];
+  json m;
+  m["kind"] = "run";
+  m["date"] = utcNow();
+  m["host"] = hostName();
+  m["command"] = o.command;
+  m["nranks"] = nranks;
+  json model = {{"preset", o.shape.preset},
+                {"layers", o.shape.layers},
+                {"denseLayers", o.shape.denseLayers},
+                {"hidden", o.shape.hidden},
+                {"heads", o.shape.heads},
+                {"kvHeads", o.shape.kvHeads},
+                {"headDim", o.shape.headDim},
+                {"intermediate", o.shape.intermediate},
+                {"moe", o.shape.moe},
+                {"experts", o.shape.experts},
+                {"topk", o.shape.topk},
+                {"moeIntermediate", o.shape.moeIntermediate},
+                {"sharedExperts", o.shape.sharedExperts},
+                {"shardAs", o.shardAs > 0 ? o.shardAs : nranks},
+                {"perRank", r0.at("perRank")},
+                {"source", o.shape.source}};
+  m["model"] = model;
+  char method[1536];
+  std::snprintf(
+      method, sizeof(method),
+      "Step: median of %d CUDA-graph replays of all %d layers (bf16 cuBLAS GEMMs; attention's "
+      "KV-cache reads, the embedding and the LM head are not modelled). Compute: the same graph "
+      "without the communication blocks (identical for both modes). Exposed communication = "
+      "step - compute. Per all-reduce: a graph of only the %d communication blocks, back to "
+      "back, divided by their number. Communication block: all-reduce + residual add + RMSNorm "
+      "(baseline: ncclAllReduce + anyreduce's standalone add+RMSNorm kernel; anyreduce: "
+      "anyrAllReduceAddRmsNorm). NVML sampled every %d ms by a thread of each rank during %d ms "
+      "of sustained replays per mode and batch (instantaneous power where the driver reports it, "
+      "else the averaged reading); the first quarter of each window is dropped. "
+      "Times are means over ranks.",
+      o.samples, o.shape.layers, 2 * o.shape.layers, o.sampleMs, o.sustainMs);
+  m["method"] = method;
+  const json merged = mergeRanks(ranks);
+  for (auto& [key, value] : merged.items()) m[key] = value;
+  writeOutputs(m, o.jsonPath, o.htmlPath);
+  return 0;
+}
+
+int runWatch(const WatchOptions& o) {
+  std::string why;
+  if (!NvmlSampler::available(&why)) {
+    std::fprintf(stderr, "anyreduce doctor --watch: NVML is not available (%s)\n", why.c_str());
+    return 2;
+  }
+  const int n = NvmlSampler::deviceCount();
+  if (n == 0) {
+    std::fprintf(stderr, "anyreduce doctor --watch: NVML sees no GPU\n");
+    return 2;
+  }
+  json gpus = json::array();
+  std::vector<int> idx;
+  for (int i = 0; i < n; ++i) {
+    GpuStatic g;
+    NvmlSampler::describe(i, &g);
+    gpus.push_back(
+        {{"index", i}, {"name", g.name}, {"powerLimitW", g.powerLimitW}, {"maxSmMHz", g.maxSmMHz}});
+    idx.push_back(i);
+  }
+  std::printf("anyreduce doctor --watch: sampling %d GPU(s) every %d ms for %.0f s...\n", n,
+              o.sampleMs, o.seconds);
+  std::fflush(stdout);
+  const double t0 = monotonicSeconds();
+  NvmlSampler sampler;
+  sampler.start(idx, o.sampleMs, t0);
+  while (monotonicSeconds() - t0 < o.seconds) usleep(50000);
+  sampler.stop();
+  json samples = json::array();
+  for (size_t i = 0; i < idx.size(); ++i) {
+    json s = {{"gpu", idx[i]},
+              {"t", json::array()},
+              {"powerW", json::array()},
+              {"smMHz", json::array()},
+              {"util", json::array()}};
+    for (const Sample& x : sampler.samples()[i]) {
+      s["t"].push_back(x.t);
+      s["powerW"].push_back(x.powerW);
+      s["smMHz"].push_back(x.smMHz);
+      s["util"].push_back(x.utilPct);
+    }
+    samples.push_back(s);
+  }
+  json m = {{"kind", "watch"},      {"date", utcNow()},       {"host", hostName()},
+            {"command", o.command}, {"durationS", o.seconds}, {"intervalMs", o.sampleMs},
+            {"gpus", gpus},         {"samples", samples}};
+  writeOutputs(m, o.jsonPath, o.htmlPath);
+  return 0;
+}
+
+int reportFromFile(const std::string& jsonPath, const std::string& htmlPath) {
+  std::ifstream f(jsonPath);
+  if (!f) {
+    std::fprintf(stderr, "anyreduce doctor --report: cannot read %s\n", jsonPath.c_str());
+    return 1;
+  }
+  json m;
+  try {
+    m = json::parse(f);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "anyreduce doctor --report: %s is not JSON: %s\n", jsonPath.c_str(),
+                 e.what());
+    return 1;
+  }
+  writeOutputs(m, "", htmlPath);
+  return 0;
+}
+
+}  // namespace doctor
+}  // namespace anyr
