@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build needs from distribution packages, only where it is missing:
 # CMake, a C++17 compiler, CLI11, nlohmann-json, GoogleTest, clang (libFuzzer, for
-# scripts/fuzz.sh). The CUDA toolkit (with NCCL) is expected at /usr/local/cuda (or CUDA_HOME); it is not installed here.
+# scripts/fuzz.sh). The CUDA toolkit (with NCCL) is expected at /usr/local/cuda (or
+# CUDA_HOME); it is not installed here.
 set -euo pipefail
 missing=()
 have_header() { [ -e "/usr/include/$1" ] || [ -e "/usr/local/include/$1" ]; }

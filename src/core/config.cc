@@ -132,7 +132,9 @@ Config resolveConfig(const anyrConfig_t* user) {
   if (user && user->maxBlocks != ANYR_CONFIG_UNDEF_INT) {
     c.maxBlocks = user->maxBlocks;
   } else {
-    c.maxBlocks = static_cast<int>(env::getInt("ANYR_MAX_BLOCKS"));
+    // Range-checked before narrowing, so 4294967297 is refused rather than read as 1.
+    const int64_t b = env::getInt("ANYR_MAX_BLOCKS");
+    c.maxBlocks = b >= 0 && b <= 256 ? static_cast<int>(b) : -1;
   }
   ANYR_REQUIRE_ARG(c.maxBlocks >= 0 && c.maxBlocks <= 256, "config.maxBlocks / ANYR_MAX_BLOCKS",
                    "must be in 0..256 (0 = automatic)");

@@ -30,6 +30,10 @@ const std::vector<Param>& params() {
       {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on (0: any free port)"},
       {"ANYR_PUSH_FENCE", "0",
        "diagnostic: 1 = system-scope fence after a push kernel's stores, before it polls"},
+      {"ANYR_VALIDATE_CALLS", "0",
+       "1: every collective call first compares its signature (call number, kind, count, dtype, "
+       "op) across ranks through the bootstrap and fails on a mismatch instead of hanging "
+       "(costs one bootstrap round trip per call; on when any rank sets it)"},
   };
   return table;
 }
