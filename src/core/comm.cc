@@ -12,6 +12,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/validate.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 #include "topology/probe.h"
@@ -580,6 +581,7 @@ void Communicator::validate(const void* sendbuff, void* recvbuff, size_t count,
 void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
                              anyrDataType_t dtype, anyrRedOp_t op, cudaStream_t stream) {
   CallGuard::Scope busy(calls_, "anyrAllReduce");
+  DeviceScope onDevice(device_);
   throwIfFailed();
   bool capturing = false;
   calls_.checked(
@@ -642,6 +644,7 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
                                        anyrDataType_t dtype, const anyrFusedOptions_t* options,
                                        cudaStream_t stream) {
   CallGuard::Scope busy(calls_, "anyrAllReduceAddRmsNorm");
+  DeviceScope onDevice(device_);
   throwIfFailed();
   bool capturing = false;
   FusedParams p{};
@@ -838,6 +841,7 @@ void Communicator::setAlgorithm(anyrAlgo_t algo) {
 
 anyrAlgo_t Communicator::queryAlgorithm(size_t count, anyrDataType_t dtype) const {
   ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype", "unsupported datatype");
+  checkCountFits(count, dtypeSize(dtype), "count");
   if (nranks_ == 1) return anyrAlgoAuto;
   return chooseAlgo(admission_, thresholds_, count * dtypeSize(dtype),
                     static_cast<anyrAlgo_t>(forced_.load()));
