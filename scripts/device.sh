@@ -3,7 +3,7 @@
 # benchmark anyreduce against NCCL (and PyTorch symmetric memory) on all visible GPUs.
 # Logs and JSON go to $OUT (or ./device-out). Every multi-process step runs under `timeout`.
 #
-#   scripts/device.sh [quick|full]     (default: full)
+#   scripts/device.sh [quick|full|reliability]     (default: full)
 set -uo pipefail
 MODE=${1:-full}
 OUT=${OUT:-$PWD/device-out}
@@ -24,6 +24,15 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$A
   -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 cmake --build "$BUILD" -j"$JOBS" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
+
+if [ "$MODE" = reliability ]; then
+  # Only the reliability suites (tests named Reliability*), e.g. after a change to the call
+  # discipline: scripts/device.sh reliability
+  step "reliability GPU tests"
+  timeout -k 10 900 ctest --test-dir "$BUILD" -L gpu -R Reliability --output-on-failure --timeout 600 2>&1 | tee "$OUT/reliability-tests.log" | tail -60
+  step "done"
+  exit 0
+fi
 
 step "GPU tests"
 # GPU_TEST_EXCLUDE: a ctest -E regex, to leave out suites already run on this commit's kernels.
