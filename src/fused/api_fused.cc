@@ -166,6 +166,7 @@ anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residua
     const anyr::FusedParams p =
         anyr::makeFusedParams(x, "x", residualIn, residualOut, weight, epsilon, normOut, tokens,
                               hidden, datatype, options);
+    if (tokens == 0) return;  // a no-op: nothing is read, written or launched
     // The stream decides the device (the current one during capture, when CUDA cannot say);
     // every buffer must live there.
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -182,18 +183,16 @@ anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residua
       ANYR_CUDA_CHECK(cudaGetDevice(&device));
     }
     anyr::DeviceScope onDevice(device);
-    if (tokens > 0) {
-      for (auto [ptr, name] : {std::pair<const void*, const char*>{x, "x"},
-                               {residualIn, "residualIn"},
-                               {residualOut, "residualOut"},
-                               {weight, "weight"},
-                               {normOut, "normOut"},
-                               {p.quantOut, "options.quantOut"},
-                               {p.blockScales, "options.blockScales"},
-                               {p.blockScalesSwizzled, "options.blockScalesSwizzled"},
-                               {p.scale, "options.scale"}}) {
-        anyr::requireDevicePointer(ptr, name, device, "the stream's device");
-      }
+    for (auto [ptr, name] : {std::pair<const void*, const char*>{x, "x"},
+                             {residualIn, "residualIn"},
+                             {residualOut, "residualOut"},
+                             {weight, "weight"},
+                             {normOut, "normOut"},
+                             {p.quantOut, "options.quantOut"},
+                             {p.blockScales, "options.blockScales"},
+                             {p.blockScalesSwizzled, "options.blockScalesSwizzled"},
+                             {p.scale, "options.scale"}}) {
+      anyr::requireDevicePointer(ptr, name, device, "the stream's device");
     }
     ANYR_CUDA_CHECK(anyr::launchAddRmsNorm(datatype, x, p, stream));
   });
