@@ -80,6 +80,7 @@ for t in "${targets[@]}"; do
   seeds="$ROOT/tests/fuzz/corpus/${t#fuzz_}"
   work="$FUZZ_BUILD/corpus/$t"
   art="$FUZZ_BUILD/artifacts/$t"
+  rm -rf "$art"
   mkdir -p "$work" "$art"
   [ -d "$seeds" ] || { echo "fuzz: no seed corpus at $seeds" >&2; exit 1; }
   dict=()
