@@ -165,13 +165,9 @@ CallGuard::Scope::~Scope() {
   g_.mu_.unlock();
 }
 
-void CallGuard::checked(Bootstrap& bs, int rank, CallSignature sig,
-                        const std::function<void()>& check,
-                        const std::function<void(const Error&)>& broken) {
-  if (!validating_) {
-    check();
-    return;
-  }
+void CallGuard::exchange(Bootstrap& bs, int rank, CallSignature sig,
+                         const std::function<void()>& check,
+                         const std::function<void(const Error&)>& broken) {
   sig.seq = ++seq_;
   CallVote mine;
   mine.sig = sig;

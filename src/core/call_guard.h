@@ -95,10 +95,20 @@ class CallGuard {
   // validation mode, that is all. With it, exchanges {sig, check result} with every rank and
   // throws judgeVotes' verdict. A failure of the exchange itself (a rank that never made the
   // call: anyrTimeout naming it) is passed to `broken` before it propagates.
-  void checked(Bootstrap& bs, int rank, CallSignature sig, const std::function<void()>& check,
-               const std::function<void(const Error&)>& broken);
+  // A template so the fast path (validation off) costs one branch: no std::function is made.
+  template <typename Check, typename Broken>
+  void checked(Bootstrap& bs, int rank, CallSignature sig, Check&& check, Broken&& broken) {
+    if (!validating_) {
+      check();
+      return;
+    }
+    exchange(bs, rank, sig, check, broken);
+  }
 
  private:
+  void exchange(Bootstrap& bs, int rank, CallSignature sig, const std::function<void()>& check,
+                const std::function<void(const Error&)>& broken);
+
   std::mutex mu_;
   std::atomic<const char*> holder_{nullptr};
   bool validating_ = false;
