@@ -325,5 +325,23 @@ TEST(Config, MaxBlocksIsRangeCheckedBeforeNarrowing) {
   unsetenv("ANYR_MAX_BLOCKS");
 }
 
+TEST(Config, TimeoutFieldHasTheEnvironmentsRange) {
+  for (int bad : {0, -5, 86400001, 2147483647}) {
+    anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+    cfg.timeoutMs = bad;
+    try {
+      resolveConfig(&cfg);
+      ADD_FAILURE() << "timeoutMs " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), anyrInvalidArgument);
+      EXPECT_TRUE(contains(e.what(), "argument 'config.timeoutMs': must be in 1..86400000"))
+          << e.what();
+    }
+  }
+  anyrConfig_t ok = ANYR_CONFIG_INITIALIZER;
+  ok.timeoutMs = 86400000;
+  EXPECT_EQ(resolveConfig(&ok).timeoutMs, 86400000);
+}
+
 }  // namespace
 }  // namespace anyr
