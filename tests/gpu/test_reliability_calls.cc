@@ -409,16 +409,35 @@ TEST(ReliabilityCallsGpu, CallsRunOnTheCommunicatorsDeviceWhateverIsCurrent) {
     R_CUDA(cudaMalloc(&buf, 1 << 20));
     int failures = 0;
     const int other = (dev + 1) % gpuCount();
+    const uint64_t count = 50000;
+    R_CUDA(data::fillInput(anyrFloat16, buf, count, rank, 41, data::kSmallInts, s));
+    // Only the anyreduce call runs with the other device current (the test's own kernels must
+    // launch on the stream's device).
     R_CUDA(cudaSetDevice(other));
-    if (checkedAllReduce(comm, buf, 50000, anyrFloat16, rank, n, 41, s) != 0) {
-      ++failures;
-      report("FAIL all-reduce with another current device\n");
-    }
+    anyrResult_t r = anyrAllReduce(buf, buf, count, anyrFloat16, anyrSum, comm, s);
     int now = -1;
     R_CUDA(cudaGetDevice(&now));
+    R_CUDA(cudaSetDevice(dev));
+    if (r != anyrSuccess) {
+      ++failures;
+      report(std::string("FAIL all-reduce with device ") + std::to_string(other) +
+             " current: " + anyrGetErrorString(r) + ": " + anyrGetLastError(comm) + "\n");
+    }
     if (now != other) {
       ++failures;
       report("FAIL the call changed the caller's current device to " + std::to_string(now) + "\n");
+    }
+    unsigned long long* bad = nullptr;
+    R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+    R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+    R_CUDA(data::countMismatches(anyrFloat16, buf, count, n, 41, data::kSmallInts, bad, s));
+    unsigned long long h = ~0ull;
+    R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
+    R_CUDA(cudaStreamSynchronize(s));
+    R_CUDA(cudaFree(bad));
+    if (h != 0) {
+      ++failures;
+      report("FAIL " + std::to_string(h) + " wrong elements\n");
     }
     R_CUDA(cudaSetDevice(dev));
     R_CUDA(cudaFree(buf));
