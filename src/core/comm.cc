@@ -902,6 +902,8 @@ void Communicator::waitStreamIdle(cudaStream_t s, const char* what) {
 }
 
 void Communicator::destroy() {
+  // Refused (anyrInvalidUsage, nothing freed) while another thread is inside a call.
+  CallGuard::Scope busy(calls_, "anyrCommDestroy");
   // 1. This rank's launched work (bounded: our kernels give up at the timeout).
   if (haveLastWork_) {
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.timeoutMs + 5000);

@@ -262,6 +262,7 @@ TEST(ReliabilityCallsGpu, ValidationModeSkippedCallIsABoundedTimeoutNamingTheRan
 // ---- concurrency ----------------------------------------------------------------------------
 
 TEST(ReliabilityCallsGpu, SecondThreadOnABusyCommunicatorIsRefusedNotDeadlocked) {
+  // Also: anyrCommDestroy during the first thread's call is refused and frees nothing.
   REQUIRE_GPU();
   auto results = runAll(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
     // Validation mode makes a call wait in the bootstrap for the other rank, which holds the
@@ -303,6 +304,14 @@ TEST(ReliabilityCallsGpu, SecondThreadOnABusyCommunicatorIsRefusedNotDeadlocked)
       if (sec > 0.5) {
         ++failures;
         report("FAIL the refusal took " + std::to_string(sec) + " s (it must not wait)\n");
+      }
+      // Destroy is refused too while the call is in progress, and frees nothing.
+      r = anyrCommDestroy(comm);
+      const std::string destroyMsg = anyrGetLastError(nullptr);
+      if (r != anyrInvalidUsage || !contains(destroyMsg, "inside anyrAllReduce")) {
+        ++failures;
+        report(std::string("FAIL destroy during a call: ") + anyrGetErrorString(r) + ": " +
+               destroyMsg + "\n");
       }
       first.join();
       if (!firstError.empty() || wrong != 0) {
