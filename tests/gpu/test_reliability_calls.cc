@@ -510,5 +510,79 @@ TEST(ReliabilityCallsGpu, AddRmsNormRefusesBuffersOffTheStreamsDevice) {
   expectAllPassed(results);
 }
 
+// ---- counts over one launch's buffers --------------------------------------------------------
+
+TEST(ReliabilityCallsGpu, FusedRowWiderThanATwoShotSlotFallsBackInsteadOfLooping) {
+  REQUIRE_GPU();
+  // 3 ranks, ANYR_CHUNK_BYTES = 64 KiB: a two-shot push slot holds less than one 16384-wide
+  // bf16 row, so the forced fused two-shot kernel cannot take even one row. The call must use
+  // the unfused composition (it used to loop forever launching nothing) and give the same bits
+  // as anyrAllReduce + anyrAddRmsNorm.
+  const int n = 3;
+  auto results =
+      runAll(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        unsetenv("ANYR_VALIDATE_CALLS");
+        int ngpus = 0;
+        R_CUDA(cudaGetDeviceCount(&ngpus));
+        R_CUDA(cudaSetDevice(rank % ngpus));
+        anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+        cfg.timeoutMs = 20000;
+        cfg.chunkBytes = 64 << 10;
+        anyrComm_t comm = nullptr;
+        R_ANYR(anyrCommInitRankConfig(&comm, nr, id, rank, &cfg), nullptr);
+        if (anyrCommSetAlgorithm(comm, anyrAlgoTwoShotPush) != anyrSuccess) {
+          report(std::string("SKIP twoshot-push not admitted: ") + anyrGetLastError(comm) + "\n");
+          anyrCommDestroy(comm);
+          return 0;
+        }
+        const size_t tokens = 5, hidden = 16384, elems = tokens * hidden, bytes = elems * 2;
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        char *partial = nullptr, *weight = nullptr, *norm = nullptr, *sum = nullptr, *ref = nullptr;
+        R_CUDA(cudaMalloc(&partial, bytes));
+        R_CUDA(cudaMalloc(&weight, hidden * 2));
+        R_CUDA(cudaMalloc(&norm, bytes));
+        R_CUDA(cudaMalloc(&sum, bytes));
+        R_CUDA(cudaMalloc(&ref, bytes));
+        R_CUDA(data::fillInput(anyrBfloat16, partial, elems, rank, 51, data::kSmallInts, s));
+        R_CUDA(data::fillInput(anyrBfloat16, weight, hidden, 0, 52, data::kRandom, s));
+        R_CUDA(cudaMemsetAsync(norm, 0xff, bytes, s));
+        auto t0 = Clock::now();
+        R_ANYR(anyrAllReduceAddRmsNorm(partial, nullptr, nullptr, weight, 1e-6f, norm, tokens,
+                                       hidden, anyrBfloat16, nullptr, comm, s),
+               comm);
+        R_ANYR(anyrAllReduce(partial, sum, elems, anyrBfloat16, anyrSum, comm, s), comm);
+        R_ANYR(anyrAddRmsNorm(sum, nullptr, nullptr, weight, 1e-6f, ref, tokens, hidden,
+                              anyrBfloat16, nullptr, s),
+               nullptr);
+        unsigned long long* diff = nullptr;
+        R_CUDA(cudaMalloc(&diff, sizeof(*diff)));
+        R_CUDA(cudaMemsetAsync(diff, 0, sizeof(*diff), s));
+        R_CUDA(data::countDiffBytes(norm, ref, bytes, diff, s));
+        unsigned long long h = ~0ull;
+        R_CUDA(cudaMemcpyAsync(&h, diff, sizeof(h), cudaMemcpyDeviceToHost, s));
+        R_CUDA(cudaStreamSynchronize(s));
+        int failures = 0;
+        if (h != 0) {
+          ++failures;
+          report("FAIL fused vs all-reduce + add-rmsnorm: " + std::to_string(h) +
+                 " bytes differ\n");
+        }
+        if (secondsSince(t0) > 30) {
+          ++failures;
+          report("FAIL took " + std::to_string(secondsSince(t0)) + " s\n");
+        }
+        for (char* p : {partial, weight, norm, sum, ref}) R_CUDA(cudaFree(p));
+        R_CUDA(cudaFree(diff));
+        R_CUDA(cudaStreamDestroy(s));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
+  expectAllPassed(results);
+  for (const auto& r : results) {
+    if (contains(r.message, "SKIP")) std::printf("[ note ] rank %d: %s", r.rank, r.message.c_str());
+  }
+}
+
 }  // namespace
 }  // namespace anyr
