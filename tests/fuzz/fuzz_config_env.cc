@@ -3,9 +3,9 @@
 // arbitrary ANYR_* environment values. Properties checked beyond "no crash, no sanitizer report":
 //  - bad values are refused with anyr::Error(anyrInvalidArgument) whose message names the
 //    argument or the variable, never another exception type;
-//  - an accepted configuration satisfies the documented rules (timeout > 0, chunk size a
-//    multiple of 4096 in 64 KiB..1 GiB, one-shot maximum <= 64 MiB, maxBlocks in 0..256, a
-//    valid algorithm) and survives the wire round trip (Config::toWire/fromWire).
+//  - an accepted configuration satisfies the documented rules (timeout in 1..86400000 ms,
+//    chunk size a multiple of 4096 in 64 KiB..1 GiB, one-shot maximum <= 64 MiB, maxBlocks in
+//    0..256, a valid algorithm) and survives the wire round trip (Config::toWire/fromWire).
 // Input layout: [sizeof(anyrConfig_t) bytes of config][flags byte][NUL-separated env values].
 // Build and run: scripts/fuzz.sh (tests/fuzz/corpus/config_env is the seed corpus).
 #include <cstdint>
@@ -89,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     Config c = resolveConfig(useStruct ? &cfg : nullptr);
-    require(c.timeoutMs > 0, "timeoutMs > 0");
+    require(c.timeoutMs > 0 && c.timeoutMs <= 86400000, "timeoutMs in 1..86400000");
     require(c.chunkBytes >= (64u << 10) && c.chunkBytes <= (1ull << 30) && c.chunkBytes % 4096 == 0,
             "chunkBytes rule");
     require(c.oneShotMaxBytes <= (64ull << 20), "oneShotMaxBytes rule");
