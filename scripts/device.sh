@@ -39,6 +39,9 @@ if [ "$MODE" = reliability ]; then
   step "reliability: self-test, fault injection, skipped call, abort, 200 create/destroy"
   timeout -k 10 560 "$T" --gtest_filter='ReliabilityGpu.*:-ReliabilityGpu.Stress*:ReliabilityGpu.Kill*' 2>&1 | tee "$OUT/reliability-other.log" | grep -E "info|OK|FAIL|Failure|PASSED" | tail -40
   [ "${PIPESTATUS[0]}" = 0 ] || RC=1
+  step "reliability: call discipline (validation mode, threads, streams, devices)"
+  timeout -k 10 560 ctest --test-dir "$BUILD" -L gpu -R 'ReliabilityCalls' --output-on-failure --timeout 300 2>&1 | tee "$OUT/reliability-calls.log" | tail -15
+  [ "${PIPESTATUS[0]}" = 0 ] || RC=1
   step "reliability: anyreduce explain with a corrupted peer mapping on rank 1 (self-test reasons)"
   ANYR_FAULT_INJECT=corrupt-peer:1 timeout -k 10 300 "$BUILD/tools/anyreduce" explain 2>&1 | tee "$OUT/reliability-explain-injected.json" | grep -E '"reason"|self-test|"ms"' | head -20
   step "done (reliability: $([ $RC = 0 ] && echo passed || echo FAILED))"

@@ -14,6 +14,11 @@
  *    (ANYR_TIMEOUT_MS, default 30000 ms). An expired wait names the rank waited for.
  *  - Results are bit-identical on every rank: every anyreduce algorithm accumulates in fp32
  *    in ascending rank order. (The NCCL path gives NCCL's own guarantees.)
+ *  - One call at a time per communicator: a collective call or anyrCommDestroy made while
+ *    another thread is inside a call on the same communicator returns anyrInvalidUsage at once
+ *    (nothing queued, nothing freed). Calls on different streams run in call order on the
+ *    device. ANYR_VALIDATE_CALLS=1 makes every collective call compare its signature across
+ *    ranks first and fail on a mismatch instead of hanging (docs/RELIABILITY.md).
  *
  * Alignment rule: send and receive buffers must be aligned to the size of one element
  * (2 bytes for fp16/bf16, 4 for fp32). 16-byte alignment is faster; any element count works.

@@ -83,6 +83,9 @@ anyrResult_t anyrCommDestroy(anyrComm_t comm) {
   anyrResult_t r = anyr::guarded(nullptr, "anyrCommDestroy", [&] {
     if (comm->impl) comm->impl->destroy();
   });
+  // Another thread is inside a call on it (the only anyrInvalidUsage destroy() raises): nothing
+  // was freed, the communicator stays valid; the caller may retry once that call returned.
+  if (r == anyrInvalidUsage) return r;
   comm->impl.reset();
   delete comm;
   return r;

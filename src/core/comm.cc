@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/selftest.h"
+#include "core/validate.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 #include "topology/probe.h"
@@ -121,6 +122,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   dAbort_ = reinterpret_cast<const int32_t*>(static_cast<char*>(dMapped) + sizeof(ErrorRecord));
 
   agreeConfig(cfg);
+  calls_.init(*bs_, validateCallsFromEnv());
   // Scratch for the unfused composition of the fused op when normOut is NULL: at least 128
   // rows of the widest hidden size.
   scratchBytes_ = std::max<size_t>(cfg_.chunkBytes, 128ull * 16384 * 4);
@@ -583,9 +585,17 @@ void Communicator::validate(const void* sendbuff, void* recvbuff, size_t count,
 
 void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
                              anyrDataType_t dtype, anyrRedOp_t op, cudaStream_t stream) {
+  CallGuard::Scope busy(calls_, "anyrAllReduce");
+  DeviceScope onDevice(device_);
   throwIfFailed();
-  const bool capturing = isCapturing(stream);
-  validate(sendbuff, recvbuff, count, dtype, op, stream, capturing);
+  bool capturing = false;
+  calls_.checked(
+      *bs_, rank_, CallSignature::allReduce(count, dtype, op),
+      [&] {
+        capturing = isCapturing(stream);
+        validate(sendbuff, recvbuff, count, dtype, op, stream, capturing);
+      },
+      [&](const Error& e) { setFailed(e.code(), e.what()); });
   if (count == 0) return;
   const size_t bytes = count * dtypeSize(dtype);
   if (nranks_ == 1) {
@@ -594,11 +604,13 @@ void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
     }
     return;
   }
+  orderAfterLastWork(stream, capturing);
   anyrAlgo_t algo =
       chooseAlgo(admission_, thresholds_, bytes, static_cast<anyrAlgo_t>(forced_.load()));
   counters_.note(algo, bytes, CallKind::AllReduce, forced_.load() != anyrAlgoAuto, capturing);
   if (algo == anyrAlgoNccl) {
     ncclAllReduceSum(nccl_, sendbuff, recvbuff, count, dtype, stream, cfg_.timeoutMs);
+    noteWork(stream, capturing);
     return;
   }
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
@@ -621,6 +633,15 @@ void Communicator::noteWork(cudaStream_t stream, bool capturing) {
   if (capturing) return;
   ANYR_CUDA_CHECK(cudaEventRecord(lastWork_, stream));
   haveLastWork_ = true;
+  lastWorkStream_ = stream;
+}
+
+void Communicator::orderAfterLastWork(cudaStream_t stream, bool capturing) {
+  // Calls on one communicator share its flags and epochs, so they must run one after the
+  // other on the device even when the user alternates streams. During capture the graph's
+  // position is the user's to order (an eager event cannot be waited on inside a capture).
+  if (capturing || !haveLastWork_ || stream == lastWorkStream_) return;
+  ANYR_CUDA_CHECK(cudaStreamWaitEvent(stream, lastWork_, 0));
 }
 
 void Communicator::allReduceAddRmsNorm(const void* partial, const void* residualIn,
@@ -628,23 +649,33 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
                                        void* normOut, size_t tokens, size_t hidden,
                                        anyrDataType_t dtype, const anyrFusedOptions_t* options,
                                        cudaStream_t stream) {
+  CallGuard::Scope busy(calls_, "anyrAllReduceAddRmsNorm");
+  DeviceScope onDevice(device_);
   throwIfFailed();
-  const bool capturing = isCapturing(stream);
-  checkStream(stream, capturing);
-  FusedParams p = makeFusedParams(partial, "partial", residualIn, residualOut, weight, epsilon,
-                                  normOut, tokens, hidden, dtype, options);
+  bool capturing = false;
+  FusedParams p{};
+  auto check = [&] {
+    capturing = isCapturing(stream);
+    checkStream(stream, capturing);
+    p = makeFusedParams(partial, "partial", residualIn, residualOut, weight, epsilon, normOut,
+                        tokens, hidden, dtype, options);
+    if (tokens == 0) return;
+    for (auto [ptr, name] : {std::pair<const void*, const char*>{partial, "partial"},
+                             {residualIn, "residualIn"},
+                             {residualOut, "residualOut"},
+                             {weight, "weight"},
+                             {normOut, "normOut"},
+                             {p.quantOut, "options.quantOut"},
+                             {p.blockScales, "options.blockScales"},
+                             {p.blockScalesSwizzled, "options.blockScalesSwizzled"},
+                             {p.scale, "options.scale"}}) {
+      checkDevicePointer(ptr, name);
+    }
+  };
+  calls_.checked(*bs_, rank_,
+                 CallSignature::fused(tokens, hidden, dtype, options ? options->quant : 0), check,
+                 [&](const Error& e) { setFailed(e.code(), e.what()); });
   if (tokens == 0) return;
-  for (auto [ptr, name] : {std::pair<const void*, const char*>{partial, "partial"},
-                           {residualIn, "residualIn"},
-                           {residualOut, "residualOut"},
-                           {weight, "weight"},
-                           {normOut, "normOut"},
-                           {p.quantOut, "options.quantOut"},
-                           {p.blockScales, "options.blockScales"},
-                           {p.blockScalesSwizzled, "options.blockScalesSwizzled"},
-                           {p.scale, "options.scale"}}) {
-    checkDevicePointer(ptr, name);
-  }
   const size_t es = dtypeSize(dtype);
   const size_t rowBytes = hidden * es;
   const uint64_t bytes = static_cast<uint64_t>(tokens) * rowBytes;
@@ -675,6 +706,7 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     noteWork(stream, capturing);
     return;
   }
+  orderAfterLastWork(stream, capturing);
   anyrAlgo_t algo =
       chooseAlgo(admission_, thresholds_, bytes, static_cast<anyrAlgo_t>(forced_.load()));
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
@@ -684,24 +716,27 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   // (128 tokens x 6144: 14.5 vs 12.8 us; 2048 tokens: 295 vs 129 us, docs/PERFORMANCE.md), so
   // the automatic choice composes those, and the fused two-shot kernel runs only when forced.
   const bool forcedTwoShotPush = forced_.load() == anyrAlgoTwoShotPush;
+  // Fused kernels run in row chunks that fit one launch's buffers; when not even one row fits
+  // (two-shot slots of a small ANYR_CHUNK_BYTES and a wide row), the unfused composition
+  // below, which chunks through the scratch buffer, does the call instead.
+  const int H = static_cast<int>(hidden / 8);
+  const size_t maxRows = algo == anyrAlgoOneShotPush
+                             ? layout_.pushSlotBytes / rowBytes
+                             : (layout_.tsSlotBytes / (static_cast<uint64_t>(H) * 16)) *
+                                   static_cast<uint64_t>(nranks_);
   // The fused one-shot kernel holds a row in registers; above two vectors per thread
   // (hidden > 8192) it spills and measured slower than the composition (hidden 16384, 1 token:
   // 14.6 vs 9.9 us on 2 x H200, docs/PERFORMANCE.md), so there it runs only when forced.
   const bool forcedOneShotPush = forced_.load() == anyrAlgoOneShotPush;
   const bool rowFitsRegisters = hidden / 8 <= 2 * static_cast<size_t>(fusedThreads(hidden));
   const bool fusedKernel =
-      aligned16 && ((algo == anyrAlgoOneShotPush && fusedOneShotPushOk_ &&
-                     (rowFitsRegisters || forcedOneShotPush)) ||
-                    (algo == anyrAlgoTwoShotPush && forcedTwoShotPush && fusedTwoShotPushOk_));
+      aligned16 && maxRows > 0 &&
+      ((algo == anyrAlgoOneShotPush && fusedOneShotPushOk_ &&
+        (rowFitsRegisters || forcedOneShotPush)) ||
+       (algo == anyrAlgoTwoShotPush && forcedTwoShotPush && fusedTwoShotPushOk_));
   counters_.note(algo, bytes, fusedKernel ? CallKind::FusedKernel : CallKind::FusedComposed,
                  forced_.load() != anyrAlgoAuto, capturing);
   if (fusedKernel) {
-    // Fused kernels, in row chunks that fit one launch's buffers.
-    const int H = static_cast<int>(hidden / 8);
-    const size_t maxRows = algo == anyrAlgoOneShotPush
-                               ? layout_.pushSlotBytes / rowBytes
-                               : (layout_.tsSlotBytes / (static_cast<uint64_t>(H) * 16)) *
-                                     static_cast<uint64_t>(nranks_);
     for (size_t row = 0; row < tokens; row += maxRows) {
       const int rows = static_cast<int>(std::min(maxRows, tokens - row));
       AllReduceArgs a = argsTemplate_;
@@ -805,19 +840,25 @@ void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, si
 }
 
 void Communicator::setAlgorithm(anyrAlgo_t algo) {
-  ANYR_REQUIRE_ARG(
-      algo >= 0 && algo < anyrNumAlgos, "algorithm",
-      "must be one of " + algoNames() + " (0.." + std::to_string(anyrNumAlgos - 1) + ")");
-  if (algo != anyrAlgoAuto && nranks_ > 1 && !admission_[algo].admitted) {
-    throwError(anyrUnsupported,
-               std::string("algorithm ") + anyrAlgoName(algo) +
-                   " is not admitted on this communicator: " + admission_[algo].reason);
-  }
+  CallGuard::Scope busy(calls_, "anyrCommSetAlgorithm");
+  auto check = [&] {
+    ANYR_REQUIRE_ARG(
+        algo >= 0 && algo < anyrNumAlgos, "algorithm",
+        "must be one of " + algoNames() + " (0.." + std::to_string(anyrNumAlgos - 1) + ")");
+    if (algo != anyrAlgoAuto && nranks_ > 1 && !admission_[algo].admitted) {
+      throwError(anyrUnsupported,
+                 std::string("algorithm ") + anyrAlgoName(algo) +
+                     " is not admitted on this communicator: " + admission_[algo].reason);
+    }
+  };
+  calls_.checked(*bs_, rank_, CallSignature::setAlgorithm(algo), check,
+                 [&](const Error& e) { setFailed(e.code(), e.what()); });
   forced_.store(algo);
 }
 
 anyrAlgo_t Communicator::queryAlgorithm(size_t count, anyrDataType_t dtype) const {
   ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype", "unsupported datatype");
+  checkCountFits(count, dtypeSize(dtype), "count");
   if (nranks_ == 1) return anyrAlgoAuto;
   return chooseAlgo(admission_, thresholds_, count * dtypeSize(dtype),
                     static_cast<anyrAlgo_t>(forced_.load()));
@@ -879,6 +920,8 @@ void Communicator::waitStreamIdle(cudaStream_t s, const char* what) {
 }
 
 void Communicator::destroy() {
+  // Refused (anyrInvalidUsage, nothing freed) while another thread is inside a call.
+  CallGuard::Scope busy(calls_, "anyrCommDestroy");
   // 1. This rank's launched work (bounded: our kernels give up at the timeout).
   if (haveLastWork_) {
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.timeoutMs + 5000);

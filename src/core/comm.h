@@ -14,6 +14,7 @@
 #include "algo/algo.h"
 #include "anyreduce/anyreduce.h"
 #include "bootstrap/bootstrap.h"
+#include "core/call_guard.h"
 #include "core/config.h"
 #include "core/counters.h"
 #include "select/admission.h"
@@ -114,6 +115,11 @@ class Communicator {
   cudaStream_t internalStream_ = nullptr;
   cudaEvent_t lastWork_ = nullptr;  // recorded after eager launches (not during capture)
   bool haveLastWork_ = false;
+  // Concurrency and validation mode (core/call_guard.h): one call at a time; a call on another
+  // stream than the previous eager call's first waits for lastWork_, so calls stay sequential.
+  CallGuard calls_;
+  cudaStream_t lastWorkStream_ = nullptr;
+  void orderAfterLastWork(cudaStream_t stream, bool capturing);
 
   // Startup self-test (core/selftest.cc): fused kernels it disabled, and its report (JSON).
   bool fusedOneShotPushOk_ = true;

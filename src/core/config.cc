@@ -86,7 +86,10 @@ Config resolveConfig(const anyrConfig_t* user) {
   // timeout
   if (user && user->timeoutMs != ANYR_CONFIG_UNDEF_INT) {
     c.timeoutMs = user->timeoutMs;
-    ANYR_REQUIRE_ARG(c.timeoutMs > 0, "config.timeoutMs", "must be > 0 milliseconds");
+    // The same range as ANYR_TIMEOUT_MS: deadlines add to it (destroy waits timeout + 5 s).
+    ANYR_REQUIRE_ARG(
+        c.timeoutMs > 0 && c.timeoutMs <= 24 * 3600 * 1000, "config.timeoutMs",
+        "must be in 1..86400000 milliseconds (got " + std::to_string(c.timeoutMs) + ")");
   } else {
     int64_t t = env::getInt("ANYR_TIMEOUT_MS");
     if (t <= 0 || t > 24ll * 3600 * 1000) {
@@ -132,7 +135,9 @@ Config resolveConfig(const anyrConfig_t* user) {
   if (user && user->maxBlocks != ANYR_CONFIG_UNDEF_INT) {
     c.maxBlocks = user->maxBlocks;
   } else {
-    c.maxBlocks = static_cast<int>(env::getInt("ANYR_MAX_BLOCKS"));
+    // Range-checked before narrowing, so 4294967297 is refused rather than read as 1.
+    const int64_t b = env::getInt("ANYR_MAX_BLOCKS");
+    c.maxBlocks = b >= 0 && b <= 256 ? static_cast<int>(b) : -1;
   }
   ANYR_REQUIRE_ARG(c.maxBlocks >= 0 && c.maxBlocks <= 256, "config.maxBlocks / ANYR_MAX_BLOCKS",
                    "must be in 0..256 (0 = automatic)");

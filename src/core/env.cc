@@ -36,6 +36,10 @@ const std::vector<Param>& params() {
       {"ANYR_FAULT_INJECT", "",
        "tests only: corrupt-peer:R makes rank R's mapping of the next rank's workspace point at "
        "its own, so the self-test must catch it"},
+      {"ANYR_VALIDATE_CALLS", "0",
+       "1: every collective call first compares its signature (call number, kind, count, dtype, "
+       "op) across ranks through the bootstrap and fails on a mismatch instead of hanging "
+       "(costs one bootstrap round trip per call; on when any rank sets it)"},
   };
   return table;
 }

@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "anyreduce/anyreduce.h"
 #include "core/boundary.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/validate.h"
 #include "fused/fused.h"
 
 namespace anyr {
@@ -164,6 +166,34 @@ anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residua
     const anyr::FusedParams p =
         anyr::makeFusedParams(x, "x", residualIn, residualOut, weight, epsilon, normOut, tokens,
                               hidden, datatype, options);
+    if (tokens == 0) return;  // a no-op: nothing is read, written or launched
+    // The stream decides the device (the current one during capture, when CUDA cannot say);
+    // every buffer must live there.
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t ce = cudaStreamIsCapturing(stream, &cs);
+    if (ce != cudaSuccess) {
+      (void)cudaGetLastError();
+      anyr::throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
+                                                cudaGetErrorString(ce) + ")");
+    }
+    int device = -1;
+    if (cs == cudaStreamCaptureStatusNone) {
+      device = anyr::streamDevice(stream);
+    } else {
+      ANYR_CUDA_CHECK(cudaGetDevice(&device));
+    }
+    anyr::DeviceScope onDevice(device);
+    for (auto [ptr, name] : {std::pair<const void*, const char*>{x, "x"},
+                             {residualIn, "residualIn"},
+                             {residualOut, "residualOut"},
+                             {weight, "weight"},
+                             {normOut, "normOut"},
+                             {p.quantOut, "options.quantOut"},
+                             {p.blockScales, "options.blockScales"},
+                             {p.blockScalesSwizzled, "options.blockScalesSwizzled"},
+                             {p.scale, "options.scale"}}) {
+      anyr::requireDevicePointer(ptr, name, device, "the stream's device");
+    }
     ANYR_CUDA_CHECK(anyr::launchAddRmsNorm(datatype, x, p, stream));
   });
 }

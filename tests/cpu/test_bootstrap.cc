@@ -995,5 +995,54 @@ TEST(BootstrapMessage, ReasonRoundTripsAndRejectsBadCodes) {
   EXPECT_TRUE(parseReason(big.data(), big.size(), &code, &text));
 }
 
+// A rank that stops in the middle of a message (a header announcing 16 bytes, then 5 bytes, then
+// nothing) is a deadline case of its own: the receiver is inside a partial read, not waiting
+// for a message to start. Rank 0 must still give up at its deadline and name the rank, and the
+// other real rank must learn why.
+TEST(TcpBootstrap, RankStallingMidMessageTimesOutNamingIt) {
+  const int kTimeoutMs = 1500;
+  anyrUniqueId id = loopbackId();
+  const UniqueIdInfo info = decodeUniqueId(id);
+  Processes procs;
+  size_t staller = procs.spawn([info]() -> std::string {
+    std::string err;
+    Socket s = connectWithRetry(info.addr, Deadline(5000), &err);
+    expect(s.valid(), "connect: " + err);
+    std::vector<uint8_t> hello =
+        headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kHello, 1, 3, kUniqueIdSecretBytes);
+    hello.insert(hello.end(), info.secret.begin(), info.secret.end());
+    int e = 0;
+    expect(sendAll(s.fd(), hello.data(), hello.size(), Deadline(5000), &e) == IoResult::kDone,
+           "send HELLO");
+    const std::string welcome = readReply(s.fd(), 10000);
+    expect(welcome == "OTHER WELCOME", "expected WELCOME, got " + welcome);
+    std::vector<uint8_t> part =
+        headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kGather, 1, 3, 16);
+    part.insert(part.end(), 5, 0x42);
+    expect(sendAll(s.fd(), part.data(), part.size(), Deadline(5000), &e) == IoResult::kDone,
+           "send partial GATHER");
+    std::this_thread::sleep_for(std::chrono::milliseconds(kTimeoutMs + 3000));  // hold it open
+    return "held";
+  });
+  std::vector<size_t> real;
+  for (int r : {0, 2}) {
+    real.push_back(procs.spawn([id, r]() -> std::string {
+      auto bs = createTcpBootstrap(id, r, 3, kTimeoutMs);
+      checkedAllGather(bs.get(), 0, 16);
+      return "allGather completed without rank 1's full contribution";
+    }));
+  }
+  auto res = procs.waitAll(30000);
+  EXPECT_TRUE(res[staller].finished && res[staller].code == 0) << res[staller].describe();
+  for (size_t k : real) {
+    EXPECT_TRUE(res[k].finished) << res[k].describe();
+    EXPECT_EQ(res[k].code, anyrTimeout) << res[k].describe();
+    EXPECT_TRUE(contains(res[k].message, "rank(s) 1 of 3")) << res[k].message;
+    EXPECT_LT(res[k].elapsedMs, kTimeoutMs + 3000) << res[k].describe();
+  }
+  std::printf("[ info ] rank 0: %s\n[ info ] rank 2: %s\n", res[real[0]].message.c_str(),
+              res[real[1]].message.c_str());
+}
+
 }  // namespace
 }  // namespace anyr

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the bootstrap and config fuzz targets (tests/fuzz/corpus/).
+
+Run from the repository root after a wire-format change: python3 tests/fuzz/make_seeds.py
+The topology seeds are the fixtures (tests/fixtures/*.json), copied as they are.
+"""
+import os
+import struct
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def write(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- bootstrap_message: header (src/bootstrap/message.h) [+ payload] -------------------------
+MAGIC, VERSION = 0x414E5942, 1
+
+
+def header(typ, rank, nranks, length, magic=MAGIC, version=VERSION):
+    return struct.pack(">IHHIII", magic, version, typ, rank, nranks, length)
+
+
+def reason(code, text):
+    return struct.pack(">I", code) + text.encode()
+
+
+write("bootstrap_message", "hello", header(1, 1, 2, 32) + bytes(range(32)))
+write("bootstrap_message", "welcome", header(2, 0, 8, 0))
+write("bootstrap_message", "reject", header(3, 0, 4, 0) + reason(4, "wrong secret"))
+write("bootstrap_message", "gather", header(4, 3, 4, 8) + b"\x01" * 8)
+write("bootstrap_message", "gather_all", header(5, 0, 4096, 0))
+write("bootstrap_message", "abort", header(6, 0, 2, 0) + reason(7, "rank 1 timed out"))
+write("bootstrap_message", "bad_magic", header(1, 0, 2, 0, magic=0x47455420))  # "GET "
+write("bootstrap_message", "bad_version", header(1, 0, 2, 0, version=2))
+write("bootstrap_message", "rank_out_of_range", header(4, 2, 2, 0))
+write("bootstrap_message", "length_too_big", header(4, 0, 2, (64 << 20) + 1))
+write("bootstrap_message", "truncated", header(1, 0, 2, 0)[:11])
+
+
+# ---- unique id (src/bootstrap/unique_id.h), 128 bytes ----------------------------------------
+def fnv1a(b):
+    h = 2166136261
+    for x in b:
+        h ^= x
+        h = (h * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def unique_id(family, port, addr, scope=0):
+    body = struct.pack(">IHBBHHI", 0x414E5549, 1, family, 0, port, 0, scope)
+    body += addr.ljust(16, b"\0") + bytes(range(0x40, 0x60))
+    body += struct.pack(">I", fnv1a(body))
+    return body.ljust(128, b"\0")
+
+
+write("bootstrap_message", "uid_ipv4", unique_id(4, 29500, bytes([127, 0, 0, 1])))
+write("bootstrap_message", "uid_ipv6", unique_id(6, 29501, b"\0" * 15 + b"\1"))
+write("bootstrap_message", "uid_ipv6_scope", unique_id(6, 40000, b"\xfe\x80" + b"\0" * 13 + b"\1", 2))
+write("bootstrap_message", "uid_port0", unique_id(4, 0, bytes([10, 0, 0, 1])))
+
+# ---- config_env: anyrConfig_t (56 bytes) + flags + NUL-separated values ----------------------
+# Variables in order: ANYR_ALGO, ANYR_TIMEOUT_MS, ANYR_ONESHOT_MAX_BYTES, ANYR_TWOSHOT_MAX_BYTES,
+# ANYR_CHUNK_BYTES, ANYR_USE_NCCL, ANYR_MAX_BLOCKS.
+UNDEF_INT = -2147483648
+UNDEF_SIZE = 0xFFFFFFFFFFFFFFFF
+
+
+def config(algo=UNDEF_INT, timeout=UNDEF_INT, one=UNDEF_SIZE, two=UNDEF_SIZE, chunk=UNDEF_SIZE,
+           nccl=UNDEF_INT, blocks=UNDEF_INT):
+    return struct.pack("<QIIiiQQQii", 56, 0x414E5952, 100, algo, timeout, one, two, chunk, nccl,
+                       blocks)
+
+
+def env(*values):
+    return b"\0".join(v.encode() for v in values)
+
+
+write("config_env", "defaults", config() + b"\x03")
+write("config_env", "struct_fields", config(1, 5000, 1 << 20, 32 << 20, 8 << 20, 0, 16) + b"\x03")
+write("config_env", "env_values",
+      config() + b"\x02" + env("twoshot", "10000", "256K", "64M", "16M", "1", "32"))
+write("config_env", "bad_env", config() + b"\x00" + env("bogus", "-1", "1Q", "", "1000", "2", "999"))
+write("config_env", "bad_struct", config(99, 0, 1 << 40, 0, 4097, 3, -1) + b"\x03")
+write("config_env", "size_text", b"64KiB")
+write("config_env", "algo_text", b"oneshot-pull")
