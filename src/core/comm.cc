@@ -129,6 +129,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   initTransport();
   checkTransport();
   decide();
+  loadOrTuneAtInit();
   bs_->barrier();
   ANYR_LOG(
       Info, rank_,
@@ -140,6 +141,9 @@ void Communicator::agreeConfig(const Config& local) {
   Config::Wire w = local.toWire();
   bs_->broadcast(&w, sizeof(w), 0);
   cfg_ = Config::fromWire(w);
+  // Rank-local: only rank 0's are used, and the tuning step broadcasts what it decides.
+  cfg_.tuningFile = local.tuningFile;
+  cfg_.tuneBudgetMs = local.tuneBudgetMs;
   if (!(cfg_ == local)) {
     ANYR_LOG(Warn, rank_,
              "this rank's configuration (" << local.describe()
@@ -441,6 +445,12 @@ void Communicator::decide() {
     throwError(anyrUnsupported, "no all-reduce algorithm is admitted on this hardware:" + reasons);
   }
   if (cfg_.algorithm != anyrAlgoAuto) setAlgorithm(cfg_.algorithm);
+  // Dispatch: candidates per operation and the seed table (select/dispatch.h); a tuning table
+  // may replace the seed's choices in loadOrTuneAtInit().
+  for (int o = 0; o < kNumOps; ++o) {
+    candidates_[static_cast<size_t>(o)] = candidates(static_cast<Op>(o), topo_, admission_);
+  }
+  dispatch_ = seedTable(topo_, admission_, cfg_, nranks_);
   for (int a = 1; a < anyrNumAlgos; ++a) {
     ANYR_LOG(
         Info, rank_,
@@ -589,8 +599,7 @@ void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
     }
     return;
   }
-  anyrAlgo_t algo =
-      chooseAlgo(admission_, thresholds_, bytes, static_cast<anyrAlgo_t>(forced_.load()));
+  const anyrAlgo_t algo = pathFor(Op::AllReduce, bytes).algo;
   if (algo == anyrAlgoNccl) {
     ncclAllReduceSum(nccl_, sendbuff, recvbuff, count, dtype, stream, cfg_.timeoutMs);
     return;
@@ -669,17 +678,18 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     noteWork(stream, capturing);
     return;
   }
-  anyrAlgo_t algo =
-      chooseAlgo(admission_, thresholds_, bytes, static_cast<anyrAlgo_t>(forced_.load()));
+  // The path comes from the dispatch table (select/dispatch.h): the fused kernel or the
+  // composition all-reduce + standalone epilogue, as seeded or measured per size bucket. The
+  // fused kernel needs 16-byte aligned rows and an admitted kernel; otherwise the composition.
+  const Path path = pathFor(p.quant != anyrQuantNone ? Op::AddRmsNormQuant : Op::AddRmsNorm, bytes);
+  const anyrAlgo_t algo = path.algo;
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
   const bool aligned16 = reinterpret_cast<uintptr_t>(partial) % 16 == 0;
-  // The fused two-shot kernel normalizes every row on every rank, one row per block at a time;
-  // on 2 x H200 it measured slower than the two-shot all-reduce + the standalone epilogue
-  // (128 tokens x 6144: 14.5 vs 12.8 us; 2048 tokens: 295 vs 129 us, docs/PERFORMANCE.md), so
-  // the automatic choice composes those, and the fused two-shot kernel runs only when forced.
-  const bool forcedTwoShotPush = forced_.load() == anyrAlgoTwoShotPush;
-  const bool fusedKernel = aligned16 && (algo == anyrAlgoOneShotPush ||
-                                         (algo == anyrAlgoTwoShotPush && forcedTwoShotPush));
+  bool kernelAdmitted = false;
+  for (const Candidate& c : candidatesOf(Op::AddRmsNorm)) {
+    if (c.path == Path{algo, true} && c.admitted) kernelAdmitted = true;
+  }
+  const bool fusedKernel = aligned16 && path.fusedKernel && kernelAdmitted;
   if (fusedKernel) {
     // Fused kernels, in row chunks that fit one launch's buffers.
     const int H = static_cast<int>(hidden / 8);
@@ -791,10 +801,9 @@ void Communicator::setAlgorithm(anyrAlgo_t algo) {
   ANYR_REQUIRE_ARG(
       algo >= 0 && algo < anyrNumAlgos, "algorithm",
       "must be one of " + algoNames() + " (0.." + std::to_string(anyrNumAlgos - 1) + ")");
-  if (algo != anyrAlgoAuto && nranks_ > 1 && !admission_[algo].admitted) {
-    throwError(anyrUnsupported,
-               std::string("algorithm ") + anyrAlgoName(algo) +
-                   " is not admitted on this communicator: " + admission_[algo].reason);
+  if (nranks_ > 1) {
+    const std::string err = overrideError(admission_, algo);
+    if (!err.empty()) throwError(anyrUnsupported, err);
   }
   forced_.store(algo);
 }
@@ -802,8 +811,7 @@ void Communicator::setAlgorithm(anyrAlgo_t algo) {
 anyrAlgo_t Communicator::queryAlgorithm(size_t count, anyrDataType_t dtype) const {
   ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype", "unsupported datatype");
   if (nranks_ == 1) return anyrAlgoAuto;
-  return chooseAlgo(admission_, thresholds_, count * dtypeSize(dtype),
-                    static_cast<anyrAlgo_t>(forced_.load()));
+  return pathFor(Op::AllReduce, count * dtypeSize(dtype)).algo;
 }
 
 std::string Communicator::explainJson() const {
@@ -829,11 +837,16 @@ std::string Communicator::explainJson() const {
                      {"twoShotMaxBytes", thresholds_.twoShotMaxBytes}};
   nlohmann::json choices = nlohmann::json::array();
   for (uint64_t b = 1024; b <= (256ull << 20); b *= 4) {
-    choices.push_back({{"bytes", b},
-                       {"choice", explainChoice(admission_, thresholds_, b,
-                                                static_cast<anyrAlgo_t>(forced_.load()))}});
+    choices.push_back(
+        {{"bytes", b},
+         {"choice", pathName(Op::AllReduce, pathFor(Op::AllReduce, b))},
+         {"source", forced_.load() != anyrAlgoAuto
+                        ? "forced"
+                        : sourceName(dispatch_.source[0][static_cast<size_t>(bucketOf(b))])}});
   }
   j["choices"] = choices;
+  j["dispatchText"] = explainText();
+  j["tuning"] = tuningNote_;
   if (peers_) {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;

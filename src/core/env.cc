@@ -30,6 +30,11 @@ const std::vector<Param>& params() {
       {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on (0: any free port)"},
       {"ANYR_PUSH_FENCE", "0",
        "diagnostic: 1 = system-scope fence after a push kernel's stores, before it polls"},
+      {"ANYR_TUNING_FILE", "",
+       "tuning table (JSON, `anyreduce tune`) loaded at init when its fingerprint matches"},
+      {"ANYR_TUNE_BUDGET_MS", "0",
+       "> 0: without a matching table, tune at init within this many ms (saved to "
+       "ANYR_TUNING_FILE if set)"},
   };
   return table;
 }
