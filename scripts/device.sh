@@ -70,4 +70,16 @@ else
   step "torch symmetric memory, same machine"
   timeout -k 10 300 python3 tools/peers/torch_symm_bench.py --json "$OUT/torch-symm.json" 2>&1 | grep -v Warning | tee "$OUT/torch-symm.txt"
 fi
+step "dispatch: tune, explain, bench --check-dispatch (seed only, then tuned)"
+# Seed first (no table), then a table measured here; the check fails (non-zero) when the
+# dispatched path is over 1.10x NCCL (seed) or 1.03x the fastest candidate (tuned).
+timeout -k 10 600 env -u ANYR_TUNING_FILE "$BUILD/tools/anyreduce" bench --check-dispatch --samples 11 --json "$OUT/check-dispatch-seed.json" 2>&1 | tee "$OUT/check-dispatch-seed.txt" | tail -45
+echo "check-dispatch (seed) exit: ${PIPESTATUS[0]}"
+timeout -k 10 900 "$BUILD/tools/anyreduce" tune -o "$OUT/tuning.json" 2>&1 | tee "$OUT/tune.txt" | tail -70
+echo "tune exit: ${PIPESTATUS[0]}"
+ANYR_TUNING_FILE="$OUT/tuning.json" timeout -k 10 120 "$BUILD/tools/anyreduce" explain 2>&1 | tee "$OUT/explain.txt" | head -60
+ANYR_TUNING_FILE="$OUT/tuning.json" timeout -k 10 600 "$BUILD/tools/anyreduce" bench --check-dispatch --samples 11 --json "$OUT/check-dispatch-tuned.json" 2>&1 | tee "$OUT/check-dispatch-tuned.txt" | tail -45
+echo "check-dispatch (tuned) exit: ${PIPESTATUS[0]}"
+ANYR_TUNING_FILE="$OUT/tuning.json" timeout -k 10 300 "$BUILD/tools/anyreduce" bench --check-dispatch --quant fp8 --minbytes 1K --maxbytes 1K --samples 11 2>&1 | tee "$OUT/check-dispatch-fp8.txt" | tail -16
+echo "check-dispatch (fp8, tuned) exit: ${PIPESTATUS[0]}"
 step "done"
