@@ -31,8 +31,7 @@ std::string tmpFile(const std::string& tag) {
   return "/tmp/anyr_gpu_tuning_" + tag + "_" + std::to_string(::getpid()) + ".json";
 }
 
-anyrComm_t openComm(int rank, int n, const anyrUniqueId& id, const char* tuningFile,
-                    int budgetMs) {
+anyrComm_t openComm(int rank, int n, const anyrUniqueId& id, const char* tuningFile, int budgetMs) {
   int ngpus = 0;
   R_CUDA(cudaGetDeviceCount(&ngpus));
   R_CUDA(cudaSetDevice(rank % ngpus));
@@ -67,8 +66,8 @@ std::string dispatchLines(Communicator& c) {
   for (int o = 0; o < kNumOps; ++o) {
     for (int b = 10; b <= 26; ++b) {
       const Op op = static_cast<Op>(o);
-      os << "CHOICE " << opName(op) << " " << b << " " << pathName(op, c.pathFor(op, bucketBytes(b)))
-         << "\n";
+      os << "CHOICE " << opName(op) << " " << b << " "
+         << pathName(op, c.pathFor(op, bucketBytes(b))) << "\n";
     }
   }
   return os.str();
@@ -202,7 +201,8 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
         Communicator& c = *comm->impl;
         if (c.tuned() != nullptr) report("FAIL a corrupt table was installed\n");
         const std::string ex = c.explainJson();
-        if (ex.find("ignored") == std::string::npos || ex.find("not valid JSON") == std::string::npos) {
+        if (ex.find("ignored") == std::string::npos ||
+            ex.find("not valid JSON") == std::string::npos) {
           report("FAIL explain does not say why the table was ignored\n");
         }
         if (c.dispatchTable().source[0][10] != Source::Seed) report("FAIL not the seed\n");
@@ -218,20 +218,23 @@ TEST(DispatchGpu, InitTimeTuningWithinABudgetSavesTheTable) {
   const int n = ranksForTest();
   const std::string path = tmpFile("init");
   std::remove(path.c_str());
-  auto results = runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-    const auto t0 = std::chrono::steady_clock::now();
-    anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 3000);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    Communicator& c = *comm->impl;
-    if (c.tuned() == nullptr) report("FAIL init-time tuning installed no table\n");
-    // The budget stops measuring after the point that crossed it: generous bound, no hang.
-    if (s > 120) report("FAIL init with a 3 s tuning budget took " + std::to_string(s) + " s\n");
-    const unsigned long long wrong = checkExact(comm, rank, nr);
-    if (wrong != 0) report("FAIL " + std::to_string(wrong) + " wrong elements\n");
-    report(dispatchLines(c));
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return 0;
-  });
+  auto results =
+      runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        const auto t0 = std::chrono::steady_clock::now();
+        anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 3000);
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        Communicator& c = *comm->impl;
+        if (c.tuned() == nullptr) report("FAIL init-time tuning installed no table\n");
+        // The budget stops measuring after the point that crossed it: generous bound, no hang.
+        if (s > 120)
+          report("FAIL init with a 3 s tuning budget took " + std::to_string(s) + " s\n");
+        const unsigned long long wrong = checkExact(comm, rank, nr);
+        if (wrong != 0) report("FAIL " + std::to_string(wrong) + " wrong elements\n");
+        report(dispatchLines(c));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return 0;
+      });
   expectNoFailures(results);
   const std::vector<std::string> choices = linesOf(results[0], "CHOICE");
   for (const auto& r : results) EXPECT_EQ(linesOf(r, "CHOICE"), choices) << "rank " << r.rank;
