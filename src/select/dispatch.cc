@@ -206,7 +206,7 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   os.precision(3);
   os << "slowest pair: write " << in.writeGBps << " GB/s, read " << in.readGBps << " GB/s, latency "
      << in.latencyUs << " us; NCCL ring " << in.ringGBps << " GB/s";
-  if (anyCross && anyPcie) {
+  if (anyCross && anyPcie && in.largestGroup > 1) {
     os << "; PCIe switch groups of up to " << in.largestGroup << " GPUs, between groups write "
        << in.crossWriteGBps << " / read " << in.crossReadGBps << " GB/s";
   }

@@ -176,6 +176,19 @@ TEST(Dispatch, SeedOnNvlinkPairKeepsTheMeasuredLadder) {
   EXPECT_EQ(choice(s, Op::AllReduce, 100), "oneshot-push");
 }
 
+TEST(Dispatch, SeedOnNvlinkPairWithoutMeasurementsUsesNominalLinksAndTheSameLadder) {
+  // A communicator's topology carries the confirmed checks and the driver's link facts but no
+  // bandwidth/latency measurements: the nominal figures must give the same ladder.
+  Topology t = fixture("nvlink_pair");
+  for (PairInfo& p : t.pairs) p.writeGBps = p.readGBps = p.latencyUs = -1;
+  Admission adm = admit(t, factsFor(t));
+  DispatchTable tab = seedTable(t, adm, Config(), 2);
+  EXPECT_EQ(pathName(Op::AllReduce, tab.lookup(Op::AllReduce, 512u << 10)), "oneshot-push");
+  EXPECT_EQ(pathName(Op::AllReduce, tab.lookup(Op::AllReduce, 1u << 20)), "twoshot-push");
+  EXPECT_EQ(pathName(Op::AllReduce, tab.lookup(Op::AllReduce, 32u << 20)), "twoshot-push");
+  EXPECT_EQ(pathName(Op::AllReduce, tab.lookup(Op::AllReduce, 64u << 20)), "nccl");
+}
+
 TEST(Dispatch, SeedOnEightPcieGpusUnderTwoSwitchesLeavesLargeMessagesToTheRing) {
   // All-to-all traffic between the two switches shares each switch's uplink (16 flows); NCCL's
   // ring crosses it once each way, so NCCL takes large messages early.

@@ -52,7 +52,7 @@ int cmdProbe(bool measure, const std::string& jsonOut, const std::string& load) 
 // Admission and default choices for a topology file, as every rank of a communicator over
 // those GPUs would compute them (NCCL assumed available unless --no-nccl).
 int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
-                       const std::string& tuningFile) {
+                       const std::string& tuningFile, const std::string& algo) {
   Topology t = loadTopologyFile(path);
   if (nranks > 0 && nranks != t.size()) {
     if (nranks > t.size()) {
@@ -76,6 +76,11 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
   f.ncclReason = nccl ? "" : "disabled (--no-nccl)";
   f.peerMemory = true;
   Config cfg = resolveConfig(nullptr);
+  if (!algo.empty() && !parseAlgo(algo, &cfg.algorithm)) {
+    std::fprintf(stderr, "anyreduce explain: --algo '%s': must be one of %s\n", algo.c_str(),
+                 algoNames().c_str());
+    return 2;
+  }
   Admission adm = admit(t, f);
   Thresholds th = defaultThresholds(t, adm, cfg, t.size());
   std::printf("topology %s: %d GPUs (%s)\n\nadmission:\n", path.c_str(), t.size(),
@@ -113,7 +118,8 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
   if (cfg.algorithm != anyrAlgoAuto) {
     std::string err = overrideError(adm, cfg.algorithm);
     if (!err.empty()) {
-      std::fprintf(stderr, "anyreduce explain: ANYR_ALGO: %s\n", err.c_str());
+      std::fprintf(stderr, "anyreduce explain: forced algorithm (--algo / ANYR_ALGO): %s\n",
+                   err.c_str());
       return 1;
     }
   }
@@ -282,6 +288,10 @@ int main(int argc, char** argv) {
                       "With --topology: apply this tuning table if its fingerprint matches "
                       "(live: ANYR_TUNING_FILE)");
   explain->add_flag("--json", explainJson, "Live: print the communicator's whole JSON explain");
+  std::string explainAlgo;
+  explain->add_option("--algo", explainAlgo,
+                      "With --topology: force this algorithm (as ANYR_ALGO would); fails naming "
+                      "why when the topology does not admit it");
 
   app.add_subcommand("env", "List every environment variable anyreduce reads, with defaults");
   app.add_subcommand("version", "Print the library version");
@@ -344,9 +354,9 @@ int main(int argc, char** argv) {
       return tool::runTune(to);
     }
     if (app.got_subcommand("explain")) {
-      return explainTopo.empty()
-                 ? cmdExplainLive(explainRanks, explainJson)
-                 : cmdExplainTopology(explainTopo, !explainNoNccl, explainRanks, explainTuning);
+      return explainTopo.empty() ? cmdExplainLive(explainRanks, explainJson)
+                                 : cmdExplainTopology(explainTopo, !explainNoNccl, explainRanks,
+                                                      explainTuning, explainAlgo);
     }
     if (app.got_subcommand("env")) return cmdEnv();
     if (app.got_subcommand("version")) {
