@@ -219,7 +219,7 @@ class anyrConfig_t(ctypes.Structure):  # noqa: N801 (C name)
         ("chunkBytes", ctypes.c_size_t),
         ("useNccl", ctypes.c_int),
         ("maxBlocks", ctypes.c_int),
-        ("tuningFile", ctypes.c_char_p),  # ANYR_TUNING_FILE
+        ("tuningFile", ctypes.c_void_p),  # const char*; ANYR_TUNING_FILE
         ("tuneBudgetMs", ctypes.c_int),  # ANYR_TUNE_BUDGET_MS
     ]
 
