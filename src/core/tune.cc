@@ -110,7 +110,17 @@ void Communicator::loadOrTuneAtInit() {
   if (h.budgetMs > 0 && nranks_ > 1) {
     TuneOptions o;
     o.budgetMs = h.budgetMs;
-    TuningTable t = tune(o, nullptr);
+    TuningTable t;
+    try {
+      t = tune(o, nullptr);
+    } catch (const Error& e) {
+      // Every rank ends here (a rank that fails stops taking part, and the others' bounded
+      // exchanges then fail too); tune() installs nothing unless it completed, so every rank
+      // keeps the seed.
+      ANYR_LOG(Warn, rank_, "tuning at init failed, using the seed: " << e.what());
+      tuningNote_ += "; tuning at init failed: " + std::string(e.what());
+      return;
+    }
     if (rank_ == 0 && !cfg_.tuningFile.empty()) {
       try {
         saveTuningFile(t, cfg_.tuningFile);

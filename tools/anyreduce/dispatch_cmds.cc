@@ -197,10 +197,11 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
   for (const Item& it : items) {
     auto call = [&] {
       if (it.op == Op::AllReduce) {
-        anyrAllReduce(in, out, it.bytes / 2, anyrBfloat16, anyrSum, comm, s);
+        BENCH_ANYR(anyrAllReduce(in, out, it.bytes / 2, anyrBfloat16, anyrSum, comm, s), comm);
       } else {
-        anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, norm, it.tokens, hidden,
-                                anyrBfloat16, &fo, comm, s);
+        BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, norm,
+                                           it.tokens, hidden, anyrBfloat16, &fo, comm, s),
+                   comm);
       }
     };
     std::vector<Path> paths;
