@@ -3,6 +3,7 @@
 // (fingerprint mismatch, corrupt / truncated / foreign files), agreement across simulated
 // ranks, and overrides. All pure functions: every rank computes these from agreed inputs.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/error.h"
 #include "select/admission.h"
 #include "select/dispatch.h"
 #include "select/explain.h"
@@ -300,6 +302,33 @@ TEST(Dispatch, ForcedAlgorithmGivesEachOperationItsPath) {
   EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoTwoShotPush), (Path{anyrAlgoTwoShotPush, true}));
   EXPECT_EQ(forcedPath(Op::AddRmsNormQuant, anyrAlgoNccl), (Path{anyrAlgoNccl, false}));
   EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoOneShotPull), (Path{anyrAlgoOneShotPull, false}));
+}
+
+TEST(Dispatch, TuningFileAndBudgetResolveFromConfigThenEnvironment) {
+  setenv("ANYR_TUNING_FILE", "/tmp/from-env.json", 1);
+  setenv("ANYR_TUNE_BUDGET_MS", "2500", 1);
+  Config c = resolveConfig(nullptr);
+  EXPECT_EQ(c.tuningFile, "/tmp/from-env.json");
+  EXPECT_EQ(c.tuneBudgetMs, 2500);
+  anyrConfig_t user = ANYR_CONFIG_INITIALIZER;
+  user.tuningFile = "/tmp/from-config.json";
+  user.tuneBudgetMs = 0;
+  c = resolveConfig(&user);  // explicit fields win over the environment
+  EXPECT_EQ(c.tuningFile, "/tmp/from-config.json");
+  EXPECT_EQ(c.tuneBudgetMs, 0);
+  setenv("ANYR_TUNE_BUDGET_MS", "-1", 1);
+  try {
+    resolveConfig(nullptr);
+    ADD_FAILURE() << "a negative budget was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), anyrInvalidArgument);
+    EXPECT_TRUE(mentions(e.what(), "ANYR_TUNE_BUDGET_MS")) << e.what();
+  }
+  unsetenv("ANYR_TUNING_FILE");
+  unsetenv("ANYR_TUNE_BUDGET_MS");
+  c = resolveConfig(nullptr);
+  EXPECT_EQ(c.tuningFile, "");
+  EXPECT_EQ(c.tuneBudgetMs, 0);
 }
 
 // ---- agreement -------------------------------------------------------------------------------
