@@ -451,6 +451,9 @@ void Communicator::decide() {
     candidates_[static_cast<size_t>(o)] = candidates(static_cast<Op>(o), topo_, admission_);
   }
   dispatch_ = seedTable(topo_, admission_, cfg_, nranks_);
+  for (const Candidate& c : candidates_[static_cast<size_t>(Op::AddRmsNorm)]) {
+    if (c.path.fusedKernel) fusedKernelOk_[static_cast<size_t>(c.path.algo)] = c.admitted;
+  }
   for (int a = 1; a < anyrNumAlgos; ++a) {
     ANYR_LOG(
         Info, rank_,
@@ -685,11 +688,8 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   const anyrAlgo_t algo = path.algo;
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
   const bool aligned16 = reinterpret_cast<uintptr_t>(partial) % 16 == 0;
-  bool kernelAdmitted = false;
-  for (const Candidate& c : candidatesOf(Op::AddRmsNorm)) {
-    if (c.path == Path{algo, true} && c.admitted) kernelAdmitted = true;
-  }
-  const bool fusedKernel = aligned16 && path.fusedKernel && kernelAdmitted;
+  const bool fusedKernel =
+      aligned16 && path.fusedKernel && fusedKernelOk_[static_cast<size_t>(algo)];
   if (fusedKernel) {
     // Fused kernels, in row chunks that fit one launch's buffers.
     const int H = static_cast<int>(hidden / 8);

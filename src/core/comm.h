@@ -125,6 +125,7 @@ class Communicator {
   DispatchTable dispatch_{};
   std::array<std::vector<Candidate>, kNumOps> candidates_;
   std::array<std::atomic<int>, kNumOps> forcedPath_{};  // -1: none; else algo | kernel << 8
+  std::array<bool, anyrNumAlgos> fusedKernelOk_{};      // fused kernel of this algorithm admitted
   std::unique_ptr<TuningTable> tuned_;
   std::string tuningNote_;
 
