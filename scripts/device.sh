@@ -115,4 +115,16 @@ step "doctor: GLM-4.5-Air (fits two GPUs: a real TP2 deployment)"
 timeout -k 10 400 "$BUILD/tools/anyreduce" doctor --preset glm-air --batch 1,8,32 --json "$OUT/doctor-glm-air.json" --html "$OUT/doctor-glm-air.html" 2>&1 | tee "$OUT/doctor-glm-air.txt"
 step "doctor: glm with the per-GPU shapes of an 8-way deployment (all-reduce still over these GPUs)"
 timeout -k 10 400 "$BUILD/tools/anyreduce" doctor --preset glm --shard-as 8 --batch 1,8,32 --json "$OUT/doctor-glm-tp8.json" --html "$OUT/doctor-glm-tp8.html" 2>&1 | tee "$OUT/doctor-glm-tp8.txt"
+step "dispatch: tune, explain, bench --check-dispatch (seed only, then tuned)"
+# Seed first (no table), then a table measured here; the check fails (non-zero) when the
+# dispatched path is over 1.10x NCCL (seed) or 1.03x the fastest candidate (tuned).
+timeout -k 10 600 env -u ANYR_TUNING_FILE "$BUILD/tools/anyreduce" bench --check-dispatch --samples 11 --json "$OUT/check-dispatch-seed.json" 2>&1 | tee "$OUT/check-dispatch-seed.txt" | tail -45
+echo "check-dispatch (seed) exit: ${PIPESTATUS[0]}"
+timeout -k 10 900 "$BUILD/tools/anyreduce" tune -o "$OUT/tuning.json" 2>&1 | tee "$OUT/tune.txt" | tail -70
+echo "tune exit: ${PIPESTATUS[0]}"
+ANYR_TUNING_FILE="$OUT/tuning.json" timeout -k 10 120 "$BUILD/tools/anyreduce" explain 2>&1 | tee "$OUT/explain.txt" | head -60
+ANYR_TUNING_FILE="$OUT/tuning.json" timeout -k 10 600 "$BUILD/tools/anyreduce" bench --check-dispatch --samples 11 --json "$OUT/check-dispatch-tuned.json" 2>&1 | tee "$OUT/check-dispatch-tuned.txt" | tail -45
+echo "check-dispatch (tuned) exit: ${PIPESTATUS[0]}"
+ANYR_TUNING_FILE="$OUT/tuning.json" timeout -k 10 300 "$BUILD/tools/anyreduce" bench --check-dispatch --quant fp8 --minbytes 1K --maxbytes 1K --samples 11 2>&1 | tee "$OUT/check-dispatch-fp8.txt" | tail -16
+echo "check-dispatch (fp8, tuned) exit: ${PIPESTATUS[0]}"
 step "done"

@@ -104,13 +104,18 @@ typedef struct {
   size_t chunkBytes;   /* staging size per rank for pull/two-shot; ANYR_CHUNK_BYTES; 8 MiB */
   int useNccl;         /* 1: create/keep an NCCL communicator; ANYR_USE_NCCL; default 1 */
   int maxBlocks;       /* cap on thread blocks per kernel; ANYR_MAX_BLOCKS; 0 = automatic */
+  const char* tuningFile; /* tuning table loaded at init if its fingerprint matches (rank 0
+                             reads it); ANYR_TUNING_FILE; default none */
+  int tuneBudgetMs;       /* > 0: with no matching table, tune at init within this budget and
+                             save to tuningFile if set; ANYR_TUNE_BUDGET_MS; default 0 */
 } anyrConfig_t;
 #define ANYR_CONFIG_MAGIC 0x414e5952u
 #define ANYR_CONFIG_INITIALIZER                                                        \
   {                                                                                    \
     sizeof(anyrConfig_t), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, ANYR_CONFIG_UNDEF_INT, \
         ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_SIZE,         \
-        ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT           \
+        ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT, NULL,    \
+        ANYR_CONFIG_UNDEF_INT                                                          \
   }
 
 /* Library version as ANYR_VERSION_CODE. */
@@ -223,6 +228,14 @@ ANYR_API anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void
  * rank must set the same value. Fails with anyrUnsupported, naming why, for an algorithm this
  * communicator's hardware does not admit. */
 ANYR_API anyrResult_t anyrCommSetAlgorithm(anyrComm_t comm, anyrAlgo_t algorithm);
+
+/* Measures every admitted path of every operation per size bucket (all-reduce 1 KB..256 MB;
+ * the fused operation at hidden 6144, 1..2048 tokens, with and without FP8 output), takes each
+ * path's slowest rank's time, and lets rank 0 choose the fastest per bucket and broadcast it:
+ * later calls dispatch by the result. budgetMs > 0 stops measuring after that long (unmeasured
+ * sizes keep their seed choice). savePath (may be NULL; used on rank 0) receives the table as
+ * JSON, for ANYR_TUNING_FILE. Collective; allocates and frees temporary device buffers. */
+ANYR_API anyrResult_t anyrCommTune(anyrComm_t comm, int budgetMs, const char* savePath);
 
 /* The algorithm anyrAllReduce would use for this message, without running it. */
 ANYR_API anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count,

@@ -359,6 +359,15 @@ class Comm:
             if needed.value <= len(buf):
                 return buf.value.decode("utf-8", "replace")
 
+    def tune(self, budget_ms: int = 0, save_path: Optional[str] = None) -> None:
+        """anyrCommTune: measure every admitted path per operation and size bucket, agree on
+        the fastest (slowest rank counts) and dispatch by it from now on. Collective. budget_ms
+        > 0 bounds the time; save_path (rank 0) receives the table for ANYR_TUNING_FILE."""
+        if budget_ms < 0:
+            raise _arg_error("anyrCommTune", "budgetMs", "must be >= 0 (0 = no limit)")
+        path = save_path.encode() if save_path is not None else None
+        self._check(self._lib.anyrCommTune(self.handle, int(budget_ms), path), "anyrCommTune")
+
     def explain(self) -> Dict[str, Any]:
         """anyrCommExplain parsed: ``json.loads`` of explain_json()."""
         return json.loads(self.explain_json())

@@ -115,6 +115,8 @@ FUNCTIONS: List[Function] = [
     # anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len,
     #                              size_t* needed);
     Function("anyrCommExplain", anyrResult_t, (anyrComm_t, c_char_p, c_size_t, POINTER(c_size_t))),
+    # anyrResult_t anyrCommTune(anyrComm_t comm, int budgetMs, const char* savePath);
+    Function("anyrCommTune", anyrResult_t, (anyrComm_t, c_int, c_char_p)),
     # const char* anyrAlgoName(anyrAlgo_t algorithm);
     Function("anyrAlgoName", c_char_p, (anyrAlgo_t,)),
     # const char* anyrGetErrorString(anyrResult_t result);

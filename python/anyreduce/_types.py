@@ -219,6 +219,8 @@ class anyrConfig_t(ctypes.Structure):  # noqa: N801 (C name)
         ("chunkBytes", ctypes.c_size_t),
         ("useNccl", ctypes.c_int),
         ("maxBlocks", ctypes.c_int),
+        ("tuningFile", ctypes.c_void_p),  # const char*; ANYR_TUNING_FILE
+        ("tuneBudgetMs", ctypes.c_int),  # ANYR_TUNE_BUDGET_MS
     ]
 
     @classmethod
@@ -226,7 +228,7 @@ class anyrConfig_t(ctypes.Structure):  # noqa: N801 (C name)
         """ANYR_CONFIG_INITIALIZER: every tunable at its "undefined" value."""
         u_int, u_size = ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE
         return cls(ctypes.sizeof(cls), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, u_int, u_int,
-                   u_size, u_size, u_size, u_int, u_int)
+                   u_size, u_size, u_size, u_int, u_int, None, u_int)
 
 
 class anyrFusedOptions_t(ctypes.Structure):  # noqa: N801 (C name)

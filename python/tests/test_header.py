@@ -180,13 +180,13 @@ def _initializer_values(header, macro, struct):
 def test_config_initializer_mirrors_header(header):
     want = _initializer_values(header, "ANYR_CONFIG_INITIALIZER", anyrConfig_t)
     c = anyrConfig_t.initializer()
-    got = [getattr(c, name) for name, _ in anyrConfig_t._fields_]
+    got = [getattr(c, name) or 0 for name, _ in anyrConfig_t._fields_]  # NULL -> None -> 0
     assert got == want
     # An empty Config is exactly the initializer: every field "undefined", so env vars apply.
     from anyreduce import Config
 
     e = Config().to_c()
-    assert [getattr(e, n) for n, _ in anyrConfig_t._fields_] == want
+    assert [getattr(e, n) or 0 for n, _ in anyrConfig_t._fields_] == want
 
 
 def test_fused_options_initializer_mirrors_header(header):

@@ -163,6 +163,17 @@ anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count, anyrDat
   });
 }
 
+anyrResult_t anyrCommTune(anyrComm_t comm, int budgetMs, const char* savePath) {
+  return anyr::guarded(comm, "anyrCommTune", [&] {
+    ANYR_REQUIRE_ARG(budgetMs >= 0, "budgetMs", "must be >= 0 (0 = no limit)");
+    anyr::Communicator& c = live(comm);
+    anyr::Communicator::TuneOptions o;
+    o.budgetMs = budgetMs;
+    anyr::TuningTable t = c.tune(o, nullptr);
+    if (savePath != nullptr && c.rank() == 0) anyr::saveTuningFile(t, savePath);
+  });
+}
+
 anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed) {
   return anyr::guarded(comm, "anyrCommExplain", [&] {
     std::string s = live(comm).explainJson();

@@ -132,6 +132,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   initTransport();
   checkTransport();
   decide();
+  loadOrTuneAtInit();
   bs_->barrier();
   ANYR_LOG(
       Info, rank_,
@@ -143,6 +144,9 @@ void Communicator::agreeConfig(const Config& local) {
   Config::Wire w = local.toWire();
   bs_->broadcast(&w, sizeof(w), 0);
   cfg_ = Config::fromWire(w);
+  // Rank-local: only rank 0's are used, and the tuning step broadcasts what it decides.
+  cfg_.tuningFile = local.tuningFile;
+  cfg_.tuneBudgetMs = local.tuneBudgetMs;
   if (!(cfg_ == local)) {
     ANYR_LOG(Warn, rank_,
              "this rank's configuration (" << local.describe()
@@ -445,6 +449,15 @@ void Communicator::decide() {
     throwError(anyrUnsupported, "no all-reduce algorithm is admitted on this hardware:" + reasons);
   }
   if (cfg_.algorithm != anyrAlgoAuto) setAlgorithm(cfg_.algorithm);
+  // Dispatch: candidates per operation and the seed table (select/dispatch.h); a tuning table
+  // may replace the seed's choices in loadOrTuneAtInit().
+  for (int o = 0; o < kNumOps; ++o) {
+    candidates_[static_cast<size_t>(o)] = candidates(static_cast<Op>(o), topo_, admission_);
+  }
+  dispatch_ = seedTable(topo_, admission_, cfg_, nranks_);
+  for (const Candidate& c : candidates_[static_cast<size_t>(Op::AddRmsNorm)]) {
+    if (c.path.fusedKernel) fusedKernelOk_[static_cast<size_t>(c.path.algo)] = c.admitted;
+  }
   for (int a = 1; a < anyrNumAlgos; ++a) {
     ANYR_LOG(
         Info, rank_,
@@ -605,8 +618,7 @@ void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
     return;
   }
   orderAfterLastWork(stream, capturing);
-  anyrAlgo_t algo =
-      chooseAlgo(admission_, thresholds_, bytes, static_cast<anyrAlgo_t>(forced_.load()));
+  const anyrAlgo_t algo = pathFor(Op::AllReduce, bytes).algo;
   counters_.note(algo, bytes, CallKind::AllReduce, forced_.load() != anyrAlgoAuto, capturing);
   if (algo == anyrAlgoNccl) {
     ncclAllReduceSum(nccl_, sendbuff, recvbuff, count, dtype, stream, cfg_.timeoutMs);
@@ -707,18 +719,16 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     return;
   }
   orderAfterLastWork(stream, capturing);
-  anyrAlgo_t algo =
-      chooseAlgo(admission_, thresholds_, bytes, static_cast<anyrAlgo_t>(forced_.load()));
+  // The path comes from the dispatch table (select/dispatch.h): the fused kernel or the
+  // composition all-reduce + standalone epilogue, as seeded or measured per size bucket. The
+  // fused kernel needs 16-byte aligned rows, an admitted kernel that passed the startup
+  // self-test, and at least one row per launch's buffers (two-shot slots of a small
+  // ANYR_CHUNK_BYTES may not hold a wide row); otherwise the composition, which chunks
+  // through the scratch buffer.
+  const Path path = pathFor(p.quant != anyrQuantNone ? Op::AddRmsNormQuant : Op::AddRmsNorm, bytes);
+  const anyrAlgo_t algo = path.algo;
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
   const bool aligned16 = reinterpret_cast<uintptr_t>(partial) % 16 == 0;
-  // The fused two-shot kernel normalizes every row on every rank, one row per block at a time;
-  // on 2 x H200 it measured slower than the two-shot all-reduce + the standalone epilogue
-  // (128 tokens x 6144: 14.5 vs 12.8 us; 2048 tokens: 295 vs 129 us, docs/PERFORMANCE.md), so
-  // the automatic choice composes those, and the fused two-shot kernel runs only when forced.
-  const bool forcedTwoShotPush = forced_.load() == anyrAlgoTwoShotPush;
-  // Fused kernels run in row chunks that fit one launch's buffers; when not even one row fits
-  // (two-shot slots of a small ANYR_CHUNK_BYTES and a wide row), the unfused composition
-  // below, which chunks through the scratch buffer, does the call instead.
   const int H = static_cast<int>(hidden / 8);
   const size_t maxRows = algo == anyrAlgoOneShotPush
                              ? layout_.pushSlotBytes / rowBytes
@@ -729,11 +739,12 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   // 14.6 vs 9.9 us on 2 x H200, docs/PERFORMANCE.md), so there it runs only when forced.
   const bool forcedOneShotPush = forced_.load() == anyrAlgoOneShotPush;
   const bool rowFitsRegisters = hidden / 8 <= 2 * static_cast<size_t>(fusedThreads(hidden));
-  const bool fusedKernel =
-      aligned16 && maxRows > 0 &&
-      ((algo == anyrAlgoOneShotPush && fusedOneShotPushOk_ &&
-        (rowFitsRegisters || forcedOneShotPush)) ||
-       (algo == anyrAlgoTwoShotPush && forcedTwoShotPush && fusedTwoShotPushOk_));
+  const bool selfTestOk = algo == anyrAlgoOneShotPush   ? fusedOneShotPushOk_
+                          : algo == anyrAlgoTwoShotPush ? fusedTwoShotPushOk_
+                                                        : false;
+  const bool fusedKernel = aligned16 && maxRows > 0 && path.fusedKernel &&
+                           fusedKernelOk_[static_cast<size_t>(algo)] && selfTestOk &&
+                           (algo != anyrAlgoOneShotPush || rowFitsRegisters || forcedOneShotPush);
   counters_.note(algo, bytes, fusedKernel ? CallKind::FusedKernel : CallKind::FusedComposed,
                  forced_.load() != anyrAlgoAuto, capturing);
   if (fusedKernel) {
@@ -845,10 +856,9 @@ void Communicator::setAlgorithm(anyrAlgo_t algo) {
     ANYR_REQUIRE_ARG(
         algo >= 0 && algo < anyrNumAlgos, "algorithm",
         "must be one of " + algoNames() + " (0.." + std::to_string(anyrNumAlgos - 1) + ")");
-    if (algo != anyrAlgoAuto && nranks_ > 1 && !admission_[algo].admitted) {
-      throwError(anyrUnsupported,
-                 std::string("algorithm ") + anyrAlgoName(algo) +
-                     " is not admitted on this communicator: " + admission_[algo].reason);
+    if (nranks_ > 1) {
+      const std::string err = overrideError(admission_, algo);
+      if (!err.empty()) throwError(anyrUnsupported, err);
     }
   };
   calls_.checked(*bs_, rank_, CallSignature::setAlgorithm(algo), check,
@@ -860,8 +870,7 @@ anyrAlgo_t Communicator::queryAlgorithm(size_t count, anyrDataType_t dtype) cons
   ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype", "unsupported datatype");
   checkCountFits(count, dtypeSize(dtype), "count");
   if (nranks_ == 1) return anyrAlgoAuto;
-  return chooseAlgo(admission_, thresholds_, count * dtypeSize(dtype),
-                    static_cast<anyrAlgo_t>(forced_.load()));
+  return pathFor(Op::AllReduce, count * dtypeSize(dtype)).algo;
 }
 
 std::string Communicator::explainJson() const {
@@ -887,12 +896,17 @@ std::string Communicator::explainJson() const {
                      {"twoShotMaxBytes", thresholds_.twoShotMaxBytes}};
   nlohmann::json choices = nlohmann::json::array();
   for (uint64_t b = 1024; b <= (256ull << 20); b *= 4) {
-    choices.push_back({{"bytes", b},
-                       {"choice", explainChoice(admission_, thresholds_, b,
-                                                static_cast<anyrAlgo_t>(forced_.load()))}});
+    choices.push_back(
+        {{"bytes", b},
+         {"choice", pathName(Op::AllReduce, pathFor(Op::AllReduce, b))},
+         {"source", forced_.load() != anyrAlgoAuto
+                        ? "forced"
+                        : sourceName(dispatch_.source[0][static_cast<size_t>(bucketOf(b))])}});
   }
   j["choices"] = choices;
   if (!selfTestJson_.empty()) j["selfTest"] = nlohmann::json::parse(selfTestJson_);
+  j["dispatchText"] = explainText();
+  j["tuning"] = tuningNote_;
   if (peers_) {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;

@@ -5,8 +5,10 @@
 
 #include <nccl.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +20,8 @@
 #include "core/config.h"
 #include "core/counters.h"
 #include "select/admission.h"
+#include "select/dispatch.h"
+#include "select/tuning.h"
 #include "topology/topology.h"
 #include "transport/device_handles.h"
 #include "transport/peer_memory.h"
@@ -50,6 +54,31 @@ class Communicator {
   anyrAlgo_t queryAlgorithm(size_t count, anyrDataType_t dtype) const;
   std::string explainJson() const;
 
+  // ---- Dispatch (select/dispatch.h; measuring in core/tune.cc) ----
+  // The path a call of `op` with `bytes` takes: a forced path, else a forced algorithm, else
+  // the table. O(1); no synchronization.
+  Path pathFor(Op op, uint64_t bytes) const;
+  // Internal (tuning, `bench --check-dispatch`): force one path of one operation; `clear`
+  // restores dispatch. Collective like setAlgorithm. Throws for a path not admitted.
+  void forcePath(Op op, Path p);
+  void clearForcedPath(Op op);
+  const std::vector<Candidate>& candidatesOf(Op op) const {
+    return candidates_[static_cast<size_t>(op)];
+  }
+  const DispatchTable& dispatchTable() const { return dispatch_; }
+  const TuningTable* tuned() const { return tuned_.get(); }
+  std::string explainText() const;
+  struct TuneOptions {
+    uint64_t minBytes = 1024, maxBytes = 256ull << 20;  // all-reduce sizes, powers of two
+    int hidden = 6144, maxTokens = 2048;                // fused: 1, 2, 4 .. maxTokens tokens
+    int budgetMs = 0;                                   // 0: no limit
+    int calls = 10, samples = 7;                        // per sample (one graph), median
+  };
+  using TuneProgress = std::function<void(int done, int total, const std::string& what)>;
+  // Collective. Measures, agrees (slowest rank counts, rank 0 decides and broadcasts), and
+  // installs the result; returns it. `progress` is called on rank 0 only.
+  TuningTable tune(const TuneOptions& o, const TuneProgress& progress);
+
   // anyrSuccess, or the failure recorded by device waits / abort; *msg receives the text.
   anyrResult_t asyncError(std::string* msg);
 
@@ -72,6 +101,9 @@ class Communicator {
   void initTransport();
   void checkTransport();
   void decide();
+  void loadOrTuneAtInit();
+  double timePath(Op op, uint64_t bytes, int tokens, int hidden, void* const* bufs, int calls,
+                  int samples, cudaStream_t s);
   void throwIfFailed();
   bool isCapturing(cudaStream_t stream) const;
   void noteWork(cudaStream_t stream, bool capturing);
@@ -95,6 +127,12 @@ class Communicator {
   Thresholds thresholds_;
   std::atomic<int> forced_{anyrAlgoAuto};
   CommCounters counters_;  // one note() per dispatch
+  DispatchTable dispatch_{};
+  std::array<std::vector<Candidate>, kNumOps> candidates_;
+  std::array<std::atomic<int>, kNumOps> forcedPath_{};  // -1: none; else algo | kernel << 8
+  std::array<bool, anyrNumAlgos> fusedKernelOk_{};      // fused kernel of this algorithm admitted
+  std::unique_ptr<TuningTable> tuned_;
+  std::string tuningNote_;
 
   ncclComm_t nccl_ = nullptr;
   bool ownsNccl_ = false;

@@ -141,6 +141,20 @@ Config resolveConfig(const anyrConfig_t* user) {
   }
   ANYR_REQUIRE_ARG(c.maxBlocks >= 0 && c.maxBlocks <= 256, "config.maxBlocks / ANYR_MAX_BLOCKS",
                    "must be in 0..256 (0 = automatic)");
+  // tuning table and init-time tuning budget
+  if (user && user->tuningFile != nullptr) {
+    c.tuningFile = user->tuningFile;
+  } else {
+    c.tuningFile = env::getString("ANYR_TUNING_FILE");
+  }
+  if (user && user->tuneBudgetMs != ANYR_CONFIG_UNDEF_INT) {
+    c.tuneBudgetMs = user->tuneBudgetMs;
+  } else {
+    c.tuneBudgetMs = static_cast<int>(env::getInt("ANYR_TUNE_BUDGET_MS"));
+  }
+  ANYR_REQUIRE_ARG(c.tuneBudgetMs >= 0 && c.tuneBudgetMs <= 3600 * 1000,
+                   "config.tuneBudgetMs / ANYR_TUNE_BUDGET_MS",
+                   "must be in 0..3600000 milliseconds (0 = no tuning at init)");
   return c;
 }
 

@@ -17,6 +17,10 @@ struct Config {
   uint64_t chunkBytes = 8ull << 20;
   bool useNccl = true;
   int maxBlocks = 0;  // 0: automatic
+  // Dispatch tuning (select/tuning.h). Not part of Wire: rank 0's values are broadcast by the
+  // communicator's tuning step, and only rank 0 reads or writes the file.
+  std::string tuningFile;  // "" : none
+  int tuneBudgetMs = 0;    // > 0: tune at init (when no matching table was loaded)
 
   // Crosses process boundaries (rank 0's resolved config is broadcast): fixed layout.
   struct Wire {

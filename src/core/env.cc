@@ -40,6 +40,11 @@ const std::vector<Param>& params() {
        "1: every collective call first compares its signature (call number, kind, count, dtype, "
        "op) across ranks through the bootstrap and fails on a mismatch instead of hanging "
        "(costs one bootstrap round trip per call; on when any rank sets it)"},
+      {"ANYR_TUNING_FILE", "",
+       "tuning table (JSON, `anyreduce tune`) loaded at init when its fingerprint matches"},
+      {"ANYR_TUNE_BUDGET_MS", "0",
+       "> 0: without a matching table, tune at init within this many ms (saved to "
+       "ANYR_TUNING_FILE if set)"},
   };
   return table;
 }

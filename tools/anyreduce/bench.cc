@@ -270,6 +270,7 @@ int runBench(const BenchOptions& o) {
       [&](int rank, int n, const anyrUniqueId& id,
           const std::function<void(const std::string&)>& report) {
         try {
+          if (o.checkDispatch) return checkDispatchRank(o, rank, n, id, ngpus);
           if (o.op == "add-rmsnorm") return fusedBenchRank(o, rank, n, id, ngpus);
           return rankMain(o, rank, n, id, ngpus, report);
         } catch (const std::exception& e) {

@@ -30,7 +30,22 @@ struct BenchOptions {
   anyrQuant_t quant = anyrQuantNone;
   std::vector<size_t> hiddens = {4096, 6144, 7168, 8192};
   std::vector<size_t> tokens = {1, 2, 3, 4, 8, 16, 32, 64, 128, 129, 256, 512, 1024, 2048};
+  bool tokensGiven = false;
+  // --check-dispatch (dispatch_cmds.cc)
+  bool checkDispatch = false;
 };
+
+// `anyreduce tune` (dispatch_cmds.cc).
+struct TuneCliOptions {
+  int nranks = 0;
+  std::string output = "anyreduce-tuning.json";
+  uint64_t minBytes = 1024, maxBytes = 256ull << 20;
+  int hidden = 6144, maxTokens = 2048;
+  int budgetMs = 0;
+  int calls = 10, samples = 7;
+  double timeoutSec = 1800;
+};
+int runTune(const TuneCliOptions& t);
 
 // Runs the benchmark; returns the process exit code (0 ok, 2 no GPU, 1/4 failures).
 int runBench(const BenchOptions& o);
@@ -39,6 +54,10 @@ int runBench(const BenchOptions& o);
 // timeout; *nccl receives the communicator's NCCL communicator (ncclComm_t), or NULL.
 anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,
                          int ngpus, void** nccl);
+
+// One rank of `--check-dispatch` (dispatch_cmds.cc); 5 when a point is over its limit.
+int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,
+                      int ngpus);
 
 // One rank of `--op add-rmsnorm` (bench_fused.cc); returns the rank's exit code.
 int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id, int ngpus);

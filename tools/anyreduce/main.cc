@@ -2,8 +2,10 @@
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
@@ -15,6 +17,9 @@
 #include "core/error.h"
 #include "doctor_cli.h"
 #include "select/admission.h"
+#include "select/dispatch.h"
+#include "select/explain.h"
+#include "select/tuning.h"
 #include "topology/probe.h"
 #include "topology/topology.h"
 
@@ -47,8 +52,23 @@ int cmdProbe(bool measure, const std::string& jsonOut, const std::string& load) 
 
 // Admission and default choices for a topology file, as every rank of a communicator over
 // those GPUs would compute them (NCCL assumed available unless --no-nccl).
-int cmdExplainTopology(const std::string& path, bool nccl) {
+int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
+                       const std::string& tuningFile, const std::string& algo) {
   Topology t = loadTopologyFile(path);
+  if (nranks > 0 && nranks != t.size()) {
+    if (nranks > t.size()) {
+      std::fprintf(stderr, "anyreduce explain: --nranks %d but the topology has %d GPUs\n", nranks,
+                   t.size());
+      return 2;
+    }
+    // The first N GPUs of the file, as a communicator of N ranks over them would see them.
+    Topology sub = t;
+    sub.gpus.resize(static_cast<size_t>(nranks));
+    sub.resizePairs();
+    for (int s2 = 0; s2 < nranks; ++s2)
+      for (int d = 0; d < nranks; ++d) sub.pair(s2, d) = t.pair(s2, d);
+    t = sub;
+  }
   CommFacts f;
   f.nranks = t.size();
   f.sameHost = true;
@@ -57,6 +77,11 @@ int cmdExplainTopology(const std::string& path, bool nccl) {
   f.ncclReason = nccl ? "" : "disabled (--no-nccl)";
   f.peerMemory = true;
   Config cfg = resolveConfig(nullptr);
+  if (!algo.empty() && !parseAlgo(algo, &cfg.algorithm)) {
+    std::fprintf(stderr, "anyreduce explain: --algo '%s': must be one of %s\n", algo.c_str(),
+                 algoNames().c_str());
+    return 2;
+  }
   Admission adm = admit(t, f);
   Thresholds th = defaultThresholds(t, adm, cfg, t.size());
   std::printf("topology %s: %d GPUs (%s)\n\nadmission:\n", path.c_str(), t.size(),
@@ -66,15 +91,44 @@ int cmdExplainTopology(const std::string& path, bool nccl) {
     std::printf("  %-13s %-9s %s\n", anyrAlgoName(static_cast<anyrAlgo_t>(a)),
                 x.admitted ? "admitted" : "REJECTED", x.reason.c_str());
   }
-  std::printf("\nchoice by message size:\n");
-  for (uint64_t b = 1024; b <= (256ull << 20); b *= 4) {
-    std::printf("  %10llu B  %s\n", static_cast<unsigned long long>(b),
-                explainChoice(adm, th, b, cfg.algorithm).c_str());
+  (void)th;
+  DispatchTable table = seedTable(t, adm, cfg, t.size());
+  ExplainInput in;
+  in.topo = &t;
+  in.adm = &adm;
+  in.cfg = &cfg;
+  in.nranks = t.size();
+  in.table = &table;
+  in.forced = cfg.algorithm;
+  TuningTable tuned;
+  if (!tuningFile.empty()) {
+    std::string why;
+    if (loadTuningFor(tuningFile, fingerprintOf(t, t.size()), &tuned, &why)) {
+      std::vector<std::string> warnings;
+      std::array<std::vector<Candidate>, kNumOps> cands;
+      for (int o = 0; o < kNumOps; ++o)
+        cands[static_cast<size_t>(o)] = candidates(static_cast<Op>(o), t, adm);
+      applyTuning(tuned, cands, &table, &warnings);
+      for (const std::string& w : warnings) std::printf("warning: %s\n", w.c_str());
+      in.tuned = &tuned;
+      in.tuningNote = "loaded from " + tuningFile;
+    } else {
+      in.tuningNote = "ignored: " + why;
+    }
   }
+  if (cfg.algorithm != anyrAlgoAuto) {
+    std::string err = overrideError(adm, cfg.algorithm);
+    if (!err.empty()) {
+      std::fprintf(stderr, "anyreduce explain: forced algorithm (--algo / ANYR_ALGO): %s\n",
+                   err.c_str());
+      return 1;
+    }
+  }
+  std::printf("\n%s", explainDispatch(in).c_str());
   return 0;
 }
 
-int cmdExplainLive(int nranks) {
+int cmdExplainLive(int nranks, bool json) {
   std::string why;
   int ngpus = launch::countGpus(&why);
   if (ngpus == 0) {
@@ -98,7 +152,19 @@ int cmdExplainLive(int nranks) {
           anyrCommExplain(comm, nullptr, 0, &need);
           std::vector<char> buf(need);
           anyrCommExplain(comm, buf.data(), buf.size(), &need);
-          std::printf("%s\n", buf.data());
+          if (json) {
+            std::printf("%s\n", buf.data());
+          } else {
+            // Admission, then the dispatch per operation and size bucket.
+            auto j = nlohmann::json::parse(buf.data());
+            std::printf("live communicator: %d ranks\n\nadmission:\n", n);
+            for (auto& [name, a] : j["admission"].items()) {
+              std::printf("  %-13s %-9s %s\n", name.c_str(),
+                          a["admitted"].get<bool>() ? "admitted" : "REJECTED",
+                          a["reason"].get<std::string>().c_str());
+            }
+            std::printf("\n%s", j["dispatchText"].get<std::string>().c_str());
+          }
         }
         return anyrCommDestroy(comm) == anyrSuccess ? 0 : 3;
       },
@@ -181,6 +247,32 @@ int main(int argc, char** argv) {
       "With --op add-rmsnorm: comma-separated hidden sizes (default 4096,6144,7168,8192)");
   bench->add_option("--tokens", tokensS,
                     "With --op add-rmsnorm: comma-separated token counts (default 1..2048)");
+  bench->add_flag("--check-dispatch", bo.checkDispatch,
+                  "Time every admitted candidate and the dispatched choice (all-reduce over the "
+                  "size range, fused op 1..2048 tokens at hidden 6144); fail if dispatch is over "
+                  "1.03x the fastest (tuned table) or 1.10x NCCL (seed only)");
+
+  auto* tune = app.add_subcommand(
+      "tune", "Measure every admitted path per operation and size; write a tuning table");
+  tool::TuneCliOptions to;
+  std::string tuneMinS = "1K", tuneMaxS = "256M";
+  double tuneBudgetS = 0;
+  tune->add_option("-n,--nranks", to.nranks, "World size (default: one rank per visible GPU)")
+      ->check(CLI::Range(2, 64));
+  tune->add_option("-o,--output", to.output,
+                   "Tuning table to write (default anyreduce-tuning.json)");
+  tune->add_option("-b,--minbytes", tuneMinS, "Smallest all-reduce size (default 1K)");
+  tune->add_option("-e,--maxbytes", tuneMaxS, "Largest all-reduce size (default 256M)");
+  tune->add_option("--hidden", to.hidden, "Fused op: hidden size measured (default 6144)")
+      ->check(CLI::Range(128, 16384));
+  tune->add_option("--max-tokens", to.maxTokens, "Fused op: 1, 2, 4 .. this many tokens (2048)")
+      ->check(CLI::Range(1, 65536));
+  tune->add_option("--budget-s", tuneBudgetS, "Stop measuring after this many seconds (0: none)")
+      ->check(CLI::Range(0.0, 3600.0));
+  tune->add_option("--calls", to.calls, "Calls per timed sample (default 10)")
+      ->check(CLI::Range(1, 1000));
+  tune->add_option("--samples", to.samples, "Timed samples; median used (default 7)")
+      ->check(CLI::Range(1, 1000));
 
   auto* explain =
       app.add_subcommand("explain", "Show admission and the algorithm chosen per message size");
@@ -189,7 +281,18 @@ int main(int argc, char** argv) {
   int explainRanks = 0;
   explain->add_option("--topology", explainTopo, "Explain for a topology JSON file (any machine)");
   explain->add_flag("--no-nccl", explainNoNccl, "With --topology: assume NCCL is unavailable");
-  explain->add_option("-n,--nranks", explainRanks, "Live: world size (default: one per GPU)");
+  explain->add_option("-n,--nranks,--ranks", explainRanks,
+                      "World size (live: default one per GPU; --topology: the first N GPUs)");
+  std::string explainTuning;
+  bool explainJson = false;
+  explain->add_option("--tuning-file", explainTuning,
+                      "With --topology: apply this tuning table if its fingerprint matches "
+                      "(live: ANYR_TUNING_FILE)");
+  explain->add_flag("--json", explainJson, "Live: print the communicator's whole JSON explain");
+  std::string explainAlgo;
+  explain->add_option("--algo", explainAlgo,
+                      "With --topology: force this algorithm (as ANYR_ALGO would); fails naming "
+                      "why when the topology does not admit it");
 
   auto runDoctor = tool::addDoctorCommand(app, argc, argv);
   app.add_subcommand("env", "List every environment variable anyreduce reads, with defaults");
@@ -239,11 +342,23 @@ int main(int argc, char** argv) {
       };
       parseList(hiddenS, "--hidden", &bo.hiddens);
       parseList(tokensS, "--tokens", &bo.tokens);
+      bo.tokensGiven = !tokensS.empty();
+      if (bo.checkDispatch && hiddenS.empty()) bo.hiddens = {6144};
       return tool::runBench(bo);
     }
+    if (app.got_subcommand("tune")) {
+      to.minBytes = parseSizeOrThrow(tuneMinS, "--minbytes");
+      to.maxBytes = parseSizeOrThrow(tuneMaxS, "--maxbytes");
+      if (to.minBytes < 2 || to.minBytes > to.maxBytes) {
+        throw CLI::ValidationError("--minbytes", "must be >= 2 and <= --maxbytes");
+      }
+      to.budgetMs = static_cast<int>(tuneBudgetS * 1000);
+      return tool::runTune(to);
+    }
     if (app.got_subcommand("explain")) {
-      return explainTopo.empty() ? cmdExplainLive(explainRanks)
-                                 : cmdExplainTopology(explainTopo, !explainNoNccl);
+      return explainTopo.empty() ? cmdExplainLive(explainRanks, explainJson)
+                                 : cmdExplainTopology(explainTopo, !explainNoNccl, explainRanks,
+                                                      explainTuning, explainAlgo);
     }
     if (app.got_subcommand("doctor")) return runDoctor();
     if (app.got_subcommand("env")) return cmdEnv();

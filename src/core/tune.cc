@@ -1,0 +1,332 @@
+// The communicator's dispatch: the per-call lookup, forced paths, the tuning table loaded at
+// init, and the measuring behind `anyreduce tune` / anyrCommTune / init-time tuning. The
+// choices themselves are pure functions in src/select (dispatch.h, tuning.h, explain.h).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "select/explain.h"
+
+namespace anyr {
+
+namespace {
+
+constexpr int kForcedSet = 1 << 16;
+int encodePath(Path p) { return kForcedSet | static_cast<int>(p.algo) | (p.fusedKernel ? 256 : 0); }
+Path decodePath(int v) { return Path{static_cast<anyrAlgo_t>(v & 255), (v & 256) != 0}; }
+
+constexpr int kMaxCands = 8;
+
+// One rank's measurements of one point, exchanged through the bootstrap.
+struct PointSample {
+  double us[kMaxCands];
+  double elapsedMs;  // since tuning began (rank 0's decides when the budget is spent)
+};
+
+}  // namespace
+
+Path Communicator::pathFor(Op op, uint64_t bytes) const {
+  const int fp = forcedPath_[static_cast<size_t>(op)].load(std::memory_order_relaxed);
+  if (fp != 0) return decodePath(fp);
+  const anyrAlgo_t forced = static_cast<anyrAlgo_t>(forced_.load(std::memory_order_relaxed));
+  if (forced != anyrAlgoAuto) return forcedPath(op, forced);
+  return dispatch_.lookup(op, bytes);
+}
+
+void Communicator::forcePath(Op op, Path p) {
+  for (const Candidate& c : candidatesOf(op)) {
+    if (c.path == p) {
+      if (!c.admitted && nranks_ > 1) {
+        throwError(anyrUnsupported, std::string(opName(op)) + " path " + pathName(op, p) +
+                                        " is not admitted on this communicator: " + c.reason);
+      }
+      forcedPath_[static_cast<size_t>(op)].store(encodePath(p));
+      return;
+    }
+  }
+  throwError(anyrInvalidArgument,
+             std::string(opName(op)) + " has no path " + pathName(op, p) + " to force");
+}
+
+void Communicator::clearForcedPath(Op op) { forcedPath_[static_cast<size_t>(op)].store(0); }
+
+std::string Communicator::explainText() const {
+  ExplainInput in;
+  in.topo = &topo_;
+  in.adm = &admission_;
+  in.cfg = &cfg_;
+  in.nranks = nranks_;
+  in.table = &dispatch_;
+  in.tuned = tuned_.get();
+  in.forced = static_cast<anyrAlgo_t>(forced_.load());
+  in.tuningNote = tuningNote_;
+  return explainDispatch(in);
+}
+
+void Communicator::loadOrTuneAtInit() {
+  // Only rank 0 reads the file; it sends its verdict and the table (or the reason it was not
+  // used) to everyone, so every rank installs the same table.
+  struct Head {
+    int32_t ok;
+    int32_t budgetMs;
+    uint64_t len;
+  };
+  Head h{0, cfg_.tuneBudgetMs, 0};
+  std::string text;
+  if (rank_ == 0 && !cfg_.tuningFile.empty()) {
+    TuningTable t;
+    std::string why;
+    if (loadTuningFor(cfg_.tuningFile, fingerprintOf(topo_, nranks_), &t, &why)) {
+      h.ok = 1;
+      text = tuningToJson(t);
+    } else {
+      text = why;
+    }
+  }
+  h.len = text.size();
+  bs_->broadcast(&h, sizeof(h), 0);
+  text.resize(static_cast<size_t>(h.len));
+  if (h.len > 0) bs_->broadcast(text.data(), text.size(), 0);
+  if (h.ok) {
+    TuningTable t = tuningFromJson(text);
+    std::vector<std::string> warnings;
+    applyTuning(t, candidates_, &dispatch_, &warnings);
+    for (const std::string& w : warnings) ANYR_LOG(Warn, rank_, "tuning table: " << w);
+    tuned_ = std::make_unique<TuningTable>(t);
+    tuningNote_ = "loaded (fingerprint matches)";
+    ANYR_LOG(Info, rank_, "dispatch: tuning table loaded; measured choices in use");
+    return;
+  }
+  if (h.len > 0) {
+    tuningNote_ = "ignored: " + text;
+    if (rank_ == 0) ANYR_LOG(Warn, rank_, "tuning table ignored, using the seed: " << text);
+  } else {
+    tuningNote_ = "none (seed choices)";
+  }
+  if (h.budgetMs > 0 && nranks_ > 1) {
+    TuneOptions o;
+    o.budgetMs = h.budgetMs;
+    TuningTable t;
+    try {
+      t = tune(o, nullptr);
+    } catch (const Error& e) {
+      // Every rank ends here (a rank that fails stops taking part, and the others' bounded
+      // exchanges then fail too); tune() installs nothing unless it completed, so every rank
+      // keeps the seed.
+      ANYR_LOG(Warn, rank_, "tuning at init failed, using the seed: " << e.what());
+      tuningNote_ += "; tuning at init failed: " + std::string(e.what());
+      return;
+    }
+    if (rank_ == 0 && !cfg_.tuningFile.empty()) {
+      try {
+        saveTuningFile(t, cfg_.tuningFile);
+        tuningNote_ += "; tuned at init, saved to " + cfg_.tuningFile;
+      } catch (const Error& e) {
+        ANYR_LOG(Warn, rank_, "could not save the tuning table: " << e.what());
+      }
+    }
+  }
+}
+
+double Communicator::timePath(Op op, uint64_t bytes, int tokens, int hidden, void* const* bufs,
+                              int calls, int samples, cudaStream_t s) {
+  anyrFusedOptions_t fo = ANYR_FUSED_OPTIONS_INITIALIZER;
+  if (op == Op::AddRmsNormQuant) {
+    fo.quant = anyrQuantFp8;
+    fo.scale = static_cast<const float*>(bufs[7]);
+    fo.quantOut = bufs[6];
+  }
+  auto once = [&] {
+    if (op == Op::AllReduce) {
+      allReduce(bufs[0], bufs[1], bytes / 2, anyrBfloat16, anyrSum, s);
+    } else {
+      allReduceAddRmsNorm(bufs[2], bufs[3], bufs[3], bufs[4], 1e-6f, bufs[5],
+                          static_cast<size_t>(tokens), static_cast<size_t>(hidden), anyrBfloat16,
+                          &fo, s);
+    }
+  };
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ANYR_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  try {
+    for (int i = 0; i < calls; ++i) once();
+  } catch (...) {
+    (void)cudaStreamEndCapture(s, &g);
+    if (g != nullptr) (void)cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    throw;
+  }
+  ANYR_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
+  (void)cudaGraphDestroy(g);
+  ANYR_CUDA_CHECK(ie);
+  cudaEvent_t a = nullptr, b = nullptr;
+  ANYR_CUDA_CHECK(cudaEventCreate(&a));
+  ANYR_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  ANYR_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
+  for (int i = 0; i < samples; ++i) {
+    ANYR_CUDA_CHECK(cudaEventRecord(a, s));
+    ANYR_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    ANYR_CUDA_CHECK(cudaEventRecord(b, s));
+    waitStreamIdle(s, "a tuning measurement");
+    float t = 0;
+    ANYR_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  (void)cudaEventDestroy(a);
+  (void)cudaEventDestroy(b);
+  (void)cudaGraphExecDestroy(exec);
+  throwIfFailed();
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[ms.size() / 2] / calls;
+}
+
+TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& progress) {
+  throwIfFailed();
+  ANYR_REQUIRE_ARG(nranks_ > 1, "comm", "tuning needs 2 ranks or more");
+  // Rank 0's options are everyone's.
+  TuneOptions o = local;
+  bs_->broadcast(&o, sizeof(o), 0);
+  ANYR_REQUIRE_ARG(o.minBytes >= 2 && o.minBytes <= o.maxBytes && o.maxBytes <= (4ull << 30),
+                   "tune.minBytes/maxBytes", "must satisfy 2 <= min <= max <= 4 GiB");
+  ANYR_REQUIRE_ARG(o.hidden >= 128 && o.hidden <= 16384 && o.hidden % 8 == 0, "tune.hidden",
+                   "must be a multiple of 8 in 128..16384");
+  ANYR_REQUIRE_ARG(o.maxTokens >= 1 && o.maxTokens <= 65536, "tune.maxTokens",
+                   "must be in 1..65536");
+  ANYR_REQUIRE_ARG(o.calls >= 1 && o.samples >= 1, "tune.calls/samples", "must be >= 1");
+
+  // The plan: (operation, bucket, tokens) points, each with its admitted candidates.
+  struct Point {
+    Op op;
+    int bucket;
+    int tokens;
+  };
+  std::vector<Point> plan;
+  for (int b = bucketOf(o.minBytes); b <= bucketOf(o.maxBytes); ++b) {
+    plan.push_back({Op::AllReduce, b, 0});
+  }
+  for (Op op : {Op::AddRmsNorm, Op::AddRmsNormQuant}) {
+    int last = -1;
+    for (int t = 1; t <= o.maxTokens; t *= 2) {
+      const int b = bucketOf(static_cast<uint64_t>(t) * static_cast<uint64_t>(o.hidden) * 2);
+      if (b != last) plan.push_back({op, b, t});
+      last = b;
+    }
+  }
+  int total = 0;
+  for (const Point& p : plan) {
+    for (const Candidate& c : candidatesOf(p.op)) total += c.admitted ? 1 : 0;
+  }
+
+  // Buffers: all-reduce in/out; fused partial, residual, weight, output, FP8 output, scale.
+  const uint64_t arBytes = bucketBytes(bucketOf(o.maxBytes));
+  const uint64_t fusedBytes =
+      static_cast<uint64_t>(o.maxTokens) * static_cast<uint64_t>(o.hidden) * 2;
+  const uint64_t sizes[8] = {arBytes,
+                             arBytes,
+                             fusedBytes,
+                             fusedBytes,
+                             static_cast<uint64_t>(o.hidden) * 2,
+                             fusedBytes,
+                             fusedBytes / 2 + 16,
+                             sizeof(float)};
+  void* bufs[8] = {};
+  cudaStream_t s = nullptr;
+  auto release = [&] {
+    if (s != nullptr) (void)cudaStreamSynchronize(s);
+    for (void*& p : bufs) {
+      if (p != nullptr) (void)cudaFree(p);
+      p = nullptr;
+    }
+    if (s != nullptr) (void)cudaStreamDestroy(s);
+    s = nullptr;
+    for (int i = 0; i < kNumOps; ++i) clearForcedPath(static_cast<Op>(i));
+  };
+  TuningTable table;
+  try {
+    ANYR_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (int i = 0; i < 8; ++i) {
+      ANYR_CUDA_CHECK(cudaMalloc(&bufs[i], sizes[i]));
+      // 0x3c3c as bf16 is 0.0115: finite small values (the timing does not depend on them).
+      ANYR_CUDA_CHECK(cudaMemsetAsync(bufs[i], 0x3c, sizes[i], s));
+    }
+    const float one = 1.0f;
+    ANYR_CUDA_CHECK(cudaMemcpyAsync(bufs[7], &one, sizeof(one), cudaMemcpyHostToDevice, s));
+    ANYR_CUDA_CHECK(cudaStreamSynchronize(s));
+
+    table.fingerprint = fingerprintOf(topo_, nranks_);
+    table.hidden = o.hidden;
+    table.method = "cuda-graph replay of " + std::to_string(o.calls) + " calls, median of " +
+                   std::to_string(o.samples) + " samples, bf16, slowest rank";
+    const auto t0 = std::chrono::steady_clock::now();
+    int done = 0;
+    for (const Point& p : plan) {
+      const std::vector<Candidate>& cands = candidatesOf(p.op);
+      const uint64_t bytes = p.op == Op::AllReduce ? bucketBytes(p.bucket)
+                                                   : static_cast<uint64_t>(p.tokens) * o.hidden * 2;
+      PointSample mine{};
+      std::vector<int> index;  // candidate indices measured at this point
+      for (size_t c = 0; c < cands.size() && index.size() < kMaxCands; ++c) {
+        if (!cands[c].admitted) continue;
+        const int slot = static_cast<int>(index.size());
+        index.push_back(static_cast<int>(c));
+        forcePath(p.op, cands[c].path);
+        mine.us[slot] = timePath(p.op, bytes, p.tokens, o.hidden, bufs, o.calls, o.samples, s);
+        clearForcedPath(p.op);
+        ++done;
+        if (progress && rank_ == 0) {
+          progress(done, total,
+                   std::string(opName(p.op)) + " " + std::to_string(bytes) + " B " +
+                       pathName(p.op, cands[c].path));
+        }
+      }
+      mine.elapsedMs =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::vector<PointSample> all = bs_->allGatherValue(mine);
+      std::vector<std::vector<double>> perRank;
+      for (const PointSample& r : all) {
+        perRank.emplace_back(r.us, r.us + index.size());
+      }
+      // Every rank can compute this; rank 0's answer is the one used (broadcast).
+      std::vector<double> slowest;
+      int32_t choice = agreeChoice(perRank, &slowest);
+      bs_->broadcast(&choice, sizeof(choice), 0);
+      if (choice >= 0) {
+        TunedPoint tp;
+        tp.bucket = p.bucket;
+        tp.choice =
+            pathName(p.op, cands[static_cast<size_t>(index[static_cast<size_t>(choice)])].path);
+        for (size_t k = 0; k < index.size(); ++k) {
+          tp.times.emplace_back(pathName(p.op, cands[static_cast<size_t>(index[k])].path),
+                                slowest[k]);
+        }
+        table.points[static_cast<size_t>(p.op)].push_back(tp);
+      }
+      if (o.budgetMs > 0 && all[0].elapsedMs > o.budgetMs) {
+        ANYR_LOG(Warn, rank_,
+                 "tuning stopped by its budget of "
+                     << o.budgetMs << " ms after " << done << " of " << total
+                     << " measurements; other sizes take the nearest measured choice");
+        break;
+      }
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
+  dispatch_ = seedTable(topo_, admission_, cfg_, nranks_);
+  std::vector<std::string> warnings;
+  applyTuning(table, candidates_, &dispatch_, &warnings);
+  for (const std::string& w : warnings) ANYR_LOG(Warn, rank_, "tuning: " << w);
+  tuned_ = std::make_unique<TuningTable>(table);
+  tuningNote_ = "measured by this communicator";
+  return table;
+}
+
+}  // namespace anyr

@@ -1,0 +1,388 @@
+#include "select/dispatch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+#include "fused/fused.h"
+
+namespace anyr {
+
+const char* opName(Op op) {
+  switch (op) {
+    case Op::AllReduce:
+      return "allreduce";
+    case Op::AddRmsNorm:
+      return "add-rmsnorm";
+    case Op::AddRmsNormQuant:
+      return "add-rmsnorm-quant";
+  }
+  return "?";
+}
+
+bool parseOp(const std::string& name, Op* out) {
+  for (int i = 0; i < kNumOps; ++i) {
+    if (name == opName(static_cast<Op>(i))) {
+      *out = static_cast<Op>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string pathName(Op op, Path p) {
+  if (op == Op::AllReduce) return anyrAlgoName(p.algo);
+  return p.fusedKernel ? std::string("fused:") + anyrAlgoName(p.algo)
+                       : std::string(anyrAlgoName(p.algo)) + "+epilogue";
+}
+
+bool parsePath(Op op, const std::string& name, Path* out) {
+  for (int a = 1; a < anyrNumAlgos; ++a) {
+    for (bool k : {false, true}) {
+      if (op == Op::AllReduce && k) continue;
+      Path p{static_cast<anyrAlgo_t>(a), k};
+      if (pathName(op, p) == name) {
+        *out = p;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// Fixed candidate order (it breaks ties, so every rank must use the same one).
+const anyrAlgo_t kAlgoOrder[] = {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShotPush,
+                                 anyrAlgoTwoShot, anyrAlgoNccl};
+
+bool hasFusedKernel(anyrAlgo_t a) { return a == anyrAlgoOneShotPush || a == anyrAlgoTwoShotPush; }
+
+std::string kb(double bytes) {
+  std::ostringstream os;
+  os << static_cast<long long>(std::lround(bytes / 1024.0)) << " KB";
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<Candidate> candidates(Op op, const Topology& t, const Admission& adm) {
+  std::vector<Candidate> out;
+  // Fused kernels keep one fp32 row and the reduction scratch in shared memory, sized for the
+  // widest supported row.
+  const size_t needSmem = fusedSharedBytes(kFusedMaxHidden);
+  std::string smemWhy;
+  for (const GpuInfo& g : t.gpus) {
+    if (g.sharedMemPerBlockOptin < static_cast<int64_t>(needSmem)) {
+      smemWhy = "needs " + kb(static_cast<double>(needSmem)) + " shared memory per block, GPU " +
+                std::to_string(g.index) + " has " +
+                kb(static_cast<double>(g.sharedMemPerBlockOptin));
+      break;
+    }
+  }
+  for (anyrAlgo_t a : kAlgoOrder) {
+    const AlgoAdmission& x = adm[a];
+    if (op != Op::AllReduce && hasFusedKernel(a)) {
+      Candidate k;
+      k.path = {a, true};
+      k.admitted = x.admitted && smemWhy.empty();
+      k.reason = !x.admitted ? x.reason : !smemWhy.empty() ? smemWhy : x.reason;
+      out.push_back(k);
+    }
+    Candidate c;
+    c.path = {a, false};
+    c.admitted = x.admitted;
+    c.reason = x.reason;
+    out.push_back(c);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seed cost model
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// Model constants. They are a seed, not a measurement: tuning replaces every choice they make.
+// Efficiencies are the fraction of a link's measured one-pair bandwidth an algorithm reaches
+// when every rank moves data at once (one-shot: every rank stores its whole message into
+// every peer while peers read theirs; two-shot: half the traffic per phase; NCCL: pipelined
+// ring, the best at large sizes). Latencies: a kernel launch inside a graph, and NCCL's fixed
+// per-call cost on top of its ring's hops.
+constexpr double kLaunchUs = 2.0;
+constexpr double kEffOneShot = 0.5;
+constexpr double kEffTwoShot = 0.8;
+constexpr double kEffNccl = 0.85;
+constexpr double kNcclBaseUs = 10.0;
+// The fused epilogue reads x, the residual and writes residual and output: 4 bytes of local
+// memory traffic per byte of message. The topology records no local memory bandwidth, so a
+// nominal one is used; it weighs only fused kernel against composition.
+constexpr double kLocalGBps = 3000.0;
+
+double pcieNominalGBps(const GpuInfo& g) {
+  static const double perLane[] = {0, 0.25, 0.5, 0.985, 1.97, 3.94, 7.56};
+  if (g.pcieGen >= 1 && g.pcieGen <= 6 && g.pcieWidth > 0)
+    return perLane[g.pcieGen] * g.pcieWidth * 0.8;
+  return 12.0;  // unknown link: a conservative PCIe figure
+}
+
+// Bandwidth of one pair for stores (write) or loads (read): measured, else nominal.
+double pairGBps(const Topology& t, const PairInfo& p, bool write) {
+  const bool ok = write ? p.peerWriteOk : p.peerReadOk;
+  const double measured = write ? p.writeGBps : p.readGBps;
+  if (!ok && measured <= 0) return 0;
+  if (measured > 0) return measured;
+  if (p.linkGBps > 0) return 0.75 * p.linkGBps;
+  return std::min(pcieNominalGBps(t.gpus[static_cast<size_t>(p.src)]),
+                  pcieNominalGBps(t.gpus[static_cast<size_t>(p.dst)]));
+}
+
+}  // namespace
+
+CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
+  CostInputs in;
+  in.nranks = nranks;
+  in.pushSlotBytes = cfg.oneShotMaxBytes ? cfg.oneShotMaxBytes : defaultOneShotMaxBytes(nranks);
+  in.pushSlotBytes = std::max<uint64_t>(in.pushSlotBytes, 64u << 10);
+  in.chunkBytes = cfg.chunkBytes;
+  const int n = t.size();
+  // Switch groups: PCIe pairs that meet at a board or a switch share that switch's uplink.
+  std::vector<int> group(static_cast<size_t>(n));
+  std::iota(group.begin(), group.end(), 0);
+  auto root = [&](int x) {
+    while (group[static_cast<size_t>(x)] != x) x = group[static_cast<size_t>(x)];
+    return x;
+  };
+  bool anyPcie = false;
+  for (int s = 0; s < n; ++s) {
+    for (int d = 0; d < n; ++d) {
+      if (s == d) continue;
+      const PairInfo& p = t.pair(s, d);
+      if (p.link == LinkType::PCIe) anyPcie = true;
+      if (p.link != LinkType::PCIe || p.pcieRelation == "board" || p.pcieRelation == "switch") {
+        group[static_cast<size_t>(root(s))] = root(d);
+      }
+    }
+  }
+  std::vector<int> groupSize(static_cast<size_t>(n), 0);
+  for (int s = 0; s < n; ++s) ++groupSize[static_cast<size_t>(root(s))];
+  in.largestGroup = n ? *std::max_element(groupSize.begin(), groupSize.end()) : 0;
+  double w = 1e30, r = 1e30, ring = 1e30, cw = 1e30, cr = 1e30, lat = 0;
+  bool anyPair = false, anyCross = false;
+  for (int s = 0; s < n; ++s) {
+    for (int d = 0; d < n; ++d) {
+      if (s == d) continue;
+      anyPair = true;
+      const PairInfo& p = t.pair(s, d);
+      const double pw = pairGBps(t, p, true), pr = pairGBps(t, p, false);
+      w = std::min(w, pw);
+      r = std::min(r, pr);
+      // NCCL uses whichever direction works best, or host memory when there is no peer path
+      // (two PCIe crossings).
+      double best = std::max(pw, pr);
+      if (best <= 0) {
+        best = 0.5 * std::min(pcieNominalGBps(t.gpus[static_cast<size_t>(s)]),
+                              pcieNominalGBps(t.gpus[static_cast<size_t>(d)]));
+      }
+      ring = std::min(ring, best);
+      lat = std::max(lat, p.latencyUs > 0 ? p.latencyUs : 2.0);
+      if (root(s) != root(d)) {
+        anyCross = true;
+        cw = std::min(cw, pw);
+        cr = std::min(cr, pr);
+      }
+    }
+  }
+  if (!anyPair) w = r = ring = 0;
+  in.writeGBps = w;
+  in.readGBps = r;
+  in.ringGBps = ring;
+  in.latencyUs = anyPair ? lat : 2.0;
+  in.crossWriteGBps = anyCross ? cw : 0;
+  in.crossReadGBps = anyCross ? cr : 0;
+  std::ostringstream os;
+  os.precision(3);
+  os << "slowest pair: write " << in.writeGBps << " GB/s, read " << in.readGBps << " GB/s, latency "
+     << in.latencyUs << " us; NCCL ring " << in.ringGBps << " GB/s";
+  if (anyCross && anyPcie && in.largestGroup > 1) {
+    os << "; PCIe switch groups of up to " << in.largestGroup << " GPUs, between groups write "
+       << in.crossWriteGBps << " / read " << in.crossReadGBps << " GB/s";
+  }
+  in.summary = os.str();
+  return in;
+}
+
+namespace {
+
+// Time for the all-to-all traffic of one call, in microseconds: `perFlowBytes` from every rank
+// to every other rank, at efficiency `eff`; each GPU's own link carries (n-1) flows, and each
+// switch uplink carries g x (n - g) of them.
+double allToAllUs(const CostInputs& in, double perFlowBytes, bool write, double eff) {
+  const int n = in.nranks;
+  const double bw = write ? in.writeGBps : in.readGBps;
+  if (bw <= 0) return -1;
+  double t = (n - 1) * perFlowBytes / (bw * eff * 1e3);
+  const double cross = write ? in.crossWriteGBps : in.crossReadGBps;
+  if (cross > 0) {
+    const int g = in.largestGroup;
+    t = std::max(t, g * (n - g) * perFlowBytes / (cross * eff * 1e3));
+  }
+  return t;
+}
+
+double allReduceUs(anyrAlgo_t a, double B, const CostInputs& in) {
+  const int n = in.nranks;
+  const double lat = in.latencyUs;
+  switch (a) {
+    case anyrAlgoOneShotPush:
+    case anyrAlgoOneShotPull: {
+      // Every rank sends its whole message to every peer; larger messages than a push slot
+      // (or staging chunk) run as several calls, each paying the latency again.
+      const bool push = a == anyrAlgoOneShotPush;
+      const double slot = static_cast<double>(push ? in.pushSlotBytes : in.chunkBytes);
+      const double calls = std::max(1.0, std::ceil(B / slot));
+      const double data = allToAllUs(in, B, push, kEffOneShot);
+      if (data < 0) return -1;
+      // pull: flag handshake, then the reads: one latency more than push
+      return calls * (kLaunchUs + (push ? 1 : 2) * lat) + data;
+    }
+    case anyrAlgoTwoShotPush:
+    case anyrAlgoTwoShot: {
+      // Reduce-scatter then all-gather: each phase moves B/n per pair. Pull adds barriers
+      // around each phase (two more latencies).
+      const bool push = a == anyrAlgoTwoShotPush;
+      const double data = allToAllUs(in, 2.0 * B / n, push, kEffTwoShot);
+      if (data < 0) return -1;
+      return kLaunchUs + (push ? 2 : 4) * lat + data;
+    }
+    case anyrAlgoNccl: {
+      if (in.ringGBps <= 0) return -1;
+      return kNcclBaseUs + 2.0 * (n - 1) * lat +
+             2.0 * (n - 1) / n * B / (in.ringGBps * kEffNccl * 1e3);
+    }
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
+double seedTimeUs(Op op, Path p, uint64_t bytes, const CostInputs& in) {
+  const double B = static_cast<double>(bytes);
+  const double ar = allReduceUs(p.algo, B, in);
+  if (ar < 0 || op == Op::AllReduce) return ar;
+  // Fused operation: the epilogue's local traffic (+ the quantized output).
+  const double local = (op == Op::AddRmsNormQuant ? 4.5 : 4.0) * B / (kLocalGBps * 1e3);
+  if (!p.fusedKernel) return ar + kLaunchUs + local;  // composition: a second kernel
+  if (p.algo == anyrAlgoOneShotPush) {
+    // One kernel: no second launch, and x never goes through memory (half the traffic).
+    return ar + 0.5 * local;
+  }
+  // The fused two-shot kernel normalizes rows one per block inside the communication kernel;
+  // it measured slower than the composition on 2 x H200 (docs/PERFORMANCE.md): modelled as
+  // three times the epilogue's traffic time.
+  return ar + 3.0 * local;
+}
+
+const char* sourceName(Source s) {
+  switch (s) {
+    case Source::Seed:
+      return "seed";
+    case Source::Thresholds:
+      return "thresholds";
+    case Source::Measured:
+      return "measured";
+    case Source::NearestMeasured:
+      return "nearest";
+  }
+  return "?";
+}
+
+DispatchTable seedTable(const Topology& t, const Admission& adm, const Config& cfg, int nranks) {
+  DispatchTable tab;
+  const bool ladder = cfg.oneShotMaxBytes != 0 || cfg.twoShotMaxBytes != 0;
+  const CostInputs in = costInputs(t, cfg, nranks);
+  const Thresholds th = defaultThresholds(t, adm, cfg, nranks);
+  for (int o = 0; o < kNumOps; ++o) {
+    const Op op = static_cast<Op>(o);
+    const std::vector<Candidate> cands = candidates(op, t, adm);
+    for (int b = 0; b < kNumBuckets; ++b) {
+      const uint64_t bytes = bucketBytes(b);
+      Path best{anyrAlgoAuto, false};
+      if (ladder) {
+        best.algo = chooseAlgo(adm, th, bytes, anyrAlgoAuto);
+        if (op != Op::AllReduce && best.algo == anyrAlgoOneShotPush) {
+          for (const Candidate& c : cands) {
+            if (c.path == Path{anyrAlgoOneShotPush, true} && c.admitted) best.fusedKernel = true;
+          }
+        }
+      } else {
+        double bestUs = 0;
+        for (const Candidate& c : cands) {
+          if (!c.admitted) continue;
+          const double us = seedTimeUs(op, c.path, bytes, in);
+          if (us >= 0 && (best.algo == anyrAlgoAuto || us < bestUs)) {
+            best = c.path;
+            bestUs = us;
+          }
+        }
+        if (best.algo == anyrAlgoAuto) {  // admitted, but no model number: first admitted
+          for (const Candidate& c : cands) {
+            if (c.admitted) {
+              best = c.path;
+              break;
+            }
+          }
+        }
+      }
+      tab.path[static_cast<size_t>(o)][static_cast<size_t>(b)] = best;
+      tab.source[static_cast<size_t>(o)][static_cast<size_t>(b)] =
+          ladder ? Source::Thresholds : Source::Seed;
+    }
+  }
+  return tab;
+}
+
+Path forcedPath(Op op, anyrAlgo_t forced) {
+  Path p{forced, false};
+  if (op != Op::AllReduce && hasFusedKernel(forced)) p.fusedKernel = true;
+  return p;
+}
+
+std::string overrideError(const Admission& adm, anyrAlgo_t algo) {
+  if (algo < 0 || algo >= anyrNumAlgos) {
+    return "algorithm " + std::to_string(static_cast<int>(algo)) + " is not one of " + algoNames();
+  }
+  if (algo == anyrAlgoAuto || adm[algo].admitted) return "";
+  return std::string("algorithm ") + anyrAlgoName(algo) +
+         " is not admitted on this communicator: " + adm[algo].reason;
+}
+
+int agreeChoice(const std::vector<std::vector<double>>& perRank, std::vector<double>* slowest) {
+  size_t nc = 0;
+  for (const auto& r : perRank) nc = std::max(nc, r.size());
+  std::vector<double> worst(nc, 0.0);
+  for (size_t c = 0; c < nc; ++c) {
+    for (const auto& r : perRank) {
+      const double v = c < r.size() ? r[c] : -1.0;
+      if (!(v >= 0) || worst[c] < 0) {  // failed, missing or NaN on some rank: out
+        worst[c] = -1.0;
+      } else {
+        worst[c] = std::max(worst[c], v);
+      }
+    }
+  }
+  if (perRank.empty()) std::fill(worst.begin(), worst.end(), -1.0);
+  int best = -1;
+  for (size_t c = 0; c < nc; ++c) {
+    if (worst[c] >= 0 && (best < 0 || worst[c] < worst[static_cast<size_t>(best)])) {
+      best = static_cast<int>(c);
+    }
+  }
+  if (slowest != nullptr) *slowest = worst;
+  return best;
+}
+
+}  // namespace anyr

@@ -1,0 +1,61 @@
+// The tuning table: measured choices per operation and size bucket, saved as JSON and keyed
+// by a fingerprint of the machine (GPU models, driver, link matrix, world size, library
+// version). Loaded at communicator init when the fingerprint matches; a mismatch is reported
+// and ignored; a corrupt, truncated or foreign file gives a warning and the seed, never a
+// crash. Pure host code: the measuring lives in src/core/tune.cc.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "select/dispatch.h"
+#include "topology/topology.h"
+
+namespace anyr {
+
+struct Fingerprint {
+  std::string library;  // library version
+  int worldSize = 0;
+  std::vector<std::string> gpus;   // model names, rank order
+  std::string driver;              // driver version text and CUDA driver API version
+  std::vector<std::string> links;  // "0->1 nvlink x18 numa write+ read+" per ordered pair
+  bool operator==(const Fingerprint& o) const;
+  // "" if equal, else the first difference ("worldSize: file 8, this machine 2").
+  std::string firstDifference(const Fingerprint& mine) const;
+};
+Fingerprint fingerprintOf(const Topology& rankTopo, int nranks);
+
+struct TunedPoint {
+  int bucket = 0;
+  std::string choice;                                 // pathName of the chosen candidate
+  std::vector<std::pair<std::string, double>> times;  // candidate -> slowest rank's us (<0 failed)
+};
+
+struct TuningTable {
+  static constexpr int kFormatVersion = 1;
+  Fingerprint fingerprint;
+  int hidden = 6144;   // row width the fused operations were measured at
+  std::string method;  // how the times were taken ("cuda-graph replay, ...")
+  std::array<std::vector<TunedPoint>, kNumOps> points;
+};
+
+std::string tuningToJson(const TuningTable& t);
+// Throws anyrInvalidArgument naming the first bad field ("ops.allreduce[3].bucket: ...").
+TuningTable tuningFromJson(const std::string& text);
+void saveTuningFile(const TuningTable& t, const std::string& path);
+
+// The table in `path` if it can be used for `mine`; otherwise false with *why: unreadable,
+// not JSON, not a tuning file, truncated, or made for another machine (first difference).
+bool loadTuningFor(const std::string& path, const Fingerprint& mine, TuningTable* out,
+                   std::string* why);
+
+// Measured choices onto `table`: each measured bucket takes its choice, every other bucket
+// the choice of the nearest measured one. A choice this communicator does not admit (or an
+// unknown name) is skipped and reported in *warnings.
+void applyTuning(const TuningTable& t, const std::array<std::vector<Candidate>, kNumOps>& cands,
+                 DispatchTable* table, std::vector<std::string>* warnings);
+
+}  // namespace anyr

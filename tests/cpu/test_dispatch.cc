@@ -1,0 +1,562 @@
+// Dispatch: candidates and their rejection reasons, the seed cost model's choices on fixture
+// topologies (machines we cannot run), the tuning table's JSON round trip and its defences
+// (fingerprint mismatch, corrupt / truncated / foreign files), agreement across simulated
+// ranks, and overrides. All pure functions: every rank computes these from agreed inputs.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "select/admission.h"
+#include "select/dispatch.h"
+#include "select/explain.h"
+#include "select/tuning.h"
+#include "topology/topology.h"
+
+namespace anyr {
+namespace {
+
+Topology fixture(const std::string& name) {
+  return loadTopologyFile(std::string(ANYR_FIXTURE_DIR) + "/" + name + ".json");
+}
+
+CommFacts factsFor(const Topology& t, bool nccl = true) {
+  CommFacts f;
+  f.nranks = t.size();
+  f.ncclAvailable = nccl;
+  f.ncclReason = nccl ? "" : "disabled for the test";
+  return f;
+}
+
+struct Machine {
+  Topology t;
+  Admission adm;
+  DispatchTable table;
+  std::array<std::vector<Candidate>, kNumOps> cands;
+};
+
+Machine setup(const std::string& name, const Config& cfg = Config(), bool nccl = true) {
+  Machine s;
+  s.t = fixture(name);
+  s.adm = admit(s.t, factsFor(s.t, nccl));
+  s.table = seedTable(s.t, s.adm, cfg, s.t.size());
+  for (int o = 0; o < kNumOps; ++o) {
+    s.cands[static_cast<size_t>(o)] = candidates(static_cast<Op>(o), s.t, s.adm);
+  }
+  return s;
+}
+
+std::string choice(const Machine& s, Op op, uint64_t bytes) {
+  return pathName(op, s.table.lookup(op, bytes));
+}
+
+bool mentions(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+std::string tempPath(const std::string& tag) {
+  return testing::TempDir() + "/anyr_tuning_" + tag + "_" + std::to_string(::getpid()) + ".json";
+}
+
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+// ---- buckets and lookup ----------------------------------------------------------------------
+
+TEST(Dispatch, BucketsAreLog2AndCoverEverySize) {
+  EXPECT_EQ(bucketOf(0), 0);
+  EXPECT_EQ(bucketOf(1), 0);
+  EXPECT_EQ(bucketOf(2), 1);
+  EXPECT_EQ(bucketOf(1024), 10);
+  EXPECT_EQ(bucketOf(1025), 11);
+  EXPECT_EQ(bucketOf(2048), 11);
+  EXPECT_EQ(bucketOf(~0ull), kNumBuckets - 1);
+  for (int b = 1; b < kNumBuckets; ++b) {
+    EXPECT_EQ(bucketOf(bucketBytes(b)), b);
+    EXPECT_EQ(bucketOf(bucketBytes(b) + 1), std::min(b + 1, kNumBuckets - 1));
+  }
+}
+
+TEST(Dispatch, PathNamesRoundTrip) {
+  for (int o = 0; o < kNumOps; ++o) {
+    const Op op = static_cast<Op>(o);
+    for (const Candidate& c :
+         candidates(op, fixture("nvlink_pair"),
+                    admit(fixture("nvlink_pair"), factsFor(fixture("nvlink_pair"))))) {
+      Path back;
+      ASSERT_TRUE(parsePath(op, pathName(op, c.path), &back)) << pathName(op, c.path);
+      EXPECT_EQ(back, c.path);
+    }
+  }
+  Path p;
+  EXPECT_FALSE(parsePath(Op::AllReduce, "fused:oneshot-push", &p));  // no fused all-reduce
+  EXPECT_FALSE(parsePath(Op::AddRmsNorm, "warp-drive", &p));
+  Op op;
+  EXPECT_TRUE(parseOp("add-rmsnorm-quant", &op));
+  EXPECT_EQ(op, Op::AddRmsNormQuant);
+  EXPECT_FALSE(parseOp("allgather", &op));
+}
+
+// ---- candidates ------------------------------------------------------------------------------
+
+TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
+  Machine s = setup("nvlink_pair");
+  EXPECT_EQ(s.cands[0].size(), 5u);  // five all-reduce algorithms
+  EXPECT_EQ(s.cands[1].size(), 7u);  // + fused kernels of the two push algorithms
+  for (const auto& ops : s.cands) {
+    for (const Candidate& c : ops) EXPECT_TRUE(c.admitted) << c.reason;
+  }
+}
+
+TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
+  Machine s = setup("no_p2p");
+  int rejected = 0;
+  for (const auto& ops : s.cands) {
+    for (const Candidate& c : ops) {
+      if (c.admitted) continue;
+      ++rejected;
+      EXPECT_TRUE(mentions(c.reason, "rank 0 -> rank 1")) << c.reason;
+      for (const char* arch : {"sm_", "sm90", "Hopper", "Ampere", "Blackwell", "H100", "A100"}) {
+        EXPECT_FALSE(mentions(c.reason, arch)) << c.reason;
+      }
+    }
+  }
+  EXPECT_EQ(rejected, 4 + 6 + 6);
+}
+
+TEST(Dispatch, FusedKernelNeedsSharedMemoryAndSaysHowMuch) {
+  Topology t = fixture("nvlink_pair");
+  t.gpus[1].sharedMemPerBlockOptin = 48 * 1024;
+  Admission adm = admit(t, factsFor(t));
+  bool sawKernel = false;
+  for (const Candidate& c : candidates(Op::AddRmsNorm, t, adm)) {
+    if (c.path.fusedKernel) {
+      sawKernel = true;
+      EXPECT_FALSE(c.admitted);
+      EXPECT_TRUE(mentions(c.reason, "needs 68 KB shared memory per block, GPU 1 has 48 KB"))
+          << c.reason;
+    } else {
+      EXPECT_TRUE(c.admitted) << pathName(Op::AddRmsNorm, c.path);
+    }
+  }
+  EXPECT_TRUE(sawKernel);
+  // ...and the seed never picks a rejected kernel.
+  DispatchTable tab = seedTable(t, adm, Config(), t.size());
+  for (int b = 0; b < kNumBuckets; ++b)
+    EXPECT_FALSE(tab.path[1][static_cast<size_t>(b)].fusedKernel);
+}
+
+// ---- seed cost model on fixtures --------------------------------------------------------------
+
+TEST(Dispatch, SeedOnNvlinkPairKeepsTheMeasuredLadder) {
+  // 2 x H200 NVLink: one-shot push to 512 KB, two-shot push to 32 MB, NCCL above (the ladder
+  // measured there before the cost model existed).
+  Machine s = setup("nvlink_pair");
+  for (uint64_t b = 1024; b <= (512u << 10); b *= 2) {
+    EXPECT_EQ(choice(s, Op::AllReduce, b), "oneshot-push") << b;
+    EXPECT_EQ(choice(s, Op::AddRmsNorm, b), "fused:oneshot-push") << b;
+  }
+  for (uint64_t b = 1u << 20; b <= (32u << 20); b *= 2) {
+    EXPECT_EQ(choice(s, Op::AllReduce, b), "twoshot-push") << b;
+    EXPECT_EQ(choice(s, Op::AddRmsNorm, b), "twoshot-push+epilogue") << b;
+  }
+  for (uint64_t b = 64u << 20; b <= (1ull << 30); b *= 2) {
+    EXPECT_EQ(choice(s, Op::AllReduce, b), "nccl") << b;
+    EXPECT_EQ(choice(s, Op::AddRmsNormQuant, b), "nccl+epilogue") << b;
+  }
+  EXPECT_EQ(s.table.source[0][20], Source::Seed);
+  // Sizes between buckets take the bucket above: 600 KB is in the 1 MB bucket.
+  EXPECT_EQ(choice(s, Op::AllReduce, 600u << 10), "twoshot-push");
+  EXPECT_EQ(choice(s, Op::AllReduce, 100), "oneshot-push");
+}
+
+TEST(Dispatch, SeedOnNvlinkPairWithoutMeasurementsUsesNominalLinksAndTheSameLadder) {
+  // A communicator's topology carries the confirmed checks and the driver's link facts but no
+  // bandwidth/latency measurements: the nominal figures must give the same ladder.
+  Topology t = fixture("nvlink_pair");
+  for (PairInfo& p : t.pairs) p.writeGBps = p.readGBps = p.latencyUs = -1;
+  Admission adm = admit(t, factsFor(t));
+  DispatchTable tab = seedTable(t, adm, Config(), 2);
+  EXPECT_EQ(pathName(Op::AllReduce, tab.lookup(Op::AllReduce, 512u << 10)), "oneshot-push");
+  EXPECT_EQ(pathName(Op::AllReduce, tab.lookup(Op::AllReduce, 1u << 20)), "twoshot-push");
+  EXPECT_EQ(pathName(Op::AllReduce, tab.lookup(Op::AllReduce, 32u << 20)), "twoshot-push");
+  EXPECT_EQ(pathName(Op::AllReduce, tab.lookup(Op::AllReduce, 64u << 20)), "nccl");
+}
+
+TEST(Dispatch, SeedOnEightPcieGpusUnderTwoSwitchesLeavesLargeMessagesToTheRing) {
+  // All-to-all traffic between the two switches shares each switch's uplink (16 flows); NCCL's
+  // ring crosses it once each way, so NCCL takes large messages early.
+  Machine s = setup("pcie_8gpu_two_switches");
+  const CostInputs in = costInputs(s.t, Config(), 8);
+  EXPECT_EQ(in.largestGroup, 4);
+  EXPECT_GT(in.crossWriteGBps, 0);
+  EXPECT_EQ(choice(s, Op::AllReduce, 1024), "oneshot-push");
+  EXPECT_EQ(choice(s, Op::AllReduce, 64u << 10), "twoshot-push");
+  for (uint64_t b = 1u << 20; b <= (256u << 20); b *= 2) {
+    EXPECT_EQ(choice(s, Op::AllReduce, b), "nccl") << b;
+  }
+  // One switch group (all pairs under one switch): no uplink, peer algorithms go further.
+  Topology one = s.t;
+  for (PairInfo& p : one.pairs) {
+    if (p.link == LinkType::PCIe) p.pcieRelation = "switch";
+  }
+  Admission adm1 = admit(one, factsFor(one));
+  DispatchTable t1 = seedTable(one, adm1, Config(), 8);
+  EXPECT_EQ(costInputs(one, Config(), 8).largestGroup, 8);
+  EXPECT_EQ(pathName(Op::AllReduce, t1.lookup(Op::AllReduce, 256u << 10)), "twoshot-push");
+}
+
+TEST(Dispatch, SeedOnSlowPeerWritesReadsInstead) {
+  // Writes 2.6 GB/s, reads 52 GB/s: beyond a few KB no push path is chosen.
+  Machine s = setup("pcie_slow_writes");
+  for (uint64_t b = 8u << 10; b <= (256u << 20); b *= 2) {
+    const Path p = s.table.lookup(Op::AllReduce, b);
+    EXPECT_NE(p.algo, anyrAlgoOneShotPush) << b;
+    EXPECT_NE(p.algo, anyrAlgoTwoShotPush) << b;
+    EXPECT_NE(s.table.lookup(Op::AddRmsNorm, b).algo, anyrAlgoOneShotPush) << b;
+  }
+  EXPECT_EQ(choice(s, Op::AllReduce, 64u << 10), "oneshot-pull");
+  EXPECT_EQ(choice(s, Op::AllReduce, 256u << 20), "nccl");
+}
+
+TEST(Dispatch, SeedWithoutPeerAccessIsNcclEverywhere) {
+  Machine s = setup("no_p2p");
+  for (int o = 0; o < kNumOps; ++o) {
+    for (int b = 0; b < kNumBuckets; ++b) {
+      EXPECT_EQ(s.table.path[static_cast<size_t>(o)][static_cast<size_t>(b)].algo, anyrAlgoNccl);
+    }
+  }
+  // Nothing admitted at all: the table holds "auto", which the communicator refuses at init.
+  Machine none = setup("no_p2p", Config(), false);
+  EXPECT_EQ(none.table.lookup(Op::AllReduce, 1024).algo, anyrAlgoAuto);
+}
+
+TEST(Dispatch, SeedOnNvlinkEightGpus) {
+  Machine s = setup("nvlink_8gpu");
+  EXPECT_EQ(choice(s, Op::AllReduce, 4096), "oneshot-push");
+  EXPECT_EQ(choice(s, Op::AllReduce, 1u << 20), "twoshot-push");
+  EXPECT_EQ(choice(s, Op::AllReduce, 256u << 20), "nccl");
+  // One-shot moves 7x the message per rank at 8 ranks: it stops earlier than at 2.
+  Machine pair = setup("nvlink_pair");
+  int last8 = 0, last2 = 0;
+  for (int b = 0; b < kNumBuckets; ++b) {
+    if (s.table.path[0][static_cast<size_t>(b)].algo == anyrAlgoOneShotPush) last8 = b;
+    if (pair.table.path[0][static_cast<size_t>(b)].algo == anyrAlgoOneShotPush) last2 = b;
+  }
+  EXPECT_LT(last8, last2);
+}
+
+TEST(Dispatch, ConfiguredThresholdsReplaceTheModel) {
+  Config cfg;
+  cfg.oneShotMaxBytes = 64u << 10;
+  cfg.twoShotMaxBytes = 1u << 20;
+  Machine s = setup("nvlink_pair", cfg);
+  EXPECT_EQ(choice(s, Op::AllReduce, 64u << 10), "oneshot-push");
+  EXPECT_EQ(choice(s, Op::AllReduce, 128u << 10), "twoshot-push");
+  EXPECT_EQ(choice(s, Op::AllReduce, 2u << 20), "nccl");
+  EXPECT_EQ(choice(s, Op::AddRmsNorm, 64u << 10), "fused:oneshot-push");
+  EXPECT_EQ(s.table.source[0][10], Source::Thresholds);
+}
+
+TEST(Dispatch, SeedTimesAreMonotonicInSize) {
+  for (const char* name : {"nvlink_pair", "pcie_8gpu_two_switches", "pcie_slow_writes"}) {
+    Machine s = setup(name);
+    const CostInputs in = costInputs(s.t, Config(), s.t.size());
+    for (int o = 0; o < kNumOps; ++o) {
+      for (const Candidate& c : s.cands[static_cast<size_t>(o)]) {
+        double prev = 0;
+        for (int b = 0; b < 32; ++b) {
+          const double us = seedTimeUs(static_cast<Op>(o), c.path, bucketBytes(b), in);
+          ASSERT_GT(us, 0) << name;
+          EXPECT_GE(us, prev) << name << " " << pathName(static_cast<Op>(o), c.path);
+          prev = us;
+        }
+      }
+    }
+  }
+}
+
+// ---- overrides -------------------------------------------------------------------------------
+
+TEST(Dispatch, OverrideOfANonAdmittedPathIsAnErrorNamingWhy) {
+  Machine s = setup("no_p2p");
+  std::string err = overrideError(s.adm, anyrAlgoOneShotPush);
+  EXPECT_TRUE(mentions(err, "oneshot-push is not admitted")) << err;
+  EXPECT_TRUE(mentions(err, "peer write rank 0 -> rank 1")) << err;
+  EXPECT_EQ(overrideError(s.adm, anyrAlgoNccl), "");
+  EXPECT_EQ(overrideError(s.adm, anyrAlgoAuto), "");
+  EXPECT_TRUE(mentions(overrideError(s.adm, static_cast<anyrAlgo_t>(17)), "not one of"));
+}
+
+TEST(Dispatch, ForcedAlgorithmGivesEachOperationItsPath) {
+  EXPECT_EQ(forcedPath(Op::AllReduce, anyrAlgoTwoShotPush), (Path{anyrAlgoTwoShotPush, false}));
+  EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoOneShotPush), (Path{anyrAlgoOneShotPush, true}));
+  EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoTwoShotPush), (Path{anyrAlgoTwoShotPush, true}));
+  EXPECT_EQ(forcedPath(Op::AddRmsNormQuant, anyrAlgoNccl), (Path{anyrAlgoNccl, false}));
+  EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoOneShotPull), (Path{anyrAlgoOneShotPull, false}));
+}
+
+TEST(Dispatch, TuningFileAndBudgetResolveFromConfigThenEnvironment) {
+  setenv("ANYR_TUNING_FILE", "/tmp/from-env.json", 1);
+  setenv("ANYR_TUNE_BUDGET_MS", "2500", 1);
+  Config c = resolveConfig(nullptr);
+  EXPECT_EQ(c.tuningFile, "/tmp/from-env.json");
+  EXPECT_EQ(c.tuneBudgetMs, 2500);
+  anyrConfig_t user = ANYR_CONFIG_INITIALIZER;
+  user.tuningFile = "/tmp/from-config.json";
+  user.tuneBudgetMs = 0;
+  c = resolveConfig(&user);  // explicit fields win over the environment
+  EXPECT_EQ(c.tuningFile, "/tmp/from-config.json");
+  EXPECT_EQ(c.tuneBudgetMs, 0);
+  setenv("ANYR_TUNE_BUDGET_MS", "-1", 1);
+  try {
+    resolveConfig(nullptr);
+    ADD_FAILURE() << "a negative budget was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), anyrInvalidArgument);
+    EXPECT_TRUE(mentions(e.what(), "ANYR_TUNE_BUDGET_MS")) << e.what();
+  }
+  unsetenv("ANYR_TUNING_FILE");
+  unsetenv("ANYR_TUNE_BUDGET_MS");
+  c = resolveConfig(nullptr);
+  EXPECT_EQ(c.tuningFile, "");
+  EXPECT_EQ(c.tuneBudgetMs, 0);
+}
+
+// ---- agreement -------------------------------------------------------------------------------
+
+TEST(Dispatch, SlowestRankCountsAndEveryRankAgrees) {
+  // Four simulated ranks, three candidates. Rank 2 is slow on candidate 0, so candidate 1
+  // (never the fastest on any single rank but the best worst case) wins.
+  const std::vector<std::vector<double>> perRank = {
+      {5.0, 6.0, 9.0}, {5.1, 6.1, 9.0}, {20.0, 6.2, 9.5}, {5.0, 6.0, 8.0}};
+  std::vector<double> slowest;
+  EXPECT_EQ(agreeChoice(perRank, &slowest), 1);
+  EXPECT_DOUBLE_EQ(slowest[0], 20.0);
+  EXPECT_DOUBLE_EQ(slowest[1], 6.2);
+  EXPECT_DOUBLE_EQ(slowest[2], 9.5);
+  // Each rank computing from the gathered timings reaches the same answer, whatever its own
+  // timings were (a rank that only trusted its own would pick candidate 0).
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(agreeChoice(perRank, nullptr), 1);
+    int own = 0;
+    for (int c = 1; c < 3; ++c) {
+      if (perRank[static_cast<size_t>(r)][static_cast<size_t>(c)] <
+          perRank[static_cast<size_t>(r)][static_cast<size_t>(own)])
+        own = c;
+    }
+    if (r != 2) {
+      EXPECT_EQ(own, 0);
+    }
+  }
+}
+
+TEST(Dispatch, AgreementExcludesFailuresAndBreaksTiesByOrder) {
+  EXPECT_EQ(agreeChoice({{1.0, 2.0}, {-1.0, 2.0}}, nullptr), 1);  // failed on rank 1
+  EXPECT_EQ(agreeChoice({{3.0, 3.0}, {3.0, 3.0}}, nullptr), 0);   // tie: lowest index
+  EXPECT_EQ(agreeChoice({{-1.0}, {-1.0}}, nullptr), -1);          // nothing measured
+  EXPECT_EQ(agreeChoice({}, nullptr), -1);
+  EXPECT_EQ(agreeChoice({{1.0, 2.0}, {1.0}}, nullptr), 0);  // missing on a rank: out
+  EXPECT_EQ(agreeChoice({{std::nan(""), 2.0}, {1.0, 2.0}}, nullptr), 1);
+}
+
+// ---- tuning table ----------------------------------------------------------------------------
+
+TuningTable sampleTable(const Topology& t) {
+  TuningTable tab;
+  tab.fingerprint = fingerprintOf(t, t.size());
+  tab.method = "test";
+  tab.points[0].push_back({10, "nccl", {{"oneshot-push", 9.5}, {"nccl", 8.5}}});
+  tab.points[0].push_back({20, "oneshot-pull", {{"oneshot-pull", 30.0}, {"nccl", 31.0}}});
+  tab.points[1].push_back({14, "twoshot-push+epilogue", {{"twoshot-push+epilogue", 7.0}}});
+  return tab;
+}
+
+TEST(Tuning, JsonRoundTrip) {
+  Topology t = fixture("nvlink_pair");
+  TuningTable a = sampleTable(t);
+  TuningTable b = tuningFromJson(tuningToJson(a));
+  EXPECT_TRUE(b.fingerprint == a.fingerprint);
+  EXPECT_EQ(b.hidden, a.hidden);
+  EXPECT_EQ(b.method, a.method);
+  for (int o = 0; o < kNumOps; ++o) {
+    ASSERT_EQ(b.points[static_cast<size_t>(o)].size(), a.points[static_cast<size_t>(o)].size());
+    for (size_t i = 0; i < a.points[static_cast<size_t>(o)].size(); ++i) {
+      const TunedPoint& x = a.points[static_cast<size_t>(o)][i];
+      const TunedPoint& y = b.points[static_cast<size_t>(o)][i];
+      EXPECT_EQ(x.bucket, y.bucket);
+      EXPECT_EQ(x.choice, y.choice);
+      ASSERT_EQ(x.times.size(), y.times.size());
+      for (const auto& [name, us] : x.times) {
+        bool found = false;
+        for (const auto& [n2, us2] : y.times) found = found || (n2 == name && us2 == us);
+        EXPECT_TRUE(found) << name;
+      }
+    }
+  }
+  // Through a file, as ANYR_TUNING_FILE is used.
+  const std::string path = tempPath("roundtrip");
+  saveTuningFile(a, path);
+  TuningTable c;
+  std::string why;
+  ASSERT_TRUE(loadTuningFor(path, fingerprintOf(t, 2), &c, &why)) << why;
+  EXPECT_EQ(c.points[0][1].choice, "oneshot-pull");
+  std::remove(path.c_str());
+}
+
+TEST(Tuning, AppliedTableIsWhatDispatchLooksUp) {
+  Machine s = setup("nvlink_pair");
+  std::vector<std::string> warnings;
+  applyTuning(sampleTable(s.t), s.cands, &s.table, &warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(choice(s, Op::AllReduce, 1024), "nccl");
+  EXPECT_EQ(s.table.source[0][10], Source::Measured);
+  EXPECT_EQ(choice(s, Op::AllReduce, 1u << 20), "oneshot-pull");
+  // Unmeasured buckets take the nearest measured one (ties to the smaller bucket).
+  EXPECT_EQ(choice(s, Op::AllReduce, 1u << 14), "nccl");          // bucket 14: 4 from 10
+  EXPECT_EQ(choice(s, Op::AllReduce, 1u << 16), "oneshot-pull");  // bucket 16: 4 from 20
+  EXPECT_EQ(choice(s, Op::AllReduce, 1u << 15), "nccl");          // 5 from both: smaller
+  EXPECT_EQ(choice(s, Op::AllReduce, 1ull << 35), "oneshot-pull");
+  EXPECT_EQ(s.table.source[0][30], Source::NearestMeasured);
+  EXPECT_EQ(choice(s, Op::AddRmsNorm, 1024), "twoshot-push+epilogue");
+  // The quantized op was not measured: it keeps the seed.
+  EXPECT_EQ(choice(s, Op::AddRmsNormQuant, 1024), "fused:oneshot-push");
+  EXPECT_EQ(s.table.source[2][10], Source::Seed);
+}
+
+TEST(Tuning, ChoiceNotAdmittedHereIsSkippedWithAWarning) {
+  Machine s = setup("no_p2p");
+  TuningTable tab = sampleTable(s.t);  // asks for oneshot-pull, rejected without peer access
+  tab.points[0].push_back({12, "no-such-path", {}});
+  std::vector<std::string> warnings;
+  applyTuning(tab, s.cands, &s.table, &warnings);
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_TRUE(mentions(warnings[0] + warnings[1] + warnings[2], "oneshot-pull' is not admitted"));
+  EXPECT_TRUE(mentions(warnings[0] + warnings[1] + warnings[2], "not a known path"));
+  for (int b = 0; b < kNumBuckets; ++b)
+    EXPECT_EQ(s.table.path[0][static_cast<size_t>(b)].algo, anyrAlgoNccl);
+}
+
+TEST(Tuning, FingerprintMismatchIsReportedAndIgnored) {
+  Topology pair = fixture("nvlink_pair");
+  const std::string path = tempPath("mismatch");
+  saveTuningFile(sampleTable(pair), path);
+  TuningTable out;
+  std::string why;
+  // Another world size.
+  Topology eight = fixture("nvlink_8gpu");
+  EXPECT_FALSE(loadTuningFor(path, fingerprintOf(eight, 8), &out, &why));
+  EXPECT_TRUE(mentions(why, "another machine")) << why;
+  EXPECT_TRUE(mentions(why, "world size")) << why;
+  // Same size, another GPU model.
+  Topology other = pair;
+  other.gpus[1].name = "Some Other GPU";
+  EXPECT_FALSE(loadTuningFor(path, fingerprintOf(other, 2), &out, &why));
+  EXPECT_TRUE(mentions(why, "GPUs")) << why;
+  // Same GPUs, a link that lost peer writes.
+  Topology broken = pair;
+  broken.pair(0, 1).peerWriteOk = false;
+  EXPECT_FALSE(loadTuningFor(path, fingerprintOf(broken, 2), &out, &why));
+  EXPECT_TRUE(mentions(why, "link")) << why;
+  // Another driver.
+  Topology drv = pair;
+  drv.driverVersion = "999.1";
+  EXPECT_FALSE(loadTuningFor(path, fingerprintOf(drv, 2), &out, &why));
+  EXPECT_TRUE(mentions(why, "driver")) << why;
+  std::remove(path.c_str());
+}
+
+TEST(Tuning, CorruptTruncatedOrForeignFilesGiveAClearReasonNotACrash) {
+  Topology t = fixture("nvlink_pair");
+  const Fingerprint fp = fingerprintOf(t, 2);
+  const std::string good = tuningToJson(sampleTable(t));
+  const std::string path = tempPath("bad");
+  struct Case {
+    std::string text;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"", "not valid JSON"},
+      {"\x01\x02garbage\xff", "not valid JSON"},
+      {good.substr(0, good.size() / 2), "not valid JSON"},  // truncated
+      {"[1, 2, 3]", "must be a JSON object"},
+      {R"({"format": "anyreduce-topology", "version": 1})", "not a tuning file"},
+      {R"({"hello": "world"})", "not a tuning file"},
+      {R"({"format": "anyreduce-tuning", "version": 99})", "version"},
+      {R"({"format": "anyreduce-tuning", "version": 1})", "fingerprint"},
+  };
+  for (const Case& c : cases) {
+    writeFile(path, c.text);
+    TuningTable out;
+    std::string why;
+    EXPECT_FALSE(loadTuningFor(path, fp, &out, &why)) << c.text;
+    EXPECT_TRUE(mentions(why, c.expect)) << "expected '" << c.expect << "' in: " << why;
+    EXPECT_TRUE(mentions(why, path)) << why;  // names the file
+  }
+  // Well-formed JSON with a wrong field type deep inside: the path of the field is named.
+  std::string wrong = good;
+  const size_t at = wrong.find("\"bucket\": 20");
+  ASSERT_NE(at, std::string::npos);
+  wrong.replace(at, 12, "\"bucket\": \"x\"");
+  writeFile(path, wrong);
+  TuningTable out;
+  std::string why;
+  EXPECT_FALSE(loadTuningFor(path, fp, &out, &why));
+  EXPECT_TRUE(mentions(why, "ops.allreduce[1].bucket")) << why;
+  // Out-of-range bucket.
+  std::string range = good;
+  range.replace(range.find("\"bucket\": 20"), 12, "\"bucket\": 400");
+  writeFile(path, range);
+  EXPECT_FALSE(loadTuningFor(path, fp, &out, &why));
+  EXPECT_TRUE(mentions(why, "must be in 0..40")) << why;
+  // Missing file.
+  std::remove(path.c_str());
+  EXPECT_FALSE(loadTuningFor(path, fp, &out, &why));
+  EXPECT_TRUE(mentions(why, "cannot read")) << why;
+}
+
+// ---- explain ---------------------------------------------------------------------------------
+
+TEST(Explain, EveryOperationAndBucketWithReasonsAndTimes) {
+  Machine s = setup("no_p2p");
+  ExplainInput in;
+  in.topo = &s.t;
+  in.adm = &s.adm;
+  Config cfg;
+  in.cfg = &cfg;
+  in.nranks = s.t.size();
+  in.table = &s.table;
+  const std::string text = explainDispatch(in);
+  for (int o = 0; o < kNumOps; ++o) EXPECT_TRUE(mentions(text, opName(static_cast<Op>(o))));
+  EXPECT_TRUE(mentions(text, "fused:oneshot-push: peer write rank 0 -> rank 1")) << text;
+  EXPECT_TRUE(mentions(text, "1K        nccl")) << text;
+  EXPECT_TRUE(mentions(text, "256M      nccl")) << text;
+  EXPECT_TRUE(mentions(text, "cost model inputs")) << text;
+  // With a tuning table: measured and seeded times side by side.
+  Machine p = setup("nvlink_pair");
+  TuningTable tab = sampleTable(p.t);
+  std::vector<std::string> warnings;
+  applyTuning(tab, p.cands, &p.table, &warnings);
+  in.topo = &p.t;
+  in.adm = &p.adm;
+  in.table = &p.table;
+  in.nranks = p.t.size();
+  in.tuned = &tab;
+  const std::string tuned = explainDispatch(in);
+  EXPECT_TRUE(mentions(tuned, "nccl 8.5 (")) << tuned;  // measured (seed)
+  EXPECT_TRUE(mentions(tuned, "measured")) << tuned;
+  EXPECT_TRUE(mentions(tuned, "oneshot-pull not measured (")) << tuned;  // in a measured row
+  in.forced = anyrAlgoTwoShot;
+  EXPECT_TRUE(mentions(explainDispatch(in), "FORCED"));
+}
+
+}  // namespace
+}  // namespace anyr

@@ -1,0 +1,247 @@
+// Tuning on the device: a communicator measures its candidates, every rank ends with the same
+// table, dispatch then uses it (results still exact), the saved table is loaded by a new
+// communicator, init-time tuning within a budget works and saves, and a corrupt table file
+// leaves the seed in place without failing init.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/data.h"
+#include "common/launcher.h"
+#include "core/boundary.h"
+#include "core/comm.h"
+#include "gpu/gpu_test_util.h"
+#include "select/dispatch.h"
+#include "select/tuning.h"
+
+namespace anyr {
+namespace {
+
+using Report = std::function<void(const std::string&)>;
+
+std::string tmpFile(const std::string& tag) {
+  return "/tmp/anyr_gpu_tuning_" + tag + "_" + std::to_string(::getpid()) + ".json";
+}
+
+anyrComm_t openComm(int rank, int n, const anyrUniqueId& id, const char* tuningFile, int budgetMs) {
+  int ngpus = 0;
+  R_CUDA(cudaGetDeviceCount(&ngpus));
+  R_CUDA(cudaSetDevice(rank % ngpus));
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+  cfg.timeoutMs = 30000;
+  cfg.tuningFile = tuningFile;
+  if (budgetMs > 0) cfg.tuneBudgetMs = budgetMs;
+  anyrComm_t comm = nullptr;
+  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  return comm;
+}
+
+std::vector<launch::RankResult> runAll(
+    int n, double timeoutSec,
+    const std::function<int(int, int, const anyrUniqueId&, const Report&)>& body) {
+  return launch::runRanks(
+      n,
+      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        try {
+          return body(rank, nr, id, report);
+        } catch (const std::exception& e) {
+          report(std::string("FAIL ") + e.what() + "\n");
+          return 3;
+        }
+      },
+      timeoutSec);
+}
+
+// "CHOICE <op> <bucket> <path>" for every bucket from 1 KB to 64 MB, as dispatch sees it.
+std::string dispatchLines(Communicator& c) {
+  std::ostringstream os;
+  for (int o = 0; o < kNumOps; ++o) {
+    for (int b = 10; b <= 26; ++b) {
+      const Op op = static_cast<Op>(o);
+      os << "CHOICE " << opName(op) << " " << b << " "
+         << pathName(op, c.pathFor(op, bucketBytes(b))) << "\n";
+    }
+  }
+  return os.str();
+}
+
+// Exact all-reduce at a few sizes through whatever dispatch chooses; returns wrong elements.
+unsigned long long checkExact(anyrComm_t comm, int rank, int n) {
+  const std::vector<uint64_t> counts = {1, 1000, 65536 + 3, 1u << 20};
+  void *in = nullptr, *out = nullptr;
+  unsigned long long* bad = nullptr;
+  R_CUDA(cudaMalloc(&in, (1u << 20) * 2));
+  R_CUDA(cudaMalloc(&out, (1u << 20) * 2));
+  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  R_CUDA(cudaMemset(bad, 0, sizeof(*bad)));
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  uint32_t seed = 77;
+  for (uint64_t c : counts) {
+    ++seed;
+    R_CUDA(data::fillInput(anyrBfloat16, in, c, rank, seed, data::kSmallInts, s));
+    R_CUDA(cudaMemsetAsync(out, 0xff, c * 2, s));
+    R_ANYR(anyrAllReduce(in, out, c, anyrBfloat16, anyrSum, comm, s), comm);
+    R_CUDA(data::countMismatches(anyrBfloat16, out, c, n, seed, data::kSmallInts, bad, s));
+  }
+  unsigned long long h = 0;
+  R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
+  R_CUDA(cudaStreamSynchronize(s));
+  R_CUDA(cudaFree(in));
+  R_CUDA(cudaFree(out));
+  R_CUDA(cudaFree(bad));
+  R_CUDA(cudaStreamDestroy(s));
+  return h;
+}
+
+// Lines starting with `prefix` of one rank's report.
+std::vector<std::string> linesOf(const launch::RankResult& r, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream is(r.message);
+  for (std::string line; std::getline(is, line);) {
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+  }
+  return out;
+}
+
+void expectNoFailures(const std::vector<launch::RankResult>& results) {
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+  for (const auto& r : results) {
+    for (const std::string& l : linesOf(r, "FAIL")) ADD_FAILURE() << "rank " << r.rank << ": " << l;
+  }
+}
+
+int ranksForTest() { return std::max(2, std::min(gpuCount(), 8)); }
+
+TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
+  REQUIRE_GPU();
+  const int n = ranksForTest();
+  const std::string path = tmpFile("tuned");
+  std::remove(path.c_str());
+
+  // 1. Tune a small range; every rank reports what dispatch now does.
+  auto tuned = runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+    anyrComm_t comm = openComm(rank, nr, id, nullptr, 0);
+    Communicator& c = *comm->impl;
+    if (c.tuned() != nullptr) report("FAIL a table was installed before tuning\n");
+    Communicator::TuneOptions o;
+    o.minBytes = 1024;
+    o.maxBytes = 4u << 20;
+    o.maxTokens = 64;
+    o.calls = 5;
+    o.samples = 5;
+    TuningTable t = c.tune(o, nullptr);
+    if (c.tuned() == nullptr) report("FAIL no table installed after tuning\n");
+    size_t measured = 0;
+    for (int op = 0; op < kNumOps; ++op) {
+      for (const TunedPoint& p : t.points[static_cast<size_t>(op)]) {
+        ++measured;
+        const Path used = c.pathFor(static_cast<Op>(op), bucketBytes(p.bucket));
+        if (pathName(static_cast<Op>(op), used) != p.choice) {
+          report("FAIL " + std::string(opName(static_cast<Op>(op))) + " bucket " +
+                 std::to_string(p.bucket) + ": table says " + p.choice + ", dispatch uses " +
+                 pathName(static_cast<Op>(op), used) + "\n");
+        }
+        if (c.dispatchTable().source[static_cast<size_t>(op)][static_cast<size_t>(p.bucket)] !=
+            Source::Measured) {
+          report("FAIL bucket " + std::to_string(p.bucket) + " not marked measured\n");
+        }
+      }
+    }
+    // 13 all-reduce buckets (1 KB..4 MB) + 2 x 7 fused (1..64 tokens at hidden 6144).
+    if (measured != 13 + 14) report("FAIL measured " + std::to_string(measured) + " points\n");
+    // The public query agrees with the table.
+    anyrAlgo_t q = anyrAlgoAuto;
+    R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &q), comm);
+    if (q != c.pathFor(Op::AllReduce, 1024).algo) report("FAIL query disagrees with dispatch\n");
+    const unsigned long long wrong = checkExact(comm, rank, nr);
+    if (wrong != 0) report("FAIL " + std::to_string(wrong) + " wrong elements after tuning\n");
+    if (rank == 0) saveTuningFile(t, path);
+    report(dispatchLines(c));
+    R_ANYR(anyrCommDestroy(comm), nullptr);
+    return 0;
+  });
+  expectNoFailures(tuned);
+  const std::vector<std::string> choices = linesOf(tuned[0], "CHOICE");
+  ASSERT_FALSE(choices.empty());
+  for (const auto& r : tuned) EXPECT_EQ(linesOf(r, "CHOICE"), choices) << "rank " << r.rank;
+
+  // 2. A new communicator loads the saved table (ANYR_TUNING_FILE / config.tuningFile) and
+  //    dispatches exactly as the tuned one did.
+  auto loaded = runAll(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+    anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 0);
+    Communicator& c = *comm->impl;
+    if (c.tuned() == nullptr) report("FAIL the saved table was not loaded\n");
+    const unsigned long long wrong = checkExact(comm, rank, nr);
+    if (wrong != 0) report("FAIL " + std::to_string(wrong) + " wrong elements (loaded table)\n");
+    report(dispatchLines(c));
+    R_ANYR(anyrCommDestroy(comm), nullptr);
+    return 0;
+  });
+  expectNoFailures(loaded);
+  for (const auto& r : loaded) EXPECT_EQ(linesOf(r, "CHOICE"), choices) << "rank " << r.rank;
+
+  // 3. A corrupt file: init succeeds, with the seed and a reason in explain.
+  {
+    std::ofstream f(path);
+    f << "{\"format\": \"anyreduce-tuning\", \"version\": 1, \"fingerp";
+  }
+  auto corrupt =
+      runAll(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 0);
+        Communicator& c = *comm->impl;
+        if (c.tuned() != nullptr) report("FAIL a corrupt table was installed\n");
+        const std::string ex = c.explainJson();
+        if (ex.find("ignored") == std::string::npos ||
+            ex.find("not valid JSON") == std::string::npos) {
+          report("FAIL explain does not say why the table was ignored\n");
+        }
+        if (c.dispatchTable().source[0][10] != Source::Seed) report("FAIL not the seed\n");
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return 0;
+      });
+  expectNoFailures(corrupt);
+  std::remove(path.c_str());
+}
+
+TEST(DispatchGpu, InitTimeTuningWithinABudgetSavesTheTable) {
+  REQUIRE_GPU();
+  const int n = ranksForTest();
+  const std::string path = tmpFile("init");
+  std::remove(path.c_str());
+  auto results =
+      runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        const auto t0 = std::chrono::steady_clock::now();
+        anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 3000);
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        Communicator& c = *comm->impl;
+        if (c.tuned() == nullptr) report("FAIL init-time tuning installed no table\n");
+        // The budget stops measuring after the point that crossed it: generous bound, no hang.
+        if (s > 120)
+          report("FAIL init with a 3 s tuning budget took " + std::to_string(s) + " s\n");
+        const unsigned long long wrong = checkExact(comm, rank, nr);
+        if (wrong != 0) report("FAIL " + std::to_string(wrong) + " wrong elements\n");
+        report(dispatchLines(c));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return 0;
+      });
+  expectNoFailures(results);
+  const std::vector<std::string> choices = linesOf(results[0], "CHOICE");
+  for (const auto& r : results) EXPECT_EQ(linesOf(r, "CHOICE"), choices) << "rank " << r.rank;
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << "rank 0 did not save the init-time table to " << path;
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace anyr
