@@ -74,8 +74,22 @@ typedef enum {
   anyrAlgoTwoShot = 3,     /* reduce-scatter, then all-gather, by peer reads */
   anyrAlgoNccl = 4,        /* ncclAllReduce on the communicator's NCCL communicator */
   anyrAlgoTwoShotPush = 5, /* reduce-scatter and all-gather by peer writes, no barriers */
-  anyrNumAlgos = 6
+  anyrAlgoHostOneShot = 6, /* through pinned shared host memory: no peer access needed */
+  anyrAlgoHostTwoShot = 7, /* reduce-scatter + all-gather through pinned shared host memory */
+  anyrNumAlgos = 8
 } anyrAlgo_t;
+
+/* Wire format of the data the host-memory algorithms exchange (opt-in; never the default).
+ * Compressed formats quantize every rank's contribution (its own included) to 8 bits with a
+ * power-of-two fp32 scale per block of 16 vectors (128 16-bit or 64 fp32 elements) and
+ * accumulate the dequantized values in fp32 in rank order: results stay bit-identical on all
+ * ranks but are approximate (error bound in docs/WIRE.md). */
+typedef enum {
+  anyrWireNative = 0, /* the data type itself: exact */
+  anyrWireFp8 = 1,    /* e4m3 + per-block power-of-two scale */
+  anyrWireInt8 = 2,   /* int8 + per-block power-of-two scale */
+  anyrNumWires = 3
+} anyrWire_t;
 
 #define ANYR_UNIQUE_ID_BYTES 128
 typedef struct {
@@ -99,13 +113,15 @@ typedef struct {
   size_t chunkBytes;   /* staging size per rank for pull/two-shot; ANYR_CHUNK_BYTES; 8 MiB */
   int useNccl;         /* 1: create/keep an NCCL communicator; ANYR_USE_NCCL; default 1 */
   int maxBlocks;       /* cap on thread blocks per kernel; ANYR_MAX_BLOCKS; 0 = automatic */
+  int wire;            /* anyrWire_t for the host-memory algorithms; ANYR_WIRE; anyrWireNative */
 } anyrConfig_t;
 #define ANYR_CONFIG_MAGIC 0x414e5952u
 #define ANYR_CONFIG_INITIALIZER                                                        \
   {                                                                                    \
     sizeof(anyrConfig_t), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, ANYR_CONFIG_UNDEF_INT, \
         ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_SIZE,         \
-        ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT           \
+        ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT,          \
+        ANYR_CONFIG_UNDEF_INT                                                          \
   }
 
 /* Library version as ANYR_VERSION_CODE. */
@@ -228,8 +244,8 @@ ANYR_API anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count
  * (NUL-terminated); *needed receives the full length + 1. */
 ANYR_API anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed);
 
-/* Short names: "auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl", "twoshot-push";
- * NULL if invalid. */
+/* Short names: "auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl", "twoshot-push",
+ * "host-oneshot", "host-twoshot"; NULL if invalid. */
 ANYR_API const char* anyrAlgoName(anyrAlgo_t algorithm);
 
 ANYR_API const char* anyrGetErrorString(anyrResult_t result);

@@ -33,6 +33,10 @@ const char* waitWhatName(int32_t w) {
       return "start flag";
     case kWaitEndFlag:
       return "end flag";
+    case kWaitHostData:
+      return "host-memory data flag";
+    case kWaitHostResult:
+      return "host-memory result flag";
     default:
       return "nothing";
   }
@@ -128,6 +132,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   initNccl(externalNccl);
   initTransport();
   checkTransport();
+  initHostTransport();
   decide();
   bs_->barrier();
   ANYR_LOG(
@@ -732,7 +737,8 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
   // Spread the vectors over as many SMs as possible before making blocks larger: small
   // messages then inject from many SMs at once. Every rank computes the same shape (agreed
   // inputs only), which the per-block flags rely on.
-  const bool twoShot = algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush;
+  const bool twoShot =
+      algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush || algo == anyrAlgoHostTwoShot;
   const uint64_t work = twoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
   const uint64_t blocksCap = static_cast<uint64_t>(maxBlocks_);
   uint64_t threads = (work + blocksCap - 1) / blocksCap;
@@ -746,6 +752,10 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
 
 void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                                   anyrDataType_t dtype, cudaStream_t stream) {
+  if (algo == anyrAlgoHostOneShot || algo == anyrAlgoHostTwoShot) {
+    launchHostAlgo(algo, in, out, count, dtype, stream);
+    return;
+  }
   const size_t es = dtypeSize(dtype);
   // Per-launch capacity: one push slot, or one staging chunk. Larger messages are chunked;
   // chunk boundaries are multiples of 16 bytes, so alignment is preserved.
@@ -838,6 +848,7 @@ std::string Communicator::explainJson() const {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;
   }
+  explainHost(&j);
   return j.dump(2);
 }
 
@@ -881,6 +892,9 @@ void Communicator::destroy() {
 
 Communicator::~Communicator() {
   peers_.reset();
+  host_.reset();
+  if (dHostState_ != nullptr) (void)cudaFree(dHostState_);
+  if (dHostWait_ != nullptr) (void)cudaFree(dHostWait_);
   if (dState_ != nullptr) (void)cudaFree(dState_);
   if (dWait_ != nullptr) (void)cudaFree(dWait_);
   if (scratch_ != nullptr) (void)cudaFree(scratch_);

@@ -13,7 +13,8 @@ const std::vector<Param>& params() {
   static const std::vector<Param> table = {
       {"ANYR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
       {"ANYR_ALGO", "auto",
-       "force an algorithm: auto, oneshot-push, oneshot-pull, twoshot, twoshot-push, nccl"},
+       "force an algorithm: auto, oneshot-push, oneshot-pull, twoshot, twoshot-push, nccl, "
+       "host-oneshot, host-twoshot"},
       {"ANYR_TIMEOUT_MS", "30000",
        "bound on every wait, host and device, in milliseconds (bootstrap, flags, data)"},
       {"ANYR_ONESHOT_MAX_BYTES", "",
@@ -30,6 +31,11 @@ const std::vector<Param>& params() {
       {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on (0: any free port)"},
       {"ANYR_PUSH_FENCE", "0",
        "diagnostic: 1 = system-scope fence after a push kernel's stores, before it polls"},
+      {"ANYR_WIRE", "native",
+       "wire format of the host-memory algorithms: native (exact), fp8 or int8 (per-block "
+       "scaled, approximate; docs/WIRE.md)"},
+      {"ANYR_HOST_MEMORY", "1",
+       "1: set up the shared host-memory transport (host-oneshot, host-twoshot); 0: do not"},
   };
   return table;
 }

@@ -59,9 +59,11 @@ static_assert(sizeof(WorkspaceLayout) == 96, "WorkspaceLayout layout");
 // Why a device wait gave up; written to host-visible memory by the first thread that fails.
 enum WaitWhat : int32_t {
   kWaitNone = 0,
-  kWaitPushData = 1,   // one-shot push: a peer's data in this rank's buffer
-  kWaitStartFlag = 2,  // pull / two-shot: a peer's "my data is staged" flag
-  kWaitEndFlag = 3,    // two-shot: a peer's "my reduced segment is ready" flag
+  kWaitPushData = 1,    // one-shot push: a peer's data in this rank's buffer
+  kWaitStartFlag = 2,   // pull / two-shot: a peer's "my data is staged" flag
+  kWaitEndFlag = 3,     // two-shot: a peer's "my reduced segment is ready" flag
+  kWaitHostData = 4,    // host memory: a peer's "my contribution is in host memory" flag
+  kWaitHostResult = 5,  // host two-shot: a peer's "my reduced segment is in host memory" flag
 };
 enum FailCode : int32_t {
   kFailNone = 0,

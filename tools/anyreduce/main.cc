@@ -55,6 +55,8 @@ int cmdExplainTopology(const std::string& path, bool nccl) {
   f.ncclAvailable = nccl;
   f.ncclReason = nccl ? "" : "disabled (--no-nccl)";
   f.peerMemory = true;
+  f.hostMemory = f.sameHost && f.nranks <= 8;
+  f.hostMemoryReason = f.hostMemory ? "" : "ranks on several hosts or more than 8 ranks";
   Config cfg = resolveConfig(nullptr);
   Admission adm = admit(t, f);
   Thresholds th = defaultThresholds(t, adm, cfg, t.size());
@@ -146,8 +148,10 @@ int main(int argc, char** argv) {
   auto* bench =
       app.add_subcommand("bench", "Benchmark all-reduce against NCCL, one process per GPU");
   tool::BenchOptions bo;
-  std::string minS = "1K", maxS = "256M", dtypesS = "bf16",
-              algosS = "auto,oneshot-push,oneshot-pull,twoshot,twoshot-push,nccl";
+  std::string
+      minS = "1K",
+      maxS = "256M", dtypesS = "bf16",
+      algosS = "auto,oneshot-push,oneshot-pull,twoshot,twoshot-push,nccl,host-oneshot,host-twoshot";
   bool noGraph = false;
   bench->add_option("-b,--minbytes", minS, "Smallest message (default 1K)");
   bench->add_option("-e,--maxbytes", maxS, "Largest message (default 256M)");
@@ -168,6 +172,12 @@ int main(int argc, char** argv) {
   bench->add_option("--timeout-ms", bo.timeoutMs, "Bound on every wait inside anyreduce")
       ->check(CLI::Range(1, 86400000));
   bench->add_option("--json", bo.jsonPath, "Write every figure to this JSON file");
+  std::string wireS;
+  bench
+      ->add_option("--wire", wireS,
+                   "Wire format of the host-memory algorithms: native, fp8 or int8 (default: "
+                   "ANYR_WIRE or native)")
+      ->check(CLI::IsMember({"native", "fp8", "int8"}));
   std::string quantS = "none", hiddenS, tokensS;
   bench
       ->add_option("--op", bo.op,
@@ -203,6 +213,11 @@ int main(int argc, char** argv) {
         throw CLI::ValidationError("--minbytes", "must be > 0 and <= --maxbytes");
       }
       bo.graph = !noGraph;
+      if (!wireS.empty()) {
+        anyrWire_t w = anyrWireNative;
+        parseWire(wireS, &w);
+        bo.wire = static_cast<int>(w);
+      }
       bo.dtypes.clear();
       std::stringstream ds(dtypesS);
       for (std::string d; std::getline(ds, d, ',');) {

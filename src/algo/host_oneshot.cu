@@ -1,0 +1,144 @@
+// Host one-shot: all-reduce through pinned shared host memory, for GPUs without peer access.
+//
+// Each rank writes its contribution once, into its own region of the shared segment (one
+// write over PCIe, whatever the world size), raises a per-block flag there, waits for the same
+// block's flag of every peer, then reads every peer's contribution from host memory and sums
+// in fp32 in rank order 0..n-1: every rank gets the same bits, and (with the native wire) the
+// bits of every other anyreduce algorithm.
+//
+// Flags and buffer reuse follow the one-shot pull protocol (oneshot_pull.cu): block b covers
+// the same vector range on every rank (same grid: computed from agreed values) and waits only
+// for block b of its peers; the flag holds the epoch of the writer's last launch; the data
+// buffer alternates by epoch parity. A rank overwrites buffer (j % 2) only at launch j+2, after
+// its launch j+1 saw every peer's launch-j+1 flag, which each peer raised only after its whole
+// launch-j kernel (and so its reads of this buffer) completed.
+//
+// With a compressed wire (wire.cuh) the contribution travels as 8-bit values with per-group
+// power-of-two scales; the own contribution is quantized too, so every rank sums the same
+// values.
+#include "algo/algo.h"
+#include "algo/wire.cuh"
+
+namespace anyr {
+namespace {
+
+using dev::Elem;
+using dev::Vec;
+
+template <typename T, bool kAligned, int kWire>
+__global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
+  constexpr int E = Elem<T>::kPerVec;
+  const T* in = static_cast<const T*>(a.input);
+  T* out = static_cast<T*>(a.output);
+  const int rank = a.rank;
+  const int n = a.nranks;
+  const HostLayout& L = a.layout;
+  LocalState* st = a.state;
+  const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
+  const uint64_t buf = L.dataOffset + (epoch & 1u) * L.dataBytes;
+  const uint64_t V = a.numVecs;
+  // This block's range: a multiple of kHostBlockQuantum vectors, so wire groups and warps
+  // never straddle two blocks. Lanes past V carry zeros (wire) and store nothing.
+  const uint64_t q = kHostBlockQuantum;
+  const uint64_t per = ((V + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
+  const uint64_t lo = per * blockIdx.x;
+  const uint64_t vEnd = kWire == kWireNative ? V : (V + q - 1) / q * q;
+  const uint64_t hi = min(vEnd, lo + per);
+  auto region = [&](int r) { return a.base + static_cast<uint64_t>(r) * L.rankBytes; };
+  char* own = region(rank) + buf;
+  const uint64_t scaleOff = L.dataBytes / 2;
+
+  // 1. Write this block's range of the contribution into the own region.
+  for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
+    Vec x;
+    x.u = make_uint4(0, 0, 0, 0);
+    if (v < V) x = dev::loadVec<T, kAligned>(in, v, a.count);
+    if constexpr (kWire == kWireNative) {
+      dev::storeSys(own + v * 16, x.u);
+    } else {
+      float unused[E];
+      dev::wirePut<T, kWire>(x, own, own + scaleOff, v, v < V, unused);
+    }
+  }
+  __syncthreads();
+
+  // 2. Raise this block's flag (release: after the block's stores), wait for the peers'.
+  const uint64_t flagOff = L.flagsOffset + offsetof(HostFlags, data) + blockIdx.x * 4u;
+  if (threadIdx.x == 0) {
+    dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + flagOff), epoch);
+  }
+  const bool ok =
+      dev::hostWaitFlags(a.base, L.rankBytes, flagOff, rank, n, epoch, a.wait, kWaitHostData);
+
+  // 3. Sum every rank's contribution in rank order.
+  if (ok) {
+    for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
+      float acc[E] = {};
+      if constexpr (kWire == kWireNative) {
+        for (int s = 0; s < n; ++s) {
+          Vec x;
+          if (s == rank) {
+            x = dev::loadVec<T, kAligned>(in, v, a.count);
+          } else {
+            x.u = dev::loadVolatile(region(s) + buf + v * 16);
+          }
+          dev::accumulate<T>(acc, x);
+        }
+      } else {
+        // The own contribution as the peers see it: quantized and dequantized.
+        Vec x;
+        x.u = make_uint4(0, 0, 0, 0);
+        if (v < V) x = dev::loadVec<T, kAligned>(in, v, a.count);
+        float mine[E];
+        dev::wirePut<T, kWire>(x, nullptr, nullptr, v, false, mine);
+        for (int s = 0; s < n; ++s) {
+          float d[E];
+          if (s == rank) {
+#pragma unroll
+            for (int i = 0; i < E; ++i) d[i] = mine[i];
+          } else if (v < V) {
+            const char* src = region(s) + buf;
+            dev::wireGet<T, kWire>(src, src + scaleOff, v, d);
+          } else {
+#pragma unroll
+            for (int i = 0; i < E; ++i) d[i] = 0.f;
+          }
+#pragma unroll
+          for (int i = 0; i < E; ++i) acc[i] += d[i];
+        }
+      }
+      if (v < V) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc));
+    }
+  }
+
+  dev::finishEpoch(st->syncEpoch, epoch);
+}
+
+template <int kWire>
+cudaError_t launchWith(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
+                       cudaStream_t stream) {
+  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+    using Tag = decltype(tag);
+    hostOneShotKernel<typename Tag::T, Tag::kAligned, kWire>
+        <<<shape.blocks, shape.threads, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace
+
+cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
+                              cudaStream_t stream) {
+  switch (a.wire) {
+    case kWireNative:
+      return launchWith<kWireNative>(dtype, a, shape, stream);
+    case kWireFp8:
+      return launchWith<kWireFp8>(dtype, a, shape, stream);
+    case kWireInt8:
+      return launchWith<kWireInt8>(dtype, a, shape, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace anyr
