@@ -70,4 +70,18 @@ else
   step "torch symmetric memory, same machine"
   timeout -k 10 300 python3 tools/peers/torch_symm_bench.py --json "$OUT/torch-symm.json" 2>&1 | grep -v Warning | tee "$OUT/torch-symm.txt"
 fi
+step "host-memory transport vs NCCL through host memory (NCCL_P2P_DISABLE=1 for the whole process)"
+# The variable is set for the bench process, so the NCCL communicator it creates (the baseline
+# column, and anyreduce's own NCCL fallback) goes through host memory too: the comparison the
+# host transport is for. Targets (2 x H200): >= 2x NCCL up to 64 KB, >= 1.2x 256 KB..16 MB.
+timeout -k 10 600 env NCCL_P2P_DISABLE=1 "$BUILD/tools/anyreduce" bench -a host-oneshot,host-twoshot,nccl \
+  -b 1K -e 16M -f 4 --samples 15 --json "$OUT/bench-host.json" 2>&1 | tee "$OUT/bench-host.txt"
+step "host-memory transport: compressed wire at 16 MB (target: fp8 >= 1.6x native)"
+for w in native fp8 int8; do
+  timeout -k 10 300 env NCCL_P2P_DISABLE=1 "$BUILD/tools/anyreduce" bench -a host-oneshot,host-twoshot \
+    -b 4M -e 16M -f 4 --samples 15 --wire $w --json "$OUT/bench-host-wire-$w.json" 2>&1 | tee "$OUT/bench-host-wire-$w.txt"
+done
+step "host-memory transport: fused all-reduce + add + RMSNorm (composition)"
+timeout -k 10 300 env ANYR_ALGO=host-oneshot "$BUILD/tools/anyreduce" bench --op add-rmsnorm --hidden 6144 \
+  --tokens 1,32,128,2048 --samples 15 2>&1 | tee "$OUT/fused-host.txt"
 step "done"

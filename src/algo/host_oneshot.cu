@@ -8,10 +8,17 @@
 //
 // Flags and buffer reuse follow the one-shot pull protocol (oneshot_pull.cu): block b covers
 // the same vector range on every rank (same grid: computed from agreed values) and waits only
-// for block b of its peers; the flag holds the epoch of the writer's last launch; the data
-// buffer alternates by epoch parity. A rank overwrites buffer (j % 2) only at launch j+2, after
-// its launch j+1 saw every peer's launch-j+1 flag, which each peer raised only after its whole
-// launch-j kernel (and so its reads of this buffer) completed.
+// for block b of its peers; the data buffer alternates by epoch parity. A rank overwrites
+// buffer (j % 2) only at launch j+2, after its launch j+1 saw a launch-j+1 flag of every peer
+// (block 0 always has work), which each peer raised only after its whole launch-j kernel (and
+// so its reads of this buffer) completed.
+//
+// Pipelining: a block's range is cut into rounds of kRoundVecsPerThread x blockDim vectors;
+// round k is written and published (flag = the block's running round count, kept per block in
+// LocalState::pushEpoch of this transport's own state, equal on every rank) before round k-1
+// is waited for and reduced, so writes to and reads from host memory share the link's two
+// directions instead of taking turns. The flag only ever grows, so a peer already one launch
+// ahead still satisfies the wait; its next-launch data goes to the other parity buffer.
 //
 // With a compressed wire (wire.cuh) the contribution travels as 8-bit values with per-group
 // power-of-two scales; the own contribution is quantized too, so every rank sums the same
@@ -24,6 +31,9 @@ namespace {
 
 using dev::Elem;
 using dev::Vec;
+
+// Vectors per thread per round (see the pipelining note above).
+constexpr int kRoundVecsPerThread = 2;
 
 template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
@@ -47,38 +57,43 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
   auto region = [&](int r) { return a.base + static_cast<uint64_t>(r) * L.rankBytes; };
   char* own = region(rank) + buf;
   const uint64_t scaleOff = L.dataBytes / 2;
+  const uint64_t R = static_cast<uint64_t>(blockDim.x) * kRoundVecsPerThread;
+  const uint64_t rounds = hi > lo ? (hi - lo + R - 1) / R : 0;
+  // Rounds this block published before this launch (same on every rank: same launches).
+  const uint32_t seq0 = st->pushEpoch[blockIdx.x];
+  const uint64_t flagOff = L.flagsOffset + offsetof(HostFlags, data) + blockIdx.x * 4u;
 
-  // 1. Write this block's range of the contribution into the own region.
-  for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
+  auto loadIn = [&](uint64_t v) {
     Vec x;
     x.u = make_uint4(0, 0, 0, 0);
     if (v < V) x = dev::loadVec<T, kAligned>(in, v, a.count);
-    if constexpr (kWire == kWireNative) {
-      dev::storeSys(own + v * 16, x.u);
-    } else {
-      float unused[E];
-      dev::wirePut<T, kWire>(x, own, own + scaleOff, v, v < V, unused);
+    return x;
+  };
+  // Round k covers vectors lo + k R + u blockDim + threadIdx.x, u < kRoundVecsPerThread.
+  auto writeRound = [&](uint64_t k) {
+#pragma unroll
+    for (int u = 0; u < kRoundVecsPerThread; ++u) {
+      const uint64_t v = lo + k * R + static_cast<uint64_t>(u) * blockDim.x + threadIdx.x;
+      if (v >= hi) break;  // warp-uniform: hi - lo and R are multiples of 32
+      if constexpr (kWire == kWireNative) {
+        dev::storeSys(own + v * 16, loadIn(v).u);
+      } else {
+        float unused[E];
+        dev::wirePut<T, kWire>(loadIn(v), own, own + scaleOff, v, v < V, unused);
+      }
     }
-  }
-  __syncthreads();
-
-  // 2. Raise this block's flag (release: after the block's stores), wait for the peers'.
-  const uint64_t flagOff = L.flagsOffset + offsetof(HostFlags, data) + blockIdx.x * 4u;
-  if (threadIdx.x == 0) {
-    dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + flagOff), epoch);
-  }
-  const bool ok =
-      dev::hostWaitFlags(a.base, L.rankBytes, flagOff, rank, n, epoch, a.wait, kWaitHostData);
-
-  // 3. Sum every rank's contribution in rank order.
-  if (ok) {
-    for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
+  };
+  auto reduceRound = [&](uint64_t k) {
+#pragma unroll
+    for (int u = 0; u < kRoundVecsPerThread; ++u) {
+      const uint64_t v = lo + k * R + static_cast<uint64_t>(u) * blockDim.x + threadIdx.x;
+      if (v >= hi) break;
       float acc[E] = {};
       if constexpr (kWire == kWireNative) {
         for (int s = 0; s < n; ++s) {
           Vec x;
           if (s == rank) {
-            x = dev::loadVec<T, kAligned>(in, v, a.count);
+            x = loadIn(v);
           } else {
             x.u = dev::loadVolatile(region(s) + buf + v * 16);
           }
@@ -86,11 +101,8 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
         }
       } else {
         // The own contribution as the peers see it: quantized and dequantized.
-        Vec x;
-        x.u = make_uint4(0, 0, 0, 0);
-        if (v < V) x = dev::loadVec<T, kAligned>(in, v, a.count);
         float mine[E];
-        dev::wirePut<T, kWire>(x, nullptr, nullptr, v, false, mine);
+        dev::wirePut<T, kWire>(loadIn(v), nullptr, nullptr, v, false, mine);
         for (int s = 0; s < n; ++s) {
           float d[E];
           if (s == rank) {
@@ -109,8 +121,30 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
       }
       if (v < V) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc));
     }
+  };
+
+  // Software pipeline, one round deep: write round k, publish it, then wait for and reduce
+  // round k-1, so this GPU's writes to host memory and its reads from it overlap on the link.
+  for (uint64_t k = 0; k <= rounds; ++k) {
+    if (k < rounds) {
+      writeRound(k);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + flagOff),
+                             seq0 + static_cast<uint32_t>(k) + 1);
+      }
+    }
+    if (k >= 1) {
+      if (!dev::hostWaitFlags(a.base, L.rankBytes, flagOff, rank, n,
+                              seq0 + static_cast<uint32_t>(k), epoch, a.wait, kWaitHostData)) {
+        break;
+      }
+      reduceRound(k - 1);
+    }
   }
 
+  __syncthreads();
+  if (threadIdx.x == 0) st->pushEpoch[blockIdx.x] = seq0 + static_cast<uint32_t>(rounds);
   dev::finishEpoch(st->syncEpoch, epoch);
 }
 

@@ -78,8 +78,8 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   if (threadIdx.x == 0) {
     dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + dataFlag), epoch);
   }
-  bool ok =
-      dev::hostWaitFlags(a.base, L.rankBytes, dataFlag, rank, n, epoch, a.wait, kWaitHostData);
+  bool ok = dev::hostWaitFlags(a.base, L.rankBytes, dataFlag, rank, n, epoch, epoch, a.wait,
+                               kWaitHostData);
 
   // 2. Reduce the own segment; publish it.
   if (ok) {
@@ -134,7 +134,8 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
     dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + resFlag), epoch);
   }
   if (ok) {
-    ok = dev::hostWaitFlags(a.base, L.rankBytes, resFlag, rank, n, epoch, a.wait, kWaitHostResult);
+    ok = dev::hostWaitFlags(a.base, L.rankBytes, resFlag, rank, n, epoch, epoch, a.wait,
+                            kWaitHostResult);
   }
 
   // 3. Gather the owners' reduced segments.

@@ -138,30 +138,28 @@ __device__ __forceinline__ Vec floatsToVec(const float (&f)[Elem<T>::kPerVec]) {
   return packVec<T>(f);
 }
 
-// Waits until the flag word of every peer t (threads t < n, t != rank) reached `epoch`; the
+// Waits until the flag word of every peer t (threads t < n, t != rank) reached `target`; the
 // block then reads what those peers wrote before raising their flags. Returns false, for the
-// whole block, when a wait was abandoned. Every thread of the block must call it.
+// whole block, when a wait was abandoned. Every thread of the block must call it (it ends with
+// a barrier whose result every thread gets).
 __device__ __forceinline__ bool hostWaitFlags(const char* base, uint64_t rankBytes,
                                               uint64_t flagWordOffset, int rank, int n,
-                                              uint32_t epoch, const WaitControl* wait,
-                                              int32_t what) {
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
-  __syncthreads();
+                                              uint32_t target, uint32_t epoch,
+                                              const WaitControl* wait, int32_t what) {
+  int failed = 0;
   const int t = static_cast<int>(threadIdx.x);
   if (t < n && t != rank) {
     const uint32_t* flag = reinterpret_cast<const uint32_t*>(
         base + static_cast<uint64_t>(t) * rankBytes + flagWordOffset);
     Waiter waiter(wait);
-    while (static_cast<int32_t>(loadAcquireSys(flag) - epoch) < 0) {
+    while (static_cast<int32_t>(loadAcquireSys(flag) - target) < 0) {
       if (!waiter.keepWaiting(t, what, epoch)) {
         failed = 1;
         break;
       }
     }
   }
-  __syncthreads();
-  return failed == 0;
+  return __syncthreads_or(failed) == 0;
 }
 
 }  // namespace dev

@@ -91,8 +91,12 @@ class ShmHostMemory final : public HostMemory {
         owner_ = false;
         st = failStatus(errnoText("shm_open(create)"));
       } else if (ftruncate(fd_, static_cast<off_t>(bytes)) != 0) {
-        st = failStatus(errnoText("ftruncate") + " (" + std::to_string(bytes) +
-                        " bytes; is /dev/shm large enough?)");
+        st = failStatus(errnoText("ftruncate") + " (" + std::to_string(bytes) + " bytes)");
+      } else if (int err = posix_fallocate(fd_, 0, static_cast<off_t>(bytes)); err != 0) {
+        // Reserve the pages now: a tmpfs that runs out later would kill the process with
+        // SIGBUS on first touch instead of failing here.
+        st = failStatus(std::string("posix_fallocate: ") + std::strerror(err) + " (" +
+                        std::to_string(bytes) + " bytes; is /dev/shm large enough?)");
       }
     }
     std::string why = agree(bs, st);
