@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
   const uint64_t rounds = hi > lo ? (hi - lo + R - 1) / R : 0;
   // Rounds this block published before this launch (same on every rank: same launches).
   const uint32_t seq0 = st->pushEpoch[blockIdx.x];
-  const uint64_t flagOff = L.flagsOffset + offsetof(HostFlags, data) + blockIdx.x * 4u;
+  const uint64_t flagOff = L.flagsOffset + offsetof(HostFlags, rounds) + blockIdx.x * 4u;
 
   auto loadIn = [&](uint64_t v) {
     Vec x;

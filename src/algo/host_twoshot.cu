@@ -16,10 +16,11 @@
 // dequantized value it sent (so its output matches what the others decode): two roundings,
 // see docs/WIRE.md.
 //
-// Buffers alternate by epoch parity, the flags hold epochs (see host_oneshot.cu for why reuse
-// at launch j+2 is safe; the result buffer follows the same argument, because a peer raises its
-// launch-j+1 data flag only after its launch-j kernel completed). In place is safe: the thread
-// that writes output vector v read input vector v earlier in the same launch, and no other
+// Buffers alternate by the parity of the epoch host_oneshot.cu shares (so switching between the
+// two host algorithms still alternates buffers), the flags hold epochs (see host_oneshot.cu
+// for why reuse at launch j+2 is safe; the result buffer follows the same argument, because a peer
+// raises its launch-j+1 data flag only after its launch-j kernel completed). In place is safe: the
+// thread that writes output vector v read input vector v earlier in the same launch, and no other
 // thread touches v.
 #include "algo/algo.h"
 #include "algo/wire.cuh"
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   const int n = a.nranks;
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
-  const uint32_t epoch = dev::readEpoch(st->tsEpoch) + 1;
+  const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
   const uint64_t dataBuf = L.dataOffset + (epoch & 1u) * L.dataBytes;
   const uint64_t resBuf = L.resultOffset + (epoch & 1u) * L.resultBytes;
   const uint64_t V = a.numVecs;
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
     }
   }
 
-  dev::finishEpoch(st->tsEpoch, epoch);
+  dev::finishEpoch(st->syncEpoch, epoch);
 }
 
 template <int kWire>

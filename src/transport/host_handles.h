@@ -12,13 +12,16 @@
 
 namespace anyr {
 
-// Flags a rank raises in its own region: [block] = epoch of the last launch in which that
-// block's data (or reduced segment) was complete. One 32-bit word per flag.
+// Flags a rank raises in its own region, one 32-bit word each. Both host algorithms share the
+// data buffers and their epoch (LocalState::syncEpoch of the transport's own state, whose
+// parity picks the buffer), so consecutive calls alternate buffers whichever algorithm runs;
+// each algorithm has its own flag words, so one's values are never mistaken for the other's.
 struct HostFlags {
-  uint32_t data[kMaxBlocks];
-  uint32_t result[kMaxBlocks];
+  uint32_t data[kMaxBlocks];    // two-shot: epoch of the last launch whose scatter was complete
+  uint32_t result[kMaxBlocks];  // two-shot: epoch of the last launch whose segment was reduced
+  uint32_t rounds[kMaxBlocks];  // one-shot: rounds of contribution published so far, per block
 };
-static_assert(sizeof(HostFlags) == 2 * kMaxBlocks * 4, "HostFlags layout");
+static_assert(sizeof(HostFlags) == 3 * kMaxBlocks * 4, "HostFlags layout");
 
 // Offsets inside one rank's region (identical for every rank: computed from the agreed
 // configuration). Rank r's region starts at r * rankBytes.
@@ -56,7 +59,7 @@ struct HostArgs {
   char* base;        // device pointer of the shared segment (rank 0's region first)
   HostLayout layout;
   const WaitControl* wait;  // device memory; its peer headers are the host regions' headers
-  LocalState* state;        // this transport's own epochs (syncEpoch: one-shot, tsEpoch: two)
+  LocalState* state;        // this transport's own: syncEpoch, pushEpoch (one-shot rounds)
   int32_t rank;
   int32_t nranks;
   int32_t wire;  // kWire*
