@@ -79,7 +79,8 @@ typedef enum {
   anyrNumAlgos = 8
 } anyrAlgo_t;
 
-/* Wire format of the data the host-memory algorithms exchange (opt-in; never the default).
+/* Wire format of the data the host-memory algorithms and one-shot pull exchange (opt-in; never
+ * the default; the other algorithms ignore it).
  * Compressed formats quantize every rank's contribution (its own included) to 8 bits with a
  * power-of-two fp32 scale per block of 16 vectors (128 16-bit or 64 fp32 elements) and
  * accumulate the dequantized values in fp32 in rank order: results stay bit-identical on all
@@ -113,7 +114,7 @@ typedef struct {
   size_t chunkBytes;   /* staging size per rank for pull/two-shot; ANYR_CHUNK_BYTES; 8 MiB */
   int useNccl;         /* 1: create/keep an NCCL communicator; ANYR_USE_NCCL; default 1 */
   int maxBlocks;       /* cap on thread blocks per kernel; ANYR_MAX_BLOCKS; 0 = automatic */
-  int wire;            /* anyrWire_t for the host-memory algorithms; ANYR_WIRE; anyrWireNative */
+  int wire;            /* anyrWire_t: host-memory algorithms and one-shot pull; ANYR_WIRE; native */
 } anyrConfig_t;
 #define ANYR_CONFIG_MAGIC 0x414e5952u
 #define ANYR_CONFIG_INITIALIZER                                                        \

@@ -339,6 +339,7 @@ void Communicator::initTransport() {
   argsTemplate_.rank = rank_;
   argsTemplate_.nranks = nranks_;
   argsTemplate_.pushFence = env::getInt("ANYR_PUSH_FENCE") != 0 ? 1 : 0;
+  argsTemplate_.wire = static_cast<int32_t>(cfg_.wire);
 
   // Blocks: at most one per SM of the smallest GPU, so every block of every rank is resident
   // at once (blocks wait on the same-index block of peers).

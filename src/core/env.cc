@@ -32,8 +32,8 @@ const std::vector<Param>& params() {
       {"ANYR_PUSH_FENCE", "0",
        "diagnostic: 1 = system-scope fence after a push kernel's stores, before it polls"},
       {"ANYR_WIRE", "native",
-       "wire format of the host-memory algorithms: native (exact), fp8 or int8 (per-block "
-       "scaled, approximate; docs/WIRE.md)"},
+       "wire format of the host-memory algorithms and one-shot pull: native (exact), fp8 or "
+       "int8 (per-block scaled, approximate; docs/WIRE.md)"},
       {"ANYR_HOST_MEMORY", "1",
        "1: set up the shared host-memory transport (host-oneshot, host-twoshot); 0: do not"},
   };

@@ -124,7 +124,7 @@ struct AllReduceArgs {
   int32_t rank;
   int32_t nranks;
   int32_t pushFence;  // 1: system-scope fence after the pushes, before polling (ANYR_PUSH_FENCE)
-  int32_t pad;
+  int32_t wire;       // anyrWire_t; honoured by one-shot pull (and the host algorithms' HostArgs)
 };
 
 }  // namespace anyr
