@@ -298,6 +298,91 @@ TEST(HostWireGpu, Int8WithinBoundExactOnCraftedBitIdentical) {
   expectAllPassedAndIdentical(results, 2);
 }
 
+// Small launch capacity (64 KiB: every large message takes many launches), the two host
+// algorithms alternating call by call (they share the buffers' parity), eager and graph-captured
+// calls mixed, native and fp8 wire: exact small-integer sums on every rank, every call.
+int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
+                     anyrWire_t wire) {
+  int ngpus = 0;
+  R_CUDA(cudaGetDeviceCount(&ngpus));
+  R_CUDA(cudaSetDevice(rank % ngpus));
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+  cfg.timeoutMs = 20000;
+  cfg.chunkBytes = 64u << 10;
+  cfg.wire = wire;
+  anyrComm_t comm = nullptr;
+  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const uint64_t maxCount = (1u << 19) + 11;
+  char* buf = nullptr;
+  unsigned long long* bad = nullptr;
+  R_CUDA(cudaMalloc(&buf, maxCount * 4 + 64));
+  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  int failures = 0;
+  uint32_t seed = 900;
+  int call = 0;
+  for (anyrDataType_t dt : {anyrBfloat16, anyrFloat32}) {
+    for (uint64_t count : {uint64_t{100}, uint64_t{40000} + 3, maxCount}) {
+      for (int rep = 0; rep < 6; ++rep, ++call) {
+        const anyrAlgo_t algo = rep % 2 == 0 ? anyrAlgoHostOneShot : anyrAlgoHostTwoShot;
+        const bool graph = rep >= 4;
+        R_ANYR(anyrCommSetAlgorithm(comm, algo), comm);
+        ++seed;
+        R_CUDA(data::fillInput(dt, buf, count, rank, seed, data::kSmallInts, s));
+        if (graph) {
+          cudaGraph_t g;
+          cudaGraphExec_t exec;
+          R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+          R_ANYR(anyrAllReduce(buf, buf, count, dt, anyrSum, comm, s), comm);
+          R_CUDA(cudaStreamEndCapture(s, &g));
+          R_CUDA(cudaGraphInstantiate(&exec, g, 0));
+          R_CUDA(cudaGraphLaunch(exec, s));
+          R_CUDA(cudaStreamSynchronize(s));
+          R_CUDA(cudaGraphExecDestroy(exec));
+          R_CUDA(cudaGraphDestroy(g));
+        } else {
+          R_ANYR(anyrAllReduce(buf, buf, count, dt, anyrSum, comm, s), comm);
+        }
+        R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+        R_CUDA(data::countMismatches(dt, buf, count, n, seed, data::kSmallInts, bad, s));
+        unsigned long long hbad = 0;
+        R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
+        R_CUDA(cudaStreamSynchronize(s));
+        if (hbad != 0) {
+          ++failures;
+          report("FAIL call " + std::to_string(call) + " " + anyrAlgoName(algo) + " " +
+                 data::dtypeName(dt) + " n=" + std::to_string(count) + (graph ? " graph" : "") +
+                 ": " + std::to_string(hbad) + " wrong\n");
+        }
+        report("HASH call" + std::to_string(call) + " " + std::to_string(hbad) + "\n");
+      }
+    }
+  }
+  anyrResult_t async = anyrSuccess;
+  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+  if (async != anyrSuccess) {
+    ++failures;
+    report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
+  }
+  R_CUDA(cudaFree(buf));
+  R_CUDA(cudaFree(bad));
+  R_CUDA(cudaStreamDestroy(s));
+  R_ANYR(anyrCommDestroy(comm), nullptr);
+  return failures ? 4 : 0;
+}
+
+TEST(HostWireGpu, ChunkedAlternatingAlgorithmsExact) {
+  REQUIRE_GPU();
+  for (anyrWire_t wire : {anyrWireNative, anyrWireFp8}) {
+    auto results = runRanksCatching(
+        2, 600, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+          return chunkedMixedRank(rank, n, id, report, wire);
+        });
+    expectAllPassedAndIdentical(results, 2);
+  }
+}
+
 TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
   REQUIRE_GPU();
   auto results =
