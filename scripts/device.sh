@@ -74,6 +74,9 @@ step "host-memory transport vs NCCL through host memory (NCCL_P2P_DISABLE=1 for 
 # The variable is set for the bench process, so the NCCL communicator it creates (the baseline
 # column, and anyreduce's own NCCL fallback) goes through host memory too: the comparison the
 # host transport is for. Targets (2 x H200): >= 2x NCCL up to 64 KB, >= 1.2x 256 KB..16 MB.
+# The shared segment lives in /dev/shm: about n x (2 + 2/n) x ANYR_CHUNK_BYTES (48 MiB for 2
+# ranks at the default 8 MiB); a smaller /dev/shm makes the host algorithms "not admitted".
+df -h /dev/shm | tail -1
 timeout -k 10 600 env NCCL_P2P_DISABLE=1 "$BUILD/tools/anyreduce" bench -a host-oneshot,host-twoshot,nccl \
   -b 1K -e 16M -f 4 --samples 15 --json "$OUT/bench-host.json" 2>&1 | tee "$OUT/bench-host.txt"
 step "host-memory transport: compressed wire at 16 MB (target: fp8 >= 1.6x native)"
