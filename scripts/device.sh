@@ -79,6 +79,9 @@ step "host-memory transport vs NCCL through host memory (NCCL_P2P_DISABLE=1 for 
 df -h /dev/shm | tail -1
 timeout -k 10 600 env NCCL_P2P_DISABLE=1 "$BUILD/tools/anyreduce" bench -a host-oneshot,host-twoshot,nccl \
   -b 1K -e 16M -f 4 --samples 15 --json "$OUT/bench-host.json" 2>&1 | tee "$OUT/bench-host.txt"
+step "as a machine without peer access: ANYR_PEER_MEMORY=0, automatic choice vs NCCL without P2P"
+timeout -k 10 600 env ANYR_PEER_MEMORY=0 NCCL_P2P_DISABLE=1 "$BUILD/tools/anyreduce" bench -a auto,nccl \
+  -b 1K -e 64M -f 4 --samples 15 --json "$OUT/bench-nop2p-auto.json" 2>&1 | tee "$OUT/bench-nop2p-auto.txt"
 step "host-memory transport: compressed wire at 16 MB (target: fp8 >= 1.6x native)"
 for w in native fp8 int8; do
   timeout -k 10 300 env NCCL_P2P_DISABLE=1 "$BUILD/tools/anyreduce" bench -a host-oneshot,host-twoshot \

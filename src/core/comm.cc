@@ -292,6 +292,13 @@ void Communicator::initTransport() {
         nranks_ > kMaxLocalRanks ? "more than 8 ranks" : "ranks on several hosts";
     return;
   }
+  // Diagnostic: behave as GPUs without peer access (rank 0's setting counts for everyone).
+  int32_t peerWanted = env::getInt("ANYR_PEER_MEMORY") != 0 ? 1 : 0;
+  bs_->broadcast(&peerWanted, sizeof(peerWanted), 0);
+  if (!peerWanted) {
+    facts_.peerMemoryReason = "disabled by ANYR_PEER_MEMORY=0";
+    return;
+  }
   layout_ = computeLayout(cfg_, nranks_);
   peers_ = createIpcPeerMemory(*bs_, layout_.totalBytes);
   char* base = peers_->local();

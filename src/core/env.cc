@@ -34,6 +34,9 @@ const std::vector<Param>& params() {
       {"ANYR_WIRE", "native",
        "wire format of the host-memory algorithms and one-shot pull: native (exact), fp8 or "
        "int8 (per-block scaled, approximate; docs/WIRE.md)"},
+      {"ANYR_PEER_MEMORY", "1",
+       "diagnostic: 0 = no peer-mapped workspace, as on GPUs without peer access (the host "
+       "transport and NCCL remain)"},
       {"ANYR_HOST_MEMORY", "1",
        "1: set up the shared host-memory transport (host-oneshot, host-twoshot); 0: do not"},
   };

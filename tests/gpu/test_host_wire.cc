@@ -383,6 +383,67 @@ TEST(HostWireGpu, ChunkedAlternatingAlgorithmsExact) {
   }
 }
 
+TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
+  REQUIRE_GPU();
+  // ANYR_PEER_MEMORY=0 makes a communicator behave as on GPUs without peer access: the
+  // automatic choice must take the host path for small messages and NCCL (when there is one)
+  // above the host limit, and the host path must compute exact sums.
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        setenv("ANYR_PEER_MEMORY", "0", 1);
+        int ngpus = 0;
+        R_CUDA(cudaGetDeviceCount(&ngpus));
+        R_CUDA(cudaSetDevice(rank % ngpus));
+        anyrComm_t comm = nullptr;
+        R_ANYR(anyrCommInitRank(&comm, n, id, rank), nullptr);
+        int failures = 0;
+        anyrAlgo_t small = anyrAlgoAuto, large = anyrAlgoAuto;
+        R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &small), comm);
+        R_ANYR(anyrCommQueryAlgorithm(comm, 64u << 20, anyrBfloat16, &large), comm);
+        if (small != anyrAlgoHostOneShot) {
+          ++failures;
+          report(std::string("FAIL 1 KiB chose ") + anyrAlgoName(small) + "\n");
+        }
+        void* nccl = nullptr;
+        R_ANYR(anyrCommGetNcclComm(comm, &nccl), comm);
+        if (large != (nccl != nullptr ? anyrAlgoNccl : anyrAlgoHostTwoShot)) {
+          ++failures;
+          report(std::string("FAIL 128 MiB chose ") + anyrAlgoName(large) + "\n");
+        }
+        if (anyrCommSetAlgorithm(comm, anyrAlgoOneShotPush) != anyrUnsupported ||
+            std::string(anyrGetLastError(comm)).find("ANYR_PEER_MEMORY") == std::string::npos) {
+          ++failures;
+          report(std::string("FAIL forcing oneshot-push: ") + anyrGetLastError(comm) + "\n");
+        }
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreate(&s));
+        char* buf = nullptr;
+        unsigned long long* bad = nullptr;
+        R_CUDA(cudaMalloc(&buf, 1 << 22));
+        R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+        for (uint64_t count : {uint64_t{1}, uint64_t{5000}, uint64_t{1} << 20}) {
+          R_CUDA(data::fillInput(anyrBfloat16, buf, count, rank, 31, data::kSmallInts, s));
+          R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);
+          R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+          R_CUDA(data::countMismatches(anyrBfloat16, buf, count, n, 31, data::kSmallInts, bad, s));
+          unsigned long long hbad = 0;
+          R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
+          R_CUDA(cudaStreamSynchronize(s));
+          if (hbad) {
+            ++failures;
+            report("FAIL auto all-reduce of " + std::to_string(count) + ": " +
+                   std::to_string(hbad) + " wrong\n");
+          }
+        }
+        R_CUDA(cudaFree(buf));
+        R_CUDA(cudaFree(bad));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+}
+
 TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
   REQUIRE_GPU();
   auto results =
