@@ -87,6 +87,12 @@ for w in native fp8 int8; do
   timeout -k 10 300 env NCCL_P2P_DISABLE=1 "$BUILD/tools/anyreduce" bench -a host-oneshot,host-twoshot \
     -b 4M -e 16M -f 4 --samples 15 --wire $w --json "$OUT/bench-host-wire-$w.json" 2>&1 | tee "$OUT/bench-host-wire-$w.txt"
 done
+step "host one-shot pipelining depth (ANYR_HOST_ROUND vectors per thread per round)"
+for r in 1 2 4 8; do
+  echo "# ANYR_HOST_ROUND=$r"
+  timeout -k 10 200 env ANYR_HOST_ROUND=$r "$BUILD/tools/anyreduce" bench -a host-oneshot \
+    -b 256K -e 16M -f 4 --samples 11 2>&1 | grep -v "^#" | tee -a "$OUT/bench-host-round.txt"
+done
 step "host-memory transport: fused all-reduce + add + RMSNorm (composition)"
 timeout -k 10 300 env ANYR_ALGO=host-oneshot "$BUILD/tools/anyreduce" bench --op add-rmsnorm --hidden 6144 \
   --tokens 1,32,128,2048 --samples 15 2>&1 | tee "$OUT/fused-host.txt"

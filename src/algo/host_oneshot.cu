@@ -13,7 +13,7 @@
 // (block 0 always has work), which each peer raised only after its whole launch-j kernel (and
 // so its reads of this buffer) completed.
 //
-// Pipelining: a block's range is cut into rounds of kRoundVecsPerThread x blockDim vectors;
+// Pipelining: a block's range is cut into rounds of ANYR_HOST_ROUND x blockDim vectors;
 // round k is written and published (flag = the block's running round count, kept per block in
 // LocalState::pushEpoch of this transport's own state, equal on every rank) before round k-1
 // is waited for and reduced, so writes to and reads from host memory share the link's two
@@ -31,9 +31,6 @@ namespace {
 
 using dev::Elem;
 using dev::Vec;
-
-// Vectors per thread per round (see the pipelining note above).
-constexpr int kRoundVecsPerThread = 2;
 
 template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
@@ -57,7 +54,8 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
   auto region = [&](int r) { return a.base + static_cast<uint64_t>(r) * L.rankBytes; };
   char* own = region(rank) + buf;
   const uint64_t scaleOff = L.dataBytes / 2;
-  const uint64_t R = static_cast<uint64_t>(blockDim.x) * kRoundVecsPerThread;
+  const int U = a.roundVecs;  // vectors per thread per round (agreed by all ranks)
+  const uint64_t R = static_cast<uint64_t>(blockDim.x) * static_cast<uint64_t>(U);
   const uint64_t rounds = hi > lo ? (hi - lo + R - 1) / R : 0;
   // Rounds this block published before this launch (same on every rank: same launches).
   const uint32_t seq0 = st->pushEpoch[blockIdx.x];
@@ -69,10 +67,9 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
     if (v < V) x = dev::loadVec<T, kAligned>(in, v, a.count);
     return x;
   };
-  // Round k covers vectors lo + k R + u blockDim + threadIdx.x, u < kRoundVecsPerThread.
+  // Round k covers vectors lo + k R + u blockDim + threadIdx.x, u < U.
   auto writeRound = [&](uint64_t k) {
-#pragma unroll
-    for (int u = 0; u < kRoundVecsPerThread; ++u) {
+    for (int u = 0; u < U; ++u) {
       const uint64_t v = lo + k * R + static_cast<uint64_t>(u) * blockDim.x + threadIdx.x;
       if (v >= hi) break;  // warp-uniform: hi - lo and R are multiples of 32
       if constexpr (kWire == kWireNative) {
@@ -84,8 +81,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
     }
   };
   auto reduceRound = [&](uint64_t k) {
-#pragma unroll
-    for (int u = 0; u < kRoundVecsPerThread; ++u) {
+    for (int u = 0; u < U; ++u) {
       const uint64_t v = lo + k * R + static_cast<uint64_t>(u) * blockDim.x + threadIdx.x;
       if (v >= hi) break;
       float acc[E] = {};

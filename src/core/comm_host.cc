@@ -47,8 +47,14 @@ void Communicator::initHostTransport() {
     return;
   }
   // Rank 0's choice counts for everyone (the environment may differ between processes).
-  int32_t enabled = env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0;
-  bs_->broadcast(&enabled, sizeof(enabled), 0);
+  int32_t agreed[2] = {env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
+                       static_cast<int32_t>(env::getInt("ANYR_HOST_ROUND"))};
+  bs_->broadcast(agreed, sizeof(agreed), 0);
+  const int32_t enabled = agreed[0];
+  if (agreed[1] < 1 || agreed[1] > 64) {
+    throwError(anyrInvalidArgument, "environment variable ANYR_HOST_ROUND=" +
+                                        std::to_string(agreed[1]) + " (rank 0's): must be 1..64");
+  }
   if (!enabled) {
     facts_.hostMemoryReason = "disabled by ANYR_HOST_MEMORY=0";
     return;
@@ -98,6 +104,7 @@ void Communicator::initHostTransport() {
   hostTemplate_.rank = rank_;
   hostTemplate_.nranks = nranks_;
   hostTemplate_.wire = static_cast<int32_t>(cfg_.wire);
+  hostTemplate_.roundVecs = agreed[1];
   bs_->barrier();  // every header written before any kernel may look at it
   facts_.hostMemory = true;
   facts_.hostMemoryReason = "shared pinned host segment of " +

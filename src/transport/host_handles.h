@@ -62,8 +62,8 @@ struct HostArgs {
   LocalState* state;        // this transport's own: syncEpoch, pushEpoch (one-shot rounds)
   int32_t rank;
   int32_t nranks;
-  int32_t wire;  // kWire*
-  int32_t pad;
+  int32_t wire;       // kWire*
+  int32_t roundVecs;  // host one-shot: vectors per thread per pipelined round (ANYR_HOST_ROUND)
 };
 
 HostLayout computeHostLayout(uint64_t chunkBytes, int nranks);
