@@ -13,7 +13,7 @@
 // (block 0 always has work), which each peer raised only after its whole launch-j kernel (and
 // so its reads of this buffer) completed.
 //
-// Pipelining: a block's range is cut into rounds of ANYR_HOST_ROUND x blockDim vectors;
+// Pipelining: a block's range is cut into rounds (at most ANYR_HOST_ROUND x blockDim vectors);
 // round k is written and published (flag = the block's running round count, kept per block in
 // LocalState::pushEpoch of this transport's own state, equal on every rank) before round k-1
 // is waited for and reduced, so writes to and reads from host memory share the link's two
@@ -54,8 +54,14 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
   auto region = [&](int r) { return a.base + static_cast<uint64_t>(r) * L.rankBytes; };
   char* own = region(rank) + buf;
   const uint64_t scaleOff = L.dataBytes / 2;
-  const int U = a.roundVecs;  // vectors per thread per round (agreed by all ranks)
-  const uint64_t R = static_cast<uint64_t>(blockDim.x) * static_cast<uint64_t>(U);
+  // Round size R (vectors, a multiple of 32, computed from values equal on every rank and in
+  // every block): about a quarter of the block's range, so large messages get several rounds
+  // to overlap; at most roundVecs per thread (ANYR_HOST_ROUND); and at least 128 KiB per round
+  // over the whole grid, so small messages keep one round (a round costs a flag round trip).
+  const uint64_t rMax = static_cast<uint64_t>(blockDim.x) * static_cast<uint64_t>(a.roundVecs);
+  const uint64_t rMin = ((128u << 10) / 16 / gridDim.x + q - 1) / q * q;
+  const uint64_t rQuarter = ((per + 3) / 4 + q - 1) / q * q;
+  const uint64_t R = min(rMax, max(rMin, rQuarter));
   const uint64_t rounds = hi > lo ? (hi - lo + R - 1) / R : 0;
   // Rounds this block published before this launch (same on every rank: same launches).
   const uint32_t seq0 = st->pushEpoch[blockIdx.x];
@@ -67,10 +73,10 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
     if (v < V) x = dev::loadVec<T, kAligned>(in, v, a.count);
     return x;
   };
-  // Round k covers vectors lo + k R + u blockDim + threadIdx.x, u < U.
+  // Round k covers vectors lo + k R + j, j < R; thread t takes j = t, t + blockDim, ...
   auto writeRound = [&](uint64_t k) {
-    for (int u = 0; u < U; ++u) {
-      const uint64_t v = lo + k * R + static_cast<uint64_t>(u) * blockDim.x + threadIdx.x;
+    for (uint64_t j = threadIdx.x; j < R; j += blockDim.x) {
+      const uint64_t v = lo + k * R + j;
       if (v >= hi) break;  // warp-uniform: hi - lo and R are multiples of 32
       if constexpr (kWire == kWireNative) {
         dev::storeSys(own + v * 16, loadIn(v).u);
@@ -81,8 +87,8 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
     }
   };
   auto reduceRound = [&](uint64_t k) {
-    for (int u = 0; u < U; ++u) {
-      const uint64_t v = lo + k * R + static_cast<uint64_t>(u) * blockDim.x + threadIdx.x;
+    for (uint64_t j = threadIdx.x; j < R; j += blockDim.x) {
+      const uint64_t v = lo + k * R + j;
       if (v >= hi) break;
       float acc[E] = {};
       if constexpr (kWire == kWireNative) {

@@ -38,8 +38,8 @@ const std::vector<Param>& params() {
        "diagnostic: 0 = no peer-mapped workspace, as on GPUs without peer access (the host "
        "transport and NCCL remain)"},
       {"ANYR_HOST_ROUND", "2",
-       "host one-shot: 16-byte vectors per thread in each pipelined round (1..64; rank 0's "
-       "value is used)"},
+       "host one-shot: most 16-byte vectors per thread in one pipelined round (1..64; rank "
+       "0's value is used)"},
       {"ANYR_HOST_MEMORY", "1",
        "1: set up the shared host-memory transport (host-oneshot, host-twoshot); 0: do not"},
   };
