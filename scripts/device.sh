@@ -127,4 +127,30 @@ ANYR_TUNING_FILE="$OUT/tuning.json" timeout -k 10 600 "$BUILD/tools/anyreduce" b
 echo "check-dispatch (tuned) exit: ${PIPESTATUS[0]}"
 ANYR_TUNING_FILE="$OUT/tuning.json" timeout -k 10 300 "$BUILD/tools/anyreduce" bench --check-dispatch --quant fp8 --minbytes 1K --maxbytes 1K --samples 11 2>&1 | tee "$OUT/check-dispatch-fp8.txt" | tail -16
 echo "check-dispatch (fp8, tuned) exit: ${PIPESTATUS[0]}"
+step "host-memory transport vs NCCL through host memory (NCCL_P2P_DISABLE=1 for the whole process)"
+# The variable is set for the bench process, so the NCCL communicator it creates (the baseline
+# column, and anyreduce's own NCCL fallback) goes through host memory too: the comparison the
+# host transport is for. Targets (2 x H200): >= 2x NCCL up to 64 KB, >= 1.2x 256 KB..16 MB.
+# The shared segment lives in /dev/shm: about n x (2 + 2/n) x ANYR_CHUNK_BYTES (48 MiB for 2
+# ranks at the default 8 MiB); a smaller /dev/shm makes the host algorithms "not admitted".
+df -h /dev/shm | tail -1
+timeout -k 10 600 env NCCL_P2P_DISABLE=1 "$BUILD/tools/anyreduce" bench -a host-oneshot,host-twoshot,nccl \
+  -b 1K -e 16M -f 4 --samples 15 --json "$OUT/bench-host.json" 2>&1 | tee "$OUT/bench-host.txt"
+step "as a machine without peer access: ANYR_PEER_MEMORY=0, automatic choice vs NCCL without P2P"
+timeout -k 10 600 env ANYR_PEER_MEMORY=0 NCCL_P2P_DISABLE=1 "$BUILD/tools/anyreduce" bench -a auto,nccl \
+  -b 1K -e 64M -f 4 --samples 15 --json "$OUT/bench-nop2p-auto.json" 2>&1 | tee "$OUT/bench-nop2p-auto.txt"
+step "host-memory transport: compressed wire at 16 MB (target: fp8 >= 1.6x native)"
+for w in native fp8 int8; do
+  timeout -k 10 300 env NCCL_P2P_DISABLE=1 "$BUILD/tools/anyreduce" bench -a host-oneshot,host-twoshot \
+    -b 4M -e 16M -f 4 --samples 15 --wire $w --json "$OUT/bench-host-wire-$w.json" 2>&1 | tee "$OUT/bench-host-wire-$w.txt"
+done
+step "host one-shot pipelining depth (ANYR_HOST_ROUND vectors per thread per round)"
+for r in 1 2 4 8; do
+  echo "# ANYR_HOST_ROUND=$r"
+  timeout -k 10 200 env ANYR_HOST_ROUND=$r "$BUILD/tools/anyreduce" bench -a host-oneshot \
+    -b 256K -e 16M -f 4 --samples 11 2>&1 | grep -v "^#" | tee -a "$OUT/bench-host-round.txt"
+done
+step "host-memory transport: fused all-reduce + add + RMSNorm (composition)"
+timeout -k 10 300 env ANYR_ALGO=host-oneshot "$BUILD/tools/anyreduce" bench --op add-rmsnorm --hidden 6144 \
+  --tokens 1,32,128,2048 --samples 15 2>&1 | tee "$OUT/fused-host.txt"
 step "done"

@@ -79,8 +79,23 @@ typedef enum {
   anyrAlgoTwoShot = 3,     /* reduce-scatter, then all-gather, by peer reads */
   anyrAlgoNccl = 4,        /* ncclAllReduce on the communicator's NCCL communicator */
   anyrAlgoTwoShotPush = 5, /* reduce-scatter and all-gather by peer writes, no barriers */
-  anyrNumAlgos = 6
+  anyrAlgoHostOneShot = 6, /* through pinned shared host memory: no peer access needed */
+  anyrAlgoHostTwoShot = 7, /* reduce-scatter + all-gather through pinned shared host memory */
+  anyrNumAlgos = 8
 } anyrAlgo_t;
+
+/* Wire format of the data the host-memory algorithms and one-shot pull exchange (opt-in; never
+ * the default; the other algorithms ignore it).
+ * Compressed formats quantize every rank's contribution (its own included) to 8 bits with a
+ * power-of-two fp32 scale per block of 16 vectors (128 16-bit or 64 fp32 elements) and
+ * accumulate the dequantized values in fp32 in rank order: results stay bit-identical on all
+ * ranks but are approximate (error bound in docs/WIRE.md). */
+typedef enum {
+  anyrWireNative = 0, /* the data type itself: exact */
+  anyrWireFp8 = 1,    /* e4m3 + per-block power-of-two scale */
+  anyrWireInt8 = 2,   /* int8 + per-block power-of-two scale */
+  anyrNumWires = 3
+} anyrWire_t;
 
 #define ANYR_UNIQUE_ID_BYTES 128
 typedef struct {
@@ -108,6 +123,7 @@ typedef struct {
                              reads it); ANYR_TUNING_FILE; default none */
   int tuneBudgetMs;       /* > 0: with no matching table, tune at init within this budget and
                              save to tuningFile if set; ANYR_TUNE_BUDGET_MS; default 0 */
+  int wire; /* anyrWire_t: host-memory algorithms and one-shot pull; ANYR_WIRE; native */
 } anyrConfig_t;
 #define ANYR_CONFIG_MAGIC 0x414e5952u
 #define ANYR_CONFIG_INITIALIZER                                                        \
@@ -115,7 +131,7 @@ typedef struct {
     sizeof(anyrConfig_t), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, ANYR_CONFIG_UNDEF_INT, \
         ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_SIZE,         \
         ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT, NULL,    \
-        ANYR_CONFIG_UNDEF_INT                                                          \
+        ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT                                   \
   }
 
 /* Library version as ANYR_VERSION_CODE. */
@@ -246,8 +262,8 @@ ANYR_API anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count
  * (NUL-terminated); *needed receives the full length + 1. */
 ANYR_API anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed);
 
-/* Short names: "auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl", "twoshot-push";
- * NULL if invalid. */
+/* Short names: "auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl", "twoshot-push",
+ * "host-oneshot", "host-twoshot"; NULL if invalid. */
 ANYR_API const char* anyrAlgoName(anyrAlgo_t algorithm);
 
 ANYR_API const char* anyrGetErrorString(anyrResult_t result);

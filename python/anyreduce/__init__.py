@@ -54,6 +54,7 @@ from ._types import (
     Quant,
     RedOp,
     Result,
+    Wire,
 )
 from ._version import __version__
 
@@ -67,7 +68,7 @@ __all__ = [
     # library
     "library", "library_path", "load_library", "LIBRARY_ENV_VAR",
     # types
-    "Algo", "Config", "DataType", "FusedOptions", "Quant", "RedOp", "Result",
+    "Algo", "Config", "DataType", "FusedOptions", "Quant", "RedOp", "Result", "Wire",
     "UNIQUE_ID_BYTES", "ANYR_VERSION_CODE",
     # errors
     "AnyreduceError", "CudaError", "SystemCallError", "InternalError", "InvalidArgument",

@@ -34,7 +34,7 @@ def _snake(camel: str) -> str:
 
 
 # C enumerator prefix per enum (the part before the member's own name).
-_C_PREFIX = {"Algo": "anyrAlgo", "Quant": "anyrQuant"}
+_C_PREFIX = {"Algo": "anyrAlgo", "Quant": "anyrQuant", "Wire": "anyrWire"}
 
 
 class _CEnum(enum.IntEnum):
@@ -119,6 +119,8 @@ class Algo(_CEnum):
     TWO_SHOT = 3
     NCCL = 4
     TWO_SHOT_PUSH = 5
+    HOST_ONE_SHOT = 6
+    HOST_TWO_SHOT = 7
 
     @property
     def short_name(self) -> str:
@@ -149,7 +151,26 @@ _ALGO_SHORT = {
     Algo.TWO_SHOT: "twoshot",
     Algo.NCCL: "nccl",
     Algo.TWO_SHOT_PUSH: "twoshot-push",
+    Algo.HOST_ONE_SHOT: "host-oneshot",
+    Algo.HOST_TWO_SHOT: "host-twoshot",
 }
+
+
+class Wire(_CEnum):
+    """anyrWire_t: wire format of the host-memory algorithms and one-shot pull (opt-in)."""
+
+    NATIVE = 0
+    FP8 = 1
+    INT8 = 2
+
+    @classmethod
+    def parse(cls, value: Union["Wire", int, str]) -> "Wire":
+        if isinstance(value, str):
+            try:
+                return cls[value.strip().upper()]
+            except KeyError:
+                raise ValueError(f"unknown wire format {value!r} ('native', 'fp8' or 'int8')") from None
+        return cls(value)
 
 
 class Quant(_CEnum):
@@ -179,6 +200,7 @@ NUM_SENTINELS = {
     "anyrNumOps": len(RedOp),
     "anyrNumAlgos": len(Algo),
     "anyrNumQuants": len(Quant),
+    "anyrNumWires": len(Wire),
 }
 
 # ---- ctypes structures --------------------------------------------------------------------
@@ -221,6 +243,7 @@ class anyrConfig_t(ctypes.Structure):  # noqa: N801 (C name)
         ("maxBlocks", ctypes.c_int),
         ("tuningFile", ctypes.c_void_p),  # const char*; ANYR_TUNING_FILE
         ("tuneBudgetMs", ctypes.c_int),  # ANYR_TUNE_BUDGET_MS
+        ("wire", ctypes.c_int),
     ]
 
     @classmethod
@@ -228,7 +251,7 @@ class anyrConfig_t(ctypes.Structure):  # noqa: N801 (C name)
         """ANYR_CONFIG_INITIALIZER: every tunable at its "undefined" value."""
         u_int, u_size = ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE
         return cls(ctypes.sizeof(cls), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, u_int, u_int,
-                   u_size, u_size, u_size, u_int, u_int, None, u_int)
+                   u_size, u_size, u_size, u_int, u_int, None, u_int, u_int)
 
 
 class anyrFusedOptions_t(ctypes.Structure):  # noqa: N801 (C name)
@@ -270,6 +293,7 @@ class Config:
     chunk_bytes: staging size per rank                 (ANYR_CHUNK_BYTES; default 8 MiB)
     use_nccl: create/keep an NCCL communicator         (ANYR_USE_NCCL; default True)
     max_blocks: cap on thread blocks per kernel, 0=auto (ANYR_MAX_BLOCKS)
+    wire: Wire, int or name: 'native', 'fp8', 'int8' (ANYR_WIRE; default native)
     """
 
     algorithm: Optional[Union[Algo, int, str]] = None
@@ -279,6 +303,7 @@ class Config:
     chunk_bytes: Optional[int] = None
     use_nccl: Optional[Union[bool, int]] = None
     max_blocks: Optional[int] = None
+    wire: Optional[Union[Wire, int, str]] = None
 
     def to_c(self) -> anyrConfig_t:
         """The anyrConfig_t for this configuration (ANYR_CONFIG_INITIALIZER + set fields)."""
@@ -327,6 +352,15 @@ class Config:
             c.useNccl = int_field("use_nccl", self.use_nccl)
         if self.max_blocks is not None:
             c.maxBlocks = int_field("max_blocks", self.max_blocks)
+        if self.wire is not None:
+            wire = self.wire
+            if isinstance(wire, str):
+                try:
+                    wire = Wire.parse(wire)
+                except ValueError as e:
+                    raise InvalidArgument(Result.INVALID_ARGUMENT,
+                                          f"argument 'config.wire': {e}") from None
+            c.wire = int_field("wire", int(wire))
         return c
 
 

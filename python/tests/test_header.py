@@ -17,6 +17,7 @@ from anyreduce._types import (
     RedOp,
     Result,
     UniqueId,
+    Wire,
     anyrConfig_t,
     anyrFusedOptions_t,
 )
@@ -52,6 +53,7 @@ ENUMS = {
     "anyrRedOp_t": RedOp,
     "anyrAlgo_t": Algo,
     "anyrQuant_t": Quant,
+    "anyrWire_t": Wire,
 }
 
 
@@ -204,3 +206,14 @@ def test_config_fields_map_onto_the_struct():
                max_blocks=7).to_c()
     assert (c.algorithm, c.timeoutMs, c.oneShotMaxBytes, c.twoShotMaxBytes, c.chunkBytes,
             c.useNccl, c.maxBlocks) == (int(Algo.TWO_SHOT), 1234, 1 << 16, 1 << 20, 1 << 22, 0, 7)
+
+
+def test_config_wire_and_host_algorithms():
+    from anyreduce import Config, InvalidArgument
+
+    assert Config(wire="fp8").to_c().wire == int(Wire.FP8)
+    assert Config(wire=Wire.INT8).to_c().wire == 2
+    assert Config(algorithm="host-oneshot").to_c().algorithm == int(Algo.HOST_ONE_SHOT)
+    assert str(Algo.HOST_TWO_SHOT) == "host-twoshot"
+    with pytest.raises(InvalidArgument, match="config.wire"):
+        Config(wire="fp4").to_c()

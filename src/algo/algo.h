@@ -6,6 +6,7 @@
 
 #include "anyreduce/anyreduce.h"
 #include "transport/device_handles.h"
+#include "transport/host_handles.h"
 
 namespace anyr {
 
@@ -25,5 +26,10 @@ cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream);
 cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                           cudaStream_t stream);
+// Host-memory transport (host_oneshot.cu, host_twoshot.cu); a.wire selects the wire format.
+cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
+                              cudaStream_t stream);
+cudaError_t launchHostTwoShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
+                              cudaStream_t stream);
 
 }  // namespace anyr

@@ -10,8 +10,12 @@
 // Reuse is safe: this rank overwrites staging buffer (j % 2) only at call j+2, after its call
 // j+1 received every peer's call-j+1 flag, which each peer raised only after its whole call-j
 // kernel (and so all its reads of this rank's buffer) completed.
+//
+// The opt-in compressed wire (AllReduceArgs::wire, docs/WIRE.md) stages fp8/int8 values with
+// per-group power-of-two scales instead of the input: peers read about half the bytes, and
+// every rank sums dequantize(quantize(x_r)) in rank order, its own term included.
 #include "algo/algo.h"
-#include "algo/device_common.cuh"
+#include "algo/wire.cuh"
 
 namespace anyr {
 namespace {
@@ -19,8 +23,9 @@ namespace {
 using dev::Elem;
 using dev::Vec;
 
-template <typename T, bool kAligned>
+template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads) oneShotPullKernel(AllReduceArgs a) {
+  constexpr int E = Elem<T>::kPerVec;
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
@@ -29,16 +34,36 @@ __global__ void __launch_bounds__(kAlgoThreads) oneShotPullKernel(AllReduceArgs 
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
   const uint64_t bufOffset = a.layout.stagingOffset + (epoch & 1u) * a.layout.chunkBytes;
 
-  // This block's vector range.
-  const uint64_t per = (a.numVecs + gridDim.x - 1) / gridDim.x;
+  // This block's vector range. With a compressed wire (wire.cuh) the ranges are whole
+  // multiples of kHostBlockQuantum vectors, so every wire group lies in one warp, and lanes
+  // past numVecs carry zeros and store nothing.
+  const uint64_t V = a.numVecs;
+  uint64_t per = (V + gridDim.x - 1) / gridDim.x;
+  uint64_t vEnd = V;
+  if constexpr (kWire != kWireNative) {
+    per = (per + kHostBlockQuantum - 1) / kHostBlockQuantum * kHostBlockQuantum;
+    vEnd = (V + kHostBlockQuantum - 1) / kHostBlockQuantum * kHostBlockQuantum;
+  }
   const uint64_t lo = per * blockIdx.x;
-  const uint64_t hi = min(a.numVecs, lo + per);
+  const uint64_t hi = min(vEnd, lo + per);
+  const uint64_t scaleOff = a.layout.chunkBytes / 2;
+  auto loadIn = [&](uint64_t v) {
+    Vec x;
+    x.u = make_uint4(0, 0, 0, 0);
+    if (v < V) x = dev::loadVec<T, kAligned>(in, v, a.count);
+    return x;
+  };
 
   // 1. Stage this block's range of the input.
   char* own = a.peerWorkspace[rank];
   for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
-    Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
-    dev::storeRelaxed(own + bufOffset + v * 16, x.u);
+    if constexpr (kWire == kWireNative) {
+      dev::storeRelaxed(own + bufOffset + v * 16, loadIn(v).u);
+    } else {
+      float unused[E];
+      dev::wirePut<T, kWire>(loadIn(v), own + bufOffset, own + bufOffset + scaleOff, v, v < V,
+                             unused);
+    }
   }
   __syncthreads();
 
@@ -67,33 +92,69 @@ __global__ void __launch_bounds__(kAlgoThreads) oneShotPullKernel(AllReduceArgs 
   // 3. Read every rank's staged range in rank order and reduce.
   if (!blockFailed) {
     for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
-      float acc[Elem<T>::kPerVec] = {};
-      for (int s = 0; s < n; ++s) {
-        Vec x;
-        if (s == rank) {
-          x = dev::loadVec<T, kAligned>(in, v, a.count);
-        } else {
-          x.u = dev::loadCg(a.peerWorkspace[s] + bufOffset + v * 16);
+      float acc[E] = {};
+      if constexpr (kWire == kWireNative) {
+        for (int s = 0; s < n; ++s) {
+          Vec x;
+          if (s == rank) {
+            x = dev::loadVec<T, kAligned>(in, v, a.count);
+          } else {
+            x.u = dev::loadCg(a.peerWorkspace[s] + bufOffset + v * 16);
+          }
+          dev::accumulate<T>(acc, x);
         }
-        dev::accumulate<T>(acc, x);
+      } else {
+        // The own contribution as the peers see it: quantized and dequantized.
+        float mine[E];
+        dev::wirePut<T, kWire>(loadIn(v), nullptr, nullptr, v, false, mine);
+        for (int s = 0; s < n; ++s) {
+          float d[E];
+          if (s == rank) {
+#pragma unroll
+            for (int i = 0; i < E; ++i) d[i] = mine[i];
+          } else if (v < V) {
+            const char* src = a.peerWorkspace[s] + bufOffset;
+            dev::wireGet<T, kWire>(src, src + scaleOff, v, d);
+          } else {
+#pragma unroll
+            for (int i = 0; i < E; ++i) d[i] = 0.f;
+          }
+#pragma unroll
+          for (int i = 0; i < E; ++i) acc[i] += d[i];
+        }
       }
-      dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc));
+      if (v < V) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc));
     }
   }
 
   dev::finishEpoch(st->syncEpoch, epoch);
 }
 
+template <int kWire>
+cudaError_t launchWith(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
+                       cudaStream_t stream) {
+  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+    using Tag = decltype(tag);
+    oneShotPullKernel<typename Tag::T, Tag::kAligned, kWire>
+        <<<shape.blocks, shape.threads, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
+}
+
 }  // namespace
 
 cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
-  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
-    using Tag = decltype(tag);
-    oneShotPullKernel<typename Tag::T, Tag::kAligned>
-        <<<shape.blocks, shape.threads, 0, stream>>>(a);
-    return cudaGetLastError();
-  });
+  switch (a.wire) {
+    case kWireNative:
+      return launchWith<kWireNative>(dtype, a, shape, stream);
+    case kWireFp8:
+      return launchWith<kWireFp8>(dtype, a, shape, stream);
+    case kWireInt8:
+      return launchWith<kWireInt8>(dtype, a, shape, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace anyr

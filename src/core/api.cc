@@ -187,8 +187,9 @@ anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_
 }
 
 const char* anyrAlgoName(anyrAlgo_t algorithm) {
-  static const char* const names[anyrNumAlgos] = {"auto",    "oneshot-push", "oneshot-pull",
-                                                  "twoshot", "nccl",         "twoshot-push"};
+  static const char* const names[anyrNumAlgos] = {"auto",         "oneshot-push", "oneshot-pull",
+                                                  "twoshot",      "nccl",         "twoshot-push",
+                                                  "host-oneshot", "host-twoshot"};
   if (algorithm < 0 || algorithm >= anyrNumAlgos) return nullptr;
   return names[algorithm];
 }

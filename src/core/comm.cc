@@ -35,6 +35,10 @@ const char* waitWhatName(int32_t w) {
       return "start flag";
     case kWaitEndFlag:
       return "end flag";
+    case kWaitHostData:
+      return "host-memory data flag";
+    case kWaitHostResult:
+      return "host-memory result flag";
     default:
       return "nothing";
   }
@@ -131,6 +135,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   initNccl(externalNccl);
   initTransport();
   checkTransport();
+  initHostTransport();
   decide();
   loadOrTuneAtInit();
   bs_->barrier();
@@ -294,6 +299,13 @@ void Communicator::initTransport() {
         nranks_ > kMaxLocalRanks ? "more than 8 ranks" : "ranks on several hosts";
     return;
   }
+  // Diagnostic: behave as GPUs without peer access (rank 0's setting counts for everyone).
+  int32_t peerWanted = env::getInt("ANYR_PEER_MEMORY") != 0 ? 1 : 0;
+  bs_->broadcast(&peerWanted, sizeof(peerWanted), 0);
+  if (!peerWanted) {
+    facts_.peerMemoryReason = "disabled by ANYR_PEER_MEMORY=0";
+    return;
+  }
   layout_ = computeLayout(cfg_, nranks_);
   peers_ = createIpcPeerMemory(*bs_, layout_.totalBytes);
   char* base = peers_->local();
@@ -341,6 +353,7 @@ void Communicator::initTransport() {
   argsTemplate_.rank = rank_;
   argsTemplate_.nranks = nranks_;
   argsTemplate_.pushFence = env::getInt("ANYR_PUSH_FENCE") != 0 ? 1 : 0;
+  argsTemplate_.wire = static_cast<int32_t>(cfg_.wire);
 
   // Blocks: at most one per SM of the smallest GPU, so every block of every rank is resident
   // at once (blocks wait on the same-index block of peers).
@@ -795,7 +808,8 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
   // Spread the vectors over as many SMs as possible before making blocks larger: small
   // messages then inject from many SMs at once. Every rank computes the same shape (agreed
   // inputs only), which the per-block flags rely on.
-  const bool twoShot = algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush;
+  const bool twoShot =
+      algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush || algo == anyrAlgoHostTwoShot;
   const uint64_t work = twoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
   const uint64_t blocksCap = static_cast<uint64_t>(maxBlocks_);
   uint64_t threads = (work + blocksCap - 1) / blocksCap;
@@ -809,6 +823,10 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
 
 void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                                   anyrDataType_t dtype, cudaStream_t stream) {
+  if (algo == anyrAlgoHostOneShot || algo == anyrAlgoHostTwoShot) {
+    launchHostAlgo(algo, in, out, count, dtype, stream);
+    return;
+  }
   const size_t es = dtypeSize(dtype);
   // Per-launch capacity: one push slot, or one staging chunk. Larger messages are chunked;
   // chunk boundaries are multiples of 16 bytes, so alignment is preserved.
@@ -911,6 +929,7 @@ std::string Communicator::explainJson() const {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;
   }
+  explainHost(&j);
   return j.dump(2);
 }
 
@@ -960,6 +979,9 @@ Communicator::~Communicator() {
   if (nccl_ != nullptr && ownsNccl_) releaseNcclComm(nccl_, failCode_.load() == anyrSuccess);
   nccl_ = nullptr;
   peers_.reset();
+  host_.reset();
+  if (dHostState_ != nullptr) (void)cudaFree(dHostState_);
+  if (dHostWait_ != nullptr) (void)cudaFree(dHostWait_);
   if (dState_ != nullptr) (void)cudaFree(dState_);
   if (dWait_ != nullptr) (void)cudaFree(dWait_);
   if (scratch_ != nullptr) (void)cudaFree(scratch_);

@@ -24,6 +24,8 @@
 #include "select/tuning.h"
 #include "topology/topology.h"
 #include "transport/device_handles.h"
+#include "transport/host_handles.h"
+#include "transport/host_memory.h"
 #include "transport/peer_memory.h"
 
 namespace anyr {
@@ -114,6 +116,11 @@ class Communicator {
   void launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);
   LaunchShape shapeFor(anyrAlgo_t algo, uint64_t numVecs) const;
+  // Host-memory transport (comm_host.cc).
+  void initHostTransport();
+  void launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
+                      anyrDataType_t dtype, cudaStream_t stream);
+  void explainHost(void* json) const;  // nlohmann::json*
   void waitStreamIdle(cudaStream_t s, const char* what);
 
   int rank_ = -1;
@@ -141,6 +148,11 @@ class Communicator {
   WorkspaceLayout layout_{};
   LocalState* dState_ = nullptr;
   WaitControl* dWait_ = nullptr;
+  std::unique_ptr<HostMemory> host_;  // shared pinned host segment (host-oneshot/-twoshot)
+  HostLayout hostLayout_{};
+  LocalState* dHostState_ = nullptr;  // the host transport's own epochs and fail claim
+  WaitControl* dHostWait_ = nullptr;
+  HostArgs hostTemplate_{};
   void* scratch_ = nullptr;  // all-reduce target of the unfused fused-op path
   size_t scratchBytes_ = 0;
   void* hostMapped_ = nullptr;  // ErrorRecord followed by the abort word

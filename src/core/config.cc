@@ -24,6 +24,29 @@ std::string algoNames() {
   return s;
 }
 
+const char* wireName(anyrWire_t w) {
+  switch (w) {
+    case anyrWireNative:
+      return "native";
+    case anyrWireFp8:
+      return "fp8";
+    case anyrWireInt8:
+      return "int8";
+    default:
+      return "invalid";
+  }
+}
+
+bool parseWire(const std::string& name, anyrWire_t* out) {
+  for (int i = 0; i < anyrNumWires; ++i) {
+    if (name == wireName(static_cast<anyrWire_t>(i))) {
+      *out = static_cast<anyrWire_t>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
 Config::Wire Config::toWire() const {
   Wire w{};
   w.algorithm = algorithm;
@@ -33,6 +56,7 @@ Config::Wire Config::toWire() const {
   w.oneShotMaxBytes = oneShotMaxBytes;
   w.twoShotMaxBytes = twoShotMaxBytes;
   w.chunkBytes = chunkBytes;
+  w.wire = wire;
   return w;
 }
 
@@ -45,20 +69,22 @@ Config Config::fromWire(const Wire& w) {
   c.oneShotMaxBytes = w.oneShotMaxBytes;
   c.twoShotMaxBytes = w.twoShotMaxBytes;
   c.chunkBytes = w.chunkBytes;
+  c.wire = static_cast<anyrWire_t>(w.wire);
   return c;
 }
 
 bool Config::operator==(const Config& o) const {
   return algorithm == o.algorithm && timeoutMs == o.timeoutMs && useNccl == o.useNccl &&
          maxBlocks == o.maxBlocks && oneShotMaxBytes == o.oneShotMaxBytes &&
-         twoShotMaxBytes == o.twoShotMaxBytes && chunkBytes == o.chunkBytes;
+         twoShotMaxBytes == o.twoShotMaxBytes && chunkBytes == o.chunkBytes && wire == o.wire;
 }
 
 std::string Config::describe() const {
   std::ostringstream os;
   os << "algorithm=" << anyrAlgoName(algorithm) << " timeoutMs=" << timeoutMs
      << " oneShotMaxBytes=" << oneShotMaxBytes << " twoShotMaxBytes=" << twoShotMaxBytes
-     << " chunkBytes=" << chunkBytes << " useNccl=" << useNccl << " maxBlocks=" << maxBlocks;
+     << " chunkBytes=" << chunkBytes << " useNccl=" << useNccl << " maxBlocks=" << maxBlocks
+     << " wire=" << wireName(wire);
   return os.str();
 }
 
@@ -155,6 +181,18 @@ Config resolveConfig(const anyrConfig_t* user) {
   ANYR_REQUIRE_ARG(c.tuneBudgetMs >= 0 && c.tuneBudgetMs <= 3600 * 1000,
                    "config.tuneBudgetMs / ANYR_TUNE_BUDGET_MS",
                    "must be in 0..3600000 milliseconds (0 = no tuning at init)");
+  // wire format of the host-memory algorithms
+  if (user && user->wire != ANYR_CONFIG_UNDEF_INT) {
+    ANYR_REQUIRE_ARG(user->wire >= 0 && user->wire < anyrNumWires, "config.wire",
+                     "must be an anyrWire_t value (0..2: native, fp8, int8)");
+    c.wire = static_cast<anyrWire_t>(user->wire);
+  } else {
+    std::string name = env::getString("ANYR_WIRE");
+    if (!parseWire(name, &c.wire)) {
+      throwError(anyrInvalidArgument,
+                 "environment variable ANYR_WIRE='" + name + "': must be native, fp8 or int8");
+    }
+  }
   return c;
 }
 

@@ -19,25 +19,31 @@ struct Config {
   int maxBlocks = 0;  // 0: automatic
   // Dispatch tuning (select/tuning.h). Not part of Wire: rank 0's values are broadcast by the
   // communicator's tuning step, and only rank 0 reads or writes the file.
-  std::string tuningFile;  // "" : none
-  int tuneBudgetMs = 0;    // > 0: tune at init (when no matching table was loaded)
+  std::string tuningFile;            // "" : none
+  int tuneBudgetMs = 0;              // > 0: tune at init (when no matching table was loaded)
+  anyrWire_t wire = anyrWireNative;  // host-memory algorithms' wire format
 
   // Crosses process boundaries (rank 0's resolved config is broadcast): fixed layout.
   struct Wire {
     int32_t algorithm, timeoutMs, useNccl, maxBlocks;
     uint64_t oneShotMaxBytes, twoShotMaxBytes, chunkBytes;
+    int32_t wire, pad;
   };
   Wire toWire() const;
   static Config fromWire(const Wire& w);
   bool operator==(const Config& o) const;
   std::string describe() const;
 };
-static_assert(sizeof(Config::Wire) == 40, "Config::Wire layout");
+static_assert(sizeof(Config::Wire) == 48, "Config::Wire layout");
 
 Config resolveConfig(const anyrConfig_t* user);
 
 // "auto", "oneshot-push", ... <-> anyrAlgo_t. parseAlgo returns false for an unknown name.
 bool parseAlgo(const std::string& name, anyrAlgo_t* out);
 std::string algoNames();  // "auto, oneshot-push, oneshot-pull, twoshot, nccl"
+
+// "native", "fp8", "int8" <-> anyrWire_t. parseWire returns false for an unknown name.
+bool parseWire(const std::string& name, anyrWire_t* out);
+const char* wireName(anyrWire_t w);
 
 }  // namespace anyr

@@ -13,7 +13,8 @@ const std::vector<Param>& params() {
   static const std::vector<Param> table = {
       {"ANYR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
       {"ANYR_ALGO", "auto",
-       "force an algorithm: auto, oneshot-push, oneshot-pull, twoshot, twoshot-push, nccl"},
+       "force an algorithm: auto, oneshot-push, oneshot-pull, twoshot, twoshot-push, nccl, "
+       "host-oneshot, host-twoshot"},
       {"ANYR_TIMEOUT_MS", "30000",
        "bound on every wait, host and device, in milliseconds (bootstrap, flags, data)"},
       {"ANYR_ONESHOT_MAX_BYTES", "",
@@ -45,6 +46,17 @@ const std::vector<Param>& params() {
       {"ANYR_TUNE_BUDGET_MS", "0",
        "> 0: without a matching table, tune at init within this many ms (saved to "
        "ANYR_TUNING_FILE if set)"},
+      {"ANYR_WIRE", "native",
+       "wire format of the host-memory algorithms and one-shot pull: native (exact), fp8 or "
+       "int8 (per-block scaled, approximate; docs/WIRE.md)"},
+      {"ANYR_PEER_MEMORY", "1",
+       "diagnostic: 0 = no peer-mapped workspace, as on GPUs without peer access (the host "
+       "transport and NCCL remain)"},
+      {"ANYR_HOST_ROUND", "2",
+       "host one-shot: most 16-byte vectors per thread in one pipelined round (1..64; rank "
+       "0's value is used)"},
+      {"ANYR_HOST_MEMORY", "1",
+       "1: set up the shared host-memory transport (host-oneshot, host-twoshot); 0: do not"},
   };
   return table;
 }

@@ -85,6 +85,14 @@ Admission admit(const Topology& t, const CommFacts& f) {
   setPeer(anyrAlgoOneShotPull, false, true);
   setPeer(anyrAlgoTwoShot, false, true);
   setPeer(anyrAlgoTwoShotPush, true, false);
+  // Host-memory algorithms need no peer access at all: only the shared pinned segment.
+  for (anyrAlgo_t a : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
+    AlgoAdmission& x = adm.algo[static_cast<size_t>(a)];
+    x.admitted = f.hostMemory && f.sameHost && f.nranks <= kMaxLocalRanks;
+    x.reason = x.admitted ? "every rank mapped the shared pinned host segment (no peer access "
+                            "needed)"
+                          : "no host-memory transport: " + f.hostMemoryReason;
+  }
   adm.algo[anyrAlgoAuto].admitted = adm.any();
   adm.algo[anyrAlgoAuto].reason = "automatic choice by message size";
   return adm;
@@ -138,6 +146,14 @@ Thresholds defaultThresholds(const Topology& t, const Admission& adm, const Conf
   }
   th.oneShotMaxBytes = cfg.oneShotMaxBytes ? cfg.oneShotMaxBytes : defaultOneShotMaxBytes(nranks);
   th.twoShotMaxBytes = cfg.twoShotMaxBytes ? cfg.twoShotMaxBytes : (32ull << 20);
+  // Host memory (seed, not a measurement): with 2 ranks both host algorithms move the same
+  // bytes and one-shot has one round trip less, so one-shot throughout; with more ranks,
+  // one-shot reads (n-1) x bytes, two-shot about 2 x bytes, so two-shot above the one-shot
+  // limit. NCCL (through host memory itself on such machines) above the two-shot limit.
+  th.hostOneShotMaxBytes = nranks <= 2 ? th.twoShotMaxBytes : th.oneShotMaxBytes;
+  th.hostMaxBytes = th.twoShotMaxBytes;
+  th.hostWhy = nranks <= 2 ? "2 ranks: host one-shot moves no more bytes than two-shot"
+                           : "host two-shot above the one-shot limit reads fewer bytes";
   return th;
 }
 
@@ -148,6 +164,14 @@ anyrAlgo_t chooseAlgo(const Admission& adm, const Thresholds& th, uint64_t bytes
   const bool pull = adm[anyrAlgoOneShotPull].admitted;
   const bool two = adm[th.twoShot].admitted;
   const bool nccl = adm[anyrAlgoNccl].admitted;
+  const bool anyPeer =
+      push || pull || adm[anyrAlgoTwoShot].admitted || adm[anyrAlgoTwoShotPush].admitted;
+  const bool host1 = adm[anyrAlgoHostOneShot].admitted;
+  const bool host2 = adm[anyrAlgoHostTwoShot].admitted;
+  if (!anyPeer && (host1 || host2) && (bytes <= th.hostMaxBytes || !nccl)) {
+    if (host1 && (bytes <= th.hostOneShotMaxBytes || !host2)) return anyrAlgoHostOneShot;
+    return anyrAlgoHostTwoShot;
+  }
   if (bytes <= th.oneShotMaxBytes && adm[th.oneShot].admitted) return th.oneShot;
   if (bytes <= th.oneShotMaxBytes && (push || pull)) {
     return push ? anyrAlgoOneShotPush : anyrAlgoOneShotPull;
@@ -177,6 +201,18 @@ std::string explainChoice(const Admission& adm, const Thresholds& th, uint64_t b
     } else {
       os << "NCCL is not admitted";
     }
+  } else if (a == anyrAlgoHostOneShot || a == anyrAlgoHostTwoShot) {
+    os << "no peer-memory algorithm is admitted; " << bytes << " B";
+    if (bytes > th.hostMaxBytes) {
+      os << " > host limit " << th.hostMaxBytes << " B but NCCL is not admitted";
+    } else if (a == anyrAlgoHostOneShot) {
+      os << " <= host one-shot limit " << th.hostOneShotMaxBytes << " B; " << th.hostWhy;
+    } else {
+      os << " > host one-shot limit " << th.hostOneShotMaxBytes << " B; " << th.hostWhy;
+    }
+  } else if (adm[anyrAlgoHostOneShot].admitted && !adm[th.twoShot].admitted &&
+             !adm[th.oneShot].admitted) {
+    os << bytes << " B > host limit " << th.hostMaxBytes << " B (no peer-memory algorithm)";
   } else {
     os << bytes << " B > two-shot limit " << th.twoShotMaxBytes << " B";
     if (!adm[th.twoShot].admitted) os << " or two-shot not admitted";

@@ -23,6 +23,8 @@ struct CommFacts {
   std::string ncclReason;  // why NCCL is unavailable ("" if available)
   bool peerMemory = true;  // a peer-mapped workspace exists
   std::string peerMemoryReason;
+  bool hostMemory = false;  // a shared pinned host segment is mapped by every rank
+  std::string hostMemoryReason;
 };
 
 struct AlgoAdmission {
@@ -45,6 +47,11 @@ struct Thresholds {
   std::string twoShotWhy;
   uint64_t oneShotMaxBytes = 0;
   uint64_t twoShotMaxBytes = 0;
+  // Host-memory algorithms, the default only when no peer-memory algorithm is admitted:
+  // host-oneshot up to hostOneShotMaxBytes, host-twoshot up to hostMaxBytes, NCCL above.
+  uint64_t hostOneShotMaxBytes = 0;
+  uint64_t hostMaxBytes = 0;
+  std::string hostWhy;
 };
 
 // Bytes a one-shot message may have by default for `nranks`: one-shot moves (n-1) x bytes per

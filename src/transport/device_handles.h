@@ -60,9 +60,11 @@ static_assert(sizeof(WorkspaceLayout) == 96, "WorkspaceLayout layout");
 // Why a device wait gave up; written to host-visible memory by the first thread that fails.
 enum WaitWhat : int32_t {
   kWaitNone = 0,
-  kWaitPushData = 1,   // one-shot push: a peer's data in this rank's buffer
-  kWaitStartFlag = 2,  // pull / two-shot: a peer's "my data is staged" flag
-  kWaitEndFlag = 3,    // two-shot: a peer's "my reduced segment is ready" flag
+  kWaitPushData = 1,    // one-shot push: a peer's data in this rank's buffer
+  kWaitStartFlag = 2,   // pull / two-shot: a peer's "my data is staged" flag
+  kWaitEndFlag = 3,     // two-shot: a peer's "my reduced segment is ready" flag
+  kWaitHostData = 4,    // host memory: a peer's "my contribution is in host memory" flag
+  kWaitHostResult = 5,  // host two-shot: a peer's "my reduced segment is in host memory" flag
 };
 enum FailCode : int32_t {
   kFailNone = 0,
@@ -124,7 +126,7 @@ struct AllReduceArgs {
   int32_t rank;
   int32_t nranks;
   int32_t pushFence;  // 1: system-scope fence after the pushes, before polling (ANYR_PUSH_FENCE)
-  int32_t pad;
+  int32_t wire;       // anyrWire_t; honoured by one-shot pull (and the host algorithms' HostArgs)
 };
 
 }  // namespace anyr

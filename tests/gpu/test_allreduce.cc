@@ -88,8 +88,9 @@ int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   uint32_t seed = 1000;
   std::vector<anyrDataType_t> dtypes = {anyrBfloat16};
   if (allDtypes) dtypes = {anyrBfloat16, anyrFloat16, anyrFloat32};
-  for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,
-                          anyrAlgoTwoShotPush, anyrAlgoNccl, anyrAlgoAuto}) {
+  for (anyrAlgo_t algo :
+       {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoTwoShotPush,
+        anyrAlgoNccl, anyrAlgoAuto, anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
     if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
       report(std::string("SKIP ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) + "\n");
       continue;

@@ -102,6 +102,8 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   if (allAlgos) {
     algos.push_back(anyrAlgoOneShotPull);
     algos.push_back(anyrAlgoTwoShot);
+    algos.push_back(anyrAlgoHostOneShot);  // composition: host all-reduce + epilogue kernel
+    algos.push_back(anyrAlgoHostTwoShot);
   }
   int failures = 0;
   size_t checked = 0;

@@ -159,7 +159,19 @@ int rankMain(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id
                           static_cast<float>(bad[1]), static_cast<float>(ncclUs)};
         BENCH_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoAuto), comm);
         BENCH_CUDA(cudaMemcpyAsync(dStats, stats, sizeof(stats), cudaMemcpyHostToDevice, s));
-        BENCH_ANYR(anyrAllReduce(dStats, dStats, 4, anyrFloat32, anyrSum, comm, s), comm);
+        if (nccl) {
+          // Through NCCL when there is one: an anyreduce host path with a compressed wire
+          // (--wire) would round the figures.
+          ncclResult_t r = ncclAllReduce(dStats, dStats, 4, ncclFloat32, ncclSum, nccl, s);
+          auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          while (r == ncclInProgress && std::chrono::steady_clock::now() < until) {
+            if (ncclCommGetAsyncError(nccl, &r) != ncclSuccess) break;
+          }
+          if (r != ncclSuccess)
+            throw std::runtime_error(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
+        } else {
+          BENCH_ANYR(anyrAllReduce(dStats, dStats, 4, anyrFloat32, anyrSum, comm, s), comm);
+        }
         BENCH_CUDA(cudaMemcpyAsync(stats, dStats, sizeof(stats), cudaMemcpyDeviceToHost, s));
         BENCH_CUDA(cudaStreamSynchronize(s));
         Point p;
@@ -238,6 +250,7 @@ anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyr
   BENCH_CUDA(cudaSetDevice(rank % ngpus));
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   if (o.timeoutMs > 0) cfg.timeoutMs = o.timeoutMs;
+  if (o.wire >= 0) cfg.wire = o.wire;
   anyrComm_t comm = nullptr;
   BENCH_ANYR(anyrCommInitRankConfig(&comm, nranks, id, rank, &cfg), nullptr);
   BENCH_ANYR(anyrCommGetNcclComm(comm, nccl), comm);

@@ -23,6 +23,7 @@ struct BenchOptions {
   int samples = 25;  // timed samples; the median is reported
   int warmup = 5;
   int timeoutMs = 0;  // 0: the library default / ANYR_TIMEOUT_MS
+  int wire = -1;      // anyrWire_t of the host-memory algorithms; -1: ANYR_WIRE / native
   double timeoutSec = 1800;
   std::string jsonPath;
   // --op add-rmsnorm

@@ -76,6 +76,8 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
   f.ncclAvailable = nccl;
   f.ncclReason = nccl ? "" : "disabled (--no-nccl)";
   f.peerMemory = true;
+  f.hostMemory = f.sameHost && f.nranks <= 8;
+  f.hostMemoryReason = f.hostMemory ? "" : "ranks on several hosts or more than 8 ranks";
   Config cfg = resolveConfig(nullptr);
   if (!algo.empty() && !parseAlgo(algo, &cfg.algorithm)) {
     std::fprintf(stderr, "anyreduce explain: --algo '%s': must be one of %s\n", algo.c_str(),
@@ -213,8 +215,10 @@ int main(int argc, char** argv) {
   auto* bench =
       app.add_subcommand("bench", "Benchmark all-reduce against NCCL, one process per GPU");
   tool::BenchOptions bo;
-  std::string minS = "1K", maxS = "256M", dtypesS = "bf16",
-              algosS = "auto,oneshot-push,oneshot-pull,twoshot,twoshot-push,nccl";
+  std::string
+      minS = "1K",
+      maxS = "256M", dtypesS = "bf16",
+      algosS = "auto,oneshot-push,oneshot-pull,twoshot,twoshot-push,nccl,host-oneshot,host-twoshot";
   bool noGraph = false;
   bench->add_option("-b,--minbytes", minS, "Smallest message (default 1K)");
   bench->add_option("-e,--maxbytes", maxS, "Largest message (default 256M)");
@@ -235,6 +239,12 @@ int main(int argc, char** argv) {
   bench->add_option("--timeout-ms", bo.timeoutMs, "Bound on every wait inside anyreduce")
       ->check(CLI::Range(1, 86400000));
   bench->add_option("--json", bo.jsonPath, "Write every figure to this JSON file");
+  std::string wireS;
+  bench
+      ->add_option("--wire", wireS,
+                   "Wire format of the host-memory algorithms: native, fp8 or int8 (default: "
+                   "ANYR_WIRE or native)")
+      ->check(CLI::IsMember({"native", "fp8", "int8"}));
   std::string quantS = "none", hiddenS, tokensS;
   bench
       ->add_option("--op", bo.op,
@@ -308,6 +318,11 @@ int main(int argc, char** argv) {
         throw CLI::ValidationError("--minbytes", "must be > 0 and <= --maxbytes");
       }
       bo.graph = !noGraph;
+      if (!wireS.empty()) {
+        anyrWire_t w = anyrWireNative;
+        parseWire(wireS, &w);
+        bo.wire = static_cast<int>(w);
+      }
       bo.dtypes.clear();
       std::stringstream ds(dtypesS);
       for (std::string d; std::getline(ds, d, ',');) {

@@ -1,0 +1,166 @@
+// Compressed wire format of the host-memory algorithms (opt-in; docs/WIRE.md): each 16-byte
+// input vector travels as one byte per element (e4m3 or int8) and each group of
+// kWireGroupVecs vectors carries one power-of-two fp32 scale s = 2^k, the smallest with
+// amax(group) <= qmax * s (qmax = 448 for e4m3, 127 for int8). Power-of-two scales make the
+// scaling itself exact, so the only error is the 8-bit rounding of x / s.
+//
+// Determinism: every rank, the writer included, sums dequantize(quantize(x_r)) for every rank
+// r, so every rank adds the same fp32 values in the same order and gets the same bits.
+//
+// Lane mapping: the 16 vectors of one group are held by 16 consecutive lanes of one warp (block
+// ranges are multiples of kHostBlockQuantum vectors and blockDim is a multiple of 32), so the
+// group maximum is a 4-step butterfly; all 32 lanes of a warp must call wirePut together.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include "algo/device_common.cuh"
+#include "transport/host_handles.h"
+
+namespace anyr {
+namespace dev {
+
+// Payload of one vector on the wire: one byte per element (8 for 16-bit types, 4 for fp32).
+template <typename T>
+struct WireVec {
+  static constexpr int E = Elem<T>::kPerVec;
+  unsigned char b[E];
+};
+
+__device__ __forceinline__ float pow2f(int k) { return __int_as_float((127 + k) << 23); }
+
+// Smallest k with amax <= qmax * 2^k, clamped to [-100, 100] (so 2^k and 2^-k are normal
+// floats). amax = m * 2^e, m in [0.5, 1): qmax = 0.875 * 2^9 (e4m3) or (127/128) * 2^7 (int8).
+template <int kWire>
+__device__ __forceinline__ int scaleExponent(float amax) {
+  if (!(amax > 0.f)) return 0;  // zero (or NaN, which fmaxf drops anyway)
+  if (isinf(amax)) return 100;
+  int e = 0;
+  const float m = frexpf(amax, &e);
+  const int k = kWire == kWireFp8 ? e - 9 + (m > 0.875f ? 1 : 0) : e - 7 + (m > 127.f / 128.f);
+  return max(-100, min(100, k));
+}
+
+template <int kWire>
+__device__ __forceinline__ unsigned char quantize1(float scaled) {
+  if constexpr (kWire == kWireFp8) {
+    return static_cast<unsigned char>(__nv_cvt_float_to_fp8(scaled, __NV_SATFINITE, __NV_E4M3));
+  } else {
+    const float r = rintf(fminf(fmaxf(scaled, -127.f), 127.f));
+    return static_cast<unsigned char>(static_cast<signed char>(static_cast<int>(r)));
+  }
+}
+
+template <int kWire>
+__device__ __forceinline__ float dequantize1(unsigned char q, float s) {
+  if constexpr (kWire == kWireFp8) {
+    __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(q), __NV_E4M3);
+    return __half2float(__half(h)) * s;
+  } else {
+    return static_cast<float>(static_cast<signed char>(q)) * s;
+  }
+}
+
+// Quantizes vector x (all 32 lanes call; lanes 16j..16j+15 hold one group), writes its payload
+// to pay + v * E and, from the group's first lane, the scale to scales + 4 * (v / 16), when
+// `store`; returns the dequantized values every reader will compute in `deq`.
+template <typename T, int kWire>
+__device__ __forceinline__ void wirePut(const Vec& x, char* pay, char* scales, uint64_t v,
+                                        bool store, float (&deq)[Elem<T>::kPerVec]) {
+  constexpr int E = Elem<T>::kPerVec;
+  const T* e = reinterpret_cast<const T*>(&x);
+  float f[E];
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    f[i] = Elem<T>::toFloat(e[i]);
+    amax = fmaxf(amax, fabsf(f[i]));
+  }
+#pragma unroll
+  for (int m = 1; m < kWireGroupVecs; m <<= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+  }
+  const int k = scaleExponent<kWire>(amax);
+  const float inv = pow2f(-k), s = pow2f(k);
+  WireVec<T> q;
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    q.b[i] = quantize1<kWire>(f[i] * inv);
+    deq[i] = dequantize1<kWire>(q.b[i], s);
+  }
+  if (!store) return;
+  if constexpr (E == 8) {
+    uint2 w;
+    memcpy(&w, q.b, 8);
+    asm volatile("st.volatile.global.v2.u32 [%0], {%1,%2};" ::"l"(pay + v * 8), "r"(w.x), "r"(w.y)
+                 : "memory");
+  } else {
+    uint32_t w;
+    memcpy(&w, q.b, 4);
+    asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(pay + v * 4), "r"(w) : "memory");
+  }
+  if (v % kWireGroupVecs == 0) {
+    asm volatile("st.volatile.global.f32 [%0], %1;" ::"l"(scales + (v / kWireGroupVecs) * 4), "f"(s)
+                 : "memory");
+  }
+}
+
+// Reads vector v from a wire buffer and dequantizes it into `deq`.
+template <typename T, int kWire>
+__device__ __forceinline__ void wireGet(const char* pay, const char* scales, uint64_t v,
+                                        float (&deq)[Elem<T>::kPerVec]) {
+  constexpr int E = Elem<T>::kPerVec;
+  float s;
+  asm volatile("ld.volatile.global.f32 %0, [%1];"
+               : "=f"(s)
+               : "l"(scales + (v / kWireGroupVecs) * 4)
+               : "memory");
+  WireVec<T> q;
+  if constexpr (E == 8) {
+    uint2 w;
+    asm volatile("ld.volatile.global.v2.u32 {%0,%1}, [%2];"
+                 : "=r"(w.x), "=r"(w.y)
+                 : "l"(pay + v * 8)
+                 : "memory");
+    memcpy(q.b, &w, 8);
+  } else {
+    uint32_t w;
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(w) : "l"(pay + v * 4) : "memory");
+    memcpy(q.b, &w, 4);
+  }
+#pragma unroll
+  for (int i = 0; i < E; ++i) deq[i] = dequantize1<kWire>(q.b[i], s);
+}
+
+// Floats -> vector of T (round to nearest), as packVec does for an fp32 accumulator.
+template <typename T>
+__device__ __forceinline__ Vec floatsToVec(const float (&f)[Elem<T>::kPerVec]) {
+  return packVec<T>(f);
+}
+
+// Waits until the flag word of every peer t (threads t < n, t != rank) reached `target`; the
+// block then reads what those peers wrote before raising their flags. Returns false, for the
+// whole block, when a wait was abandoned. Every thread of the block must call it (it ends with
+// a barrier whose result every thread gets).
+__device__ __forceinline__ bool hostWaitFlags(const char* base, uint64_t rankBytes,
+                                              uint64_t flagWordOffset, int rank, int n,
+                                              uint32_t target, uint32_t epoch,
+                                              const WaitControl* wait, int32_t what) {
+  int failed = 0;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < n && t != rank) {
+    const uint32_t* flag = reinterpret_cast<const uint32_t*>(
+        base + static_cast<uint64_t>(t) * rankBytes + flagWordOffset);
+    Waiter waiter(wait);
+    while (static_cast<int32_t>(loadAcquireSys(flag) - target) < 0) {
+      if (!waiter.keepWaiting(t, what, epoch)) {
+        failed = 1;
+        break;
+      }
+    }
+  }
+  return __syncthreads_or(failed) == 0;
+}
+
+}  // namespace dev
+}  // namespace anyr

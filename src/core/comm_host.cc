@@ -1,0 +1,156 @@
+// The communicator's host-memory transport: setup of the shared pinned segment and launches of
+// the host algorithms (src/algo/host_oneshot.cu, host_twoshot.cu). Set up on every
+// single-host communicator of 2..8 ranks (unless ANYR_HOST_MEMORY=0), whether or not the GPUs
+// have peer access: admission decides when it is the default, and tests can force it anywhere.
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "algo/algo.h"
+#include "core/comm.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace anyr {
+
+namespace {
+uint64_t roundUpTo(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+}  // namespace
+
+HostLayout computeHostLayout(uint64_t chunkBytes, int nranks) {
+  HostLayout l{};
+  const uint64_t page = 4096;
+  const uint64_t n = static_cast<uint64_t>(nranks > 0 ? nranks : 1);
+  l.launchBytes = chunkBytes;
+  l.headerOffset = 0;
+  l.flagsOffset = page;
+  l.dataOffset = roundUpTo(l.flagsOffset + sizeof(HostFlags), page);
+  l.dataBytes = roundUpTo(chunkBytes, page);
+  l.resultOffset = l.dataOffset + 2 * l.dataBytes;
+  // One segment (rounded up to whole block quanta, see host_twoshot.cu) plus slack.
+  l.resultBytes = roundUpTo(chunkBytes / n + (64u << 10), page);
+  l.rankBytes = roundUpTo(l.resultOffset + 2 * l.resultBytes, page);
+  l.totalBytes = l.rankBytes * n;
+  return l;
+}
+
+void Communicator::initHostTransport() {
+  facts_.hostMemory = false;
+  if (nranks_ < 2) {
+    facts_.hostMemoryReason = "a single rank needs no transport";
+    return;
+  }
+  if (nranks_ > kMaxLocalRanks || !facts_.sameHost) {
+    facts_.hostMemoryReason =
+        nranks_ > kMaxLocalRanks ? "more than 8 ranks" : "ranks on several hosts";
+    return;
+  }
+  // Rank 0's choice counts for everyone (the environment may differ between processes).
+  int32_t agreed[2] = {env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
+                       static_cast<int32_t>(env::getInt("ANYR_HOST_ROUND"))};
+  bs_->broadcast(agreed, sizeof(agreed), 0);
+  const int32_t enabled = agreed[0];
+  if (agreed[1] < 1 || agreed[1] > 64) {
+    throwError(anyrInvalidArgument, "environment variable ANYR_HOST_ROUND=" +
+                                        std::to_string(agreed[1]) + " (rank 0's): must be 1..64");
+  }
+  if (!enabled) {
+    facts_.hostMemoryReason = "disabled by ANYR_HOST_MEMORY=0";
+    return;
+  }
+  hostLayout_ = computeHostLayout(cfg_.chunkBytes, nranks_);
+  std::string why;
+  host_ = createHostMemory(*bs_, hostLayout_.totalBytes, &why);
+  if (!host_) {
+    facts_.hostMemoryReason = "shared host memory could not be set up: " + why;
+    ANYR_LOG(Warn, rank_, facts_.hostMemoryReason);
+    return;
+  }
+  // The own region's header (the segment starts zeroed: flags are 0, no one aborted).
+  char* mine = host_->host() + static_cast<uint64_t>(rank_) * hostLayout_.rankBytes;
+  WorkspaceHeader h{};
+  h.magic = kWorkspaceMagic;
+  h.layoutVersion = kWorkspaceLayoutVersion;
+  h.rank = rank_;
+  h.nranks = nranks_;
+  h.layoutHash = 0;
+  std::memcpy(mine + hostLayout_.headerOffset, &h, sizeof(h));
+
+  ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dHostState_), sizeof(LocalState)));
+  ANYR_CUDA_CHECK(cudaMemset(dHostState_, 0, sizeof(LocalState)));
+  char* dev = host_->device();
+  WaitControl w{};
+  w.hostAbort = dAbort_;
+  w.error = dError_;
+  w.state = dHostState_;
+  w.ownHeader = reinterpret_cast<WorkspaceHeader*>(
+      dev + static_cast<uint64_t>(rank_) * hostLayout_.rankBytes + hostLayout_.headerOffset);
+  for (int r = 0; r < nranks_; ++r) {
+    w.peerHeaders[r] = reinterpret_cast<WorkspaceHeader*>(
+        dev + static_cast<uint64_t>(r) * hostLayout_.rankBytes + hostLayout_.headerOffset);
+  }
+  w.timeoutNs = static_cast<uint64_t>(cfg_.timeoutMs) * 1000000ull;
+  w.rank = rank_;
+  w.nranks = nranks_;
+  ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dHostWait_), sizeof(WaitControl)));
+  ANYR_CUDA_CHECK(cudaMemcpy(dHostWait_, &w, sizeof(w), cudaMemcpyHostToDevice));
+
+  std::memset(&hostTemplate_, 0, sizeof(hostTemplate_));
+  hostTemplate_.base = dev;
+  hostTemplate_.layout = hostLayout_;
+  hostTemplate_.wait = dHostWait_;
+  hostTemplate_.state = dHostState_;
+  hostTemplate_.rank = rank_;
+  hostTemplate_.nranks = nranks_;
+  hostTemplate_.wire = static_cast<int32_t>(cfg_.wire);
+  hostTemplate_.roundVecs = agreed[1];
+  bs_->barrier();  // every header written before any kernel may look at it
+  facts_.hostMemory = true;
+  facts_.hostMemoryReason = "shared pinned host segment of " +
+                            std::to_string(hostLayout_.totalBytes) + " bytes mapped by every rank";
+  // The block count the peer path computes is also this transport's (co-residency: blocks
+  // wait only for the same-index block of their peers; no more blocks than the smallest GPU
+  // has SMs). initTransport sets it when it ran; otherwise set it here the same way.
+  if (maxBlocks_ <= 1) {
+    int minSm = 1 << 30;
+    for (const GpuInfo& g : topo_.gpus) minSm = std::min(minSm, g.smCount > 0 ? g.smCount : 1);
+    maxBlocks_ = std::min(minSm, kMaxBlocks);
+    if (cfg_.maxBlocks > 0) maxBlocks_ = std::min(maxBlocks_, cfg_.maxBlocks);
+  }
+}
+
+void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
+                                  anyrDataType_t dtype, cudaStream_t stream) {
+  if (!host_) throwError(anyrInternalError, "launchHostAlgo: no host transport");
+  const size_t es = dtypeSize(dtype);
+  const size_t perLaunch = static_cast<size_t>(hostLayout_.launchBytes / es);
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  for (size_t off = 0; off < count; off += perLaunch) {
+    const size_t c = std::min(perLaunch, count - off);
+    HostArgs a = hostTemplate_;
+    a.input = static_cast<const char*>(in) + off * es;
+    a.output = static_cast<char*>(out) + off * es;
+    a.count = c;
+    a.numVecs = (c * es + 15) / 16;
+    LaunchShape shape = shapeFor(algo, a.numVecs);
+    shape.aligned = aligned;
+    const cudaError_t e = algo == anyrAlgoHostOneShot ? launchHostOneShot(dtype, a, shape, stream)
+                                                      : launchHostTwoShot(dtype, a, shape, stream);
+    if (e != cudaSuccess) {
+      throwError(anyrCudaError,
+                 std::string("launching ") + anyrAlgoName(algo) + ": " + cudaGetErrorString(e));
+    }
+  }
+}
+
+void Communicator::explainHost(void* json) const {
+  nlohmann::json& j = *static_cast<nlohmann::json*>(json);
+  j["hostTransport"] = {{"available", facts_.hostMemory},
+                        {"reason", facts_.hostMemoryReason},
+                        {"wire", wireName(cfg_.wire)}};
+  if (host_) j["hostTransport"]["segmentBytes"] = hostLayout_.totalBytes;
+}
+
+}  // namespace anyr

@@ -1,0 +1,113 @@
+// The host-memory transport's shared segment, across real processes: every rank sees the same
+// outcome, and the segment's name never outlives the setup. On a machine with a GPU the ranks
+// also check that they really share the bytes; without one, cudaHostRegister fails and every
+// rank must report that failure (the transport then is not admitted, with that reason).
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "transport/host_memory.h"
+
+namespace anyr {
+namespace {
+
+constexpr int kShared = 0;      // segment set up and shared bytes checked
+constexpr int kRegFailed = 10;  // set up failed at cudaHostRegister (no GPU here)
+constexpr int kOtherFailure = 20;
+
+int rankMain(const anyrUniqueId& id, int rank, int n) {
+  auto bs = createTcpBootstrap(id, rank, n, 10000);
+  std::string why;
+  auto mem = createHostMemory(*bs, 1 << 20, &why);
+  if (!mem) {
+    // Every rank names the same failing rank and call.
+    return why.find("cudaHostRegister") != std::string::npos ||
+                   why.find("cudaHostGetDevicePointer") != std::string::npos
+               ? kRegFailed
+               : kOtherFailure;
+  }
+  unsigned char* p = reinterpret_cast<unsigned char*>(mem->host());
+  // Each rank writes its own quarter; after a barrier, every rank reads every quarter.
+  const size_t quarter = mem->bytes() / 4;
+  for (size_t i = 0; i < quarter; ++i) {
+    p[static_cast<size_t>(rank) * quarter + i] = static_cast<unsigned char>(rank * 37 + i);
+  }
+  bs->barrier();
+  int bad = 0;
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < quarter; ++i) {
+      bad += p[static_cast<size_t>(r) * quarter + i] != static_cast<unsigned char>(r * 37 + i);
+    }
+  }
+  bs->barrier();
+  return bad == 0 ? kShared : kOtherFailure + 1;
+}
+
+std::vector<std::string> leftovers(const std::string& prefix) {
+  std::vector<std::string> out;
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (std::string(e->d_name).rfind(prefix, 0) == 0) out.push_back(e->d_name);
+  }
+  closedir(d);
+  return out;
+}
+
+TEST(HostMemory, SameOutcomeOnEveryRankAndNoNameLeftBehind) {
+  setenv("ANYR_SOCKET_ADDR", "127.0.0.1", 1);
+  unsetenv("ANYR_SOCKET_IFNAME");
+  unsetenv("ANYR_SOCKET_PORT");
+  anyrUniqueId id;
+  createUniqueId(&id);
+  unsetenv("ANYR_SOCKET_ADDR");
+  const int n = 3;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      alarm(60);  // bounded even if something hangs
+      int code = kOtherFailure + 2;
+      try {
+        code = rankMain(id, r, n);
+      } catch (...) {
+        code = kOtherFailure + 3;
+      }
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status));
+  }
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(codes[static_cast<size_t>(r)] == kShared ||
+                codes[static_cast<size_t>(r)] == kRegFailed)
+        << "rank " << r << " exit code " << codes[static_cast<size_t>(r)];
+    EXPECT_EQ(codes[static_cast<size_t>(r)], codes[0]) << "ranks disagree on the outcome";
+  }
+  // The name carries rank 0's pid; it must be gone whatever the outcome.
+  const std::string prefix = "anyreduce-" + std::to_string(pids[0]) + "-";
+  EXPECT_TRUE(leftovers(prefix).empty()) << "/dev/shm/" << leftovers(prefix)[0];
+  std::printf("[ info ] outcome: %s\n", codes[0] == kShared
+                                            ? "segment shared by every rank"
+                                            : "cudaHostRegister failed on every rank (no GPU)");
+}
+
+}  // namespace
+}  // namespace anyr

@@ -1,0 +1,528 @@
+// Multi-process GPU tests of the host-memory transport's compressed wire formats (fp8, int8)
+// and of its bounded waits. The plain correctness suite (every dtype, count, in/out of place,
+// graph replay, bit-identical ranks) runs the host algorithms with the native wire in
+// test_allreduce.cc and test_fused_allreduce.cc.
+//
+// Wire tests, per wire x algorithm (host-oneshot, host-twoshot, oneshot-pull) x dtype x count:
+//  - crafted data: small integers times a power of two that changes every 64 elements, so each
+//    wire group holds values that its power-of-two scale represents exactly: the output must be
+//    the exact sum, bit for bit;
+//  - random data with magnitudes varying by group: every element within the bound of
+//    docs/WIRE.md, and at least one element not exact (the wire really was compressed);
+//  - every rank reports a hash of every output; the parent checks all ranks agree.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "anyreduce/anyreduce.h"
+#include "common/data.h"
+#include "common/launcher.h"
+#include "gpu/gpu_test_util.h"
+
+namespace anyr {
+namespace {
+
+using Report = std::function<void(const std::string&)>;
+
+std::vector<launch::RankResult> runRanksCatching(
+    int n, double timeoutSec,
+    const std::function<int(int, int, const anyrUniqueId&, const Report&)>& body) {
+  return launch::runRanks(
+      n,
+      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        try {
+          return body(rank, nr, id, report);
+        } catch (const std::exception& e) {
+          report(std::string("FAIL ") + e.what() + "\n");
+          return 3;
+        }
+      },
+      timeoutSec);
+}
+
+void expectAllPassedAndIdentical(const std::vector<launch::RankResult>& results, int n) {
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+  std::map<std::string, std::vector<std::string>> hashes;
+  for (const auto& r : results) {
+    std::istringstream is(r.message);
+    for (std::string line; std::getline(is, line);) {
+      if (line.rfind("FAIL", 0) == 0) ADD_FAILURE() << "rank " << r.rank << ": " << line;
+      if (line.rfind("INFO", 0) == 0 && r.rank == 0) std::printf("[ info ] %s\n", line.c_str());
+      if (line.rfind("HASH ", 0) == 0) {
+        std::istringstream ls(line.substr(5));
+        std::string key, h;
+        ls >> key >> h;
+        hashes[key].push_back(h);
+      }
+    }
+  }
+  EXPECT_FALSE(hashes.empty()) << "no output was checked";
+  for (const auto& kv : hashes) {
+    ASSERT_EQ(kv.second.size(), static_cast<size_t>(n)) << kv.first << ": not every rank reported";
+    for (const std::string& h : kv.second)
+      EXPECT_EQ(h, kv.second[0]) << kv.first << ": ranks differ";
+  }
+  std::printf("[ info ] %zu outputs compared across %d ranks\n", hashes.size(), n);
+}
+
+// ---- host-side dtype helpers ----------------------------------------------------------------
+float roundTo(anyrDataType_t t, float x) {
+  switch (t) {
+    case anyrBfloat16:
+      return __bfloat162float(__float2bfloat16_rn(x));
+    case anyrFloat16:
+      return __half2float(__float2half_rn(x));
+    default:
+      return x;
+  }
+}
+void store(anyrDataType_t t, unsigned char* p, uint64_t i, float x) {
+  if (t == anyrBfloat16) {
+    __nv_bfloat16 v = __float2bfloat16_rn(x);
+    std::memcpy(p + i * 2, &v, 2);
+  } else if (t == anyrFloat16) {
+    __half v = __float2half_rn(x);
+    std::memcpy(p + i * 2, &v, 2);
+  } else {
+    std::memcpy(p + i * 4, &x, 4);
+  }
+}
+float load(anyrDataType_t t, const unsigned char* p, uint64_t i) {
+  if (t == anyrBfloat16) {
+    __nv_bfloat16 v;
+    std::memcpy(&v, p + i * 2, 2);
+    return __bfloat162float(v);
+  }
+  if (t == anyrFloat16) {
+    __half v;
+    std::memcpy(&v, p + i * 2, 2);
+    return __half2float(v);
+  }
+  float v;
+  std::memcpy(&v, p + i * 4, 4);
+  return v;
+}
+// Half an ulp of the dtype at |v| (relative), plus its smallest subnormal step.
+double halfUlp(anyrDataType_t t, double v) {
+  switch (t) {
+    case anyrBfloat16:
+      return std::ldexp(std::fabs(v), -8) + 1e-38;
+    case anyrFloat16:
+      return std::ldexp(std::fabs(v), -11) + std::ldexp(1.0, -25);
+    default:
+      return std::ldexp(std::fabs(v), -24) + 1e-44;
+  }
+}
+
+enum Pattern { kCrafted = 0, kRandomScaled = 1 };
+
+const char* wireNameOf(anyrWire_t w) { return w == anyrWireFp8 ? "fp8" : "int8"; }
+
+// Rank r's input element i (already representable in the dtype).
+float inputValue(anyrDataType_t t, int pattern, int rank, uint64_t i, uint32_t seed) {
+  if (pattern == kCrafted) {
+    const int e = static_cast<int>((i / 64) % 16) - 8;
+    return std::ldexp(data::genValue(data::kSmallInts, rank, i, seed), e);
+  }
+  const int e = static_cast<int>((i / 256) % 8) - 4;
+  return roundTo(t, std::ldexp(data::genValue(data::kRandom, rank, i, seed), e));
+}
+
+// Per-element bound of docs/WIRE.md for one quantization of x in a group of max |.| = a.
+double quantErr(anyrWire_t w, double x, double a) {
+  if (w == anyrWireFp8) return std::ldexp(std::fabs(x), -4) + a * std::ldexp(1.0, -10) / 224.0;
+  return a / 127.0;
+}
+
+int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyrWire_t wire) {
+  int ngpus = 0;
+  R_CUDA(cudaGetDeviceCount(&ngpus));
+  R_CUDA(cudaSetDevice(rank % ngpus));
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+  cfg.timeoutMs = 20000;
+  cfg.wire = wire;
+  anyrComm_t comm = nullptr;
+  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const std::vector<uint64_t> counts = {1, 9, 1023, 65536 + 5, (1u << 20) + 3};
+  const uint64_t maxCount = (1u << 20) + 3;
+  char* in = nullptr;
+  char* out = nullptr;
+  R_CUDA(cudaMalloc(&in, maxCount * 4 + 64));
+  R_CUDA(cudaMalloc(&out, maxCount * 4 + 64));
+  std::vector<unsigned char> hostIn(maxCount * 4), hostOut(maxCount * 4);
+  int failures = 0;
+  uint32_t seed = 4242;
+  // The host algorithms and one peer algorithm (one-shot pull) honour the wire.
+  for (anyrAlgo_t algo : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoOneShotPull}) {
+    if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
+      if (algo != anyrAlgoOneShotPull) {
+        ++failures;
+        report(std::string("FAIL ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) + "\n");
+      } else {
+        report(std::string("INFO skipped ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) +
+               "\n");
+      }
+      continue;
+    }
+    for (anyrDataType_t dt : {anyrBfloat16, anyrFloat16, anyrFloat32}) {
+      const size_t es = data::dtypeBytes(dt);
+      const uint64_t groupElems = 16 * (16 / es);  // elements per wire group
+      for (uint64_t count : counts) {
+        for (int pattern : {kCrafted, kRandomScaled}) {
+          for (int rep = 0; rep < 2; ++rep) {  // twice: both parity buffers
+            ++seed;
+            std::ostringstream key;
+            key << wireNameOf(wire) << "/" << anyrAlgoName(algo) << "/" << data::dtypeName(dt)
+                << "/n=" << count << (pattern == kCrafted ? "/crafted" : "/random") << "/" << rep;
+            // Inputs of every rank (each rank needs all of them for the reference).
+            std::vector<std::vector<float>> x(static_cast<size_t>(n), std::vector<float>(count));
+            for (int r = 0; r < n; ++r) {
+              for (uint64_t i = 0; i < count; ++i) {
+                x[static_cast<size_t>(r)][i] = inputValue(dt, pattern, r, i, seed);
+              }
+            }
+            for (uint64_t i = 0; i < count; ++i) {
+              store(dt, hostIn.data(), i, x[static_cast<size_t>(rank)][i]);
+            }
+            R_CUDA(cudaMemcpyAsync(in, hostIn.data(), count * es, cudaMemcpyHostToDevice, s));
+            R_CUDA(cudaMemsetAsync(out, 0xff, count * es, s));
+            R_ANYR(anyrAllReduce(in, out, count, dt, anyrSum, comm, s), comm);
+            R_CUDA(cudaMemcpyAsync(hostOut.data(), out, count * es, cudaMemcpyDeviceToHost, s));
+            R_CUDA(cudaStreamSynchronize(s));
+            // Reference and bound.
+            uint64_t bad = 0, firstBad = count, inexact = 0;
+            double worstRatio = 0;
+            for (uint64_t g0 = 0; g0 < count; g0 += groupElems) {
+              const uint64_t g1 = std::min(count, g0 + groupElems);
+              std::vector<double> amax(static_cast<size_t>(n), 0.0);
+              for (int r = 0; r < n; ++r) {
+                for (uint64_t i = g0; i < g1; ++i) {
+                  amax[static_cast<size_t>(r)] =
+                      std::max(amax[static_cast<size_t>(r)],
+                               std::fabs(static_cast<double>(x[static_cast<size_t>(r)][i])));
+                }
+              }
+              double amaxSum = 0;
+              for (double a : amax) amaxSum += a;
+              for (uint64_t i = g0; i < g1; ++i) {
+                double exact = 0, absSum = 0, qe = 0;
+                for (int r = 0; r < n; ++r) {
+                  const double v = x[static_cast<size_t>(r)][i];
+                  exact += v;
+                  absSum += std::fabs(v);
+                  qe += quantErr(wire, v, amax[static_cast<size_t>(r)]);
+                }
+                const float got = load(dt, hostOut.data(), i);
+                if (pattern == kCrafted) {
+                  const float want = roundTo(dt, static_cast<float>(exact));
+                  if (std::memcmp(&got, &want, 4) != 0) {
+                    if (bad++ == 0) firstBad = i;
+                  }
+                  continue;
+                }
+                double tol = qe + n * std::ldexp(absSum, -23) + halfUlp(dt, std::fabs(exact) + qe);
+                if (algo == anyrAlgoHostTwoShot) {
+                  // The reduced segment is quantized again (group max <= sum of the ranks'
+                  // maxima, grown by the first quantization), then rounded to the dtype.
+                  tol += quantErr(wire, std::fabs(exact) + tol, amaxSum * (1.0 + 1.0 / 16)) +
+                         halfUlp(dt, std::fabs(exact) + 2 * tol);
+                }
+                const double err = std::fabs(static_cast<double>(got) - exact);
+                if (!(err <= tol)) {
+                  if (bad++ == 0) firstBad = i;
+                }
+                if (err != 0) ++inexact;
+                worstRatio = std::max(worstRatio, err / tol);
+              }
+            }
+            if (bad) {
+              ++failures;
+              report("FAIL " + key.str() + ": " + std::to_string(bad) +
+                     " elements outside the bound, first at " + std::to_string(firstBad) + "\n");
+            }
+            if (pattern == kRandomScaled && count >= 1023 && inexact == 0) {
+              ++failures;
+              report("FAIL " + key.str() + ": every element exact; was the wire compressed?\n");
+            }
+            if (pattern == kRandomScaled && count == maxCount && rep == 0) {
+              report("INFO " + key.str() + ": worst error / bound = " + std::to_string(worstRatio) +
+                     "\n");
+            }
+            report("HASH " + key.str() + " " +
+                   std::to_string(data::fnv1a(hostOut.data(), count * es)) + "\n");
+          }
+        }
+      }
+    }
+  }
+  anyrResult_t async = anyrSuccess;
+  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+  if (async != anyrSuccess) {
+    ++failures;
+    report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
+  }
+  R_CUDA(cudaFree(in));
+  R_CUDA(cudaFree(out));
+  R_CUDA(cudaStreamDestroy(s));
+  R_ANYR(anyrCommDestroy(comm), nullptr);
+  return failures ? 4 : 0;
+}
+
+TEST(HostWireGpu, Fp8WithinBoundExactOnCraftedBitIdentical) {
+  REQUIRE_GPU();
+  auto results =
+      runRanksCatching(2, 900, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        return wireRank(rank, n, id, report, anyrWireFp8);
+      });
+  expectAllPassedAndIdentical(results, 2);
+}
+
+TEST(HostWireGpu, Int8WithinBoundExactOnCraftedBitIdentical) {
+  REQUIRE_GPU();
+  auto results =
+      runRanksCatching(2, 900, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        return wireRank(rank, n, id, report, anyrWireInt8);
+      });
+  expectAllPassedAndIdentical(results, 2);
+}
+
+// Small launch capacity (64 KiB: every large message takes many launches), the two host
+// algorithms alternating call by call (they share the buffers' parity), eager and graph-captured
+// calls mixed, native and fp8 wire: exact small-integer sums on every rank, every call.
+int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
+                     anyrWire_t wire) {
+  int ngpus = 0;
+  R_CUDA(cudaGetDeviceCount(&ngpus));
+  R_CUDA(cudaSetDevice(rank % ngpus));
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+  cfg.timeoutMs = 20000;
+  cfg.chunkBytes = 64u << 10;
+  cfg.wire = wire;
+  anyrComm_t comm = nullptr;
+  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const uint64_t maxCount = (1u << 19) + 11;
+  char* buf = nullptr;
+  unsigned long long* bad = nullptr;
+  R_CUDA(cudaMalloc(&buf, maxCount * 4 + 64));
+  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  int failures = 0;
+  uint32_t seed = 900;
+  int call = 0;
+  for (anyrDataType_t dt : {anyrBfloat16, anyrFloat32}) {
+    for (uint64_t count : {uint64_t{100}, uint64_t{40000} + 3, maxCount}) {
+      for (int rep = 0; rep < 6; ++rep, ++call) {
+        const anyrAlgo_t algo = rep % 2 == 0 ? anyrAlgoHostOneShot : anyrAlgoHostTwoShot;
+        const bool graph = rep >= 4;
+        R_ANYR(anyrCommSetAlgorithm(comm, algo), comm);
+        ++seed;
+        R_CUDA(data::fillInput(dt, buf, count, rank, seed, data::kSmallInts, s));
+        if (graph) {
+          cudaGraph_t g;
+          cudaGraphExec_t exec;
+          R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+          R_ANYR(anyrAllReduce(buf, buf, count, dt, anyrSum, comm, s), comm);
+          R_CUDA(cudaStreamEndCapture(s, &g));
+          R_CUDA(cudaGraphInstantiate(&exec, g, 0));
+          R_CUDA(cudaGraphLaunch(exec, s));
+          R_CUDA(cudaStreamSynchronize(s));
+          R_CUDA(cudaGraphExecDestroy(exec));
+          R_CUDA(cudaGraphDestroy(g));
+        } else {
+          R_ANYR(anyrAllReduce(buf, buf, count, dt, anyrSum, comm, s), comm);
+        }
+        R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+        R_CUDA(data::countMismatches(dt, buf, count, n, seed, data::kSmallInts, bad, s));
+        unsigned long long hbad = 0;
+        R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
+        R_CUDA(cudaStreamSynchronize(s));
+        if (hbad != 0) {
+          ++failures;
+          report("FAIL call " + std::to_string(call) + " " + anyrAlgoName(algo) + " " +
+                 data::dtypeName(dt) + " n=" + std::to_string(count) + (graph ? " graph" : "") +
+                 ": " + std::to_string(hbad) + " wrong\n");
+        }
+        report("HASH call" + std::to_string(call) + " " + std::to_string(hbad) + "\n");
+      }
+    }
+  }
+  anyrResult_t async = anyrSuccess;
+  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+  if (async != anyrSuccess) {
+    ++failures;
+    report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
+  }
+  R_CUDA(cudaFree(buf));
+  R_CUDA(cudaFree(bad));
+  R_CUDA(cudaStreamDestroy(s));
+  R_ANYR(anyrCommDestroy(comm), nullptr);
+  return failures ? 4 : 0;
+}
+
+TEST(HostWireGpu, ChunkedAlternatingAlgorithmsExact) {
+  REQUIRE_GPU();
+  for (anyrWire_t wire : {anyrWireNative, anyrWireFp8}) {
+    auto results = runRanksCatching(
+        2, 600, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+          return chunkedMixedRank(rank, n, id, report, wire);
+        });
+    expectAllPassedAndIdentical(results, 2);
+  }
+}
+
+TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
+  REQUIRE_GPU();
+  // ANYR_PEER_MEMORY=0 makes a communicator behave as on GPUs without peer access: the
+  // automatic choice must take the host path for small messages and NCCL (when there is one)
+  // above the host limit, and the host path must compute exact sums.
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        setenv("ANYR_PEER_MEMORY", "0", 1);
+        int ngpus = 0;
+        R_CUDA(cudaGetDeviceCount(&ngpus));
+        R_CUDA(cudaSetDevice(rank % ngpus));
+        anyrComm_t comm = nullptr;
+        R_ANYR(anyrCommInitRank(&comm, n, id, rank), nullptr);
+        int failures = 0;
+        anyrAlgo_t small = anyrAlgoAuto, large = anyrAlgoAuto;
+        R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &small), comm);
+        R_ANYR(anyrCommQueryAlgorithm(comm, 64u << 20, anyrBfloat16, &large), comm);
+        if (small != anyrAlgoHostOneShot) {
+          ++failures;
+          report(std::string("FAIL 1 KiB chose ") + anyrAlgoName(small) + "\n");
+        }
+        void* nccl = nullptr;
+        R_ANYR(anyrCommGetNcclComm(comm, &nccl), comm);
+        if (large != (nccl != nullptr ? anyrAlgoNccl : anyrAlgoHostTwoShot)) {
+          ++failures;
+          report(std::string("FAIL 128 MiB chose ") + anyrAlgoName(large) + "\n");
+        }
+        if (anyrCommSetAlgorithm(comm, anyrAlgoOneShotPush) != anyrUnsupported ||
+            std::string(anyrGetLastError(comm)).find("ANYR_PEER_MEMORY") == std::string::npos) {
+          ++failures;
+          report(std::string("FAIL forcing oneshot-push: ") + anyrGetLastError(comm) + "\n");
+        }
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreate(&s));
+        char* buf = nullptr;
+        unsigned long long* bad = nullptr;
+        R_CUDA(cudaMalloc(&buf, 1 << 22));
+        R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+        for (uint64_t count : {uint64_t{1}, uint64_t{5000}, uint64_t{1} << 20}) {
+          R_CUDA(data::fillInput(anyrBfloat16, buf, count, rank, 31, data::kSmallInts, s));
+          R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);
+          R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+          R_CUDA(data::countMismatches(anyrBfloat16, buf, count, n, 31, data::kSmallInts, bad, s));
+          unsigned long long hbad = 0;
+          R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
+          R_CUDA(cudaStreamSynchronize(s));
+          if (hbad) {
+            ++failures;
+            report("FAIL auto all-reduce of " + std::to_string(count) + ": " +
+                   std::to_string(hbad) + " wrong\n");
+          }
+        }
+        R_CUDA(cudaFree(buf));
+        R_CUDA(cudaFree(bad));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+}
+
+TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
+  REQUIRE_GPU();
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        int ngpus = 0;
+        R_CUDA(cudaGetDeviceCount(&ngpus));
+        R_CUDA(cudaSetDevice(rank % ngpus));
+        anyrComm_t comm = nullptr;
+        R_ANYR(anyrCommInitRank(&comm, n, id, rank), nullptr);
+        int failures = 0;
+        for (anyrAlgo_t a : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
+          if (anyrCommSetAlgorithm(comm, a) != anyrSuccess) {
+            ++failures;
+            report(std::string("FAIL ") + anyrAlgoName(a) +
+                   " not admitted: " + anyrGetLastError(comm) + "\n");
+          }
+        }
+        size_t need = 0;
+        R_ANYR(anyrCommExplain(comm, nullptr, 0, &need), comm);
+        std::vector<char> buf(need);
+        R_ANYR(anyrCommExplain(comm, buf.data(), buf.size(), &need), comm);
+        std::string text(buf.data());
+        for (const char* must :
+             {"host-oneshot", "host-twoshot", "\"hostTransport\"", "segmentBytes"}) {
+          if (text.find(must) == std::string::npos) {
+            ++failures;
+            report(std::string("FAIL explain lacks ") + must + "\n");
+          }
+        }
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+}
+
+TEST(HostWireGpu, MissingPeerOnHostPathTimesOutNamingIt) {
+  REQUIRE_GPU();
+  for (anyrAlgo_t algo : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
+    auto results = runRanksCatching(
+        2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+          int ngpus = 0;
+          R_CUDA(cudaGetDeviceCount(&ngpus));
+          R_CUDA(cudaSetDevice(rank % ngpus));
+          anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+          cfg.timeoutMs = 1500;
+          anyrComm_t comm = nullptr;
+          R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+          char* buf = nullptr;
+          R_CUDA(cudaMalloc(&buf, 1 << 20));
+          cudaStream_t s;
+          R_CUDA(cudaStreamCreate(&s));
+          int failures = 0;
+          R_ANYR(anyrCommSetAlgorithm(comm, algo), comm);
+          R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
+          R_CUDA(cudaStreamSynchronize(s));
+          if (rank == 0) {
+            R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
+            R_CUDA(cudaStreamSynchronize(s));
+            anyrResult_t async = anyrSuccess;
+            R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+            std::string msg = anyrGetLastError(comm);
+            if (async != anyrTimeout || msg.find("rank 1") == std::string::npos ||
+                msg.find("host-memory") == std::string::npos) {
+              ++failures;
+              report("FAIL expected a host-memory timeout naming rank 1, got " +
+                     std::string(anyrGetErrorString(async)) + ": " + msg + "\n");
+            }
+            report("INFO " + msg + "\n");
+          } else {
+            std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+          }
+          anyrCommDestroy(comm);
+          return failures ? 4 : 0;
+        });
+    std::string failures = launch::describeFailures(results);
+    EXPECT_TRUE(failures.empty()) << anyrAlgoName(algo) << ": " << failures;
+  }
+}
+
+}  // namespace
+}  // namespace anyr
