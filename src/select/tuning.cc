@@ -40,13 +40,13 @@ const json& need(const json& j, const char* key, const std::string& where) {
 }
 
 std::string needString(const json& j, const char* key, const std::string& where) {
-  const json& v = need(j, key, where);
+  const json v = need(j, key, where);
   if (!v.is_string()) bad(where + "." + key, "must be a string");
   return v.get<std::string>();
 }
 
 int64_t needInt(const json& j, const char* key, const std::string& where, int64_t lo, int64_t hi) {
-  const json& v = need(j, key, where);
+  const json v = need(j, key, where);
   if (!v.is_number_integer()) bad(where + "." + key, "must be an integer");
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi) {
@@ -56,7 +56,7 @@ int64_t needInt(const json& j, const char* key, const std::string& where, int64_
 }
 
 std::vector<std::string> needStrings(const json& j, const char* key, const std::string& where) {
-  const json& v = need(j, key, where);
+  const json v = need(j, key, where);
   if (!v.is_array()) bad(where + "." + key, "must be an array of strings");
   std::vector<std::string> out;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -149,7 +149,7 @@ TuningTable tuningFromJson(const std::string& text) {
   }
   needInt(j, "version", "document", TuningTable::kFormatVersion, TuningTable::kFormatVersion);
   TuningTable t;
-  const json& fp = need(j, "fingerprint", "document");
+  const json fp = need(j, "fingerprint", "document");
   t.fingerprint.library = needString(fp, "library", "fingerprint");
   t.fingerprint.worldSize = static_cast<int>(needInt(fp, "worldSize", "fingerprint", 1, 1 << 20));
   t.fingerprint.gpus = needStrings(fp, "gpus", "fingerprint");
@@ -157,7 +157,7 @@ TuningTable tuningFromJson(const std::string& text) {
   t.fingerprint.links = needStrings(fp, "links", "fingerprint");
   t.hidden = static_cast<int>(needInt(j, "hidden", "document", 1, 1 << 20));
   t.method = needString(j, "method", "document");
-  const json& ops = need(j, "ops", "document");
+  const json ops = need(j, "ops", "document");
   if (!ops.is_object()) bad("ops", "must be an object");
   for (auto it = ops.begin(); it != ops.end(); ++it) {
     Op op;
@@ -169,7 +169,7 @@ TuningTable tuningFromJson(const std::string& text) {
       TunedPoint p;
       p.bucket = static_cast<int>(needInt(pj, "bucket", where, 0, kNumBuckets - 1));
       p.choice = needString(pj, "choice", where);
-      const json& times = need(pj, "timesUs", where);
+      const json times = need(pj, "timesUs", where);
       if (!times.is_object()) bad(where + ".timesUs", "must be an object");
       for (auto tt = times.begin(); tt != times.end(); ++tt) {
         if (!tt.value().is_number()) bad(where + ".timesUs." + tt.key(), "must be a number");
