@@ -747,10 +747,9 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
                              ? layout_.pushSlotBytes / rowBytes
                              : (layout_.tsSlotBytes / (static_cast<uint64_t>(H) * 16)) *
                                    static_cast<uint64_t>(nranks_);
-  // The fused one-shot kernel holds a row in registers; above 1024 vectors (hidden > 8192)
-  // it needs three or four per thread, spills and measured slower than the composition (hidden
-  // 16384, 1 token: 14.6 vs 9.9 us on 2 x H200, docs/PERFORMANCE.md), so there it runs only when
-  // forced.
+  // The fused one-shot kernel holds a row in registers; above two vectors per thread
+  // (hidden > 8192) it spills and measured slower than the composition (hidden 16384, 1 token:
+  // 14.6 vs 9.9 us on 2 x H200, docs/PERFORMANCE.md), so there it runs only when forced.
   const bool forcedOneShotPush = forced_.load() == anyrAlgoOneShotPush;
   const bool rowFitsRegisters = hidden / 8 <= 2 * static_cast<size_t>(fusedThreads(hidden));
   const bool selfTestOk = algo == anyrAlgoOneShotPush   ? fusedOneShotPushOk_

@@ -11,18 +11,10 @@
 
 namespace anyr {
 
-// Threads per block of the fused one-shot kernel (register epilogue, fused/epilogue.cuh): one
-// 8-element vector per thread up to 1024 vectors (a multiple of 32, at least 64 threads), else
-// 512 threads with up to four vectors each.
+// Threads per block of the fused all-reduce kernels for a row of `hidden` elements: a power
+// of two, one 8-element vector per thread up to 512 vectors (at least 64 threads), else 512
+// threads with up to four vectors each (the register epilogue's rule, fused/epilogue.cuh).
 inline int fusedThreads(int hidden) {
-  const int nvec = hidden / 8;
-  if (nvec <= 1024) return nvec < 64 ? 64 : (nvec + 31) / 32 * 32;
-  return 512;
-}
-
-// Threads per block of the fused two-shot kernel (shared-memory epilogue): a power of two,
-// 64..512.
-inline int fusedTwoShotThreads(int hidden) {
   const int nvec = hidden / 8;
   int t = 64;
   while (t < nvec && t < 512) t *= 2;

@@ -25,10 +25,9 @@ using dev::Elem;
 using dev::Vec;
 
 template <typename T, int VPT>
-// One block per SM (the 1): with VPT == 1 blocks of up to 1024 threads (64 registers each),
-// else 512 threads that may use 128 registers each, so the row stays in registers (without
-// the 1, ptxas aimed at two blocks per SM and spilled).
-__global__ void __launch_bounds__(VPT == 1 ? 1024 : kAlgoThreads, 1)
+// (kAlgoThreads, 1): one block per SM may use 128 registers a thread, so the row stays in
+// registers (without the 1, ptxas aimed at two blocks per SM and spilled).
+__global__ void __launch_bounds__(kAlgoThreads, 1)
     fusedOneShotPushKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
   __shared__ float red[kFusedRedFloats];
   __shared__ int blockFailed;
@@ -75,7 +74,7 @@ __global__ void __launch_bounds__(VPT == 1 ? 1024 : kAlgoThreads, 1)
   // launch's vectors: one SM injects into the links at a limited rate, so a launch with few
   // rows runs more blocks than rows (the extra ones only push and clear).
   {
-    constexpr int kBatch = VPT == 1 ? 2 : 4;
+    constexpr int kBatch = 4;
     const uint64_t total = static_cast<uint64_t>(rows) * H;
     const uint64_t share = (total + gridDim.x - 1) / gridDim.x;
     const uint64_t first = blockIdx.x * share;

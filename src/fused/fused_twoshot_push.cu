@@ -151,7 +151,7 @@ cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    cudaStream_t stream) {
   const size_t smem = fusedSharedBytes(p.hidden);
   const size_t maxSmem = fusedSharedBytes(kFusedMaxHidden);
-  const int threads = fusedTwoShotThreads(p.hidden);
+  const int threads = fusedThreads(p.hidden);
   switch (dtype) {
     case anyrFloat16:
       return launchWithSmem(fusedTwoShotPushKernel<__half>, blocks, threads, smem, maxSmem, stream,
