@@ -368,6 +368,35 @@ class Comm:
         path = save_path.encode() if save_path is not None else None
         self._check(self._lib.anyrCommTune(self.handle, int(budget_ms), path), "anyrCommTune")
 
+    def counters(self) -> Dict[str, Any]:
+        """anyrCommGetCounters: calls and bytes per algorithm (by name) and size bucket
+        (``bucket_bytes`` gives each bucket's lower bound), and the fused/forced/captured
+        totals. Counted on the host at dispatch, so graph replays are not counted."""
+        from ._types import ANYR_COUNTER_BUCKETS, anyrCounters_t
+
+        c = anyrCounters_t.prepared()
+        self._check(self._lib.anyrCommGetCounters(self.handle, byref(c)), "anyrCommGetCounters")
+        per_algo = {}
+        for a in Algo:
+            if a == Algo.AUTO:
+                continue
+            calls = [int(c.calls[int(a)][b]) for b in range(ANYR_COUNTER_BUCKETS)]
+            nbytes = [int(c.bytes[int(a)][b]) for b in range(ANYR_COUNTER_BUCKETS)]
+            if any(calls):
+                per_algo[a.short_name] = {"calls": calls, "bytes": nbytes}
+        return {
+            "bucket_bytes": [0] + [4096 << (2 * i) for i in range(ANYR_COUNTER_BUCKETS - 1)],
+            "algorithms": per_algo,
+            "fused_kernel_calls": int(c.fusedKernelCalls),
+            "fused_composed_calls": int(c.fusedComposedCalls),
+            "forced_calls": int(c.forcedCalls),
+            "captured_calls": int(c.capturedCalls),
+        }
+
+    def reset_counters(self) -> None:
+        """anyrCommResetCounters."""
+        self._check(self._lib.anyrCommResetCounters(self.handle), "anyrCommResetCounters")
+
     def explain(self) -> Dict[str, Any]:
         """anyrCommExplain parsed: ``json.loads`` of explain_json()."""
         return json.loads(self.explain_json())

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._errors import FunctionNotAvailable, LibraryNotFoundError, make_error
-from ._types import ANYR_MAJOR, Result, UniqueId, anyrConfig_t, anyrFusedOptions_t
+from ._types import ANYR_MAJOR, Result, UniqueId, anyrConfig_t, anyrCounters_t, anyrFusedOptions_t
 
 ENV_VAR = "ANYREDUCE_LIBRARY"
 LIB_NAME = "libanyreduce.so"
@@ -117,6 +117,10 @@ FUNCTIONS: List[Function] = [
     Function("anyrCommExplain", anyrResult_t, (anyrComm_t, c_char_p, c_size_t, POINTER(c_size_t))),
     # anyrResult_t anyrCommTune(anyrComm_t comm, int budgetMs, const char* savePath);
     Function("anyrCommTune", anyrResult_t, (anyrComm_t, c_int, c_char_p)),
+    # anyrResult_t anyrCommGetCounters(const anyrComm_t comm, anyrCounters_t* counters);
+    Function("anyrCommGetCounters", anyrResult_t, (anyrComm_t, POINTER(anyrCounters_t))),
+    # anyrResult_t anyrCommResetCounters(anyrComm_t comm);
+    Function("anyrCommResetCounters", anyrResult_t, (anyrComm_t,)),
     # const char* anyrAlgoName(anyrAlgo_t algorithm);
     Function("anyrAlgoName", c_char_p, (anyrAlgo_t,)),
     # const char* anyrGetErrorString(anyrResult_t result);

@@ -27,6 +27,8 @@ ANYR_CONFIG_UNDEF_INT = -2147483647 - 1
 ANYR_CONFIG_UNDEF_SIZE = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
 ANYR_CONFIG_MAGIC = 0x414E5952
 ANYR_FUSED_MAGIC = 0x414E5946
+ANYR_COUNTERS_MAGIC = 0x414E5943
+ANYR_COUNTER_BUCKETS = 8  # message bytes: <4K, <16K, <64K, <256K, <1M, <4M, <16M, >=16M
 
 
 def _snake(camel: str) -> str:
@@ -395,3 +397,26 @@ class FusedOptions:
         o.blockScales = self.block_scales or None
         o.blockScalesSwizzled = self.block_scales_swizzled or None
         return o
+
+
+class anyrCounters_t(ctypes.Structure):  # noqa: N801 (C name)
+    """anyrCounters_t, field for field."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("magic", ctypes.c_uint),
+        ("calls", (ctypes.c_ulonglong * ANYR_COUNTER_BUCKETS) * len(Algo)),
+        ("bytes", (ctypes.c_ulonglong * ANYR_COUNTER_BUCKETS) * len(Algo)),
+        ("fusedKernelCalls", ctypes.c_ulonglong),
+        ("fusedComposedCalls", ctypes.c_ulonglong),
+        ("forcedCalls", ctypes.c_ulonglong),
+        ("capturedCalls", ctypes.c_ulonglong),
+    ]
+
+    @classmethod
+    def prepared(cls) -> "anyrCounters_t":
+        """size and magic set, as the C API requires of the caller."""
+        c = cls()
+        c.size = ctypes.sizeof(cls)
+        c.magic = ANYR_COUNTERS_MAGIC
+        return c

@@ -19,6 +19,7 @@ from anyreduce._types import (
     UniqueId,
     Wire,
     anyrConfig_t,
+    anyrCounters_t,
     anyrFusedOptions_t,
 )
 
@@ -40,6 +41,7 @@ C_TO_CTYPES = {
     "anyrUniqueId*": POINTER(UniqueId),
     "anyrConfig_t*": POINTER(anyrConfig_t),
     "anyrFusedOptions_t*": POINTER(anyrFusedOptions_t),
+    "anyrCounters_t*": POINTER(anyrCounters_t),
     "anyrDataType_t": c_int,
     "anyrRedOp_t": c_int,
     "anyrAlgo_t": c_int,
@@ -217,3 +219,23 @@ def test_config_wire_and_host_algorithms():
     assert str(Algo.HOST_TWO_SHOT) == "host-twoshot"
     with pytest.raises(InvalidArgument, match="config.wire"):
         Config(wire="fp4").to_c()
+
+
+def test_counters_struct_mirrors_header(header):
+    # anyrCounters_t has 2-D arrays the generic struct parser does not read: check the field
+    # order against the header text and the size against the C layout rules.
+    import re
+
+    end = header.text.find("} anyrCounters_t;")
+    assert end > 0, "anyrCounters_t not found in the header"
+    body = header.text[:end].rsplit("typedef struct {", 1)[1]
+    text = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    names = re.findall(r"(\w+)\s*(?:\[[^\]]*\])*\s*;", text)
+    assert names == [f[0] for f in anyrCounters_t._fields_]
+    assert "[anyrNumAlgos][ANYR_COUNTER_BUCKETS]" in text
+    algos, buckets = len(Algo), _types.ANYR_COUNTER_BUCKETS
+    assert ctypes.sizeof(anyrCounters_t) == 16 + 2 * algos * buckets * 8 + 4 * 8
+    m = re.search(r"#define ANYR_COUNTERS_MAGIC (0x[0-9a-fA-F]+)u", header.text)
+    assert m and int(m.group(1), 16) == _types.ANYR_COUNTERS_MAGIC
+    m = re.search(r"#define ANYR_COUNTER_BUCKETS (\d+)", header.text)
+    assert m and int(m.group(1)) == buckets
