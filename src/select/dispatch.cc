@@ -59,6 +59,16 @@ const anyrAlgo_t kAlgoOrder[] = {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrA
 
 bool hasFusedKernel(anyrAlgo_t a) { return a == anyrAlgoOneShotPush || a == anyrAlgoTwoShotPush; }
 
+// Shared memory a block of `a`'s fused kernel needs, bytes. The fused one-shot push kernel
+// holds its row in registers: only the reduction scratch and a flag, static (4,116 bytes, under
+// the 48 KB every block gets without opting in). The fused two-shot push kernel stages the fp32
+// row in dynamic shared memory, sized for the widest supported row (69,648 bytes), which a
+// block must opt in to.
+size_t fusedKernelSmemBytes(anyrAlgo_t a) {
+  if (a == anyrAlgoTwoShotPush) return fusedSharedBytes(kFusedMaxHidden);
+  return kFusedRedFloats * sizeof(float) + sizeof(int);
+}
+
 std::string kb(double bytes) {
   std::ostringstream os;
   os << static_cast<long long>(std::lround(bytes / 1024.0)) << " KB";
@@ -69,21 +79,22 @@ std::string kb(double bytes) {
 
 std::vector<Candidate> candidates(Op op, const Topology& t, const Admission& adm) {
   std::vector<Candidate> out;
-  // Fused kernels keep one fp32 row and the reduction scratch in shared memory, sized for the
-  // widest supported row.
-  const size_t needSmem = fusedSharedBytes(kFusedMaxHidden);
-  std::string smemWhy;
-  for (const GpuInfo& g : t.gpus) {
-    if (g.sharedMemPerBlockOptin < static_cast<int64_t>(needSmem)) {
-      smemWhy = "needs " + kb(static_cast<double>(needSmem)) + " shared memory per block, GPU " +
-                std::to_string(g.index) + " has " +
-                kb(static_cast<double>(g.sharedMemPerBlockOptin));
-      break;
+  // "" if every GPU gives a block the shared memory `a`'s fused kernel needs, else why not.
+  auto smemWhyFor = [&](anyrAlgo_t a) -> std::string {
+    const size_t need = fusedKernelSmemBytes(a);
+    for (const GpuInfo& g : t.gpus) {
+      if (g.sharedMemPerBlockOptin < static_cast<int64_t>(need)) {
+        return "needs " + kb(static_cast<double>(need)) + " shared memory per block, GPU " +
+               std::to_string(g.index) + " has " +
+               kb(static_cast<double>(g.sharedMemPerBlockOptin));
+      }
     }
-  }
+    return "";
+  };
   for (anyrAlgo_t a : kAlgoOrder) {
     const AlgoAdmission& x = adm[a];
     if (op != Op::AllReduce && hasFusedKernel(a)) {
+      const std::string smemWhy = smemWhyFor(a);
       Candidate k;
       k.path = {a, true};
       k.admitted = x.admitted && smemWhy.empty();

@@ -132,26 +132,43 @@ TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
   EXPECT_EQ(rejected, 4 + 6 + 6);
 }
 
-TEST(Dispatch, FusedKernelNeedsSharedMemoryAndSaysHowMuch) {
+TEST(Dispatch, OnlyTheFusedTwoShotKernelNeedsLargeSharedMemory) {
+  // The fused two-shot push kernel stages an fp32 row in dynamic shared memory (68 KB for the
+  // widest row); the fused one-shot push kernel holds the row in registers (4 KB static).
   Topology t = fixture("nvlink_pair");
   t.gpus[1].sharedMemPerBlockOptin = 48 * 1024;
   Admission adm = admit(t, factsFor(t));
-  bool sawKernel = false;
-  for (const Candidate& c : candidates(Op::AddRmsNorm, t, adm)) {
-    if (c.path.fusedKernel) {
-      sawKernel = true;
-      EXPECT_FALSE(c.admitted);
-      EXPECT_TRUE(mentions(c.reason, "needs 68 KB shared memory per block, GPU 1 has 48 KB"))
-          << c.reason;
-    } else {
-      EXPECT_TRUE(c.admitted) << pathName(Op::AddRmsNorm, c.path);
+  for (Op op : {Op::AddRmsNorm, Op::AddRmsNormQuant}) {
+    int kernels = 0;
+    for (const Candidate& c : candidates(op, t, adm)) {
+      if (c.path == Path{anyrAlgoTwoShotPush, true}) {
+        ++kernels;
+        EXPECT_FALSE(c.admitted);
+        EXPECT_TRUE(mentions(c.reason, "needs 68 KB shared memory per block, GPU 1 has 48 KB"))
+            << c.reason;
+      } else {
+        if (c.path.fusedKernel) ++kernels;
+        EXPECT_TRUE(c.admitted) << pathName(op, c.path) << ": " << c.reason;
+      }
+    }
+    EXPECT_EQ(kernels, 2);
+  }
+  // The seed keeps the fused one-shot kernel and never picks the rejected one.
+  DispatchTable tab = seedTable(t, adm, Config(), t.size());
+  EXPECT_EQ(pathName(Op::AddRmsNorm, tab.lookup(Op::AddRmsNorm, 64u << 10)), "fused:oneshot-push");
+  for (int o = 1; o < kNumOps; ++o) {
+    for (int b = 0; b < kNumBuckets; ++b) {
+      EXPECT_NE(tab.path[static_cast<size_t>(o)][static_cast<size_t>(b)],
+                (Path{anyrAlgoTwoShotPush, true}));
     }
   }
-  EXPECT_TRUE(sawKernel);
-  // ...and the seed never picks a rejected kernel.
-  DispatchTable tab = seedTable(t, adm, Config(), t.size());
-  for (int b = 0; b < kNumBuckets; ++b)
-    EXPECT_FALSE(tab.path[1][static_cast<size_t>(b)].fusedKernel);
+  // Below what even the one-shot kernel's static scratch needs, both are rejected.
+  t.gpus[0].sharedMemPerBlockOptin = 2048;
+  for (const Candidate& c : candidates(Op::AddRmsNorm, t, admit(t, factsFor(t)))) {
+    if (c.path.fusedKernel) {
+      EXPECT_FALSE(c.admitted) << pathName(Op::AddRmsNorm, c.path);
+    }
+  }
 }
 
 // ---- seed cost model on fixtures --------------------------------------------------------------
