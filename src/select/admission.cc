@@ -146,7 +146,8 @@ Thresholds defaultThresholds(const Topology& t, const Admission& adm, const Conf
   }
   th.oneShotMaxBytes = cfg.oneShotMaxBytes ? cfg.oneShotMaxBytes : defaultOneShotMaxBytes(nranks);
   th.twoShotMaxBytes = cfg.twoShotMaxBytes ? cfg.twoShotMaxBytes : (32ull << 20);
-  // Host memory (seed, not a measurement): with 2 ranks both host algorithms move the same
+  // Host memory (the threshold ladder's rung; without configured thresholds the dispatch
+  // cost model seeds the choice): with 2 ranks both host algorithms move the same
   // bytes and one-shot has one round trip less, so one-shot throughout; with more ranks,
   // one-shot reads (n-1) x bytes, two-shot about 2 x bytes, so two-shot above the one-shot
   // limit. NCCL (through host memory itself on such machines) above the two-shot limit.

@@ -47,8 +47,10 @@ struct Thresholds {
   std::string twoShotWhy;
   uint64_t oneShotMaxBytes = 0;
   uint64_t twoShotMaxBytes = 0;
-  // Host-memory algorithms, the default only when no peer-memory algorithm is admitted:
-  // host-oneshot up to hostOneShotMaxBytes, host-twoshot up to hostMaxBytes, NCCL above.
+  // Host-memory rung of the threshold ladder (used only when the configuration sets
+  // oneShotMaxBytes / twoShotMaxBytes; otherwise the dispatch cost model seeds the choice),
+  // where no peer-memory algorithm is admitted: host-oneshot up to hostOneShotMaxBytes,
+  // host-twoshot up to hostMaxBytes, NCCL above.
   uint64_t hostOneShotMaxBytes = 0;
   uint64_t hostMaxBytes = 0;
   std::string hostWhy;

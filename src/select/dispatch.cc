@@ -53,11 +53,26 @@ bool parsePath(Op op, const std::string& name, Path* out) {
 
 namespace {
 
-// Fixed candidate order (it breaks ties, so every rank must use the same one).
+// Fixed candidate order (it breaks ties, so every rank must use the same one). The host-memory
+// algorithms come last: they have no fused kernel, so the fused operations get them only as
+// composition ("host-oneshot+epilogue").
 const anyrAlgo_t kAlgoOrder[] = {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShotPush,
-                                 anyrAlgoTwoShot, anyrAlgoNccl};
+                                 anyrAlgoTwoShot,     anyrAlgoNccl,        anyrAlgoHostOneShot,
+                                 anyrAlgoHostTwoShot};
 
 bool hasFusedKernel(anyrAlgo_t a) { return a == anyrAlgoOneShotPush || a == anyrAlgoTwoShotPush; }
+
+bool isHostAlgo(anyrAlgo_t a) { return a == anyrAlgoHostOneShot || a == anyrAlgoHostTwoShot; }
+
+// Shared memory a block of `a`'s fused kernel needs, bytes. The fused one-shot push kernel
+// holds its row in registers: only the reduction scratch and a flag, static (4,116 bytes, under
+// the 48 KB every block gets without opting in). The fused two-shot push kernel stages the fp32
+// row in dynamic shared memory, sized for the widest supported row (69,648 bytes), which a
+// block must opt in to.
+size_t fusedKernelSmemBytes(anyrAlgo_t a) {
+  if (a == anyrAlgoTwoShotPush) return fusedSharedBytes(kFusedMaxHidden);
+  return kFusedRedFloats * sizeof(float) + sizeof(int);
+}
 
 std::string kb(double bytes) {
   std::ostringstream os;
@@ -69,21 +84,22 @@ std::string kb(double bytes) {
 
 std::vector<Candidate> candidates(Op op, const Topology& t, const Admission& adm) {
   std::vector<Candidate> out;
-  // Fused kernels keep one fp32 row and the reduction scratch in shared memory, sized for the
-  // widest supported row.
-  const size_t needSmem = fusedSharedBytes(kFusedMaxHidden);
-  std::string smemWhy;
-  for (const GpuInfo& g : t.gpus) {
-    if (g.sharedMemPerBlockOptin < static_cast<int64_t>(needSmem)) {
-      smemWhy = "needs " + kb(static_cast<double>(needSmem)) + " shared memory per block, GPU " +
-                std::to_string(g.index) + " has " +
-                kb(static_cast<double>(g.sharedMemPerBlockOptin));
-      break;
+  // "" if every GPU gives a block the shared memory `a`'s fused kernel needs, else why not.
+  auto smemWhyFor = [&](anyrAlgo_t a) -> std::string {
+    const size_t need = fusedKernelSmemBytes(a);
+    for (const GpuInfo& g : t.gpus) {
+      if (g.sharedMemPerBlockOptin < static_cast<int64_t>(need)) {
+        return "needs " + kb(static_cast<double>(need)) + " shared memory per block, GPU " +
+               std::to_string(g.index) + " has " +
+               kb(static_cast<double>(g.sharedMemPerBlockOptin));
+      }
     }
-  }
+    return "";
+  };
   for (anyrAlgo_t a : kAlgoOrder) {
     const AlgoAdmission& x = adm[a];
     if (op != Op::AllReduce && hasFusedKernel(a)) {
+      const std::string smemWhy = smemWhyFor(a);
       Candidate k;
       k.path = {a, true};
       k.admitted = x.admitted && smemWhy.empty();
@@ -120,6 +136,16 @@ constexpr double kNcclBaseUs = 10.0;
 // memory traffic per byte of message. The topology records no local memory bandwidth, so a
 // nominal one is used; it weighs only fused kernel against composition.
 constexpr double kLocalGBps = 3000.0;
+// Host-memory algorithms move their bytes the way NCCL's ring does where there is no peer path
+// (SM stores into, and loads from, pinned host memory over each GPU's PCIe link), so they are
+// charged on the same terms: each byte crosses the link twice (written up, read down by a
+// peer), the two crossings one after the other (the one-shot's overlap of writes and reads is
+// not credited), at NCCL's efficiency. What separates them is latency: no NCCL per-call base
+// and fewer steps for small messages, but one more launch (and its steps) per launch buffer
+// (ANYR_CHUNK_BYTES) for large ones. A step is a PCIe round trip plus a flag in host memory
+// (one-shot: publish, then poll and read; two-shot: two such steps).
+constexpr double kEffHost = kEffNccl;
+constexpr double kHostStepUs = 3.0;
 
 double pcieNominalGBps(const GpuInfo& g) {
   static const double perLane[] = {0, 0.25, 0.5, 0.985, 1.97, 3.94, 7.56};
@@ -202,6 +228,18 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   in.latencyUs = anyPair ? lat : 2.0;
   in.crossWriteGBps = anyCross ? cw : 0;
   in.crossReadGBps = anyCross ? cr : 0;
+  // Host memory: the slowest GPU's link to the host bounds every rank's step.
+  int slowGpu = -1;
+  for (int g = 0; g < n; ++g) {
+    const double bw = pcieNominalGBps(t.gpus[static_cast<size_t>(g)]);
+    if (slowGpu < 0 || bw < in.hostGBps) {
+      slowGpu = g;
+      in.hostGBps = bw;
+    }
+  }
+  in.hostGBps *= kEffHost;
+  in.hostLatencyUs = kHostStepUs;
+  in.hostLaunchBytes = cfg.chunkBytes;
   std::ostringstream os;
   os.precision(3);
   os << "slowest pair: write " << in.writeGBps << " GB/s, read " << in.readGBps << " GB/s, latency "
@@ -209,6 +247,16 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   if (anyCross && anyPcie && in.largestGroup > 1) {
     os << "; PCIe switch groups of up to " << in.largestGroup << " GPUs, between groups write "
        << in.crossWriteGBps << " / read " << in.crossReadGBps << " GB/s";
+  }
+  if (slowGpu >= 0) {
+    const GpuInfo& g = t.gpus[static_cast<size_t>(slowGpu)];
+    os << "; host memory " << in.hostGBps << " GB/s per direction (GPU " << g.index << " PCIe ";
+    if (g.pcieGen > 0 && g.pcieWidth > 0) {
+      os << "gen" << g.pcieGen << " x" << g.pcieWidth;
+    } else {
+      os << "link unknown";
+    }
+    os << "), " << in.hostLatencyUs << " us per step";
   }
   in.summary = os.str();
   return in;
@@ -257,6 +305,22 @@ double allReduceUs(anyrAlgo_t a, double B, const CostInputs& in) {
       if (data < 0) return -1;
       return kLaunchUs + (push ? 2 : 4) * lat + data;
     }
+    case anyrAlgoHostOneShot:
+    case anyrAlgoHostTwoShot: {
+      // One-shot: write the own B, read the (n-1) peers' B each. Two-shot: reduce-scatter and
+      // all-gather, each writing and reading (n-1)/n of B (2 B (n-1)/n each way in all). A
+      // message larger than a launch's buffers runs as several launches.
+      if (in.hostGBps <= 0) return -1;
+      const bool one = a == anyrAlgoHostOneShot;
+      const double calls =
+          in.hostLaunchBytes > 0
+              ? std::max(1.0, std::ceil(B / static_cast<double>(in.hostLaunchBytes)))
+              : 1.0;
+      const double wrote = one ? B : 2.0 * B * (n - 1) / n;
+      const double read = one ? (n - 1) * B : 2.0 * B * (n - 1) / n;
+      return calls * (kLaunchUs + (one ? 2 : 4) * in.hostLatencyUs) +
+             (wrote + read) / (in.hostGBps * 1e3);
+    }
     case anyrAlgoNccl: {
       if (in.ringGBps <= 0) return -1;
       return kNcclBaseUs + 2.0 * (n - 1) * lat +
@@ -300,11 +364,21 @@ const char* sourceName(Source s) {
   return "?";
 }
 
+bool peerPathAdmitted(const Admission& adm) {
+  for (anyrAlgo_t a :
+       {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShotPush, anyrAlgoTwoShot}) {
+    if (adm[a].admitted) return true;
+  }
+  return false;
+}
+
 DispatchTable seedTable(const Topology& t, const Admission& adm, const Config& cfg, int nranks) {
   DispatchTable tab;
   const bool ladder = cfg.oneShotMaxBytes != 0 || cfg.twoShotMaxBytes != 0;
   const CostInputs in = costInputs(t, cfg, nranks);
   const Thresholds th = defaultThresholds(t, adm, cfg, nranks);
+  // Host-memory algorithms are seeded only where no peer path is admitted.
+  const bool skipHost = peerPathAdmitted(adm);
   for (int o = 0; o < kNumOps; ++o) {
     const Op op = static_cast<Op>(o);
     const std::vector<Candidate> cands = candidates(op, t, adm);
@@ -321,7 +395,7 @@ DispatchTable seedTable(const Topology& t, const Admission& adm, const Config& c
       } else {
         double bestUs = 0;
         for (const Candidate& c : cands) {
-          if (!c.admitted) continue;
+          if (!c.admitted || (skipHost && isHostAlgo(c.path.algo))) continue;
           const double us = seedTimeUs(op, c.path, bytes, in);
           if (us >= 0 && (best.algo == anyrAlgoAuto || us < bestUs)) {
             best = c.path;

@@ -73,7 +73,14 @@ struct CostInputs {
   int largestGroup = 0;                          // GPUs in the largest switch group
   uint64_t pushSlotBytes = 0;                    // one-shot push capacity per launch
   uint64_t chunkBytes = 0;                       // pull / two-shot staging per launch
-  std::string summary;                           // one line, for explain
+  // Host-memory algorithms: every rank's traffic crosses its own PCIe link to host memory
+  // (writes up, reads down). Per direction, from the slowest GPU's probed PCIe generation and
+  // width (nominal, derated); latency of one PCIe round trip plus a flag. Larger messages than
+  // hostLaunchBytes run as several launches.
+  double hostGBps = 0;
+  double hostLatencyUs = 0;
+  uint64_t hostLaunchBytes = 0;
+  std::string summary;  // one line, for explain
 };
 CostInputs costInputs(const Topology& rankTopo, const Config& cfg, int nranks);
 
@@ -96,7 +103,13 @@ struct DispatchTable {
   }
 };
 
-// The seed table: per bucket the admitted candidate with the least modelled time, or, when
+// True when some peer-memory algorithm (one-shot / two-shot, push or pull) is admitted. The
+// seed then never picks a host-memory algorithm (they stay admitted candidates, for tuning and
+// forcing): peer paths keep the seed where they exist.
+bool peerPathAdmitted(const Admission& adm);
+
+// The seed table: per bucket the admitted candidate with the least modelled time (host-memory
+// candidates only where no peer path is admitted), or, when
 // the configuration sets size thresholds (oneShotMaxBytes / twoShotMaxBytes), the threshold
 // ladder of chooseAlgo() for every operation (the fused ones then use their fused kernel where
 // the ladder picks one-shot push, as before the cost model).

@@ -53,6 +53,11 @@ std::string explainDispatch(const ExplainInput& in) {
       os << "\n    " << pathName(op, c.path) << ": " << c.reason;
     }
     if (!anyRejected) os << " none";
+    if (peerPathAdmitted(*in.adm) &&
+        ((*in.adm)[anyrAlgoHostOneShot].admitted || (*in.adm)[anyrAlgoHostTwoShot].admitted)) {
+      os << "\n  host-memory candidates: admitted (tuning measures them, forcing works), never the "
+            "seed while a peer path is admitted";
+    }
     os << "\n  "
        << "size      chosen                 source     admitted candidates: "
        << (in.tuned ? "measured us (seed us)" : "seed us") << "\n";

@@ -26,12 +26,26 @@ Topology fixture(const std::string& name) {
   return loadTopologyFile(std::string(ANYR_FIXTURE_DIR) + "/" + name + ".json");
 }
 
-CommFacts factsFor(const Topology& t, bool nccl = true) {
+// As a communicator of one host sees it: the shared pinned host segment is mapped (host-memory
+// algorithms admitted) unless `host` is false.
+CommFacts factsFor(const Topology& t, bool nccl = true, bool host = true) {
   CommFacts f;
   f.nranks = t.size();
   f.ncclAvailable = nccl;
   f.ncclReason = nccl ? "" : "disabled for the test";
+  f.hostMemory = host;
+  f.hostMemoryReason = host ? "" : "disabled for the test";
   return f;
+}
+
+// The first n GPUs of a fixture, as a communicator of n ranks over them sees them.
+Topology firstGpus(const Topology& t, int n) {
+  Topology sub = t;
+  sub.gpus.resize(static_cast<size_t>(n));
+  sub.resizePairs();
+  for (int s = 0; s < n; ++s)
+    for (int d = 0; d < n; ++d) sub.pair(s, d) = t.pair(s, d);
+  return sub;
 }
 
 struct Machine {
@@ -41,10 +55,12 @@ struct Machine {
   std::array<std::vector<Candidate>, kNumOps> cands;
 };
 
-Machine setup(const std::string& name, const Config& cfg = Config(), bool nccl = true) {
+Machine setup(const std::string& name, const Config& cfg = Config(), bool nccl = true,
+              bool host = true, int ranks = 0) {
   Machine s;
   s.t = fixture(name);
-  s.adm = admit(s.t, factsFor(s.t, nccl));
+  if (ranks > 0) s.t = firstGpus(s.t, ranks);
+  s.adm = admit(s.t, factsFor(s.t, nccl, host));
   s.table = seedTable(s.t, s.adm, cfg, s.t.size());
   for (int o = 0; o < kNumOps; ++o) {
     s.cands[static_cast<size_t>(o)] = candidates(static_cast<Op>(o), s.t, s.adm);
@@ -109,10 +125,42 @@ TEST(Dispatch, PathNamesRoundTrip) {
 
 TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
   Machine s = setup("nvlink_pair");
-  EXPECT_EQ(s.cands[0].size(), 5u);  // five all-reduce algorithms
-  EXPECT_EQ(s.cands[1].size(), 7u);  // + fused kernels of the two push algorithms
+  EXPECT_EQ(s.cands[0].size(), 7u);  // seven all-reduce algorithms (two through host memory)
+  EXPECT_EQ(s.cands[1].size(), 9u);  // + fused kernels of the two push algorithms
   for (const auto& ops : s.cands) {
     for (const Candidate& c : ops) EXPECT_TRUE(c.admitted) << c.reason;
+  }
+}
+
+TEST(Dispatch, HostAlgorithmsComeLastInTheFixedOrderAndOnlyAsComposition) {
+  // The order breaks ties, so it is part of the agreement: the host algorithms are appended.
+  Machine s = setup("no_p2p");
+  const std::vector<std::string> allReduce = {"oneshot-push", "oneshot-pull", "twoshot-push",
+                                              "twoshot",      "nccl",         "host-oneshot",
+                                              "host-twoshot"};
+  ASSERT_EQ(s.cands[0].size(), allReduce.size());
+  for (size_t i = 0; i < allReduce.size(); ++i)
+    EXPECT_EQ(pathName(Op::AllReduce, s.cands[0][i].path), allReduce[i]) << i;
+  for (int o = 1; o < kNumOps; ++o) {
+    const auto& c = s.cands[static_cast<size_t>(o)];
+    ASSERT_EQ(c.size(), 9u);
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[7].path), "host-oneshot+epilogue");
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[8].path), "host-twoshot+epilogue");
+    for (const Candidate& k : c) {
+      if (k.path.algo == anyrAlgoHostOneShot || k.path.algo == anyrAlgoHostTwoShot) {
+        EXPECT_FALSE(k.path.fusedKernel);  // no fused host kernel
+        EXPECT_TRUE(k.admitted) << k.reason;
+      }
+    }
+  }
+  // Without the host segment they are rejected with its reason.
+  Machine none = setup("no_p2p", Config(), true, false);
+  for (const Candidate& c : none.cands[0]) {
+    if (c.path.algo == anyrAlgoHostOneShot || c.path.algo == anyrAlgoHostTwoShot) {
+      EXPECT_FALSE(c.admitted);
+      EXPECT_TRUE(mentions(c.reason, "no host-memory transport: disabled for the test"))
+          << c.reason;
+    }
   }
 }
 
@@ -132,26 +180,43 @@ TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
   EXPECT_EQ(rejected, 4 + 6 + 6);
 }
 
-TEST(Dispatch, FusedKernelNeedsSharedMemoryAndSaysHowMuch) {
+TEST(Dispatch, OnlyTheFusedTwoShotKernelNeedsLargeSharedMemory) {
+  // The fused two-shot push kernel stages an fp32 row in dynamic shared memory (68 KB for the
+  // widest row); the fused one-shot push kernel holds the row in registers (4 KB static).
   Topology t = fixture("nvlink_pair");
   t.gpus[1].sharedMemPerBlockOptin = 48 * 1024;
   Admission adm = admit(t, factsFor(t));
-  bool sawKernel = false;
-  for (const Candidate& c : candidates(Op::AddRmsNorm, t, adm)) {
-    if (c.path.fusedKernel) {
-      sawKernel = true;
-      EXPECT_FALSE(c.admitted);
-      EXPECT_TRUE(mentions(c.reason, "needs 68 KB shared memory per block, GPU 1 has 48 KB"))
-          << c.reason;
-    } else {
-      EXPECT_TRUE(c.admitted) << pathName(Op::AddRmsNorm, c.path);
+  for (Op op : {Op::AddRmsNorm, Op::AddRmsNormQuant}) {
+    int kernels = 0;
+    for (const Candidate& c : candidates(op, t, adm)) {
+      if (c.path == Path{anyrAlgoTwoShotPush, true}) {
+        ++kernels;
+        EXPECT_FALSE(c.admitted);
+        EXPECT_TRUE(mentions(c.reason, "needs 68 KB shared memory per block, GPU 1 has 48 KB"))
+            << c.reason;
+      } else {
+        if (c.path.fusedKernel) ++kernels;
+        EXPECT_TRUE(c.admitted) << pathName(op, c.path) << ": " << c.reason;
+      }
+    }
+    EXPECT_EQ(kernels, 2);
+  }
+  // The seed keeps the fused one-shot kernel and never picks the rejected one.
+  DispatchTable tab = seedTable(t, adm, Config(), t.size());
+  EXPECT_EQ(pathName(Op::AddRmsNorm, tab.lookup(Op::AddRmsNorm, 64u << 10)), "fused:oneshot-push");
+  for (int o = 1; o < kNumOps; ++o) {
+    for (int b = 0; b < kNumBuckets; ++b) {
+      EXPECT_NE(tab.path[static_cast<size_t>(o)][static_cast<size_t>(b)],
+                (Path{anyrAlgoTwoShotPush, true}));
     }
   }
-  EXPECT_TRUE(sawKernel);
-  // ...and the seed never picks a rejected kernel.
-  DispatchTable tab = seedTable(t, adm, Config(), t.size());
-  for (int b = 0; b < kNumBuckets; ++b)
-    EXPECT_FALSE(tab.path[1][static_cast<size_t>(b)].fusedKernel);
+  // Below what even the one-shot kernel's static scratch needs, both are rejected.
+  t.gpus[0].sharedMemPerBlockOptin = 2048;
+  for (const Candidate& c : candidates(Op::AddRmsNorm, t, admit(t, factsFor(t)))) {
+    if (c.path.fusedKernel) {
+      EXPECT_FALSE(c.admitted) << pathName(Op::AddRmsNorm, c.path);
+    }
+  }
 }
 
 // ---- seed cost model on fixtures --------------------------------------------------------------
@@ -227,16 +292,100 @@ TEST(Dispatch, SeedOnSlowPeerWritesReadsInstead) {
   EXPECT_EQ(choice(s, Op::AllReduce, 256u << 20), "nccl");
 }
 
-TEST(Dispatch, SeedWithoutPeerAccessIsNcclEverywhere) {
+TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
+  // 4 x PCIe gen4 x16 without peer access: host memory at 21 GB/s per direction, the same terms
+  // as NCCL's ring through host memory; the host paths win by latency until their extra
+  // launches (8 MiB each) cost more than NCCL's base.
   Machine s = setup("no_p2p");
+  const CostInputs in = costInputs(s.t, Config(), 4);
+  EXPECT_NEAR(in.hostGBps, 1.97 * 16 * 0.8 * 0.85, 0.01);
+  EXPECT_TRUE(mentions(in.summary, "host memory")) << in.summary;
+  EXPECT_TRUE(mentions(in.summary, "gen4 x16")) << in.summary;
+  for (uint64_t b = 1024; b <= (64u << 10); b *= 2) {
+    EXPECT_EQ(choice(s, Op::AllReduce, b), "host-oneshot") << b;
+    EXPECT_EQ(choice(s, Op::AddRmsNorm, b), "host-oneshot+epilogue") << b;
+  }
+  // Above that, one-shot reads 3x the message; two-shot about 1.5x.
+  for (uint64_t b = 256u << 10; b <= (8u << 20); b *= 2) {
+    EXPECT_EQ(choice(s, Op::AllReduce, b), "host-twoshot") << b;
+    EXPECT_EQ(choice(s, Op::AddRmsNormQuant, b), "host-twoshot+epilogue") << b;
+  }
+  for (uint64_t b = 16u << 20; b <= (1ull << 30); b *= 2) {
+    EXPECT_EQ(choice(s, Op::AllReduce, b), "nccl") << b;
+    EXPECT_EQ(choice(s, Op::AddRmsNorm, b), "nccl+epilogue") << b;
+  }
+  // Two ranks: two-shot moves as many bytes as one-shot, so one-shot up to NCCL.
+  Machine two = setup("no_p2p", Config(), true, true, 2);
+  for (uint64_t b = 1; b <= (8u << 20); b *= 2)
+    EXPECT_EQ(choice(two, Op::AllReduce, b), "host-oneshot") << b;
+  for (uint64_t b = 16u << 20; b <= (1ull << 30); b *= 2)
+    EXPECT_EQ(choice(two, Op::AllReduce, b), "nccl") << b;
+  // A faster link to the host (gen5 x16) keeps the same ladder: both sides scale with it.
+  Topology gen5 = firstGpus(fixture("no_p2p"), 2);
+  for (GpuInfo& g : gen5.gpus) g.pcieGen = 5;
+  Admission adm5 = admit(gen5, factsFor(gen5));
+  DispatchTable t5 = seedTable(gen5, adm5, Config(), 2);
+  EXPECT_EQ(pathName(Op::AllReduce, t5.lookup(Op::AllReduce, 1024)), "host-oneshot");
+  EXPECT_EQ(pathName(Op::AllReduce, t5.lookup(Op::AllReduce, 4u << 20)), "host-oneshot");
+  EXPECT_EQ(pathName(Op::AllReduce, t5.lookup(Op::AllReduce, 64u << 20)), "nccl");
+  // The slowest GPU's link bounds host memory: one GPU at gen4 x4 slows the host paths down.
+  Topology narrow = fixture("no_p2p");
+  narrow.gpus[2].pcieWidth = 4;
+  EXPECT_NEAR(costInputs(narrow, Config(), 4).hostGBps, in.hostGBps / 4, 0.01);
+  // Without NCCL: host paths at every size.
+  Machine noNccl = setup("no_p2p", Config(), false);
   for (int o = 0; o < kNumOps; ++o) {
     for (int b = 0; b < kNumBuckets; ++b) {
-      EXPECT_EQ(s.table.path[static_cast<size_t>(o)][static_cast<size_t>(b)].algo, anyrAlgoNccl);
+      const anyrAlgo_t a = noNccl.table.path[static_cast<size_t>(o)][static_cast<size_t>(b)].algo;
+      EXPECT_TRUE(a == anyrAlgoHostOneShot || a == anyrAlgoHostTwoShot) << o << " " << b;
+    }
+  }
+  // Without the host segment: NCCL everywhere, as before the host transport.
+  Machine noHost = setup("no_p2p", Config(), true, false);
+  for (int o = 0; o < kNumOps; ++o) {
+    for (int b = 0; b < kNumBuckets; ++b) {
+      EXPECT_EQ(noHost.table.path[static_cast<size_t>(o)][static_cast<size_t>(b)].algo,
+                anyrAlgoNccl);
     }
   }
   // Nothing admitted at all: the table holds "auto", which the communicator refuses at init.
-  Machine none = setup("no_p2p", Config(), false);
+  Machine none = setup("no_p2p", Config(), false, false);
   EXPECT_EQ(none.table.lookup(Op::AllReduce, 1024).algo, anyrAlgoAuto);
+}
+
+TEST(Dispatch, HostPathsStayCandidatesButNeverTheSeedWherePeerPathsExist) {
+  for (const char* name : {"nvlink_pair", "nvlink_8gpu", "pcie_8gpu_two_switches",
+                           "pcie_no_atomics", "pcie_slow_writes"}) {
+    Machine s = setup(name);
+    ASSERT_TRUE(peerPathAdmitted(s.adm)) << name;
+    for (int o = 0; o < kNumOps; ++o) {
+      int hostCands = 0;
+      for (const Candidate& c : s.cands[static_cast<size_t>(o)]) {
+        if (c.path.algo != anyrAlgoHostOneShot && c.path.algo != anyrAlgoHostTwoShot) continue;
+        ++hostCands;
+        EXPECT_TRUE(c.admitted) << name << " " << c.reason;  // tuning measures them
+      }
+      EXPECT_EQ(hostCands, 2) << name;
+      for (int b = 0; b < kNumBuckets; ++b) {
+        const anyrAlgo_t a = s.table.path[static_cast<size_t>(o)][static_cast<size_t>(b)].algo;
+        EXPECT_NE(a, anyrAlgoHostOneShot) << name << " " << o << " " << b;
+        EXPECT_NE(a, anyrAlgoHostTwoShot) << name << " " << o << " " << b;
+      }
+    }
+    // ...and forcing them works.
+    EXPECT_EQ(overrideError(s.adm, anyrAlgoHostOneShot), "") << name;
+    EXPECT_EQ(overrideError(s.adm, anyrAlgoHostTwoShot), "") << name;
+  }
+  EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoHostOneShot), (Path{anyrAlgoHostOneShot, false}));
+  // A tuning table may choose them there.
+  Machine s = setup("nvlink_pair");
+  TuningTable tab;
+  tab.fingerprint = fingerprintOf(s.t, 2);
+  tab.points[0].push_back({10, "host-oneshot", {{"host-oneshot", 3.0}, {"oneshot-push", 4.0}}});
+  std::vector<std::string> warnings;
+  applyTuning(tab, s.cands, &s.table, &warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(choice(s, Op::AllReduce, 1024), "host-oneshot");
 }
 
 TEST(Dispatch, SeedOnNvlinkEightGpus) {
@@ -267,11 +416,12 @@ TEST(Dispatch, ConfiguredThresholdsReplaceTheModel) {
 }
 
 TEST(Dispatch, SeedTimesAreMonotonicInSize) {
-  for (const char* name : {"nvlink_pair", "pcie_8gpu_two_switches", "pcie_slow_writes"}) {
+  for (const char* name : {"nvlink_pair", "pcie_8gpu_two_switches", "pcie_slow_writes", "no_p2p"}) {
     Machine s = setup(name);
     const CostInputs in = costInputs(s.t, Config(), s.t.size());
     for (int o = 0; o < kNumOps; ++o) {
       for (const Candidate& c : s.cands[static_cast<size_t>(o)]) {
+        if (!c.admitted) continue;  // no_p2p: the peer paths have no bandwidth (< 0)
         double prev = 0;
         for (int b = 0; b < 32; ++b) {
           const double us = seedTimeUs(static_cast<Op>(o), c.path, bucketBytes(b), in);
@@ -537,9 +687,15 @@ TEST(Explain, EveryOperationAndBucketWithReasonsAndTimes) {
   const std::string text = explainDispatch(in);
   for (int o = 0; o < kNumOps; ++o) EXPECT_TRUE(mentions(text, opName(static_cast<Op>(o))));
   EXPECT_TRUE(mentions(text, "fused:oneshot-push: peer write rank 0 -> rank 1")) << text;
-  EXPECT_TRUE(mentions(text, "1K        nccl")) << text;
+  EXPECT_TRUE(mentions(text, "1K        host-oneshot           seed")) << text;
+  EXPECT_TRUE(mentions(text, "1M        host-twoshot+epilogue  seed")) << text;
   EXPECT_TRUE(mentions(text, "256M      nccl")) << text;
   EXPECT_TRUE(mentions(text, "cost model inputs")) << text;
+  EXPECT_TRUE(mentions(text, "host memory")) << text;
+  // Every admitted alternative with its seed time, the host ones included.
+  EXPECT_TRUE(mentions(text, " nccl 22.1 host-oneshot 8.2 host-twoshot 14.1")) << text;
+  EXPECT_TRUE(mentions(text, " host-oneshot+epilogue ")) << text;
+  EXPECT_FALSE(mentions(text, "host-oneshot: no host-memory")) << text;  // none rejected
   // With a tuning table: measured and seeded times side by side.
   Machine p = setup("nvlink_pair");
   TuningTable tab = sampleTable(p.t);
@@ -551,6 +707,10 @@ TEST(Explain, EveryOperationAndBucketWithReasonsAndTimes) {
   in.nranks = p.t.size();
   in.tuned = &tab;
   const std::string tuned = explainDispatch(in);
+  EXPECT_FALSE(mentions(text, "never the seed")) << text;  // no_p2p: host paths are seeded
+  EXPECT_TRUE(mentions(tuned, "host-memory candidates: admitted")) << tuned;
+  EXPECT_TRUE(mentions(tuned, "never the seed while a peer path is admitted")) << tuned;
+  EXPECT_TRUE(mentions(tuned, "host-oneshot not measured (")) << tuned;
   EXPECT_TRUE(mentions(tuned, "nccl 8.5 (")) << tuned;  // measured (seed)
   EXPECT_TRUE(mentions(tuned, "measured")) << tuned;
   EXPECT_TRUE(mentions(tuned, "oneshot-pull not measured (")) << tuned;  // in a measured row
