@@ -74,7 +74,7 @@ class Communicator {
     uint64_t minBytes = 1024, maxBytes = 256ull << 20;  // all-reduce sizes, powers of two
     int hidden = 6144, maxTokens = 2048;                // fused: 1, 2, 4 .. maxTokens tokens
     int budgetMs = 0;                                   // 0: no limit
-    int calls = 10, samples = 7;                        // per sample (one graph), median
+    int calls = 20, samples = 9;                        // per sample (one graph), median
   };
   using TuneProgress = std::function<void(int done, int total, const std::string& what)>;
   // Collective. Measures, agrees (slowest rank counts, rank 0 decides and broadcasts), and

@@ -164,22 +164,38 @@ double Communicator::timePath(Op op, uint64_t bytes, int tokens, int hidden, voi
   cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
   (void)cudaGraphDestroy(g);
   ANYR_CUDA_CHECK(ie);
-  cudaEvent_t a = nullptr, b = nullptr;
-  ANYR_CUDA_CHECK(cudaEventCreate(&a));
-  ANYR_CUDA_CHECK(cudaEventCreate(&b));
+  // Samples are replayed back to back and read after one wait: a host wait between samples
+  // would let the ranks start each sample at a different time, and the first calls of every
+  // sample would then time the other rank's lateness, not the path.
+  std::vector<cudaEvent_t> ev(static_cast<size_t>(samples) + 1, nullptr);
+  auto destroyEvents = [&] {
+    for (cudaEvent_t e : ev) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+  };
   std::vector<float> ms;
-  ANYR_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
-  for (int i = 0; i < samples; ++i) {
-    ANYR_CUDA_CHECK(cudaEventRecord(a, s));
+  try {
+    for (cudaEvent_t& e : ev) ANYR_CUDA_CHECK(cudaEventCreate(&e));
+    ANYR_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
     ANYR_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    ANYR_CUDA_CHECK(cudaEventRecord(b, s));
+    ANYR_CUDA_CHECK(cudaEventRecord(ev[0], s));
+    for (int i = 0; i < samples; ++i) {
+      ANYR_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      ANYR_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(i) + 1], s));
+    }
     waitStreamIdle(s, "a tuning measurement");
-    float t = 0;
-    ANYR_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
+    for (int i = 0; i < samples; ++i) {
+      float t = 0;
+      ANYR_CUDA_CHECK(
+          cudaEventElapsedTime(&t, ev[static_cast<size_t>(i)], ev[static_cast<size_t>(i) + 1]));
+      ms.push_back(t);
+    }
+  } catch (...) {
+    destroyEvents();
+    (void)cudaGraphExecDestroy(exec);
+    throw;
   }
-  (void)cudaEventDestroy(a);
-  (void)cudaEventDestroy(b);
+  destroyEvents();
   (void)cudaGraphExecDestroy(exec);
   throwIfFailed();
   std::sort(ms.begin(), ms.end());

@@ -144,7 +144,14 @@ constexpr double kLocalGBps = 3000.0;
 // and fewer steps for small messages, but one more launch (and its steps) per launch buffer
 // (ANYR_CHUNK_BYTES) for large ones. A step is a PCIe round trip plus a flag in host memory
 // (one-shot: publish, then poll and read; two-shot: two such steps).
-constexpr double kEffHost = kEffNccl;
+// Calibrated on 2 x H200 (PCIe Gen5 x16) with ANYR_PEER_MEMORY=0 against NCCL with
+// NCCL_P2P_DISABLE=1 (docs/PERFORMANCE.md, 2026-11-29): the one-shot's writes and reads do not
+// overlap and its small rounds reach a fifth of the link (host-oneshot 1 KB 6.9 us, 64 KB
+// 19.4 us, 1 MB 97 us); the two-shot overlaps its reduce-scatter and all-gather traffic
+// (charged on the larger direction) at about 0.6 of the link (1 MB 58 us, 16 MB 553 us).
+constexpr double kEffHost = kEffNccl;  // the link as NCCL's ring through host memory sees it
+constexpr double kEffHostOneShot = 0.2 / kEffHost;
+constexpr double kEffHostTwoShot = 0.6 / kEffHost;
 constexpr double kHostStepUs = 3.0;
 
 double pcieNominalGBps(const GpuInfo& g) {
@@ -211,6 +218,7 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
       if (best <= 0) {
         best = 0.5 * std::min(pcieNominalGBps(t.gpus[static_cast<size_t>(s)]),
                               pcieNominalGBps(t.gpus[static_cast<size_t>(d)]));
+        in.ncclViaHost = true;
       }
       ring = std::min(ring, best);
       lat = std::max(lat, p.latencyUs > 0 ? p.latencyUs : 2.0);
@@ -318,12 +326,16 @@ double allReduceUs(anyrAlgo_t a, double B, const CostInputs& in) {
               : 1.0;
       const double wrote = one ? B : 2.0 * B * (n - 1) / n;
       const double read = one ? (n - 1) * B : 2.0 * B * (n - 1) / n;
-      return calls * (kLaunchUs + (one ? 2 : 4) * in.hostLatencyUs) +
-             (wrote + read) / (in.hostGBps * 1e3);
+      const double data = one ? (wrote + read) / (in.hostGBps * kEffHostOneShot * 1e3)
+                              : std::max(wrote, read) / (in.hostGBps * kEffHostTwoShot * 1e3);
+      return calls * (kLaunchUs + (one ? 2 : 4) * in.hostLatencyUs) + data;
     }
     case anyrAlgoNccl: {
       if (in.ringGBps <= 0) return -1;
-      return kNcclBaseUs + 2.0 * (n - 1) * lat +
+      // Through host memory NCCL's per-hop flags are in its base cost (measured: 10 us at 1 KB
+      // on 2 x H200 with NCCL_P2P_DISABLE=1, about its cost with peer access).
+      const double hop = in.ncclViaHost ? 0.0 : lat;
+      return kNcclBaseUs + 2.0 * (n - 1) * hop +
              2.0 * (n - 1) / n * B / (in.ringGBps * kEffNccl * 1e3);
     }
     default:

@@ -65,10 +65,11 @@ std::vector<Candidate> candidates(Op op, const Topology& rankTopo, const Admissi
 // whose uplinks all-to-all traffic between groups must share.
 struct CostInputs {
   int nranks = 0;
-  double latencyUs = 2.0;  // one-way flag latency, slowest pair
-  double writeGBps = 0;    // slowest pair, peer stores (0: no peer path)
-  double readGBps = 0;     // slowest pair, peer loads
-  double ringGBps = 0;     // what NCCL's ring gets per hop (better direction, or host path)
+  double latencyUs = 2.0;    // one-way flag latency, slowest pair
+  double writeGBps = 0;      // slowest pair, peer stores (0: no peer path)
+  double readGBps = 0;       // slowest pair, peer loads
+  double ringGBps = 0;       // what NCCL's ring gets per hop (better direction, or host path)
+  bool ncclViaHost = false;  // some pair has no peer path: NCCL's ring goes through host memory
   double crossWriteGBps = 0, crossReadGBps = 0;  // slowest pair between groups (0: one group)
   int largestGroup = 0;                          // GPUs in the largest switch group
   uint64_t pushSlotBytes = 0;                    // one-shot push capacity per launch

@@ -397,18 +397,26 @@ TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
         anyrComm_t comm = nullptr;
         R_ANYR(anyrCommInitRank(&comm, n, id, rank), nullptr);
         int failures = 0;
-        anyrAlgo_t small = anyrAlgoAuto, large = anyrAlgoAuto;
-        R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &small), comm);
-        R_ANYR(anyrCommQueryAlgorithm(comm, 64u << 20, anyrBfloat16, &large), comm);
-        if (small != anyrAlgoHostOneShot) {
-          ++failures;
-          report(std::string("FAIL 1 KiB chose ") + anyrAlgoName(small) + "\n");
-        }
+        // The seed (select/dispatch.cc, calibrated on this kind of machine): host one-shot for
+        // the smallest messages, NCCL through host memory in the middle, host two-shot for
+        // large ones; without NCCL, host paths everywhere.
+        anyrAlgo_t small = anyrAlgoAuto, mid = anyrAlgoAuto, large = anyrAlgoAuto;
+        R_ANYR(anyrCommQueryAlgorithm(comm, 256, anyrBfloat16, &small), comm);
+        R_ANYR(anyrCommQueryAlgorithm(comm, 32u << 10, anyrBfloat16, &mid), comm);
+        R_ANYR(anyrCommQueryAlgorithm(comm, 32u << 20, anyrBfloat16, &large), comm);
         void* nccl = nullptr;
         R_ANYR(anyrCommGetNcclComm(comm, &nccl), comm);
-        if (large != (nccl != nullptr ? anyrAlgoNccl : anyrAlgoHostTwoShot)) {
+        if (small != anyrAlgoHostOneShot) {
           ++failures;
-          report(std::string("FAIL 128 MiB chose ") + anyrAlgoName(large) + "\n");
+          report(std::string("FAIL 512 B chose ") + anyrAlgoName(small) + "\n");
+        }
+        if (nccl != nullptr && mid != anyrAlgoNccl) {
+          ++failures;
+          report(std::string("FAIL 64 KiB chose ") + anyrAlgoName(mid) + "\n");
+        }
+        if (large != anyrAlgoHostTwoShot) {
+          ++failures;
+          report(std::string("FAIL 64 MiB chose ") + anyrAlgoName(large) + "\n");
         }
         if (anyrCommSetAlgorithm(comm, anyrAlgoOneShotPush) != anyrUnsupported ||
             std::string(anyrGetLastError(comm)).find("ANYR_PEER_MEMORY") == std::string::npos) {
