@@ -42,8 +42,9 @@ LIBS="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lpthread -ldl"
 # The library sources the parsers live in (and what they need: errors, logging, env).
 LIB_SOURCES=(src/bootstrap/message.cc src/bootstrap/unique_id.cc src/bootstrap/socket.cc
   src/core/env.cc src/core/error.cc src/core/log.cc src/core/config.cc
-  src/topology/topology.cc tests/fuzz/fuzz_stubs.cc)
-ALL_TARGETS=(fuzz_bootstrap_message fuzz_topology_json fuzz_config_env)
+  src/topology/topology.cc src/select/admission.cc src/select/dispatch.cc src/select/tuning.cc
+  tests/fuzz/fuzz_stubs.cc)
+ALL_TARGETS=(fuzz_bootstrap_message fuzz_topology_json fuzz_config_env fuzz_tuning_json)
 
 mkdir -p "$FUZZ_BUILD/obj"
 objs=()

@@ -186,13 +186,7 @@ anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_
   });
 }
 
-const char* anyrAlgoName(anyrAlgo_t algorithm) {
-  static const char* const names[anyrNumAlgos] = {"auto",         "oneshot-push", "oneshot-pull",
-                                                  "twoshot",      "nccl",         "twoshot-push",
-                                                  "host-oneshot", "host-twoshot"};
-  if (algorithm < 0 || algorithm >= anyrNumAlgos) return nullptr;
-  return names[algorithm];
-}
+const char* anyrAlgoName(anyrAlgo_t algorithm) { return anyr::algoName(algorithm); }
 
 const char* anyrGetErrorString(anyrResult_t result) {
   switch (result) {

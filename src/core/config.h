@@ -38,6 +38,10 @@ static_assert(sizeof(Config::Wire) == 48, "Config::Wire layout");
 
 Config resolveConfig(const anyrConfig_t* user);
 
+// The short name of an algorithm ("auto", "oneshot-push", ...), NULL outside the enum: the one
+// table behind anyrAlgoName (kept here, with the parsers, so every build that parses names
+// has it).
+const char* algoName(anyrAlgo_t algorithm);
 // "auto", "oneshot-push", ... <-> anyrAlgo_t. parseAlgo returns false for an unknown name.
 bool parseAlgo(const std::string& name, anyrAlgo_t* out);
 std::string algoNames();  // "auto, oneshot-push, oneshot-pull, twoshot, nccl"

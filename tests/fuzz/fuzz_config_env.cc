@@ -8,6 +8,7 @@
 //    0..256, a valid algorithm) and survives the wire round trip (Config::toWire/fromWire).
 // Input layout: [sizeof(anyrConfig_t) bytes of config][flags byte][NUL-separated env values].
 // Build and run: scripts/fuzz.sh (tests/fuzz/corpus/config_env is the seed corpus).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +68,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       cfg.size = sizeof(cfg);
       cfg.magic = ANYR_CONFIG_MAGIC;
     }
+    // Pointer fields are the caller's contract (NULL or a C string), not data to fuzz: NULL,
+    // or a string of the fuzzed bytes.
+    static std::string tuningPath;
+    tuningPath.assign(reinterpret_cast<const char*>(data), std::min<size_t>(size, 32));
+    tuningPath.erase(std::find(tuningPath.begin(), tuningPath.end(), '\0'), tuningPath.end());
+    cfg.tuningFile = (flags & 4) ? tuningPath.c_str() : nullptr;
     pos = sizeof(cfg) + 1;
   }
   std::vector<std::string> values;
