@@ -163,31 +163,18 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   dev::finishEpoch(st->syncEpoch, epoch);
 }
 
-template <int kWire>
-cudaError_t launchWith(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
-                       cudaStream_t stream) {
-  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
-    using Tag = decltype(tag);
-    hostTwoShotKernel<typename Tag::T, Tag::kAligned, kWire>
-        <<<shape.blocks, shape.threads, 0, stream>>>(a);
-    return cudaGetLastError();
-  });
-}
-
 }  // namespace
 
 cudaError_t launchHostTwoShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
                               cudaStream_t stream) {
-  switch (a.wire) {
-    case kWireNative:
-      return launchWith<kWireNative>(dtype, a, shape, stream);
-    case kWireFp8:
-      return launchWith<kWireFp8>(dtype, a, shape, stream);
-    case kWireInt8:
-      return launchWith<kWireInt8>(dtype, a, shape, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::dispatchWire(a.wire, [&](auto wire) {
+    return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+      using Tag = decltype(tag);
+      hostTwoShotKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>
+          <<<shape.blocks, shape.threads, 0, stream>>>(a);
+      return cudaGetLastError();
+    });
+  });
 }
 
 }  // namespace anyr

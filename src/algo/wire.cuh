@@ -14,6 +14,8 @@
 
 #include <cuda_fp8.h>
 
+#include <type_traits>
+
 #include "algo/device_common.cuh"
 #include "transport/host_handles.h"
 
@@ -26,6 +28,22 @@ struct WireVec {
   static constexpr int E = Elem<T>::kPerVec;
   unsigned char b[E];
 };
+
+// Calls f(std::integral_constant<int, W>{}) for the wire format `wire` (kWireNative, kWireFp8,
+// kWireInt8); cudaErrorInvalidValue for anything else. The launchers' one switch over it.
+template <typename F>
+cudaError_t dispatchWire(int wire, F&& f) {
+  switch (wire) {
+    case kWireNative:
+      return f(std::integral_constant<int, kWireNative>{});
+    case kWireFp8:
+      return f(std::integral_constant<int, kWireFp8>{});
+    case kWireInt8:
+      return f(std::integral_constant<int, kWireInt8>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
 
 __device__ __forceinline__ float pow2f(int k) { return __int_as_float((127 + k) << 23); }
 

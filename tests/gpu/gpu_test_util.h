@@ -4,8 +4,11 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <exception>
+#include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "anyreduce/anyreduce.h"
 #include "common/launcher.h"
@@ -45,5 +48,25 @@ struct RankError : std::runtime_error {
                       anyrGetLastError(comm));                                    \
     }                                                                             \
   } while (0)
+
+using Report = std::function<void(const std::string&)>;
+using RankBody = std::function<int(int rank, int nranks, const anyrUniqueId& id, const Report&)>;
+
+// Runs `body` in n forked ranks (launch::runRanks); an exception thrown by a rank (R_CUDA,
+// R_ANYR, or any other) fails that rank with exit code 3 and a "FAIL <what>" line.
+inline std::vector<launch::RankResult> runRanksCatching(int n, double timeoutSec,
+                                                        const RankBody& body) {
+  return launch::runRanks(
+      n,
+      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        try {
+          return body(rank, nr, id, report);
+        } catch (const std::exception& e) {
+          report(std::string("FAIL ") + e.what() + "\n");
+          return 3;
+        }
+      },
+      timeoutSec);
+}
 
 }  // namespace anyr

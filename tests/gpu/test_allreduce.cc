@@ -22,8 +22,6 @@
 namespace anyr {
 namespace {
 
-using Report = std::function<void(const std::string&)>;
-
 anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs) {
   int ngpus = 0;
   R_CUDA(cudaGetDeviceCount(&ngpus));

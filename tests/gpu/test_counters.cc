@@ -10,8 +10,6 @@
 namespace anyr {
 namespace {
 
-using Report = std::function<void(const std::string&)>;
-
 anyrCounters_t countersOf(anyrComm_t comm) {
   anyrCounters_t c;
   std::memset(&c, 0xff, sizeof(c));  // poisoned: every field must be written

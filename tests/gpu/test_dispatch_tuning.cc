@@ -25,8 +25,6 @@
 namespace anyr {
 namespace {
 
-using Report = std::function<void(const std::string&)>;
-
 std::string tmpFile(const std::string& tag) {
   return "/tmp/anyr_gpu_tuning_" + tag + "_" + std::to_string(::getpid()) + ".json";
 }
@@ -42,22 +40,6 @@ anyrComm_t openComm(int rank, int n, const anyrUniqueId& id, const char* tuningF
   anyrComm_t comm = nullptr;
   R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
   return comm;
-}
-
-std::vector<launch::RankResult> runAll(
-    int n, double timeoutSec,
-    const std::function<int(int, int, const anyrUniqueId&, const Report&)>& body) {
-  return launch::runRanks(
-      n,
-      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        try {
-          return body(rank, nr, id, report);
-        } catch (const std::exception& e) {
-          report(std::string("FAIL ") + e.what() + "\n");
-          return 3;
-        }
-      },
-      timeoutSec);
 }
 
 // "CHOICE <op> <bucket> <path>" for every bucket from 1 KB to 64 MB, as dispatch sees it.
@@ -129,47 +111,49 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
   std::remove(path.c_str());
 
   // 1. Tune a small range; every rank reports what dispatch now does.
-  auto tuned = runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = openComm(rank, nr, id, nullptr, 0);
-    Communicator& c = *comm->impl;
-    if (c.tuned() != nullptr) report("FAIL a table was installed before tuning\n");
-    Communicator::TuneOptions o;
-    o.minBytes = 1024;
-    o.maxBytes = 4u << 20;
-    o.maxTokens = 64;
-    o.calls = 5;
-    o.samples = 5;
-    TuningTable t = c.tune(o, nullptr);
-    if (c.tuned() == nullptr) report("FAIL no table installed after tuning\n");
-    size_t measured = 0;
-    for (int op = 0; op < kNumOps; ++op) {
-      for (const TunedPoint& p : t.points[static_cast<size_t>(op)]) {
-        ++measured;
-        const Path used = c.pathFor(static_cast<Op>(op), bucketBytes(p.bucket));
-        if (pathName(static_cast<Op>(op), used) != p.choice) {
-          report("FAIL " + std::string(opName(static_cast<Op>(op))) + " bucket " +
-                 std::to_string(p.bucket) + ": table says " + p.choice + ", dispatch uses " +
-                 pathName(static_cast<Op>(op), used) + "\n");
+  auto tuned =
+      runRanksCatching(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = openComm(rank, nr, id, nullptr, 0);
+        Communicator& c = *comm->impl;
+        if (c.tuned() != nullptr) report("FAIL a table was installed before tuning\n");
+        Communicator::TuneOptions o;
+        o.minBytes = 1024;
+        o.maxBytes = 4u << 20;
+        o.maxTokens = 64;
+        o.calls = 5;
+        o.samples = 5;
+        TuningTable t = c.tune(o, nullptr);
+        if (c.tuned() == nullptr) report("FAIL no table installed after tuning\n");
+        size_t measured = 0;
+        for (int op = 0; op < kNumOps; ++op) {
+          for (const TunedPoint& p : t.points[static_cast<size_t>(op)]) {
+            ++measured;
+            const Path used = c.pathFor(static_cast<Op>(op), bucketBytes(p.bucket));
+            if (pathName(static_cast<Op>(op), used) != p.choice) {
+              report("FAIL " + std::string(opName(static_cast<Op>(op))) + " bucket " +
+                     std::to_string(p.bucket) + ": table says " + p.choice + ", dispatch uses " +
+                     pathName(static_cast<Op>(op), used) + "\n");
+            }
+            if (c.dispatchTable().source[static_cast<size_t>(op)][static_cast<size_t>(p.bucket)] !=
+                Source::Measured) {
+              report("FAIL bucket " + std::to_string(p.bucket) + " not marked measured\n");
+            }
+          }
         }
-        if (c.dispatchTable().source[static_cast<size_t>(op)][static_cast<size_t>(p.bucket)] !=
-            Source::Measured) {
-          report("FAIL bucket " + std::to_string(p.bucket) + " not marked measured\n");
-        }
-      }
-    }
-    // 13 all-reduce buckets (1 KB..4 MB) + 2 x 7 fused (1..64 tokens at hidden 6144).
-    if (measured != 13 + 14) report("FAIL measured " + std::to_string(measured) + " points\n");
-    // The public query agrees with the table.
-    anyrAlgo_t q = anyrAlgoAuto;
-    R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &q), comm);
-    if (q != c.pathFor(Op::AllReduce, 1024).algo) report("FAIL query disagrees with dispatch\n");
-    const unsigned long long wrong = checkExact(comm, rank, nr);
-    if (wrong != 0) report("FAIL " + std::to_string(wrong) + " wrong elements after tuning\n");
-    if (rank == 0) saveTuningFile(t, path);
-    report(dispatchLines(c));
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return 0;
-  });
+        // 13 all-reduce buckets (1 KB..4 MB) + 2 x 7 fused (1..64 tokens at hidden 6144).
+        if (measured != 13 + 14) report("FAIL measured " + std::to_string(measured) + " points\n");
+        // The public query agrees with the table.
+        anyrAlgo_t q = anyrAlgoAuto;
+        R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &q), comm);
+        if (q != c.pathFor(Op::AllReduce, 1024).algo)
+          report("FAIL query disagrees with dispatch\n");
+        const unsigned long long wrong = checkExact(comm, rank, nr);
+        if (wrong != 0) report("FAIL " + std::to_string(wrong) + " wrong elements after tuning\n");
+        if (rank == 0) saveTuningFile(t, path);
+        report(dispatchLines(c));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return 0;
+      });
   expectNoFailures(tuned);
   const std::vector<std::string> choices = linesOf(tuned[0], "CHOICE");
   ASSERT_FALSE(choices.empty());
@@ -177,16 +161,18 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
 
   // 2. A new communicator loads the saved table (ANYR_TUNING_FILE / config.tuningFile) and
   //    dispatches exactly as the tuned one did.
-  auto loaded = runAll(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 0);
-    Communicator& c = *comm->impl;
-    if (c.tuned() == nullptr) report("FAIL the saved table was not loaded\n");
-    const unsigned long long wrong = checkExact(comm, rank, nr);
-    if (wrong != 0) report("FAIL " + std::to_string(wrong) + " wrong elements (loaded table)\n");
-    report(dispatchLines(c));
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return 0;
-  });
+  auto loaded =
+      runRanksCatching(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 0);
+        Communicator& c = *comm->impl;
+        if (c.tuned() == nullptr) report("FAIL the saved table was not loaded\n");
+        const unsigned long long wrong = checkExact(comm, rank, nr);
+        if (wrong != 0)
+          report("FAIL " + std::to_string(wrong) + " wrong elements (loaded table)\n");
+        report(dispatchLines(c));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return 0;
+      });
   expectNoFailures(loaded);
   for (const auto& r : loaded) EXPECT_EQ(linesOf(r, "CHOICE"), choices) << "rank " << r.rank;
 
@@ -196,7 +182,7 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
     f << "{\"format\": \"anyreduce-tuning\", \"version\": 1, \"fingerp";
   }
   auto corrupt =
-      runAll(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+      runRanksCatching(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 0);
         Communicator& c = *comm->impl;
         if (c.tuned() != nullptr) report("FAIL a corrupt table was installed\n");
@@ -219,7 +205,7 @@ TEST(DispatchGpu, InitTimeTuningWithinABudgetSavesTheTable) {
   const std::string path = tmpFile("init");
   std::remove(path.c_str());
   auto results =
-      runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+      runRanksCatching(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         const auto t0 = std::chrono::steady_clock::now();
         anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 3000);
         const double s =

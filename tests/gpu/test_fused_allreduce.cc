@@ -27,8 +27,6 @@
 namespace anyr {
 namespace {
 
-using Report = std::function<void(const std::string&)>;
-
 // Host copies of a device buffer.
 std::vector<unsigned char> toHost(const void* d, size_t bytes, cudaStream_t s) {
   std::vector<unsigned char> h(bytes);

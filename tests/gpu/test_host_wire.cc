@@ -31,24 +31,6 @@
 namespace anyr {
 namespace {
 
-using Report = std::function<void(const std::string&)>;
-
-std::vector<launch::RankResult> runRanksCatching(
-    int n, double timeoutSec,
-    const std::function<int(int, int, const anyrUniqueId&, const Report&)>& body) {
-  return launch::runRanks(
-      n,
-      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        try {
-          return body(rank, nr, id, report);
-        } catch (const std::exception& e) {
-          report(std::string("FAIL ") + e.what() + "\n");
-          return 3;
-        }
-      },
-      timeoutSec);
-}
-
 void expectAllPassedAndIdentical(const std::vector<launch::RankResult>& results, int n) {
   std::string failures = launch::describeFailures(results);
   EXPECT_TRUE(failures.empty()) << failures;

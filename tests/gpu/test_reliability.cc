@@ -42,7 +42,6 @@
 namespace anyr {
 namespace {
 
-using Report = std::function<void(const std::string&)>;
 using Clock = std::chrono::steady_clock;
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -145,22 +144,6 @@ nlohmann::json explain(anyrComm_t comm) {
   return nlohmann::json::parse(std::string(buf.data()));
 }
 
-std::vector<launch::RankResult> runAll(
-    int n, double timeoutSec,
-    const std::function<int(int, int, const anyrUniqueId&, const Report&)>& body) {
-  return launch::runRanks(
-      n,
-      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        try {
-          return body(rank, nr, id, report);
-        } catch (const std::exception& e) {
-          report(std::string("FAIL ") + e.what() + "\n");
-          return 3;
-        }
-      },
-      timeoutSec);
-}
-
 // One all-reduce of small-integer data, checked exactly on this rank; returns wrong elements.
 unsigned long long checkedAllReduce(anyrComm_t comm, int rank, int n, anyrDataType_t dt,
                                     uint64_t count, uint32_t seed, cudaStream_t s) {
@@ -190,46 +173,47 @@ unsigned long long checkedAllReduce(anyrComm_t comm, int rank, int n, anyrDataTy
 TEST(ReliabilityGpu, SelfTestPassesAndReportsItsCost) {
   REQUIRE_GPU();
   resetShared();
-  auto results = runAll(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    int failures = 0;
-    auto t0 = Clock::now();
-    anyrComm_t comm = initComm(rank, n, id, 10000);
-    const double initMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    nlohmann::json j = explain(comm);
-    if (!j.contains("selfTest") || !j["selfTest"].value("ran", false)) {
-      ++failures;
-      report("FAIL the self-test did not run: " + j.dump() + "\n");
-    } else {
-      for (auto& [name, verdict] : j["selfTest"]["results"].items()) {
-        const std::string v = verdict.get<std::string>();
-        if (v != "passed" && v.rfind("not run", 0) != 0) {
+  auto results =
+      runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        int failures = 0;
+        auto t0 = Clock::now();
+        anyrComm_t comm = initComm(rank, n, id, 10000);
+        const double initMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        nlohmann::json j = explain(comm);
+        if (!j.contains("selfTest") || !j["selfTest"].value("ran", false)) {
           ++failures;
-          report("FAIL self-test of " + name + " on healthy hardware: " + v + "\n");
+          report("FAIL the self-test did not run: " + j.dump() + "\n");
+        } else {
+          for (auto& [name, verdict] : j["selfTest"]["results"].items()) {
+            const std::string v = verdict.get<std::string>();
+            if (v != "passed" && v.rfind("not run", 0) != 0) {
+              ++failures;
+              report("FAIL self-test of " + name + " on healthy hardware: " + v + "\n");
+            }
+          }
+          std::ostringstream os;
+          os << "NOTE rank " << rank << ": self-test " << j["selfTest"]["ms"].get<double>()
+             << " ms of a " << initMs << " ms init; " << j["selfTest"]["results"].dump() << "\n";
+          report(os.str());
         }
-      }
-      std::ostringstream os;
-      os << "NOTE rank " << rank << ": self-test " << j["selfTest"]["ms"].get<double>()
-         << " ms of a " << initMs << " ms init; " << j["selfTest"]["results"].dump() << "\n";
-      report(os.str());
-    }
-    anyrCommDestroy(comm);
-    // ANYR_SELFTEST=0 on rank 0 skips it on every rank (rank 0's value decides).
-    if (rank == 0) setenv("ANYR_SELFTEST", "0", 1);
-    anyrUniqueId id2 = shareNewId(rank, 1);
-    t0 = Clock::now();
-    comm = initComm(rank, n, id2, 10000);
-    const double offMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    j = explain(comm);
-    if (j["selfTest"].value("ran", true)) {
-      ++failures;
-      report("FAIL ANYR_SELFTEST=0 on rank 0 did not skip the self-test: " + j["selfTest"].dump() +
-             "\n");
-    }
-    report("NOTE rank " + std::to_string(rank) + ": init without self-test " +
-           std::to_string(offMs) + " ms\n");
-    anyrCommDestroy(comm);
-    return failures ? 4 : 0;
-  });
+        anyrCommDestroy(comm);
+        // ANYR_SELFTEST=0 on rank 0 skips it on every rank (rank 0's value decides).
+        if (rank == 0) setenv("ANYR_SELFTEST", "0", 1);
+        anyrUniqueId id2 = shareNewId(rank, 1);
+        t0 = Clock::now();
+        comm = initComm(rank, n, id2, 10000);
+        const double offMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        j = explain(comm);
+        if (j["selfTest"].value("ran", true)) {
+          ++failures;
+          report("FAIL ANYR_SELFTEST=0 on rank 0 did not skip the self-test: " +
+                 j["selfTest"].dump() + "\n");
+        }
+        report("NOTE rank " + std::to_string(rank) + ": init without self-test " +
+               std::to_string(offMs) + " ms\n");
+        anyrCommDestroy(comm);
+        return failures ? 4 : 0;
+      });
   std::string failures = launch::describeFailures(results);
   EXPECT_TRUE(failures.empty()) << failures;
   for (auto& r : results) std::printf("[ info ] %s", r.message.c_str());
@@ -238,88 +222,92 @@ TEST(ReliabilityGpu, SelfTestPassesAndReportsItsCost) {
 TEST(ReliabilityGpu, SelfTestCatchesACorruptPeerMappingOnEveryRank) {
   REQUIRE_GPU();
   resetShared();
-  auto results = runAll(2, 240, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    // Every rank sets the same value; only rank 1 corrupts its view of rank 0's workspace.
-    setenv("ANYR_FAULT_INJECT", "corrupt-peer:1", 1);
-    int failures = 0;
-    auto t0 = Clock::now();
-    anyrComm_t comm = initComm(rank, n, id, 10000);
-    const double initMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    nlohmann::json j = explain(comm);
-    for (const char* algo : {"oneshot-push", "oneshot-pull", "twoshot", "twoshot-push"}) {
-      const auto& a = j["admission"][algo];
-      const std::string reason = a.value("reason", "");
-      if (a.value("admitted", true) ||
-          reason.find("self-test failed on rank") == std::string::npos) {
-        ++failures;
-        report(std::string("FAIL ") + algo + " not disabled by the self-test: " + a.dump() + "\n");
-      } else {
-        report(std::string("NOTE rank ") + std::to_string(rank) + " " + algo + ": " + reason +
-               "\n");
-      }
-    }
-    for (const char* fused : {"fused-oneshot-push", "fused-twoshot-push"}) {
-      const std::string v = j["selfTest"]["results"].value(fused, std::string("missing"));
-      if (v == "passed" || v == "missing") {
-        ++failures;
-        report(std::string("FAIL ") + fused + " still enabled: " + v + "\n");
-      }
-    }
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    anyrAlgo_t chosen = anyrAlgoAuto;
-    R_ANYR(anyrCommQueryAlgorithm(comm, 1024, anyrBfloat16, &chosen), comm);
-    if (chosen != anyrAlgoNccl) {
-      ++failures;
-      report(std::string("FAIL expected the NCCL fallback, the choice is ") + anyrAlgoName(chosen) +
-             "\n");
-    }
-    // The communicator still computes exact results, through the fallback.
-    uint32_t seed = 77;
-    for (anyrDataType_t dt : {anyrFloat32, anyrFloat16, anyrBfloat16}) {
-      for (uint64_t count : {1ull, 1000ull, 65537ull, 3000000ull}) {
-        unsigned long long wrong = checkedAllReduce(comm, rank, n, dt, count, ++seed, s);
-        if (wrong) {
-          ++failures;
-          report("FAIL fallback all-reduce " + std::string(data::dtypeName(dt)) +
-                 " n=" + std::to_string(count) + ": " + std::to_string(wrong) + " wrong\n");
+  auto results =
+      runRanksCatching(2, 240, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        // Every rank sets the same value; only rank 1 corrupts its view of rank 0's workspace.
+        setenv("ANYR_FAULT_INJECT", "corrupt-peer:1", 1);
+        int failures = 0;
+        auto t0 = Clock::now();
+        anyrComm_t comm = initComm(rank, n, id, 10000);
+        const double initMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        nlohmann::json j = explain(comm);
+        for (const char* algo : {"oneshot-push", "oneshot-pull", "twoshot", "twoshot-push"}) {
+          const auto& a = j["admission"][algo];
+          const std::string reason = a.value("reason", "");
+          if (a.value("admitted", true) ||
+              reason.find("self-test failed on rank") == std::string::npos) {
+            ++failures;
+            report(std::string("FAIL ") + algo + " not disabled by the self-test: " + a.dump() +
+                   "\n");
+          } else {
+            report(std::string("NOTE rank ") + std::to_string(rank) + " " + algo + ": " + reason +
+                   "\n");
+          }
         }
-      }
-    }
-    // The fused op too (it composes the NCCL all-reduce with the standalone epilogue).
-    {
-      const int tokens = 8, hidden = 1024;
-      const uint64_t count = static_cast<uint64_t>(tokens) * hidden;
-      void *partial, *resid, *out, *weight, *norm;
-      unsigned long long* dWrong;
-      R_CUDA(cudaMalloc(&partial, count * 2));
-      R_CUDA(cudaMalloc(&resid, count * 2));
-      R_CUDA(cudaMalloc(&out, count * 2));
-      R_CUDA(cudaMalloc(&norm, count * 2));
-      R_CUDA(cudaMalloc(&weight, hidden * 2));
-      R_CUDA(cudaMalloc(&dWrong, 8));
-      R_CUDA(cudaMemsetAsync(dWrong, 0, 8, s));
-      R_CUDA(data::fillInput(anyrBfloat16, partial, count, rank, 5, data::kSmallInts, s));
-      R_CUDA(data::fillInput(anyrBfloat16, resid, count, 100, 6, data::kSmallInts, s));
-      R_CUDA(data::fillInput(anyrBfloat16, weight, hidden, 101, 7, data::kSmallInts, s));
-      R_CUDA(cudaMemsetAsync(out, 0xff, count * 2, s));
-      R_ANYR(anyrAllReduceAddRmsNorm(partial, resid, out, weight, 1e-6f, norm, tokens, hidden,
-                                     anyrBfloat16, nullptr, comm, s),
-             comm);
-      R_CUDA(reltest::countResidualMismatches(anyrBfloat16, out, count, n, 5, 100, 6, dWrong, s));
-      unsigned long long wrong = 0;
-      R_CUDA(cudaMemcpyAsync(&wrong, dWrong, 8, cudaMemcpyDeviceToHost, s));
-      R_CUDA(waitStream(s, 30));
-      if (wrong) {
-        ++failures;
-        report("FAIL fallback fused op: " + std::to_string(wrong) + " wrong residual elements\n");
-      }
-    }
-    report("NOTE rank " + std::to_string(rank) + ": init with the injected fault took " +
-           std::to_string(initMs) + " ms\n");
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return failures ? 4 : 0;
-  });
+        for (const char* fused : {"fused-oneshot-push", "fused-twoshot-push"}) {
+          const std::string v = j["selfTest"]["results"].value(fused, std::string("missing"));
+          if (v == "passed" || v == "missing") {
+            ++failures;
+            report(std::string("FAIL ") + fused + " still enabled: " + v + "\n");
+          }
+        }
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        anyrAlgo_t chosen = anyrAlgoAuto;
+        R_ANYR(anyrCommQueryAlgorithm(comm, 1024, anyrBfloat16, &chosen), comm);
+        if (chosen != anyrAlgoNccl) {
+          ++failures;
+          report(std::string("FAIL expected the NCCL fallback, the choice is ") +
+                 anyrAlgoName(chosen) + "\n");
+        }
+        // The communicator still computes exact results, through the fallback.
+        uint32_t seed = 77;
+        for (anyrDataType_t dt : {anyrFloat32, anyrFloat16, anyrBfloat16}) {
+          for (uint64_t count : {1ull, 1000ull, 65537ull, 3000000ull}) {
+            unsigned long long wrong = checkedAllReduce(comm, rank, n, dt, count, ++seed, s);
+            if (wrong) {
+              ++failures;
+              report("FAIL fallback all-reduce " + std::string(data::dtypeName(dt)) +
+                     " n=" + std::to_string(count) + ": " + std::to_string(wrong) + " wrong\n");
+            }
+          }
+        }
+        // The fused op too (it composes the NCCL all-reduce with the standalone epilogue).
+        {
+          const int tokens = 8, hidden = 1024;
+          const uint64_t count = static_cast<uint64_t>(tokens) * hidden;
+          void *partial, *resid, *out, *weight, *norm;
+          unsigned long long* dWrong;
+          R_CUDA(cudaMalloc(&partial, count * 2));
+          R_CUDA(cudaMalloc(&resid, count * 2));
+          R_CUDA(cudaMalloc(&out, count * 2));
+          R_CUDA(cudaMalloc(&norm, count * 2));
+          R_CUDA(cudaMalloc(&weight, hidden * 2));
+          R_CUDA(cudaMalloc(&dWrong, 8));
+          R_CUDA(cudaMemsetAsync(dWrong, 0, 8, s));
+          R_CUDA(data::fillInput(anyrBfloat16, partial, count, rank, 5, data::kSmallInts, s));
+          R_CUDA(data::fillInput(anyrBfloat16, resid, count, 100, 6, data::kSmallInts, s));
+          R_CUDA(data::fillInput(anyrBfloat16, weight, hidden, 101, 7, data::kSmallInts, s));
+          R_CUDA(cudaMemsetAsync(out, 0xff, count * 2, s));
+          R_ANYR(anyrAllReduceAddRmsNorm(partial, resid, out, weight, 1e-6f, norm, tokens, hidden,
+                                         anyrBfloat16, nullptr, comm, s),
+                 comm);
+          R_CUDA(
+              reltest::countResidualMismatches(anyrBfloat16, out, count, n, 5, 100, 6, dWrong, s));
+          unsigned long long wrong = 0;
+          R_CUDA(cudaMemcpyAsync(&wrong, dWrong, 8, cudaMemcpyDeviceToHost, s));
+          R_CUDA(waitStream(s, 30));
+          if (wrong) {
+            ++failures;
+            report("FAIL fallback fused op: " + std::to_string(wrong) +
+                   " wrong residual elements\n");
+          }
+        }
+        report("NOTE rank " + std::to_string(rank) + ": init with the injected fault took " +
+               std::to_string(initMs) + " ms\n");
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
   std::string failures = launch::describeFailures(results);
   EXPECT_TRUE(failures.empty()) << failures;
   for (auto& r : results) std::printf("[ info ] %s", r.message.c_str());
@@ -340,8 +328,8 @@ TEST(ReliabilityGpu, KillOneRankSurvivorsNameItWithinTimeout) {
     resetShared();
     const int victim = trial % n;
     const int killAt = 20 + (trial * 37) % 200;
-    auto results =
-        runAll(n, 90, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+    auto results = runRanksCatching(
+        n, 90, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
           Shared* sh = sharedArea();
           // NCCL off: only anyreduce's bounded kernels run (NCCL's own kernels have no deadline;
           // see docs/RELIABILITY.md).
@@ -468,8 +456,8 @@ TEST(ReliabilityGpu, SkippedCallGivesBoundedErrorNamingTheRank) {
     const anyrAlgo_t algo = fused ? anyrAlgoOneShotPush : static_cast<anyrAlgo_t>(which);
     const std::string label = fused ? "fused oneshot-push" : anyrAlgoName(algo);
     resetShared();
-    auto results =
-        runAll(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+    auto results = runRanksCatching(
+        2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
           anyrComm_t comm = initComm(rank, n, id, timeoutMs, 0);
           cudaStream_t s;
           R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -539,74 +527,77 @@ TEST(ReliabilityGpu, SkippedCallGivesBoundedErrorNamingTheRank) {
 TEST(ReliabilityGpu, AbortReleasesAWaitingKernelThenANewCommWorks) {
   REQUIRE_GPU();
   resetShared();
-  auto results = runAll(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    int failures = 0;
-    anyrComm_t comm = initComm(rank, n, id, 60000);  // only the abort can end the wait
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    void* buf = nullptr;
-    R_CUDA(cudaMalloc(&buf, 1 << 20));
-    R_CUDA(cudaMemset(buf, 0, 1 << 20));
-    R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoTwoShot), comm);
-    if (rank == 0) {
-      std::thread aborter([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        anyrCommAbort(comm);
-      });
-      auto t0 = Clock::now();
-      R_ANYR(anyrAllReduce(buf, buf, 100000, anyrBfloat16, anyrSum, comm, s), comm);
-      cudaError_t e = waitStream(s, 20);
-      const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-      aborter.join();
-      anyrResult_t async = anyrSuccess;
-      anyrCommGetAsyncError(comm, &async);
-      if (e != cudaSuccess || async != anyrAborted || sec > 10) {
-        ++failures;
-        report("FAIL abort: stream " + std::string(cudaGetErrorString(e)) + ", state " +
-               anyrGetErrorString(async) + ", " + std::to_string(sec) +
-               " s: " + anyrGetLastError(comm) + "\n");
-      }
-      anyrResult_t next = anyrAllReduce(buf, buf, 1024, anyrBfloat16, anyrSum, comm, s);
-      if (next != anyrAborted) {
-        ++failures;
-        report(std::string("FAIL a call after abort returned ") + anyrGetErrorString(next) + "\n");
-      }
-      sharedArea()->flag.store(1);
-    } else {
-      // Never calls; aborts its side once rank 0 is released.
-      auto deadline = Clock::now() + std::chrono::seconds(30);
-      while (sharedArea()->flag.load() == 0 && Clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      R_ANYR(anyrCommAbort(comm), comm);
-    }
-    auto t0 = Clock::now();
-    anyrCommDestroy(comm);
-    const double destroySec = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (destroySec > 5) {
-      ++failures;
-      report("FAIL destroying the aborted communicator took " + std::to_string(destroySec) +
-             " s\n");
-    }
-    // A new communicator in the same processes, every algorithm exact.
-    anyrUniqueId id2 = shareNewId(rank, 1);
-    comm = initComm(rank, n, id2, 20000);
-    uint32_t seed = 900;
-    for (anyrAlgo_t a : {anyrAlgoAuto, anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,
-                         anyrAlgoTwoShotPush, anyrAlgoNccl}) {
-      if (anyrCommSetAlgorithm(comm, a) != anyrSuccess) continue;
-      for (uint64_t count : {1000ull, 300000ull}) {
-        unsigned long long wrong = checkedAllReduce(comm, rank, n, anyrBfloat16, count, ++seed, s);
-        if (wrong) {
-          ++failures;
-          report(std::string("FAIL new communicator, ") + anyrAlgoName(a) +
-                 " n=" + std::to_string(count) + ": " + std::to_string(wrong) + " wrong\n");
+  auto results =
+      runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        int failures = 0;
+        anyrComm_t comm = initComm(rank, n, id, 60000);  // only the abort can end the wait
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        void* buf = nullptr;
+        R_CUDA(cudaMalloc(&buf, 1 << 20));
+        R_CUDA(cudaMemset(buf, 0, 1 << 20));
+        R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoTwoShot), comm);
+        if (rank == 0) {
+          std::thread aborter([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            anyrCommAbort(comm);
+          });
+          auto t0 = Clock::now();
+          R_ANYR(anyrAllReduce(buf, buf, 100000, anyrBfloat16, anyrSum, comm, s), comm);
+          cudaError_t e = waitStream(s, 20);
+          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+          aborter.join();
+          anyrResult_t async = anyrSuccess;
+          anyrCommGetAsyncError(comm, &async);
+          if (e != cudaSuccess || async != anyrAborted || sec > 10) {
+            ++failures;
+            report("FAIL abort: stream " + std::string(cudaGetErrorString(e)) + ", state " +
+                   anyrGetErrorString(async) + ", " + std::to_string(sec) +
+                   " s: " + anyrGetLastError(comm) + "\n");
+          }
+          anyrResult_t next = anyrAllReduce(buf, buf, 1024, anyrBfloat16, anyrSum, comm, s);
+          if (next != anyrAborted) {
+            ++failures;
+            report(std::string("FAIL a call after abort returned ") + anyrGetErrorString(next) +
+                   "\n");
+          }
+          sharedArea()->flag.store(1);
+        } else {
+          // Never calls; aborts its side once rank 0 is released.
+          auto deadline = Clock::now() + std::chrono::seconds(30);
+          while (sharedArea()->flag.load() == 0 && Clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          R_ANYR(anyrCommAbort(comm), comm);
         }
-      }
-    }
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return failures ? 4 : 0;
-  });
+        auto t0 = Clock::now();
+        anyrCommDestroy(comm);
+        const double destroySec = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (destroySec > 5) {
+          ++failures;
+          report("FAIL destroying the aborted communicator took " + std::to_string(destroySec) +
+                 " s\n");
+        }
+        // A new communicator in the same processes, every algorithm exact.
+        anyrUniqueId id2 = shareNewId(rank, 1);
+        comm = initComm(rank, n, id2, 20000);
+        uint32_t seed = 900;
+        for (anyrAlgo_t a : {anyrAlgoAuto, anyrAlgoOneShotPush, anyrAlgoOneShotPull,
+                             anyrAlgoTwoShot, anyrAlgoTwoShotPush, anyrAlgoNccl}) {
+          if (anyrCommSetAlgorithm(comm, a) != anyrSuccess) continue;
+          for (uint64_t count : {1000ull, 300000ull}) {
+            unsigned long long wrong =
+                checkedAllReduce(comm, rank, n, anyrBfloat16, count, ++seed, s);
+            if (wrong) {
+              ++failures;
+              report(std::string("FAIL new communicator, ") + anyrAlgoName(a) +
+                     " n=" + std::to_string(count) + ": " + std::to_string(wrong) + " wrong\n");
+            }
+          }
+        }
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
   std::string failures = launch::describeFailures(results);
   EXPECT_TRUE(failures.empty()) << failures;
 }
@@ -747,8 +738,8 @@ TEST(ReliabilityGpu, StressRandomCallsWithCanariesBitIdentical) {
   const int calls = envInt("ANYR_TEST_STRESS_CALLS", 3000);
   const double limitSec = 120 + calls * 0.01;
   auto t0 = Clock::now();
-  auto results =
-      runAll(2, limitSec, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+  auto results = runRanksCatching(
+      2, limitSec, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
         return stressRank(rank, n, id, report, calls);
       });
   const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -774,69 +765,71 @@ TEST(ReliabilityGpu, CreateDestroy200TimesWithoutLeakingThenAbortAndRecreate) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs (memory accounting per GPU)";
   resetShared();
   const int cycles = envInt("ANYR_TEST_CYCLES", 200);
-  auto results = runAll(2, 900, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    int failures = 0;
-    int round = 0;
-    cudaStream_t s;
-    R_CUDA(cudaSetDevice(rank));
-    R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    // One cycle: create (NCCL off: NCCL's own resources are NCCL's; the NCCL path is covered by
-    // the final communicator), one exact all-reduce, destroy.
-    auto cycle = [&](const anyrUniqueId& cid) {
-      anyrComm_t comm = initComm(rank, n, cid, 10000, 0);
-      unsigned long long wrong =
-          checkedAllReduce(comm, rank, n, anyrBfloat16, 100000, 31u + round, s);
-      if (wrong) {
-        ++failures;
-        report("FAIL cycle " + std::to_string(round) + ": " + std::to_string(wrong) + " wrong\n");
-      }
-      R_ANYR(anyrCommDestroy(comm), nullptr);
-    };
-    cycle(id);  // warm-up: context, modules, allocator pools
-    for (int w = 0; w < 2; ++w) cycle(shareNewId(rank, ++round));
-    R_CUDA(cudaDeviceSynchronize());
-    size_t free0 = 0, total = 0;
-    R_CUDA(cudaMemGetInfo(&free0, &total));
-    auto t0 = Clock::now();
-    for (int c = 0; c < cycles && failures == 0; ++c) cycle(shareNewId(rank, ++round));
-    const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-    R_CUDA(cudaDeviceSynchronize());
-    size_t free1 = 0;
-    R_CUDA(cudaMemGetInfo(&free1, &total));
-    const long long leaked = static_cast<long long>(free0) - static_cast<long long>(free1);
-    // 8 MiB: less than one workspace (several MiB of staging alone) and than 200 x 64 KiB, so
-    // any per-cycle leak of a workspace, a mapping's backing or a 64 KiB buffer fails; more
-    // than the driver's allocation granularity (2 MiB), which may keep a chunk cached.
-    const long long kTolerance = 8ll << 20;
-    if (leaked > kTolerance) {
-      ++failures;
-      report("FAIL " + std::to_string(cycles) + " cycles leaked " + std::to_string(leaked) +
-             " bytes of device memory (tolerance " + std::to_string(kTolerance) + ")\n");
-    }
-    report("NOTE rank " + std::to_string(rank) + ": " + std::to_string(cycles) + " cycles in " +
-           std::to_string(sec) + " s, device memory change " + std::to_string(-leaked) +
-           " bytes\n");
-    // An aborted communicator (with NCCL) destroyed, and a new one created.
-    anyrComm_t comm = initComm(rank, n, shareNewId(rank, ++round), 10000, 1);
-    R_ANYR(anyrCommAbort(comm), comm);
-    if (anyrAllReduce(nullptr, nullptr, 0, anyrBfloat16, anyrSum, comm, s) != anyrAborted) {
-      ++failures;
-      report("FAIL a call on the aborted communicator did not return anyrAborted\n");
-    }
-    anyrCommDestroy(comm);
-    comm = initComm(rank, n, shareNewId(rank, ++round), 10000, 1);
-    for (anyrAlgo_t a : {anyrAlgoAuto, anyrAlgoNccl}) {
-      R_ANYR(anyrCommSetAlgorithm(comm, a), comm);
-      unsigned long long wrong = checkedAllReduce(comm, rank, n, anyrFloat32, 3000000, 5, s);
-      if (wrong) {
-        ++failures;
-        report(std::string("FAIL after abort + recreate, ") + anyrAlgoName(a) + ": " +
-               std::to_string(wrong) + " wrong\n");
-      }
-    }
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return failures ? 4 : 0;
-  });
+  auto results =
+      runRanksCatching(2, 900, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        int failures = 0;
+        int round = 0;
+        cudaStream_t s;
+        R_CUDA(cudaSetDevice(rank));
+        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        // One cycle: create (NCCL off: NCCL's own resources are NCCL's; the NCCL path is covered by
+        // the final communicator), one exact all-reduce, destroy.
+        auto cycle = [&](const anyrUniqueId& cid) {
+          anyrComm_t comm = initComm(rank, n, cid, 10000, 0);
+          unsigned long long wrong =
+              checkedAllReduce(comm, rank, n, anyrBfloat16, 100000, 31u + round, s);
+          if (wrong) {
+            ++failures;
+            report("FAIL cycle " + std::to_string(round) + ": " + std::to_string(wrong) +
+                   " wrong\n");
+          }
+          R_ANYR(anyrCommDestroy(comm), nullptr);
+        };
+        cycle(id);  // warm-up: context, modules, allocator pools
+        for (int w = 0; w < 2; ++w) cycle(shareNewId(rank, ++round));
+        R_CUDA(cudaDeviceSynchronize());
+        size_t free0 = 0, total = 0;
+        R_CUDA(cudaMemGetInfo(&free0, &total));
+        auto t0 = Clock::now();
+        for (int c = 0; c < cycles && failures == 0; ++c) cycle(shareNewId(rank, ++round));
+        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+        R_CUDA(cudaDeviceSynchronize());
+        size_t free1 = 0;
+        R_CUDA(cudaMemGetInfo(&free1, &total));
+        const long long leaked = static_cast<long long>(free0) - static_cast<long long>(free1);
+        // 8 MiB: less than one workspace (several MiB of staging alone) and than 200 x 64 KiB, so
+        // any per-cycle leak of a workspace, a mapping's backing or a 64 KiB buffer fails; more
+        // than the driver's allocation granularity (2 MiB), which may keep a chunk cached.
+        const long long kTolerance = 8ll << 20;
+        if (leaked > kTolerance) {
+          ++failures;
+          report("FAIL " + std::to_string(cycles) + " cycles leaked " + std::to_string(leaked) +
+                 " bytes of device memory (tolerance " + std::to_string(kTolerance) + ")\n");
+        }
+        report("NOTE rank " + std::to_string(rank) + ": " + std::to_string(cycles) + " cycles in " +
+               std::to_string(sec) + " s, device memory change " + std::to_string(-leaked) +
+               " bytes\n");
+        // An aborted communicator (with NCCL) destroyed, and a new one created.
+        anyrComm_t comm = initComm(rank, n, shareNewId(rank, ++round), 10000, 1);
+        R_ANYR(anyrCommAbort(comm), comm);
+        if (anyrAllReduce(nullptr, nullptr, 0, anyrBfloat16, anyrSum, comm, s) != anyrAborted) {
+          ++failures;
+          report("FAIL a call on the aborted communicator did not return anyrAborted\n");
+        }
+        anyrCommDestroy(comm);
+        comm = initComm(rank, n, shareNewId(rank, ++round), 10000, 1);
+        for (anyrAlgo_t a : {anyrAlgoAuto, anyrAlgoNccl}) {
+          R_ANYR(anyrCommSetAlgorithm(comm, a), comm);
+          unsigned long long wrong = checkedAllReduce(comm, rank, n, anyrFloat32, 3000000, 5, s);
+          if (wrong) {
+            ++failures;
+            report(std::string("FAIL after abort + recreate, ") + anyrAlgoName(a) + ": " +
+                   std::to_string(wrong) + " wrong\n");
+          }
+        }
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
   std::string failures = launch::describeFailures(results);
   EXPECT_TRUE(failures.empty()) << failures;
   for (auto& r : results) std::printf("[ info ] %s", r.message.c_str());

@@ -21,7 +21,6 @@
 namespace anyr {
 namespace {
 
-using Report = std::function<void(const std::string&)>;
 using Clock = std::chrono::steady_clock;
 
 bool contains(const std::string& s, const std::string& part) {
@@ -47,22 +46,6 @@ anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs, bool
   anyrComm_t comm = nullptr;
   R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
   return comm;
-}
-
-std::vector<launch::RankResult> runAll(
-    int n, double timeoutSec,
-    const std::function<int(int, int, const anyrUniqueId&, const Report&)>& body) {
-  return launch::runRanks(
-      n,
-      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        try {
-          return body(rank, nr, id, report);
-        } catch (const std::exception& e) {
-          report(std::string("FAIL ") + e.what() + "\n");
-          return 3;
-        }
-      },
-      timeoutSec);
 }
 
 void expectAllPassed(const std::vector<launch::RankResult>& results) {
@@ -94,167 +77,173 @@ unsigned long long checkedAllReduce(anyrComm_t comm, void* buf, uint64_t count, 
 
 TEST(ReliabilityCallsGpu, ValidationModeReportsMismatchedCallsOnEveryRank) {
   REQUIRE_GPU();
-  auto results = runAll(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = initComm(rank, n, id, 5000, true);
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    char* buf = nullptr;
-    R_CUDA(cudaMalloc(&buf, 1 << 20));
-    int failures = 0;
-    auto fail = [&](const std::string& what) {
-      ++failures;
-      report("FAIL " + what + "\n");
-    };
-    // 1. Matching calls work.
-    if (checkedAllReduce(comm, buf, 4096, anyrBfloat16, rank, n, 11, s) != 0) fail("first call");
-    // 2. Different counts: every rank gets anyrInvalidUsage naming both signatures, fast.
-    auto t0 = Clock::now();
-    const size_t count = rank == 0 ? 1024 : 2048;
-    anyrResult_t r = anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s);
-    std::string msg = anyrGetLastError(comm);
-    if (r != anyrInvalidUsage || !contains(msg, "rank 0 made call #") ||
-        !contains(msg, "anyrAllReduce(count=1024, datatype=bfloat16, op=sum)") ||
-        !contains(msg, "rank 1 made call #") ||
-        !contains(msg, "anyrAllReduce(count=2048, datatype=bfloat16, op=sum)")) {
-      fail(std::string("count mismatch: ") + anyrGetErrorString(r) + ": " + msg);
-    }
-    if (secondsSince(t0) > 2.0)
-      fail("count mismatch took " + std::to_string(secondsSince(t0)) + " s");
-    report("NOTE " + msg + "\n");
-    // 3. Different datatypes.
-    r = anyrAllReduce(buf, buf, 512, rank == 0 ? anyrFloat16 : anyrFloat32, anyrSum, comm, s);
-    msg = anyrGetLastError(comm);
-    if (r != anyrInvalidUsage || !contains(msg, "datatype=float16") ||
-        !contains(msg, "datatype=float32")) {
-      fail(std::string("dtype mismatch: ") + anyrGetErrorString(r) + ": " + msg);
-    }
-    // 4. Rank 1 passes NULL: it reports its own argument error, rank 0 names rank 1.
-    r = anyrAllReduce(rank == 1 ? nullptr : buf, buf, 256, anyrFloat32, anyrSum, comm, s);
-    msg = anyrGetLastError(comm);
-    if (rank == 1 && (r != anyrInvalidArgument || !contains(msg, "'sendbuff'"))) {
-      fail(std::string("own refusal: ") + anyrGetErrorString(r) + ": " + msg);
-    }
-    if (rank == 0 && (r != anyrRemoteError || !contains(msg, "rank 1 refused call #") ||
-                      !contains(msg, "'sendbuff'"))) {
-      fail(std::string("peer refusal: ") + anyrGetErrorString(r) + ": " + msg);
-    }
-    // 5. Nothing was launched and the communicator still works.
-    anyrResult_t async = anyrSuccess;
-    R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
-    if (async != anyrSuccess) fail(std::string("async error: ") + anyrGetLastError(comm));
-    if (checkedAllReduce(comm, buf, 100000, anyrFloat32, rank, n, 12, s) != 0) {
-      fail("call after the mismatches");
-    }
-    // 6. Different forced algorithms are caught too (when rank 0 may force NCCL at all).
-    r = anyrCommSetAlgorithm(comm, rank == 0 ? anyrAlgoNccl : anyrAlgoAuto);
-    msg = anyrGetLastError(comm);
-    if (contains(msg, "not admitted")) {
-      report("SKIP algorithm mismatch: nccl not admitted: " + msg + "\n");
-    } else if (r != anyrInvalidUsage || !contains(msg, "anyrCommSetAlgorithm(nccl)") ||
-               !contains(msg, "anyrCommSetAlgorithm(auto)")) {
-      fail(std::string("algorithm mismatch: ") + anyrGetErrorString(r) + ": " + msg);
-    }
-    R_CUDA(cudaFree(buf));
-    R_CUDA(cudaStreamDestroy(s));
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return failures ? 4 : 0;
-  });
+  auto results =
+      runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = initComm(rank, n, id, 5000, true);
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        char* buf = nullptr;
+        R_CUDA(cudaMalloc(&buf, 1 << 20));
+        int failures = 0;
+        auto fail = [&](const std::string& what) {
+          ++failures;
+          report("FAIL " + what + "\n");
+        };
+        // 1. Matching calls work.
+        if (checkedAllReduce(comm, buf, 4096, anyrBfloat16, rank, n, 11, s) != 0)
+          fail("first call");
+        // 2. Different counts: every rank gets anyrInvalidUsage naming both signatures, fast.
+        auto t0 = Clock::now();
+        const size_t count = rank == 0 ? 1024 : 2048;
+        anyrResult_t r = anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s);
+        std::string msg = anyrGetLastError(comm);
+        if (r != anyrInvalidUsage || !contains(msg, "rank 0 made call #") ||
+            !contains(msg, "anyrAllReduce(count=1024, datatype=bfloat16, op=sum)") ||
+            !contains(msg, "rank 1 made call #") ||
+            !contains(msg, "anyrAllReduce(count=2048, datatype=bfloat16, op=sum)")) {
+          fail(std::string("count mismatch: ") + anyrGetErrorString(r) + ": " + msg);
+        }
+        if (secondsSince(t0) > 2.0)
+          fail("count mismatch took " + std::to_string(secondsSince(t0)) + " s");
+        report("NOTE " + msg + "\n");
+        // 3. Different datatypes.
+        r = anyrAllReduce(buf, buf, 512, rank == 0 ? anyrFloat16 : anyrFloat32, anyrSum, comm, s);
+        msg = anyrGetLastError(comm);
+        if (r != anyrInvalidUsage || !contains(msg, "datatype=float16") ||
+            !contains(msg, "datatype=float32")) {
+          fail(std::string("dtype mismatch: ") + anyrGetErrorString(r) + ": " + msg);
+        }
+        // 4. Rank 1 passes NULL: it reports its own argument error, rank 0 names rank 1.
+        r = anyrAllReduce(rank == 1 ? nullptr : buf, buf, 256, anyrFloat32, anyrSum, comm, s);
+        msg = anyrGetLastError(comm);
+        if (rank == 1 && (r != anyrInvalidArgument || !contains(msg, "'sendbuff'"))) {
+          fail(std::string("own refusal: ") + anyrGetErrorString(r) + ": " + msg);
+        }
+        if (rank == 0 && (r != anyrRemoteError || !contains(msg, "rank 1 refused call #") ||
+                          !contains(msg, "'sendbuff'"))) {
+          fail(std::string("peer refusal: ") + anyrGetErrorString(r) + ": " + msg);
+        }
+        // 5. Nothing was launched and the communicator still works.
+        anyrResult_t async = anyrSuccess;
+        R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+        if (async != anyrSuccess) fail(std::string("async error: ") + anyrGetLastError(comm));
+        if (checkedAllReduce(comm, buf, 100000, anyrFloat32, rank, n, 12, s) != 0) {
+          fail("call after the mismatches");
+        }
+        // 6. Different forced algorithms are caught too (when rank 0 may force NCCL at all).
+        r = anyrCommSetAlgorithm(comm, rank == 0 ? anyrAlgoNccl : anyrAlgoAuto);
+        msg = anyrGetLastError(comm);
+        if (contains(msg, "not admitted")) {
+          report("SKIP algorithm mismatch: nccl not admitted: " + msg + "\n");
+        } else if (r != anyrInvalidUsage || !contains(msg, "anyrCommSetAlgorithm(nccl)") ||
+                   !contains(msg, "anyrCommSetAlgorithm(auto)")) {
+          fail(std::string("algorithm mismatch: ") + anyrGetErrorString(r) + ": " + msg);
+        }
+        R_CUDA(cudaFree(buf));
+        R_CUDA(cudaStreamDestroy(s));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
   expectAllPassed(results);
   std::printf("[ info ] %s", results[0].message.c_str());
 }
 
 TEST(ReliabilityCallsGpu, ValidationModeComparesAtCaptureTime) {
   REQUIRE_GPU();
-  auto results = runAll(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = initComm(rank, n, id, 5000, true);
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    char* buf = nullptr;
-    R_CUDA(cudaMalloc(&buf, 1 << 20));
-    int failures = 0;
-    // A mismatched call during capture fails at capture time on every rank.
-    cudaGraph_t g = nullptr;
-    R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    anyrResult_t r =
-        anyrAllReduce(buf, buf, rank == 0 ? 4096 : 4095, anyrBfloat16, anyrSum, comm, s);
-    std::string msg = anyrGetLastError(comm);
-    R_CUDA(cudaStreamEndCapture(s, &g));
-    if (g != nullptr) R_CUDA(cudaGraphDestroy(g));
-    if (r != anyrInvalidUsage || !contains(msg, "count=4096") || !contains(msg, "count=4095")) {
-      ++failures;
-      report(std::string("FAIL capture-time mismatch: ") + anyrGetErrorString(r) + ": " + msg +
-             "\n");
-    }
-    // A matched capture works; its replays are not compared (no bootstrap traffic) and are exact.
-    R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
-    R_CUDA(cudaStreamEndCapture(s, &g));
-    cudaGraphExec_t exec = nullptr;
-    R_CUDA(cudaGraphInstantiate(&exec, g, 0));
-    R_CUDA(cudaGraphDestroy(g));
-    unsigned long long* bad = nullptr;
-    R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
-    for (uint32_t seed = 20; seed < 25; ++seed) {
-      R_CUDA(data::fillInput(anyrBfloat16, buf, 4096, rank, seed, data::kSmallInts, s));
-      R_CUDA(cudaGraphLaunch(exec, s));
-      R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
-      R_CUDA(data::countMismatches(anyrBfloat16, buf, 4096, n, seed, data::kSmallInts, bad, s));
-      unsigned long long h = ~0ull;
-      R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
-      R_CUDA(cudaStreamSynchronize(s));
-      if (h != 0) {
-        ++failures;
-        report("FAIL replay seed " + std::to_string(seed) + ": " + std::to_string(h) + " wrong\n");
-      }
-    }
-    R_CUDA(cudaGraphExecDestroy(exec));
-    R_CUDA(cudaFree(bad));
-    R_CUDA(cudaFree(buf));
-    R_CUDA(cudaStreamDestroy(s));
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return failures ? 4 : 0;
-  });
+  auto results =
+      runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = initComm(rank, n, id, 5000, true);
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        char* buf = nullptr;
+        R_CUDA(cudaMalloc(&buf, 1 << 20));
+        int failures = 0;
+        // A mismatched call during capture fails at capture time on every rank.
+        cudaGraph_t g = nullptr;
+        R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        anyrResult_t r =
+            anyrAllReduce(buf, buf, rank == 0 ? 4096 : 4095, anyrBfloat16, anyrSum, comm, s);
+        std::string msg = anyrGetLastError(comm);
+        R_CUDA(cudaStreamEndCapture(s, &g));
+        if (g != nullptr) R_CUDA(cudaGraphDestroy(g));
+        if (r != anyrInvalidUsage || !contains(msg, "count=4096") || !contains(msg, "count=4095")) {
+          ++failures;
+          report(std::string("FAIL capture-time mismatch: ") + anyrGetErrorString(r) + ": " + msg +
+                 "\n");
+        }
+        // A matched capture works; its replays are not compared (no bootstrap traffic) and are
+        // exact.
+        R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
+        R_CUDA(cudaStreamEndCapture(s, &g));
+        cudaGraphExec_t exec = nullptr;
+        R_CUDA(cudaGraphInstantiate(&exec, g, 0));
+        R_CUDA(cudaGraphDestroy(g));
+        unsigned long long* bad = nullptr;
+        R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+        for (uint32_t seed = 20; seed < 25; ++seed) {
+          R_CUDA(data::fillInput(anyrBfloat16, buf, 4096, rank, seed, data::kSmallInts, s));
+          R_CUDA(cudaGraphLaunch(exec, s));
+          R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+          R_CUDA(data::countMismatches(anyrBfloat16, buf, 4096, n, seed, data::kSmallInts, bad, s));
+          unsigned long long h = ~0ull;
+          R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
+          R_CUDA(cudaStreamSynchronize(s));
+          if (h != 0) {
+            ++failures;
+            report("FAIL replay seed " + std::to_string(seed) + ": " + std::to_string(h) +
+                   " wrong\n");
+          }
+        }
+        R_CUDA(cudaGraphExecDestroy(exec));
+        R_CUDA(cudaFree(bad));
+        R_CUDA(cudaFree(buf));
+        R_CUDA(cudaStreamDestroy(s));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
   expectAllPassed(results);
 }
 
 TEST(ReliabilityCallsGpu, ValidationModeSkippedCallIsABoundedTimeoutNamingTheRank) {
   REQUIRE_GPU();
   const int kTimeoutMs = 1500;
-  auto results = runAll(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = initComm(rank, n, id, kTimeoutMs, true);
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    char* buf = nullptr;
-    R_CUDA(cudaMalloc(&buf, 1 << 16));
-    int failures = 0;
-    if (rank == 0) {
-      auto t0 = Clock::now();
-      anyrResult_t r = anyrAllReduce(buf, buf, 1024, anyrFloat32, anyrSum, comm, s);
-      const double sec = secondsSince(t0);
-      std::string msg = anyrGetLastError(comm);
-      if (r != anyrTimeout || !contains(msg, "rank(s) 1 of 2 did not send") ||
-          !contains(msg, "(ANYR_VALIDATE_CALLS)")) {
-        ++failures;
-        report(std::string("FAIL skipped call: ") + anyrGetErrorString(r) + ": " + msg + "\n");
-      }
-      if (sec > kTimeoutMs / 1000.0 + 5.0) {
-        ++failures;
-        report("FAIL the skipped call took " + std::to_string(sec) + " s\n");
-      }
-      // The communicator is failed now; the next call says so at once.
-      r = anyrAllReduce(buf, buf, 1024, anyrFloat32, anyrSum, comm, s);
-      if (r == anyrSuccess) {
-        ++failures;
-        report("FAIL a call on the failed communicator succeeded\n");
-      }
-      report("NOTE " + msg + "\n");
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(kTimeoutMs + 1500));
-    }
-    anyrCommDestroy(comm);
-    R_CUDA(cudaFree(buf));
-    return failures ? 4 : 0;
-  });
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = initComm(rank, n, id, kTimeoutMs, true);
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        char* buf = nullptr;
+        R_CUDA(cudaMalloc(&buf, 1 << 16));
+        int failures = 0;
+        if (rank == 0) {
+          auto t0 = Clock::now();
+          anyrResult_t r = anyrAllReduce(buf, buf, 1024, anyrFloat32, anyrSum, comm, s);
+          const double sec = secondsSince(t0);
+          std::string msg = anyrGetLastError(comm);
+          if (r != anyrTimeout || !contains(msg, "rank(s) 1 of 2 did not send") ||
+              !contains(msg, "(ANYR_VALIDATE_CALLS)")) {
+            ++failures;
+            report(std::string("FAIL skipped call: ") + anyrGetErrorString(r) + ": " + msg + "\n");
+          }
+          if (sec > kTimeoutMs / 1000.0 + 5.0) {
+            ++failures;
+            report("FAIL the skipped call took " + std::to_string(sec) + " s\n");
+          }
+          // The communicator is failed now; the next call says so at once.
+          r = anyrAllReduce(buf, buf, 1024, anyrFloat32, anyrSum, comm, s);
+          if (r == anyrSuccess) {
+            ++failures;
+            report("FAIL a call on the failed communicator succeeded\n");
+          }
+          report("NOTE " + msg + "\n");
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(kTimeoutMs + 1500));
+        }
+        anyrCommDestroy(comm);
+        R_CUDA(cudaFree(buf));
+        return failures ? 4 : 0;
+      });
   expectAllPassed(results);
   std::printf("[ info ] %s", results[0].message.c_str());
 }
@@ -264,142 +253,145 @@ TEST(ReliabilityCallsGpu, ValidationModeSkippedCallIsABoundedTimeoutNamingTheRan
 TEST(ReliabilityCallsGpu, SecondThreadOnABusyCommunicatorIsRefusedNotDeadlocked) {
   // Also: anyrCommDestroy during the first thread's call is refused and frees nothing.
   REQUIRE_GPU();
-  auto results = runAll(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    // Validation mode makes a call wait in the bootstrap for the other rank, which holds the
-    // communicator long enough for a second thread to find it busy, deterministically.
-    anyrComm_t comm = initComm(rank, n, id, 20000, true);
-    cudaStream_t s1, s2;
-    R_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-    R_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-    char* a = nullptr;
-    char* b = nullptr;
-    R_CUDA(cudaMalloc(&a, 1 << 20));
-    R_CUDA(cudaMalloc(&b, 1 << 20));
-    int failures = 0;
-    if (rank == 0) {
-      std::atomic<bool> done{false};
-      unsigned long long wrong = ~0ull;
-      std::string firstError;
-      std::thread first([&] {
-        try {
-          wrong = checkedAllReduce(comm, a, 65536, anyrBfloat16, rank, n, 31, s1);
-        } catch (const std::exception& e) {
-          firstError = e.what();
+  auto results =
+      runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        // Validation mode makes a call wait in the bootstrap for the other rank, which holds the
+        // communicator long enough for a second thread to find it busy, deterministically.
+        anyrComm_t comm = initComm(rank, n, id, 20000, true);
+        cudaStream_t s1, s2;
+        R_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+        R_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+        char* a = nullptr;
+        char* b = nullptr;
+        R_CUDA(cudaMalloc(&a, 1 << 20));
+        R_CUDA(cudaMalloc(&b, 1 << 20));
+        int failures = 0;
+        if (rank == 0) {
+          std::atomic<bool> done{false};
+          unsigned long long wrong = ~0ull;
+          std::string firstError;
+          std::thread first([&] {
+            try {
+              wrong = checkedAllReduce(comm, a, 65536, anyrBfloat16, rank, n, 31, s1);
+            } catch (const std::exception& e) {
+              firstError = e.what();
+            }
+            done = true;
+          });
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          auto t0 = Clock::now();
+          anyrResult_t r = anyrAllReduce(b, b, 1024, anyrFloat32, anyrSum, comm, s2);
+          const double sec = secondsSince(t0);
+          std::string msg = anyrGetLastError(nullptr);  // this thread's last error
+          if (done.load()) {
+            ++failures;
+            report("FAIL the first call finished before rank 1 joined\n");
+          }
+          if (r != anyrInvalidUsage || !contains(msg, "communicator in use by another thread")) {
+            ++failures;
+            report(std::string("FAIL second thread: ") + anyrGetErrorString(r) + ": " + msg + "\n");
+          }
+          if (sec > 0.5) {
+            ++failures;
+            report("FAIL the refusal took " + std::to_string(sec) + " s (it must not wait)\n");
+          }
+          // Destroy is refused too while the call is in progress, and frees nothing.
+          r = anyrCommDestroy(comm);
+          const std::string destroyMsg = anyrGetLastError(nullptr);
+          if (r != anyrInvalidUsage || !contains(destroyMsg, "inside anyrAllReduce")) {
+            ++failures;
+            report(std::string("FAIL destroy during a call: ") + anyrGetErrorString(r) + ": " +
+                   destroyMsg + "\n");
+          }
+          first.join();
+          if (!firstError.empty() || wrong != 0) {
+            ++failures;
+            report("FAIL first thread: " + firstError + " wrong=" + std::to_string(wrong) + "\n");
+          }
+          report("NOTE " + msg + "\n");
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          if (checkedAllReduce(comm, a, 65536, anyrBfloat16, rank, n, 31, s1) != 0) {
+            ++failures;
+            report("FAIL rank 1's call\n");
+          }
         }
-        done = true;
+        // Both ranks: the communicator is healthy afterwards.
+        if (checkedAllReduce(comm, b, 4096, anyrFloat32, rank, n, 32, s2) != 0) {
+          ++failures;
+          report("FAIL call after the refusal\n");
+        }
+        R_CUDA(cudaFree(a));
+        R_CUDA(cudaFree(b));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
       });
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      auto t0 = Clock::now();
-      anyrResult_t r = anyrAllReduce(b, b, 1024, anyrFloat32, anyrSum, comm, s2);
-      const double sec = secondsSince(t0);
-      std::string msg = anyrGetLastError(nullptr);  // this thread's last error
-      if (done.load()) {
-        ++failures;
-        report("FAIL the first call finished before rank 1 joined\n");
-      }
-      if (r != anyrInvalidUsage || !contains(msg, "communicator in use by another thread")) {
-        ++failures;
-        report(std::string("FAIL second thread: ") + anyrGetErrorString(r) + ": " + msg + "\n");
-      }
-      if (sec > 0.5) {
-        ++failures;
-        report("FAIL the refusal took " + std::to_string(sec) + " s (it must not wait)\n");
-      }
-      // Destroy is refused too while the call is in progress, and frees nothing.
-      r = anyrCommDestroy(comm);
-      const std::string destroyMsg = anyrGetLastError(nullptr);
-      if (r != anyrInvalidUsage || !contains(destroyMsg, "inside anyrAllReduce")) {
-        ++failures;
-        report(std::string("FAIL destroy during a call: ") + anyrGetErrorString(r) + ": " +
-               destroyMsg + "\n");
-      }
-      first.join();
-      if (!firstError.empty() || wrong != 0) {
-        ++failures;
-        report("FAIL first thread: " + firstError + " wrong=" + std::to_string(wrong) + "\n");
-      }
-      report("NOTE " + msg + "\n");
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-      if (checkedAllReduce(comm, a, 65536, anyrBfloat16, rank, n, 31, s1) != 0) {
-        ++failures;
-        report("FAIL rank 1's call\n");
-      }
-    }
-    // Both ranks: the communicator is healthy afterwards.
-    if (checkedAllReduce(comm, b, 4096, anyrFloat32, rank, n, 32, s2) != 0) {
-      ++failures;
-      report("FAIL call after the refusal\n");
-    }
-    R_CUDA(cudaFree(a));
-    R_CUDA(cudaFree(b));
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return failures ? 4 : 0;
-  });
   expectAllPassed(results);
   std::printf("[ info ] %s", results[0].message.c_str());
 }
 
 TEST(ReliabilityCallsGpu, CallsAlternatingBetweenStreamsStayOrdered) {
   REQUIRE_GPU();
-  auto results = runAll(2, 300, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = initComm(rank, n, id, 20000, false);
-    cudaStream_t st[3];
-    for (auto& x : st) R_CUDA(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
-    const int kCalls = 64;
-    const uint64_t counts[] = {1000, 65536, 1 << 20};
-    int failures = 0;
-    unsigned long long* bad = nullptr;
-    R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
-    for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,
-                            anyrAlgoTwoShotPush, anyrAlgoAuto}) {
-      if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
-        report(std::string("SKIP ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) + "\n");
-        continue;
-      }
-      for (uint64_t count : counts) {
-        // One buffer per call, filled and synchronized first; then every call launched with no
-        // host synchronization, round-robin over three streams.
-        std::vector<void*> bufs(kCalls);
-        for (int i = 0; i < kCalls; ++i) {
-          R_CUDA(cudaMalloc(&bufs[i], count * 2));
-          R_CUDA(data::fillInput(anyrBfloat16, bufs[i], count, rank, 100 + i, data::kSmallInts,
-                                 st[0]));
+  auto results =
+      runRanksCatching(2, 300, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = initComm(rank, n, id, 20000, false);
+        cudaStream_t st[3];
+        for (auto& x : st) R_CUDA(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+        const int kCalls = 64;
+        const uint64_t counts[] = {1000, 65536, 1 << 20};
+        int failures = 0;
+        unsigned long long* bad = nullptr;
+        R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+        for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,
+                                anyrAlgoTwoShotPush, anyrAlgoAuto}) {
+          if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
+            report(std::string("SKIP ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) +
+                   "\n");
+            continue;
+          }
+          for (uint64_t count : counts) {
+            // One buffer per call, filled and synchronized first; then every call launched with no
+            // host synchronization, round-robin over three streams.
+            std::vector<void*> bufs(kCalls);
+            for (int i = 0; i < kCalls; ++i) {
+              R_CUDA(cudaMalloc(&bufs[i], count * 2));
+              R_CUDA(data::fillInput(anyrBfloat16, bufs[i], count, rank, 100 + i, data::kSmallInts,
+                                     st[0]));
+            }
+            R_CUDA(cudaStreamSynchronize(st[0]));
+            for (int i = 0; i < kCalls; ++i) {
+              R_ANYR(anyrAllReduce(bufs[i], bufs[i], count, anyrBfloat16, anyrSum, comm, st[i % 3]),
+                     comm);
+            }
+            for (auto& x : st) R_CUDA(cudaStreamSynchronize(x));
+            R_CUDA(cudaMemset(bad, 0, sizeof(*bad)));
+            for (int i = 0; i < kCalls; ++i) {
+              R_CUDA(data::countMismatches(anyrBfloat16, bufs[i], count, n, 100 + i,
+                                           data::kSmallInts, bad, st[0]));
+            }
+            unsigned long long h = ~0ull;
+            R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, st[0]));
+            R_CUDA(cudaStreamSynchronize(st[0]));
+            if (h != 0) {
+              ++failures;
+              report(std::string("FAIL ") + anyrAlgoName(algo) + " count " + std::to_string(count) +
+                     ": " + std::to_string(h) + " wrong elements over " + std::to_string(kCalls) +
+                     " calls on 3 streams\n");
+            }
+            for (void* p : bufs) R_CUDA(cudaFree(p));
+          }
         }
-        R_CUDA(cudaStreamSynchronize(st[0]));
-        for (int i = 0; i < kCalls; ++i) {
-          R_ANYR(anyrAllReduce(bufs[i], bufs[i], count, anyrBfloat16, anyrSum, comm, st[i % 3]),
-                 comm);
-        }
-        for (auto& x : st) R_CUDA(cudaStreamSynchronize(x));
-        R_CUDA(cudaMemset(bad, 0, sizeof(*bad)));
-        for (int i = 0; i < kCalls; ++i) {
-          R_CUDA(data::countMismatches(anyrBfloat16, bufs[i], count, n, 100 + i, data::kSmallInts,
-                                       bad, st[0]));
-        }
-        unsigned long long h = ~0ull;
-        R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, st[0]));
-        R_CUDA(cudaStreamSynchronize(st[0]));
-        if (h != 0) {
+        anyrResult_t async = anyrSuccess;
+        R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+        if (async != anyrSuccess) {
           ++failures;
-          report(std::string("FAIL ") + anyrAlgoName(algo) + " count " + std::to_string(count) +
-                 ": " + std::to_string(h) + " wrong elements over " + std::to_string(kCalls) +
-                 " calls on 3 streams\n");
+          report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
         }
-        for (void* p : bufs) R_CUDA(cudaFree(p));
-      }
-    }
-    anyrResult_t async = anyrSuccess;
-    R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
-    if (async != anyrSuccess) {
-      ++failures;
-      report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
-    }
-    R_CUDA(cudaFree(bad));
-    for (auto& x : st) R_CUDA(cudaStreamDestroy(x));
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return failures ? 4 : 0;
-  });
+        R_CUDA(cudaFree(bad));
+        for (auto& x : st) R_CUDA(cudaStreamDestroy(x));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
   expectAllPassed(results);
 }
 
@@ -408,58 +400,60 @@ TEST(ReliabilityCallsGpu, CallsAlternatingBetweenStreamsStayOrdered) {
 TEST(ReliabilityCallsGpu, CallsRunOnTheCommunicatorsDeviceWhateverIsCurrent) {
   REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  auto results = runAll(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = initComm(rank, n, id, 20000, false);
-    int dev = -1;
-    R_ANYR(anyrCommCuDevice(comm, &dev), comm);
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    char* buf = nullptr;
-    R_CUDA(cudaMalloc(&buf, 1 << 20));
-    int failures = 0;
-    const int other = (dev + 1) % gpuCount();
-    const uint64_t count = 50000;
-    R_CUDA(data::fillInput(anyrFloat16, buf, count, rank, 41, data::kSmallInts, s));
-    // Only the anyreduce call runs with the other device current (the test's own kernels must
-    // launch on the stream's device).
-    R_CUDA(cudaSetDevice(other));
-    anyrResult_t r = anyrAllReduce(buf, buf, count, anyrFloat16, anyrSum, comm, s);
-    int now = -1;
-    R_CUDA(cudaGetDevice(&now));
-    R_CUDA(cudaSetDevice(dev));
-    if (r != anyrSuccess) {
-      ++failures;
-      report(std::string("FAIL all-reduce with device ") + std::to_string(other) +
-             " current: " + anyrGetErrorString(r) + ": " + anyrGetLastError(comm) + "\n");
-    }
-    if (now != other) {
-      ++failures;
-      report("FAIL the call changed the caller's current device to " + std::to_string(now) + "\n");
-    }
-    unsigned long long* bad = nullptr;
-    R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
-    R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
-    R_CUDA(data::countMismatches(anyrFloat16, buf, count, n, 41, data::kSmallInts, bad, s));
-    unsigned long long h = ~0ull;
-    R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
-    R_CUDA(cudaStreamSynchronize(s));
-    R_CUDA(cudaFree(bad));
-    if (h != 0) {
-      ++failures;
-      report("FAIL " + std::to_string(h) + " wrong elements\n");
-    }
-    R_CUDA(cudaSetDevice(dev));
-    R_CUDA(cudaFree(buf));
-    R_CUDA(cudaStreamDestroy(s));
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return failures ? 4 : 0;
-  });
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = initComm(rank, n, id, 20000, false);
+        int dev = -1;
+        R_ANYR(anyrCommCuDevice(comm, &dev), comm);
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        char* buf = nullptr;
+        R_CUDA(cudaMalloc(&buf, 1 << 20));
+        int failures = 0;
+        const int other = (dev + 1) % gpuCount();
+        const uint64_t count = 50000;
+        R_CUDA(data::fillInput(anyrFloat16, buf, count, rank, 41, data::kSmallInts, s));
+        // Only the anyreduce call runs with the other device current (the test's own kernels must
+        // launch on the stream's device).
+        R_CUDA(cudaSetDevice(other));
+        anyrResult_t r = anyrAllReduce(buf, buf, count, anyrFloat16, anyrSum, comm, s);
+        int now = -1;
+        R_CUDA(cudaGetDevice(&now));
+        R_CUDA(cudaSetDevice(dev));
+        if (r != anyrSuccess) {
+          ++failures;
+          report(std::string("FAIL all-reduce with device ") + std::to_string(other) +
+                 " current: " + anyrGetErrorString(r) + ": " + anyrGetLastError(comm) + "\n");
+        }
+        if (now != other) {
+          ++failures;
+          report("FAIL the call changed the caller's current device to " + std::to_string(now) +
+                 "\n");
+        }
+        unsigned long long* bad = nullptr;
+        R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+        R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+        R_CUDA(data::countMismatches(anyrFloat16, buf, count, n, 41, data::kSmallInts, bad, s));
+        unsigned long long h = ~0ull;
+        R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
+        R_CUDA(cudaStreamSynchronize(s));
+        R_CUDA(cudaFree(bad));
+        if (h != 0) {
+          ++failures;
+          report("FAIL " + std::to_string(h) + " wrong elements\n");
+        }
+        R_CUDA(cudaSetDevice(dev));
+        R_CUDA(cudaFree(buf));
+        R_CUDA(cudaStreamDestroy(s));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
   expectAllPassed(results);
 }
 
 TEST(ReliabilityCallsGpu, AddRmsNormRefusesBuffersOffTheStreamsDevice) {
   REQUIRE_GPU();
-  auto results = runAll(1, 120, [&](int, int, const anyrUniqueId&, const Report& report) {
+  auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& report) {
     R_CUDA(cudaSetDevice(0));
     const size_t tokens = 4, hidden = 256, bytes = tokens * hidden * 2;
     char *x = nullptr, *w = nullptr, *out = nullptr;
@@ -520,7 +514,7 @@ TEST(ReliabilityCallsGpu, FusedRowWiderThanATwoShotSlotFallsBackInsteadOfLooping
   // as anyrAllReduce + anyrAddRmsNorm.
   const int n = 3;
   auto results =
-      runAll(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+      runRanksCatching(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         unsetenv("ANYR_VALIDATE_CALLS");
         int ngpus = 0;
         R_CUDA(cudaGetDeviceCount(&ngpus));
