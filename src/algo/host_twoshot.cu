@@ -107,21 +107,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
       } else {
         float mine[E];
         dev::wirePut<T, kWire>(loadIn(v), nullptr, nullptr, v, false, mine);
-        for (int s = 0; s < n; ++s) {
-          float d[E];
-          if (s == rank) {
-#pragma unroll
-            for (int e = 0; e < E; ++e) d[e] = mine[e];
-          } else if (v < V) {
-            const char* src = region(s) + dataBuf;
-            dev::wireGet<T, kWire>(src, src + dataScales, v, d);
-          } else {
-#pragma unroll
-            for (int e = 0; e < E; ++e) d[e] = 0.f;
-          }
-#pragma unroll
-          for (int e = 0; e < E; ++e) acc[e] += d[e];
-        }
+        dev::wireSumRanks<T, kWire>(mine, rank, n, v, V, region, dataBuf, dataScales, acc);
         // Round to the dtype first (what a native reduction would produce), then send that.
         float sent[E];
         dev::wirePut<T, kWire>(dev::packVec<T>(acc), ownRes, ownRes + resScales, i, v < V, sent);

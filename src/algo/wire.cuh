@@ -180,5 +180,32 @@ __device__ __forceinline__ bool hostWaitFlags(const char* base, uint64_t rankByt
   return __syncthreads_or(failed) == 0;
 }
 
+// acc += the n contributions to vector v in rank order, each as every rank sees it: this
+// rank's own `mine` (quantized and dequantized by wirePut), every peer's read from its wire
+// area (payload at regionOf(s) + dataOff, its scales at that + scalesOff); vectors at or past
+// V add zeros. The same order and values on every rank, so the same bits.
+template <typename T, int kWire, typename RegionOf>
+__device__ __forceinline__ void wireSumRanks(const float (&mine)[Elem<T>::kPerVec], int rank, int n,
+                                             uint64_t v, uint64_t V, RegionOf regionOf,
+                                             uint64_t dataOff, uint64_t scalesOff,
+                                             float (&acc)[Elem<T>::kPerVec]) {
+  constexpr int E = Elem<T>::kPerVec;
+  for (int s = 0; s < n; ++s) {
+    float d[E];
+    if (s == rank) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) d[e] = mine[e];
+    } else if (v < V) {
+      const char* src = regionOf(s) + dataOff;
+      wireGet<T, kWire>(src, src + scalesOff, v, d);
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) d[e] = 0.f;
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] += d[e];
+  }
+}
+
 }  // namespace dev
 }  // namespace anyr
