@@ -770,14 +770,11 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
       a.numVecs = static_cast<uint64_t>(rows) * H;
       cudaError_t e;
       if (algo == anyrAlgoOneShotPush) {
-        // A block per row, and at least one per 64 vectors so the push leaves from many SMs.
-        const int pushBlocks = static_cast<int>((a.numVecs + 63) / 64);
-        const int blocks = std::min(std::max(rows, pushBlocks), maxBlocks_);
-        e = launchFusedOneShotPush(dtype, a, p, static_cast<int>(row), rows, blocks, stream);
+        e = launchFusedOneShotPush(dtype, a, p, static_cast<int>(row), rows,
+                                   fusedOneShotBlocks(rows, a.numVecs, maxBlocks_), stream);
       } else {
-        const int lr = (rows + nranks_ - 1) / nranks_;
-        const int blocks = std::min(lr, maxBlocks_);
-        e = launchFusedTwoShotPush(dtype, a, p, static_cast<int>(row), rows, blocks, stream);
+        e = launchFusedTwoShotPush(dtype, a, p, static_cast<int>(row), rows,
+                                   fusedTwoShotBlocks(rows, nranks_, maxBlocks_), stream);
       }
       if (e != cudaSuccess) {
         throwError(anyrCudaError, std::string("launching fused ") + anyrAlgoName(algo) + ": " +

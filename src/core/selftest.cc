@@ -290,12 +290,14 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
       a.count = count;
       a.numVecs = static_cast<uint64_t>(rows) * H;
       cudaError_t e;
+      // The grid the communicator's own calls use (fused/fused_algo.h).
       if (algo == anyrAlgoOneShotPush) {
-        e = launchFusedOneShotPush(anyrBfloat16, a, p, 0, rows, std::min(rows, c.maxBlocks_),
+        e = launchFusedOneShotPush(anyrBfloat16, a, p, 0, rows,
+                                   fusedOneShotBlocks(rows, a.numVecs, c.maxBlocks_),
                                    c.internalStream_);
       } else {
-        const int lr = (rows + c.nranks_ - 1) / c.nranks_;
-        e = launchFusedTwoShotPush(anyrBfloat16, a, p, 0, rows, std::min(lr, c.maxBlocks_),
+        e = launchFusedTwoShotPush(anyrBfloat16, a, p, 0, rows,
+                                   fusedTwoShotBlocks(rows, c.nranks_, c.maxBlocks_),
                                    c.internalStream_);
       }
       if (e != cudaSuccess) {

@@ -21,6 +21,19 @@ inline int fusedThreads(int hidden) {
   return t;
 }
 
+// Grid of one fused launch of `rows` rows (numVecs 16-byte vectors), at most maxBlocks blocks.
+// One-shot: a block per row, and at least one per 64 vectors so the push leaves from many SMs.
+// Two-shot: a block per row this rank owns.
+inline int fusedOneShotBlocks(int rows, uint64_t numVecs, int maxBlocks) {
+  const int pushBlocks = static_cast<int>((numVecs + 63) / 64);
+  const int want = rows > pushBlocks ? rows : pushBlocks;
+  return want < maxBlocks ? want : maxBlocks;
+}
+inline int fusedTwoShotBlocks(int rows, int nranks, int maxBlocks) {
+  const int owned = (rows + nranks - 1) / nranks;
+  return owned < maxBlocks ? owned : maxBlocks;
+}
+
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream);
