@@ -752,11 +752,8 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   // 14.6 vs 9.9 us on 2 x H200, docs/PERFORMANCE.md), so there it runs only when forced.
   const bool forcedOneShotPush = forced_.load() == anyrAlgoOneShotPush;
   const bool rowFitsRegisters = hidden / 8 <= 2 * static_cast<size_t>(fusedThreads(hidden));
-  const bool selfTestOk = algo == anyrAlgoOneShotPush   ? fusedOneShotPushOk_
-                          : algo == anyrAlgoTwoShotPush ? fusedTwoShotPushOk_
-                                                        : false;
   const bool fusedKernel = aligned16 && maxRows > 0 && path.fusedKernel &&
-                           fusedKernelOk_[static_cast<size_t>(algo)] && selfTestOk &&
+                           fusedKernelOk_[static_cast<size_t>(algo)] &&
                            (algo != anyrAlgoOneShotPush || rowFitsRegisters || forcedOneShotPush);
   counters_.note(algo, bytes, fusedKernel ? CallKind::FusedKernel : CallKind::FusedComposed,
                  forced_.load() != anyrAlgoAuto, capturing);

@@ -171,9 +171,7 @@ class Communicator {
   cudaStream_t lastWorkStream_ = nullptr;
   void orderAfterLastWork(cudaStream_t stream, bool capturing);
 
-  // Startup self-test (core/selftest.cc): fused kernels it disabled, and its report (JSON).
-  bool fusedOneShotPushOk_ = true;
-  bool fusedTwoShotPushOk_ = true;
+  // Startup self-test (core/selftest.cc) report (JSON). What it disabled is in admission_.
   std::string selfTestJson_;
 
   std::mutex failMu_;

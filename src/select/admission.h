@@ -34,6 +34,9 @@ struct AlgoAdmission {
 
 struct Admission {
   std::array<AlgoAdmission, anyrNumAlgos> algo;  // index anyrAlgo_t; [anyrAlgoAuto] unused
+  // Non-empty: this algorithm's fused kernel failed the startup self-test (the reason, the
+  // same on every rank); its fused-kernel candidates are rejected with it (select/dispatch.h).
+  std::array<std::string, anyrNumAlgos> fusedKernelFailure;
   bool any() const;
   const AlgoAdmission& operator[](anyrAlgo_t a) const { return algo[static_cast<size_t>(a)]; }
 };

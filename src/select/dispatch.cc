@@ -102,8 +102,12 @@ std::vector<Candidate> candidates(Op op, const Topology& t, const Admission& adm
       const std::string smemWhy = smemWhyFor(a);
       Candidate k;
       k.path = {a, true};
-      k.admitted = x.admitted && smemWhy.empty();
-      k.reason = !x.admitted ? x.reason : !smemWhy.empty() ? smemWhy : x.reason;
+      const std::string& failed = adm.fusedKernelFailure[static_cast<size_t>(a)];
+      k.admitted = x.admitted && smemWhy.empty() && failed.empty();
+      k.reason = !x.admitted        ? x.reason
+                 : !smemWhy.empty() ? smemWhy
+                 : !failed.empty()  ? failed
+                                    : x.reason;
       out.push_back(k);
     }
     Candidate c;

@@ -180,6 +180,37 @@ TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
   EXPECT_EQ(rejected, 4 + 6 + 6);
 }
 
+TEST(Dispatch, AFusedKernelThatFailedTheSelfTestIsRejectedWithItsReason) {
+  // The startup self-test records a failed fused kernel in the admission; its candidates are
+  // rejected with that reason (so the seed, tuning and explain never use it), while the
+  // algorithm itself and its composition with the standalone epilogue stay admitted.
+  Topology t = fixture("nvlink_pair");
+  Admission adm = admit(t, factsFor(t));
+  const std::string why = "self-test failed on rank 1: 3 wrong elements";
+  adm.fusedKernelFailure[anyrAlgoOneShotPush] = why;
+  for (Op op : {Op::AddRmsNorm, Op::AddRmsNormQuant}) {
+    for (const Candidate& c : candidates(op, t, adm)) {
+      if (c.path == Path{anyrAlgoOneShotPush, true}) {
+        EXPECT_FALSE(c.admitted);
+        EXPECT_EQ(c.reason, why);
+      } else if (c.path.algo == anyrAlgoOneShotPush || c.path.algo == anyrAlgoTwoShotPush) {
+        EXPECT_TRUE(c.admitted) << pathName(op, c.path) << ": " << c.reason;
+      }
+    }
+  }
+  DispatchTable tab = seedTable(t, adm, Config(), t.size());
+  for (int o = 1; o < kNumOps; ++o) {
+    for (int b = 0; b < kNumBuckets; ++b) {
+      EXPECT_NE(tab.path[static_cast<size_t>(o)][static_cast<size_t>(b)],
+                (Path{anyrAlgoOneShotPush, true}));
+    }
+  }
+  // The bucket the one-shot kernel had is taken by another admitted peer path.
+  const Path small = tab.lookup(Op::AddRmsNorm, 16u << 10);
+  EXPECT_TRUE(small.algo == anyrAlgoOneShotPush || small.algo == anyrAlgoTwoShotPush)
+      << pathName(Op::AddRmsNorm, small);
+}
+
 TEST(Dispatch, OnlyTheFusedTwoShotKernelNeedsLargeSharedMemory) {
   // The fused two-shot push kernel stages an fp32 row in dynamic shared memory (68 KB for the
   // widest row); the fused one-shot push kernel holds the row in registers (4 KB static).
