@@ -52,6 +52,15 @@ struct RankError : std::runtime_error {
 using Report = std::function<void(const std::string&)>;
 using RankBody = std::function<int(int rank, int nranks, const anyrUniqueId& id, const Report&)>;
 
+// 1 (and a "FAIL async error" line) when the communicator recorded an asynchronous error, else 0.
+inline int asyncErrorFailures(anyrComm_t comm, const Report& report) {
+  anyrResult_t async = anyrSuccess;
+  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+  if (async == anyrSuccess) return 0;
+  report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
+  return 1;
+}
+
 // Runs `body` in n forked ranks (launch::runRanks); an exception thrown by a rank (R_CUDA,
 // R_ANYR, or any other) fails that rank with exit code 3 and a "FAIL <what>" line.
 inline std::vector<launch::RankResult> runRanksCatching(int n, double timeoutSec,

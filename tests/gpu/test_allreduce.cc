@@ -163,12 +163,7 @@ int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
       }
     }
   }
-  anyrResult_t async = anyrSuccess;
-  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
-  if (async != anyrSuccess) {
-    ++failures;
-    report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
-  }
+  failures += asyncErrorFailures(comm, report);
   R_CUDA(cudaFree(in));
   R_CUDA(cudaFree(out));
   R_CUDA(cudaStreamDestroy(s));

@@ -241,12 +241,7 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
       }
     }
   }
-  anyrResult_t async = anyrSuccess;
-  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
-  if (async != anyrSuccess) {
-    ++failures;
-    report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
-  }
+  failures += asyncErrorFailures(comm, report);
   report("CHECKED " + std::to_string(checked) + "\n");
   R_ANYR(anyrCommDestroy(comm), nullptr);
   return failures ? 4 : 0;

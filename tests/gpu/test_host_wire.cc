@@ -249,12 +249,7 @@ int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyr
       }
     }
   }
-  anyrResult_t async = anyrSuccess;
-  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
-  if (async != anyrSuccess) {
-    ++failures;
-    report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
-  }
+  failures += asyncErrorFailures(comm, report);
   R_CUDA(cudaFree(in));
   R_CUDA(cudaFree(out));
   R_CUDA(cudaStreamDestroy(s));
@@ -341,12 +336,7 @@ int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& repo
       }
     }
   }
-  anyrResult_t async = anyrSuccess;
-  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
-  if (async != anyrSuccess) {
-    ++failures;
-    report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
-  }
+  failures += asyncErrorFailures(comm, report);
   R_CUDA(cudaFree(buf));
   R_CUDA(cudaFree(bad));
   R_CUDA(cudaStreamDestroy(s));

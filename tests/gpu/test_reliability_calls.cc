@@ -381,12 +381,7 @@ TEST(ReliabilityCallsGpu, CallsAlternatingBetweenStreamsStayOrdered) {
             for (void* p : bufs) R_CUDA(cudaFree(p));
           }
         }
-        anyrResult_t async = anyrSuccess;
-        R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
-        if (async != anyrSuccess) {
-          ++failures;
-          report(std::string("FAIL async error: ") + anyrGetLastError(comm) + "\n");
-        }
+        failures += asyncErrorFailures(comm, report);
         R_CUDA(cudaFree(bad));
         for (auto& x : st) R_CUDA(cudaStreamDestroy(x));
         R_ANYR(anyrCommDestroy(comm), nullptr);
