@@ -119,25 +119,57 @@ __device__ __forceinline__ void storeXs8(float* xs, int v, const float (&f)[8]) 
   reinterpret_cast<float4*>(xs)[2 * v + (h ^ 1)] = h ? lo : hi;
 }
 
-// y for vector v: reads float(r) from xs and the weights; returns y rounded to T (as floats)
-// and packed as a Vec.
+// The epilogue's arithmetic on one 8-element vector, shared by the shared-memory and the
+// register epilogues so both give the same bits (the rounding points are the header's).
+// r = round_T(r), in place (the all-reduced x rounded to T).
+template <typename T>
+__device__ __forceinline__ void roundToT(float (&r)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) r[i] = Elem<T>::toFloat(Elem<T>::fromFloat(r[i]));
+}
+
+// r = round_T(r + residual), in place.
+template <typename T>
+__device__ __forceinline__ void addResidual(float (&r)[8], const Vec& res) {
+  const T* re = reinterpret_cast<const T*>(&res);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    r[i] = Elem<T>::toFloat(Elem<T>::fromFloat(r[i] + Elem<T>::toFloat(re[i])));
+  }
+}
+
+// acc + r[0]^2 + ... + r[7]^2, in that order, with fmaf.
+__device__ __forceinline__ float addSquares(const float (&r)[8], float acc) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc = fmaf(r[i], r[i], acc);
+  return acc;
+}
+
+// y = round_T((r * rstd) * w) with w = weight or 1 + weight; returns y packed, and as floats.
+template <typename T>
+__device__ __forceinline__ Vec normalize(const float (&r)[8], const Vec& weight, bool plusOne,
+                                         float rstd, float (&y)[8]) {
+  const T* we = reinterpret_cast<const T*>(&weight);
+  Vec out;
+  T* oe = reinterpret_cast<T*>(&out);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float wf = Elem<T>::toFloat(we[i]);
+    const float w = plusOne ? 1.0f + wf : wf;
+    oe[i] = Elem<T>::fromFloat((r[i] * rstd) * w);
+    y[i] = Elem<T>::toFloat(oe[i]);
+  }
+  return out;
+}
+
+// y for vector v: reads float(r) from xs and the weights.
 template <typename T>
 __device__ __forceinline__ Vec normVec(const FusedParams& p, const float* xs, int v, float rstd,
                                        bool weightAligned, float (&y)[8]) {
   float r[8];
   loadXs8(xs, v, r);
   const Vec wv = loadRowVec(static_cast<const T*>(p.weight), v, p.hidden, weightAligned);
-  const T* we = reinterpret_cast<const T*>(&wv);
-  Vec out;
-  T* oe = reinterpret_cast<T*>(&out);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float wf = Elem<T>::toFloat(we[i]);
-    const float w = p.weightPlusOne ? 1.0f + wf : wf;
-    oe[i] = Elem<T>::fromFloat((r[i] * rstd) * w);
-    y[i] = Elem<T>::toFloat(oe[i]);
-  }
-  return out;
+  return normalize<T>(r, wv, p.weightPlusOne != 0, rstd, y);
 }
 
 // ---- phase 2 outputs ----------------------------------------------------------------------
@@ -257,20 +289,11 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
     for (int v = s; v < nvec; v += kFusedSlots) {
       float r[8];
       loadXs8(xs, v, r);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) r[i] = Elem<T>::toFloat(Elem<T>::fromFloat(r[i]));
-      if (resIn != nullptr) {
-        const Vec rv = loadRowVec(resIn, v, hidden, resInAligned);
-        const T* re = reinterpret_cast<const T*>(&rv);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          r[i] = Elem<T>::toFloat(Elem<T>::fromFloat(r[i] + Elem<T>::toFloat(re[i])));
-        }
-      }
+      roundToT<T>(r);
+      if (resIn != nullptr) addResidual<T>(r, loadRowVec(resIn, v, hidden, resInAligned));
       if (resOut != nullptr) storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(r));
       storeXs8(xs, v, r);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc = fmaf(r[i], r[i], acc);
+      acc = addSquares(r, acc);
     }
     red[s] = acc;
   }
@@ -340,22 +363,13 @@ __device__ void fusedRowEpilogueRegs(const FusedParams& p, int row, float (&x)[V
   for (int k = 0; k < VPT; ++k) {
     const int v = t + k * B;
     if (v >= nvec) continue;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) x[k][i] = Elem<T>::toFloat(Elem<T>::fromFloat(x[k][i]));
-    if (haveRes) {
-      const T* re = reinterpret_cast<const T*>(&res[k]);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        x[k][i] = Elem<T>::toFloat(Elem<T>::fromFloat(x[k][i] + Elem<T>::toFloat(re[i])));
-      }
-    }
+    roundToT<T>(x[k]);
+    if (haveRes) addResidual<T>(x[k], res[k]);
     if (resOut != nullptr) storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(x[k]));
     if (VPT > 1 && (k & 1)) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ss[VPT > 1 ? 1 : 0] = fmaf(x[k][i], x[k][i], ss[VPT > 1 ? 1 : 0]);
+      ss[VPT > 1 ? 1 : 0] = addSquares(x[k], ss[VPT > 1 ? 1 : 0]);
     } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ss[0] = fmaf(x[k][i], x[k][i], ss[0]);
+      ss[0] = addSquares(x[k], ss[0]);
     }
   }
   if (t < nslots) red[t] = ss[0];
@@ -372,17 +386,7 @@ __device__ void fusedRowEpilogueRegs(const FusedParams& p, int row, float (&x)[V
     const bool active = v < nvec;
     float y[8] = {};
     Vec out = {};
-    if (active) {
-      const T* we = reinterpret_cast<const T*>(&w[k]);
-      T* oe = reinterpret_cast<T*>(&out);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float wf = Elem<T>::toFloat(we[i]);
-        const float wv = p.weightPlusOne ? 1.0f + wf : wf;
-        oe[i] = Elem<T>::fromFloat((x[k][i] * rstd) * wv);
-        y[i] = Elem<T>::toFloat(oe[i]);
-      }
-    }
+    if (active) out = normalize<T>(x[k], w[k], p.weightPlusOne != 0, rstd, y);
     o.write(v, active, out, y);
   }
   __syncthreads();
