@@ -27,23 +27,6 @@ uint64_t roundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 using Clock = std::chrono::steady_clock;
 
-const char* waitWhatName(int32_t w) {
-  switch (w) {
-    case kWaitPushData:
-      return "one-shot push data";
-    case kWaitStartFlag:
-      return "start flag";
-    case kWaitEndFlag:
-      return "end flag";
-    case kWaitHostData:
-      return "host-memory data flag";
-    case kWaitHostResult:
-      return "host-memory result flag";
-    default:
-      return "nothing";
-  }
-}
-
 // Serialized GPU description exchanged at init: JSON of a one-GPU topology, padded.
 constexpr size_t kGpuInfoWire = 4096;
 

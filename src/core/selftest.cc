@@ -1,6 +1,6 @@
 // Startup self-test: see core/selftest.h. Runs on the communicator's internal stream with the
-// communicator's own launch paths (launchPeerAlgo, the fused launchers) and kernel arguments,
-// so it tests exactly what later calls will run, mappings included.
+// communicator's own launch paths (launchPeerAlgo, launchHostAlgo, the fused launchers) and
+// kernel arguments, so it tests exactly what later calls will run, mappings included.
 #include "core/selftest.h"
 
 #include <algorithm>
@@ -20,6 +20,8 @@
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 #include "transport/check.h"
+#include "transport/host_handles.h"
+#include "transport/host_memory.h"
 
 namespace anyr {
 
@@ -38,19 +40,6 @@ struct VoteWire {
   char why[248];
 };
 static_assert(sizeof(VoteWire) == 256, "VoteWire layout");
-
-const char* waitedFor(int32_t w) {
-  switch (w) {
-    case kWaitPushData:
-      return "one-shot push data";
-    case kWaitStartFlag:
-      return "start flag";
-    case kWaitEndFlag:
-      return "end flag";
-    default:
-      return "a peer";
-  }
-}
 
 const char* dtypeLabel(anyrDataType_t t) {
   switch (t) {
@@ -110,7 +99,7 @@ FaultInjection parseFaultInjection(const std::string& text) {
 
 void SelfTest::injectFaults() {
   const FaultInjection f = parseFaultInjection(env::getString("ANYR_FAULT_INJECT"));
-  if (f.kind != FaultInjection::CorruptPeer || f.rank != c_.rank_) return;
+  if (f.kind != FaultInjection::CorruptPeer || f.rank != c_.rank_ || !c_.peers_) return;
   // This rank's view of the next rank's workspace points at its own workspace instead: its
   // pushes and flags for that peer land in its own memory, and its reads of that peer read
   // itself. The peer's WaitControl headers are left alone, so failures still propagate.
@@ -123,15 +112,17 @@ void SelfTest::injectFaults() {
 
 void SelfTest::setWaitTimeoutMs(int ms) {
   const uint64_t ns = static_cast<uint64_t>(ms) * 1000000ull;
-  ANYR_CUDA_CHECK(
-      cudaMemcpyAsync(reinterpret_cast<char*>(c_.dWait_) + offsetof(WaitControl, timeoutNs), &ns,
-                      sizeof(ns), cudaMemcpyHostToDevice, c_.internalStream_));
+  for (WaitControl* w : {c_.dWait_, c_.dHostWait_}) {
+    if (w == nullptr) continue;  // that transport is not set up
+    ANYR_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(w) + offsetof(WaitControl, timeoutNs),
+                                    &ns, sizeof(ns), cudaMemcpyHostToDevice, c_.internalStream_));
+  }
   c_.waitStreamIdle(c_.internalStream_, "setting the self-test deadline");
 }
 
 void SelfTest::run() {
   Communicator& c = c_;
-  if (!c.facts_.peerMemory || c.nranks_ < 2) return;
+  if (c.nranks_ < 2 || (!c.facts_.peerMemory && !c.host_)) return;
   injectFaults();
   // Rank 0's setting decides, so every rank runs the same collective sequence.
   int32_t on = env::getInt("ANYR_SELFTEST") != 0 ? 1 : 0;
@@ -157,8 +148,8 @@ void SelfTest::run() {
   setWaitTimeoutMs(timeoutMs);
 
   nlohmann::json results = nlohmann::json::object();
-  for (anyrAlgo_t algo :
-       {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoTwoShotPush}) {
+  for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,
+                          anyrAlgoTwoShotPush, anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
     AlgoAdmission& adm = c.admission_.algo[static_cast<size_t>(algo)];
     if (!adm.admitted) {
       results[anyrAlgoName(algo)] = "not run (not admitted)";
@@ -208,7 +199,19 @@ void SelfTest::run() {
 SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
   Communicator& c = c_;
   const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
-  const uint64_t cap = algo == anyrAlgoOneShotPush ? c.layout_.pushSlotBytes : c.layout_.chunkBytes;
+  const bool host = algo == anyrAlgoHostOneShot || algo == anyrAlgoHostTwoShot;
+  // The host algorithms run with the native wire here: a compressed wire (opt-in, lossy by
+  // design) rounds the pattern's partial sums, so the exact check could not pass. The test is
+  // of the segment, its mappings and flags, which every wire shares.
+  struct NativeWire {
+    HostArgs& t;
+    int32_t saved;
+    explicit NativeWire(HostArgs& a) : t(a), saved(a.wire) { t.wire = kWireNative; }
+    ~NativeWire() { t.wire = saved; }
+  } native(c.hostTemplate_);
+  const uint64_t cap = host                          ? c.hostLayout_.launchBytes
+                       : algo == anyrAlgoOneShotPush ? c.layout_.pushSlotBytes
+                                                     : c.layout_.chunkBytes;
   // A small fp32 message (one partial vector at the end) and a large bf16 one (many blocks,
   // odd count: a partial last vector too).
   struct Size {
@@ -232,7 +235,11 @@ SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
       ANYR_CUDA_CHECK(launchSelfTestFill(sz.dtype, in_, sz.count, c.rank_, c.internalStream_));
       if (!inPlace) ANYR_CUDA_CHECK(cudaMemsetAsync(out_, 0xff, bytes, c.internalStream_));
       try {
-        c.launchPeerAlgo(algo, in_, out, sz.count, sz.dtype, c.internalStream_);
+        if (host) {
+          c.launchHostAlgo(algo, in_, out, sz.count, sz.dtype, c.internalStream_);
+        } else {
+          c.launchPeerAlgo(algo, in_, out, sz.count, sz.dtype, c.internalStream_);
+        }
       } catch (const Error& e) {
         ++launchFailures;
         launchWhy = e.what();
@@ -330,7 +337,7 @@ SelfTest::Outcome SelfTest::finish(const std::vector<Run>& runs, int launchFailu
     o.code = code;
     if (code == kFailTimeout) {
       o.why = "timed out after " + std::to_string(std::min(c.cfg_.timeoutMs, kSelfTestTimeoutMs)) +
-              " ms waiting for rank " + std::to_string(e.waitedRank) + " (" + waitedFor(e.what) +
+              " ms waiting for rank " + std::to_string(e.waitedRank) + " (" + waitWhatName(e.what) +
               ", block " + std::to_string(e.block) + ")";
     } else if (code == kFailPeerAborted) {
       o.why = "stopped by rank " + std::to_string(e.waitedRank) + ", which failed first" +
@@ -388,21 +395,32 @@ void SelfTest::resetProtocolState() {
   Communicator& c = c_;
   // Every rank has waited for its own self-test kernels (finish), so after this barrier no
   // kernel of this communicator runs anywhere. Restore the init-time protocol state: flags and
-  // the check area zero, the abort word clear, push slots cleared, epochs zero, no error.
+  // the check area zero, the abort words clear, push slots cleared, epochs zero, no error.
   c.bs_->barrier();
-  char* base = c.peers_->local();
-  const WorkspaceLayout& l = c.layout_;
   cudaStream_t s = c.internalStream_;
-  ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.flagsOffset, 0, l.pushOffset - l.flagsOffset, s));
-  ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.headerOffset + offsetof(WorkspaceHeader, abortedBy), 0,
-                                  2 * sizeof(int32_t), s));  // abortedBy, abortCause
-  ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + l.pushOffset),
-                                  3 * l.pushSlotBytes * static_cast<uint64_t>(c.nranks_) / 4,
-                                  kPushClearWord, s));
-  ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + l.tsOffset),
-                                  6 * l.tsSlotBytes * static_cast<uint64_t>(c.nranks_) / 4,
-                                  kPushClearWord, s));
-  ANYR_CUDA_CHECK(cudaMemsetAsync(c.dState_, 0, sizeof(LocalState), s));
+  if (c.peers_) {
+    char* base = c.peers_->local();
+    const WorkspaceLayout& l = c.layout_;
+    ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.flagsOffset, 0, l.pushOffset - l.flagsOffset, s));
+    ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.headerOffset + offsetof(WorkspaceHeader, abortedBy), 0,
+                                    2 * sizeof(int32_t), s));  // abortedBy, abortCause
+    ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + l.pushOffset),
+                                    3 * l.pushSlotBytes * static_cast<uint64_t>(c.nranks_) / 4,
+                                    kPushClearWord, s));
+    ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + l.tsOffset),
+                                    6 * l.tsSlotBytes * static_cast<uint64_t>(c.nranks_) / 4,
+                                    kPushClearWord, s));
+    ANYR_CUDA_CHECK(cudaMemsetAsync(c.dState_, 0, sizeof(LocalState), s));
+  }
+  if (c.host_) {
+    // The own region of the shared host segment: its flags and its header's abort words (this
+    // rank is their only writer besides peers' abortedBy, and no peer kernel runs now).
+    char* mine = c.host_->host() + static_cast<uint64_t>(c.rank_) * c.hostLayout_.rankBytes;
+    std::memset(mine + c.hostLayout_.flagsOffset, 0, sizeof(HostFlags));
+    std::memset(mine + c.hostLayout_.headerOffset + offsetof(WorkspaceHeader, abortedBy), 0,
+                2 * sizeof(int32_t));
+    ANYR_CUDA_CHECK(cudaMemsetAsync(c.dHostState_, 0, sizeof(LocalState), s));
+  }
   c.waitStreamIdle(s, "resetting after a failed self-test");
   std::memset(c.hError_, 0, sizeof(ErrorRecord));
   c.bs_->barrier();

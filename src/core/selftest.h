@@ -1,5 +1,7 @@
 // Startup self-test (collective, run at communicator init after admission): every admitted
-// peer algorithm, and the fused kernels built on them, all-reduce a checksum pattern at sizes
+// peer and host-memory algorithm, and the fused kernels built on the peer algorithms (the host
+// path's fused op composes its all-reduce with the standalone epilogue), all-reduce a
+// checksum pattern at sizes
 // that exercise each kernel; every rank checks its output exactly on the device, with the
 // communicator's bounded waits (a shorter self-test deadline); the ranks vote, and a path that
 // failed on any rank is disabled on every rank with the reason "self-test failed on rank R: ...".

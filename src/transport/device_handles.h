@@ -66,6 +66,23 @@ enum WaitWhat : int32_t {
   kWaitHostData = 4,    // host memory: a peer's "my contribution is in host memory" flag
   kWaitHostResult = 5,  // host two-shot: a peer's "my reduced segment is in host memory" flag
 };
+// Words for a WaitWhat in error messages and the self-test's reasons.
+inline const char* waitWhatName(int32_t w) {
+  switch (w) {
+    case kWaitPushData:
+      return "one-shot push data";
+    case kWaitStartFlag:
+      return "start flag";
+    case kWaitEndFlag:
+      return "end flag";
+    case kWaitHostData:
+      return "host-memory data flag";
+    case kWaitHostResult:
+      return "host-memory result flag";
+    default:
+      return "nothing";
+  }
+}
 enum FailCode : int32_t {
   kFailNone = 0,
   kFailTimeout = 1,      // the deadline passed
