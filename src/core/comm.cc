@@ -781,6 +781,10 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   noteWork(stream, capturing);
 }
 
+namespace {
+constexpr uint64_t kHostBytesPerBlock = 64u << 10;
+}  // namespace
+
 LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
   // Spread the vectors over as many SMs as possible before making blocks larger: small
   // messages then inject from many SMs at once. Every rank computes the same shape (agreed
@@ -788,7 +792,18 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
   const bool twoShot =
       algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush || algo == anyrAlgoHostTwoShot;
   const uint64_t work = twoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
-  const uint64_t blocksCap = static_cast<uint64_t>(maxBlocks_);
+  uint64_t blocksCap = static_cast<uint64_t>(maxBlocks_);
+  if ((algo == anyrAlgoHostOneShot || algo == anyrAlgoHostTwoShot) && cfg_.wire == anyrWireNative) {
+    // The host paths are bound by each GPU's PCIe link, not by its SMs, and every block polls
+    // its own flags across that link: about one block per 64 KiB of message, at least 16 and
+    // at most half the SMs (measured on 2 x H200 from 64 KiB to 16 MiB: 16 blocks beat 32..132
+    // by 1.1-1.6x up to 1 MiB, and half the SMs beat all of them by 1.05x at 16 MiB). A
+    // compressed wire spends SM time on (de)quantization and keeps every block (with half the
+    // SMs the fp8 host-oneshot went from 460 to 622 us at 16 MiB).
+    const uint64_t byBytes = (numVecs * 16 + kHostBytesPerBlock - 1) / kHostBytesPerBlock;
+    const uint64_t most = std::max<uint64_t>(1, blocksCap / 2);
+    blocksCap = std::min(most, std::max<uint64_t>(std::min<uint64_t>(16, most), byBytes));
+  }
   uint64_t threads = (work + blocksCap - 1) / blocksCap;
   threads = std::min<uint64_t>(kAlgoThreads, std::max<uint64_t>(128, (threads + 31) / 32 * 32));
   LaunchShape shape;
