@@ -27,8 +27,11 @@ cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
 cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                           cudaStream_t stream);
 // Host-memory transport (host_oneshot.cu, host_twoshot.cu); a.wire selects the wire format.
+// host_oneshot_ll.cu: the one-shot's low-latency protocol (native wire, small launches).
 cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
                               cudaStream_t stream);
+cudaError_t launchHostOneShotLL(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
+                                cudaStream_t stream);
 cudaError_t launchHostTwoShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
                               cudaStream_t stream);
 

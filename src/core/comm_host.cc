@@ -18,7 +18,7 @@ namespace {
 uint64_t roundUpTo(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 }  // namespace
 
-HostLayout computeHostLayout(uint64_t chunkBytes, int nranks) {
+HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxBytes) {
   HostLayout l{};
   const uint64_t page = 4096;
   const uint64_t n = static_cast<uint64_t>(nranks > 0 ? nranks : 1);
@@ -30,7 +30,10 @@ HostLayout computeHostLayout(uint64_t chunkBytes, int nranks) {
   l.resultOffset = l.dataOffset + 2 * l.dataBytes;
   // One segment (rounded up to whole block quanta, see host_twoshot.cu) plus slack.
   l.resultBytes = roundUpTo(chunkBytes / n + (64u << 10), page);
-  l.rankBytes = roundUpTo(l.resultOffset + 2 * l.resultBytes, page);
+  l.llMaxBytes = std::min(llMaxBytes, chunkBytes);
+  l.llOffset = l.resultOffset + 2 * l.resultBytes;
+  l.llBytes = roundUpTo(2 * l.llMaxBytes, page);
+  l.rankBytes = roundUpTo(l.llOffset + 2 * l.llBytes, page);
   l.totalBytes = l.rankBytes * n;
   return l;
 }
@@ -47,19 +50,25 @@ void Communicator::initHostTransport() {
     return;
   }
   // Rank 0's choice counts for everyone (the environment may differ between processes).
-  int32_t agreed[2] = {env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
-                       static_cast<int32_t>(env::getInt("ANYR_HOST_ROUND"))};
+  int32_t agreed[3] = {env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
+                       static_cast<int32_t>(env::getInt("ANYR_HOST_ROUND")),
+                       static_cast<int32_t>(env::getInt("ANYR_HOST_LL_BYTES"))};
   bs_->broadcast(agreed, sizeof(agreed), 0);
   const int32_t enabled = agreed[0];
   if (agreed[1] < 1 || agreed[1] > 64) {
     throwError(anyrInvalidArgument, "environment variable ANYR_HOST_ROUND=" +
                                         std::to_string(agreed[1]) + " (rank 0's): must be 1..64");
   }
+  if (agreed[2] < 0 || agreed[2] > (1 << 20) || agreed[2] % 16 != 0) {
+    throwError(anyrInvalidArgument,
+               "environment variable ANYR_HOST_LL_BYTES=" + std::to_string(agreed[2]) +
+                   " (rank 0's): must be a multiple of 16 in 0..1048576");
+  }
   if (!enabled) {
     facts_.hostMemoryReason = "disabled by ANYR_HOST_MEMORY=0";
     return;
   }
-  hostLayout_ = computeHostLayout(cfg_.chunkBytes, nranks_);
+  hostLayout_ = computeHostLayout(cfg_.chunkBytes, nranks_, static_cast<uint64_t>(agreed[2]));
   std::string why;
   host_ = createHostMemory(*bs_, hostLayout_.totalBytes, &why);
   if (!host_) {
@@ -136,8 +145,15 @@ void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, si
     a.numVecs = (c * es + 15) / 16;
     LaunchShape shape = shapeFor(algo, a.numVecs);
     shape.aligned = aligned;
-    const cudaError_t e = algo == anyrAlgoHostOneShot ? launchHostOneShot(dtype, a, shape, stream)
-                                                      : launchHostTwoShot(dtype, a, shape, stream);
+    // One-shot messages of at most llMaxBytes with the native wire take the low-latency
+    // protocol (one PCIe round trip instead of two); the decision depends only on agreed
+    // values and the call's count, so every rank takes the same one.
+    const bool ll = algo == anyrAlgoHostOneShot && a.wire == kWireNative &&
+                    c * es <= hostLayout_.llMaxBytes && count * es <= hostLayout_.llMaxBytes;
+    const cudaError_t e = ll ? launchHostOneShotLL(dtype, a, shape, stream)
+                          : algo == anyrAlgoHostOneShot
+                              ? launchHostOneShot(dtype, a, shape, stream)
+                              : launchHostTwoShot(dtype, a, shape, stream);
     if (e != cudaSuccess) {
       throwError(anyrCudaError,
                  std::string("launching ") + anyrAlgoName(algo) + ": " + cudaGetErrorString(e));
@@ -149,7 +165,8 @@ void Communicator::explainHost(void* json) const {
   nlohmann::json& j = *static_cast<nlohmann::json*>(json);
   j["hostTransport"] = {{"available", facts_.hostMemory},
                         {"reason", facts_.hostMemoryReason},
-                        {"wire", wireName(cfg_.wire)}};
+                        {"wire", wireName(cfg_.wire)},
+                        {"lowLatencyMaxBytes", hostLayout_.llMaxBytes}};
   if (host_) j["hostTransport"]["segmentBytes"] = hostLayout_.totalBytes;
 }
 

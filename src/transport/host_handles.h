@@ -35,7 +35,9 @@ struct HostLayout {
   uint64_t launchBytes;  // most bytes of input one launch carries (larger messages are chunked)
   uint64_t rankBytes;    // size of one rank's region
   uint64_t totalBytes;   // nranks x rankBytes
-  uint64_t pad[3];
+  uint64_t llOffset;  // 2 buffers (epoch parity) x llBytes: low-latency lines (host_oneshot_ll.cu)
+  uint64_t llBytes;   // 2 x llMaxBytes rounded up to a page: 16-byte lines with 8-byte payloads
+  uint64_t llMaxBytes;  // largest launch the low-latency protocol carries (0: never used)
 };
 static_assert(sizeof(HostLayout) == 96, "HostLayout layout");
 
@@ -66,6 +68,6 @@ struct HostArgs {
   int32_t roundVecs;  // host one-shot: vectors per thread per pipelined round (ANYR_HOST_ROUND)
 };
 
-HostLayout computeHostLayout(uint64_t chunkBytes, int nranks);
+HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxBytes);
 
 }  // namespace anyr

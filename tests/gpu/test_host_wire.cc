@@ -446,8 +446,8 @@ TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
         std::vector<char> buf(need);
         R_ANYR(anyrCommExplain(comm, buf.data(), buf.size(), &need), comm);
         std::string text(buf.data());
-        for (const char* must :
-             {"host-oneshot", "host-twoshot", "\"hostTransport\"", "segmentBytes"}) {
+        for (const char* must : {"host-oneshot", "host-twoshot", "\"hostTransport\"",
+                                 "segmentBytes", "\"lowLatencyMaxBytes\": 16384"}) {
           if (text.find(must) == std::string::npos) {
             ++failures;
             report(std::string("FAIL explain lacks ") + must + "\n");
@@ -462,7 +462,16 @@ TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
 
 TEST(HostWireGpu, MissingPeerOnHostPathTimesOutNamingIt) {
   REQUIRE_GPU();
-  for (anyrAlgo_t algo : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
+  // host-oneshot at 8 KB takes the low-latency protocol (flag in every line), at 128 KB the
+  // flag protocol; each has its own wait.
+  struct Case {
+    anyrAlgo_t algo;
+    uint64_t count;
+  };
+  for (const Case& c : {Case{anyrAlgoHostOneShot, 4096}, Case{anyrAlgoHostOneShot, 65536},
+                        Case{anyrAlgoHostTwoShot, 4096}}) {
+    const anyrAlgo_t algo = c.algo;
+    const uint64_t count = c.count;
     auto results = runRanksCatching(
         2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
           int ngpus = 0;
@@ -478,10 +487,10 @@ TEST(HostWireGpu, MissingPeerOnHostPathTimesOutNamingIt) {
           R_CUDA(cudaStreamCreate(&s));
           int failures = 0;
           R_ANYR(anyrCommSetAlgorithm(comm, algo), comm);
-          R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
+          R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);
           R_CUDA(cudaStreamSynchronize(s));
           if (rank == 0) {
-            R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
+            R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);
             R_CUDA(cudaStreamSynchronize(s));
             anyrResult_t async = anyrSuccess;
             R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
@@ -500,7 +509,7 @@ TEST(HostWireGpu, MissingPeerOnHostPathTimesOutNamingIt) {
           return failures ? 4 : 0;
         });
     std::string failures = launch::describeFailures(results);
-    EXPECT_TRUE(failures.empty()) << anyrAlgoName(algo) << ": " << failures;
+    EXPECT_TRUE(failures.empty()) << anyrAlgoName(algo) << " count " << count << ": " << failures;
   }
 }
 

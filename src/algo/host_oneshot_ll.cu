@@ -1,0 +1,160 @@
+// Host one-shot, low-latency protocol: the small-message form of host-oneshot (host_oneshot.cu),
+// used for a launch of at most HostLayout::llMaxBytes with the native wire.
+//
+// Where the flag protocol costs a flag write, a flag poll and then a data read (two PCIe round
+// trips after the data landed), here every 16-byte line a rank writes carries its own flag:
+// {data word 0, epoch, data word 1, epoch}. A reader polls the data itself and takes a line
+// when both of its flag words equal this launch's epoch: one round trip. A line is stored with
+// one 16-byte store; each 8-byte half {data, epoch} is written at once (8-byte writes are not
+// torn on PCIe or in host memory), and checking both halves' flags covers a line that lands
+// in two halves. The payload is half the line, so a launch moves twice its bytes: this is for
+// messages where latency, not bandwidth, decides.
+//
+// Buffers: two per rank (epoch parity) in the segment's LL area, separate from the flag
+// protocol's data buffers (stale raw data there could look like any flag). The epoch is the
+// host transport's LocalState::syncEpoch, shared with the other host kernels, so it never
+// repeats before 2^32 host launches: a line left over from an earlier launch carries an older
+// epoch and is never taken. Reuse: a rank rewrites parity (j % 2) at launch j+2 only after its
+// launch j+1 read every peer's launch-j+1 data (every launch reads all of it), which each peer
+// wrote only after its launch j, and so its reads of this buffer, completed.
+//
+// The sum is fp32 in rank order 0..n-1, as in every anyreduce algorithm: the same bits on
+// every rank and on every path.
+#include "algo/algo.h"
+#include "algo/wire.cuh"
+
+namespace anyr {
+namespace {
+
+using dev::Elem;
+using dev::Vec;
+
+// Vectors each thread handles per pass: their lines are all requested before any is checked,
+// so a thread has several PCIe reads in flight.
+constexpr int kLLVecsPerPass = 2;
+// Pause between two polls of a line that has not landed yet (a PCIe round trip is ~1.5 us).
+constexpr unsigned kLLPollPauseNs = 200;
+
+template <typename T, bool kAligned>
+__global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) {
+  const T* in = static_cast<const T*>(a.input);
+  T* out = static_cast<T*>(a.output);
+  const int rank = a.rank;
+  const int n = a.nranks;
+  const HostLayout& L = a.layout;
+  LocalState* st = a.state;
+  const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
+  const uint64_t buf = L.llOffset + (epoch & 1u) * L.llBytes;
+  const uint64_t V = a.numVecs;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  auto lines = [&](int r) { return a.base + static_cast<uint64_t>(r) * L.rankBytes + buf; };
+
+  // Publish: every vector of this thread, as two flagged lines.
+  char* own = lines(rank);
+  for (uint64_t v = first; v < V; v += stride) {
+    const Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
+    dev::storeSys(own + v * 32, make_uint4(x.w[0], epoch, x.w[1], epoch));
+    dev::storeSys(own + v * 32 + 16, make_uint4(x.w[2], epoch, x.w[3], epoch));
+  }
+
+  // Collect: kLLVecsPerPass vectors at a time, every peer's lines requested at once, then
+  // polled again only where they had not landed.
+  dev::Waiter waiter(a.wait);
+  bool ok = true;
+  for (uint64_t v0 = first; v0 < V && ok; v0 += stride * kLLVecsPerPass) {
+    float acc[kLLVecsPerPass][Elem<T>::kPerVec] = {};
+    for (int s = 0; s < n && ok; ++s) {
+      Vec x[kLLVecsPerPass];
+      if (s == rank) {
+#pragma unroll
+        for (int k = 0; k < kLLVecsPerPass; ++k) {
+          const uint64_t v = v0 + k * stride;
+          if (v < V) x[k] = dev::loadVec<T, kAligned>(in, v, a.count);
+        }
+      } else {
+        const char* src = lines(s);
+        // One lane per warp polls first (the warp's last line of this pass), with a pause
+        // between polls; the other lanes read once it landed. Every lane polling at once
+        // floods the link with reads that return stale lines and delays the very writes
+        // they wait for (measured on 2 x H200 at 16 KB / 64 KB: 45 / 336 us with every lane
+        // polling, 9.4 / 21 us probing first; every lane reading once before the probe: 25
+        // us at 16 KB).
+        const unsigned active = __activemask();
+        if (static_cast<int>(threadIdx.x % 32) == 31 - __clz(active)) {
+          uint4 probe = dev::loadVolatile(src + v0 * 32 + 16);
+          while (probe.y != epoch || probe.w != epoch) {
+            if (!waiter.keepWaiting(s, kWaitHostData, epoch)) {
+              ok = false;
+              break;
+            }
+            __nanosleep(kLLPollPauseNs);
+            probe = dev::loadVolatile(src + v0 * 32 + 16);
+          }
+        }
+        if (__any_sync(active, !ok)) ok = false;
+        if (!ok) break;
+        // The rest of the warp's lines were written with the probe's: most have landed.
+        uint4 lo[kLLVecsPerPass], hi[kLLVecsPerPass];
+#pragma unroll
+        for (int k = 0; k < kLLVecsPerPass; ++k) {
+          const uint64_t v = v0 + k * stride;
+          if (v < V) {
+            lo[k] = dev::loadVolatile(src + v * 32);
+            hi[k] = dev::loadVolatile(src + v * 32 + 16);
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < kLLVecsPerPass; ++k) {
+          const uint64_t v = v0 + k * stride;
+          if (v >= V) continue;
+          while (lo[k].y != epoch || lo[k].w != epoch || hi[k].y != epoch || hi[k].w != epoch) {
+            if (!waiter.keepWaiting(s, kWaitHostData, epoch)) {
+              ok = false;
+              break;
+            }
+            __nanosleep(kLLPollPauseNs);
+            lo[k] = dev::loadVolatile(src + v * 32);
+            hi[k] = dev::loadVolatile(src + v * 32 + 16);
+          }
+          if (!ok) break;
+        }
+        if (!ok) break;
+#pragma unroll
+        for (int k = 0; k < kLLVecsPerPass; ++k) {
+          if (v0 + k * stride >= V) continue;
+          x[k].u = make_uint4(lo[k].x, lo[k].z, hi[k].x, hi[k].z);
+        }
+      }
+      if (!ok) break;
+#pragma unroll
+      for (int k = 0; k < kLLVecsPerPass; ++k) {
+        if (v0 + k * stride < V) dev::accumulate<T>(acc[k], x[k]);
+      }
+    }
+    if (!ok) break;
+#pragma unroll
+    for (int k = 0; k < kLLVecsPerPass; ++k) {
+      const uint64_t v = v0 + k * stride;
+      if (v < V) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc[k]));
+    }
+  }
+  // Every block ends the launch the same way whether or not its wait failed: the epoch
+  // advances (a failed communicator refuses later calls anyway).
+  __syncthreads();
+  dev::finishEpoch(st->syncEpoch, epoch);
+}
+
+}  // namespace
+
+cudaError_t launchHostOneShotLL(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
+                                cudaStream_t stream) {
+  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+    using Tag = decltype(tag);
+    hostOneShotLLKernel<typename Tag::T, Tag::kAligned>
+        <<<shape.blocks, shape.threads, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace anyr
