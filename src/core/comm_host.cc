@@ -69,6 +69,7 @@ void Communicator::initHostTransport() {
     return;
   }
   hostLayout_ = computeHostLayout(cfg_.chunkBytes, nranks_, static_cast<uint64_t>(agreed[2]));
+  cfg_.hostLowLatencyBytes = hostLayout_.llMaxBytes;
   std::string why;
   host_ = createHostMemory(*bs_, hostLayout_.totalBytes, &why);
   if (!host_) {

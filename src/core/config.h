@@ -22,6 +22,10 @@ struct Config {
   std::string tuningFile;            // "" : none
   int tuneBudgetMs = 0;              // > 0: tune at init (when no matching table was loaded)
   anyrWire_t wire = anyrWireNative;  // host-memory algorithms' wire format
+  // Largest message the host one-shot sends with its low-latency protocol (native wire only):
+  // set by the host transport from rank 0's ANYR_HOST_LL_BYTES, so agreed; 0 until then. Not
+  // part of Wire; read by the dispatch cost model.
+  uint64_t hostLowLatencyBytes = 0;
 
   // Crosses process boundaries (rank 0's resolved config is broadcast): fixed layout.
   struct Wire {

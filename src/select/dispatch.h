@@ -81,7 +81,8 @@ struct CostInputs {
   double hostGBps = 0;
   double hostLatencyUs = 0;
   uint64_t hostLaunchBytes = 0;
-  std::string summary;  // one line, for explain
+  uint64_t hostLowLatencyBytes = 0;  // host one-shot messages up to this take one step
+  std::string summary;               // one line, for explain
 };
 CostInputs costInputs(const Topology& rankTopo, const Config& cfg, int nranks);
 

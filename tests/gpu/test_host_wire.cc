@@ -372,8 +372,12 @@ TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
         // The seed (select/dispatch.cc, calibrated on this kind of machine): host one-shot for
         // the smallest messages, NCCL through host memory in the middle, host two-shot for
         // large ones; without NCCL, host paths everywhere.
-        anyrAlgo_t small = anyrAlgoAuto, mid = anyrAlgoAuto, large = anyrAlgoAuto;
+        // The host one-shot's low-latency protocol (up to 16 KiB by default) keeps it up to
+        // 16 KiB.
+        anyrAlgo_t small = anyrAlgoAuto, ll = anyrAlgoAuto, mid = anyrAlgoAuto,
+                   large = anyrAlgoAuto;
         R_ANYR(anyrCommQueryAlgorithm(comm, 256, anyrBfloat16, &small), comm);
+        R_ANYR(anyrCommQueryAlgorithm(comm, 8192, anyrBfloat16, &ll), comm);
         R_ANYR(anyrCommQueryAlgorithm(comm, 32u << 10, anyrBfloat16, &mid), comm);
         R_ANYR(anyrCommQueryAlgorithm(comm, 32u << 20, anyrBfloat16, &large), comm);
         void* nccl = nullptr;
@@ -381,6 +385,10 @@ TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
         if (small != anyrAlgoHostOneShot) {
           ++failures;
           report(std::string("FAIL 512 B chose ") + anyrAlgoName(small) + "\n");
+        }
+        if (ll != anyrAlgoHostOneShot) {
+          ++failures;
+          report(std::string("FAIL 16 KiB chose ") + anyrAlgoName(ll) + "\n");
         }
         if (nccl != nullptr && mid != anyrAlgoNccl) {
           ++failures;
