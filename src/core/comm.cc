@@ -820,39 +820,45 @@ void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, si
     return;
   }
   const size_t es = dtypeSize(dtype);
-  // Per-launch capacity: one push slot, or one staging chunk. Larger messages are chunked;
-  // chunk boundaries are multiples of 16 bytes, so alignment is preserved.
+  // Per-launch capacity: one push slot, or one staging chunk.
   const uint64_t capacity =
       algo == anyrAlgoOneShotPush ? layout_.pushSlotBytes : layout_.chunkBytes;
-  const size_t perLaunch = static_cast<size_t>(capacity / es);
+  launchInPieces(algo, in, out, count, dtype, capacity,
+                 [&](size_t off, size_t c, uint64_t numVecs, const LaunchShape& shape) {
+                   AllReduceArgs a = argsTemplate_;
+                   a.input = static_cast<const char*>(in) + off * es;
+                   a.output = static_cast<char*>(out) + off * es;
+                   a.count = c;
+                   a.numVecs = numVecs;
+                   switch (algo) {
+                     case anyrAlgoOneShotPush:
+                       return launchOneShotPush(dtype, a, shape, stream);
+                     case anyrAlgoOneShotPull:
+                       return launchOneShotPull(dtype, a, shape, stream);
+                     case anyrAlgoTwoShot:
+                       return launchTwoShot(dtype, a, shape, stream);
+                     case anyrAlgoTwoShotPush:
+                       return launchTwoShotPush(dtype, a, shape, stream);
+                     default:
+                       throwError(anyrInternalError, "launchPeerAlgo: not a peer algorithm");
+                   }
+                 });
+}
+
+void Communicator::launchInPieces(
+    anyrAlgo_t algo, const void* in, void* out, size_t count, anyrDataType_t dtype,
+    uint64_t capacityBytes,
+    const std::function<cudaError_t(size_t, size_t, uint64_t, const LaunchShape&)>& launch) {
+  const size_t es = dtypeSize(dtype);
+  const size_t perLaunch = static_cast<size_t>(capacityBytes / es);
   const bool aligned =
       reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
   for (size_t off = 0; off < count; off += perLaunch) {
     const size_t c = std::min(perLaunch, count - off);
-    AllReduceArgs a = argsTemplate_;
-    a.input = static_cast<const char*>(in) + off * es;
-    a.output = static_cast<char*>(out) + off * es;
-    a.count = c;
-    a.numVecs = (c * es + 15) / 16;
-    LaunchShape shape = shapeFor(algo, a.numVecs);
+    const uint64_t numVecs = (c * es + 15) / 16;
+    LaunchShape shape = shapeFor(algo, numVecs);
     shape.aligned = aligned;
-    cudaError_t e = cudaSuccess;
-    switch (algo) {
-      case anyrAlgoOneShotPush:
-        e = launchOneShotPush(dtype, a, shape, stream);
-        break;
-      case anyrAlgoOneShotPull:
-        e = launchOneShotPull(dtype, a, shape, stream);
-        break;
-      case anyrAlgoTwoShot:
-        e = launchTwoShot(dtype, a, shape, stream);
-        break;
-      case anyrAlgoTwoShotPush:
-        e = launchTwoShotPush(dtype, a, shape, stream);
-        break;
-      default:
-        throwError(anyrInternalError, "launchPeerAlgo: not a peer algorithm");
-    }
+    const cudaError_t e = launch(off, c, numVecs, shape);
     if (e != cudaSuccess) {
       throwError(anyrCudaError,
                  std::string("launching ") + anyrAlgoName(algo) + ": " + cudaGetErrorString(e));

@@ -116,6 +116,13 @@ class Communicator {
   void launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);
   LaunchShape shapeFor(anyrAlgo_t algo, uint64_t numVecs) const;
+  // Runs a message as launches of at most capacityBytes each (piece boundaries are multiples of
+  // 16 bytes, so alignment is kept): launch(first element, elements, 16-byte vectors, shape)
+  // per piece; a launch error throws, naming the algorithm. Shared by the peer and host paths.
+  void launchInPieces(
+      anyrAlgo_t algo, const void* in, void* out, size_t count, anyrDataType_t dtype,
+      uint64_t capacityBytes,
+      const std::function<cudaError_t(size_t, size_t, uint64_t, const LaunchShape&)>& launch);
   // Host-memory transport (comm_host.cc).
   void initHostTransport();
   void launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,

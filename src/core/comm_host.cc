@@ -134,32 +134,23 @@ void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, si
                                   anyrDataType_t dtype, cudaStream_t stream) {
   if (!host_) throwError(anyrInternalError, "launchHostAlgo: no host transport");
   const size_t es = dtypeSize(dtype);
-  const size_t perLaunch = static_cast<size_t>(hostLayout_.launchBytes / es);
-  const bool aligned =
-      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  for (size_t off = 0; off < count; off += perLaunch) {
-    const size_t c = std::min(perLaunch, count - off);
-    HostArgs a = hostTemplate_;
-    a.input = static_cast<const char*>(in) + off * es;
-    a.output = static_cast<char*>(out) + off * es;
-    a.count = c;
-    a.numVecs = (c * es + 15) / 16;
-    LaunchShape shape = shapeFor(algo, a.numVecs);
-    shape.aligned = aligned;
-    // One-shot messages of at most llMaxBytes with the native wire take the low-latency
-    // protocol (one PCIe round trip instead of two); the decision depends only on agreed
-    // values and the call's count, so every rank takes the same one.
-    const bool ll = algo == anyrAlgoHostOneShot && a.wire == kWireNative &&
-                    c * es <= hostLayout_.llMaxBytes && count * es <= hostLayout_.llMaxBytes;
-    const cudaError_t e = ll ? launchHostOneShotLL(dtype, a, shape, stream)
-                          : algo == anyrAlgoHostOneShot
-                              ? launchHostOneShot(dtype, a, shape, stream)
-                              : launchHostTwoShot(dtype, a, shape, stream);
-    if (e != cudaSuccess) {
-      throwError(anyrCudaError,
-                 std::string("launching ") + anyrAlgoName(algo) + ": " + cudaGetErrorString(e));
-    }
-  }
+  launchInPieces(algo, in, out, count, dtype, hostLayout_.launchBytes,
+                 [&](size_t off, size_t c, uint64_t numVecs, const LaunchShape& shape) {
+                   HostArgs a = hostTemplate_;
+                   a.input = static_cast<const char*>(in) + off * es;
+                   a.output = static_cast<char*>(out) + off * es;
+                   a.count = c;
+                   a.numVecs = numVecs;
+                   // One-shot messages of at most llMaxBytes with the native wire take the
+                   // low-latency protocol (one PCIe round trip instead of two); the decision
+                   // depends only on agreed values and the call's count, so every rank takes
+                   // the same one.
+                   const bool ll = algo == anyrAlgoHostOneShot && a.wire == kWireNative &&
+                                   count * es <= hostLayout_.llMaxBytes;
+                   if (ll) return launchHostOneShotLL(dtype, a, shape, stream);
+                   return algo == anyrAlgoHostOneShot ? launchHostOneShot(dtype, a, shape, stream)
+                                                      : launchHostTwoShot(dtype, a, shape, stream);
+                 });
 }
 
 void Communicator::explainHost(void* json) const {
