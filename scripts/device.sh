@@ -139,6 +139,9 @@ if want host; then
   # host transport is for. Targets (2 x H200): >= 2x NCCL up to 64 KB, >= 1.2x 256 KB..16 MB.
   # The shared segment lives in /dev/shm (48 MiB for 2 ranks at the default 8 MiB chunk).
   df -h /dev/shm | tail -1
+  step "host-memory link: copy engines, SM stores/loads, flag round trip (the transport's ceiling)"
+  timeout -k 10 120 "$BUILD/tools/anyr_host_link_bw" 2>&1 | tee "$OUT/host-link-bw.txt"
+  check "${PIPESTATUS[0]}" "host link bandwidth"
   timeout -k 10 400 env NCCL_P2P_DISABLE=1 "$A" bench -a host-oneshot,host-twoshot,nccl \
     -b 1K -e 16M -f 4 --samples 11 --json "$OUT/bench-host.json" 2>&1 | tee "$OUT/bench-host.txt"
   check "${PIPESTATUS[0]}" "host bench"
