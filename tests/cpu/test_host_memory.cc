@@ -9,12 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "transport/host_handles.h"
 #include "transport/host_memory.h"
 
 namespace anyr {
@@ -107,6 +109,48 @@ TEST(HostMemory, SameOutcomeOnEveryRankAndNoNameLeftBehind) {
   std::printf("[ info ] outcome: %s\n", codes[0] == kShared
                                             ? "segment shared by every rank"
                                             : "cudaHostRegister failed on every rank (no GPU)");
+}
+
+}  // namespace
+}  // namespace anyr
+
+namespace anyr {
+namespace {
+
+// The segment layout (computeHostLayout, core/comm_host.cc): every rank computes it from agreed
+// values, and kernels address peers' regions with it, so its areas must be page-aligned, in
+// order, disjoint, and large enough for what the kernels write there.
+TEST(HostLayout, AreasArePageAlignedDisjointAndLargeEnough) {
+  const uint64_t page = 4096;
+  for (uint64_t chunk : {64ull << 10, 1ull << 20, 8ull << 20}) {
+    for (int n : {2, 3, 5, 8}) {
+      for (uint64_t ll : {0ull, 16ull << 10, 64ull << 10, 1ull << 20}) {
+        const HostLayout l = computeHostLayout(chunk, n, ll);
+        SCOPED_TRACE("chunk " + std::to_string(chunk) + " ranks " + std::to_string(n) + " ll " +
+                     std::to_string(ll));
+        for (uint64_t off :
+             {l.flagsOffset, l.dataOffset, l.resultOffset, l.llOffset, l.rankBytes}) {
+          EXPECT_EQ(off % page, 0u) << off;
+        }
+        EXPECT_GE(l.flagsOffset, l.headerOffset + sizeof(WorkspaceHeader));
+        EXPECT_GE(l.dataOffset, l.flagsOffset + sizeof(HostFlags));
+        EXPECT_GE(l.dataBytes, chunk);  // one launch's contribution per parity
+        EXPECT_EQ(l.launchBytes, chunk);
+        EXPECT_GE(l.resultOffset, l.dataOffset + 2 * l.dataBytes);
+        // The two-shot's reduced segment (host_twoshot.cu): a rank's share of one launch's
+        // vectors, rounded up to whole block quanta.
+        const uint64_t vecs = chunk / 16, q = kHostBlockQuantum;
+        const uint64_t segVecs = ((vecs + n - 1) / n + q - 1) / q * q;
+        EXPECT_GE(l.resultBytes, segVecs * 16);
+        EXPECT_GE(l.llOffset, l.resultOffset + 2 * l.resultBytes);
+        // The low-latency protocol carries at most one launch, in lines of twice its bytes.
+        EXPECT_EQ(l.llMaxBytes, std::min(ll, chunk));
+        EXPECT_GE(l.llBytes, 2 * l.llMaxBytes);
+        EXPECT_GE(l.rankBytes, l.llOffset + 2 * l.llBytes);
+        EXPECT_EQ(l.totalBytes, l.rankBytes * static_cast<uint64_t>(n));
+      }
+    }
+  }
 }
 
 }  // namespace
