@@ -668,16 +668,8 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     p = makeFusedParams(partial, "partial", residualIn, residualOut, weight, epsilon, normOut,
                         tokens, hidden, dtype, options);
     if (tokens == 0) return;
-    for (auto [ptr, name] : {std::pair<const void*, const char*>{partial, "partial"},
-                             {residualIn, "residualIn"},
-                             {residualOut, "residualOut"},
-                             {weight, "weight"},
-                             {normOut, "normOut"},
-                             {p.quantOut, "options.quantOut"},
-                             {p.blockScales, "options.blockScales"},
-                             {p.blockScalesSwizzled, "options.blockScalesSwizzled"},
-                             {p.scale, "options.scale"}}) {
-      checkDevicePointer(ptr, name);
+    for (const FusedBuffer& b : fusedBuffers(partial, "partial", p)) {
+      checkDevicePointer(b.ptr, b.name);
     }
   };
   calls_.checked(*bs_, rank_,

@@ -152,6 +152,19 @@ FusedParams makeFusedParams(const void* input, const char* inputName, const void
   return p;
 }
 
+std::array<FusedBuffer, 9> fusedBuffers(const void* input, const char* inputName,
+                                        const FusedParams& p) {
+  return {{{input, inputName},
+           {p.residualIn, "residualIn"},
+           {p.residualOut, "residualOut"},
+           {p.weight, "weight"},
+           {p.normOut, "normOut"},
+           {p.quantOut, "options.quantOut"},
+           {p.blockScales, "options.blockScales"},
+           {p.blockScalesSwizzled, "options.blockScalesSwizzled"},
+           {p.scale, "options.scale"}}};
+}
+
 }  // namespace anyr
 
 // ---- C boundary -----------------------------------------------------------------------------
@@ -183,16 +196,8 @@ anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residua
       ANYR_CUDA_CHECK(cudaGetDevice(&device));
     }
     anyr::DeviceScope onDevice(device);
-    for (auto [ptr, name] : {std::pair<const void*, const char*>{x, "x"},
-                             {residualIn, "residualIn"},
-                             {residualOut, "residualOut"},
-                             {weight, "weight"},
-                             {normOut, "normOut"},
-                             {p.quantOut, "options.quantOut"},
-                             {p.blockScales, "options.blockScales"},
-                             {p.blockScalesSwizzled, "options.blockScalesSwizzled"},
-                             {p.scale, "options.scale"}}) {
-      anyr::requireDevicePointer(ptr, name, device, "the stream's device");
+    for (const anyr::FusedBuffer& b : anyr::fusedBuffers(x, "x", p)) {
+      anyr::requireDevicePointer(b.ptr, b.name, device, "the stream's device");
     }
     ANYR_CUDA_CHECK(anyr::launchAddRmsNorm(datatype, x, p, stream));
   });

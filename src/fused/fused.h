@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <array>
+
 #include "anyreduce/anyreduce.h"
 
 namespace anyr {
@@ -107,6 +109,16 @@ FusedParams makeFusedParams(const void* input, const char* inputName, const void
                             void* residualOut, const void* weight, float epsilon, void* normOut,
                             size_t tokens, size_t hidden, anyrDataType_t datatype,
                             const anyrFusedOptions_t* options);
+
+// Every buffer of a fused call with the argument name errors give it: the input (`partial` or
+// `x`) and each pointer of `p` (NULL where the call does not use it). The callers check that
+// each lives on the device the call runs on.
+struct FusedBuffer {
+  const void* ptr;
+  const char* name;
+};
+std::array<FusedBuffer, 9> fusedBuffers(const void* input, const char* inputName,
+                                        const FusedParams& p);
 
 // ---- host: the standalone kernel ----------------------------------------------------------
 // Add + RMSNorm (+ quantization) of an already all-reduced tensor x (dtype T, [tokens][hidden],
