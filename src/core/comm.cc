@@ -718,10 +718,7 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
   const bool aligned16 = reinterpret_cast<uintptr_t>(partial) % 16 == 0;
   const int H = static_cast<int>(hidden / 8);
-  const size_t maxRows = algo == anyrAlgoOneShotPush
-                             ? layout_.pushSlotBytes / rowBytes
-                             : (layout_.tsSlotBytes / (static_cast<uint64_t>(H) * 16)) *
-                                   static_cast<uint64_t>(nranks_);
+  const size_t maxRows = static_cast<size_t>(fusedRowsPerLaunch(algo, rowBytes));
   // The fused one-shot kernel holds a row in registers; above two vectors per thread
   // (hidden > 8192) it spills and measured slower than the composition (hidden 16384, 1 token:
   // 14.6 vs 9.9 us on 2 x H200, docs/PERFORMANCE.md), so there it runs only when forced.
@@ -771,6 +768,12 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     epilogueOn(x, static_cast<int>(row), static_cast<int>(rows));
   }
   noteWork(stream, capturing);
+}
+
+uint64_t Communicator::fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const {
+  return algo == anyrAlgoOneShotPush
+             ? layout_.pushSlotBytes / rowBytes
+             : (layout_.tsSlotBytes / rowBytes) * static_cast<uint64_t>(nranks_);
 }
 
 namespace {

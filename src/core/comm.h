@@ -116,6 +116,9 @@ class Communicator {
   void launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);
   LaunchShape shapeFor(anyrAlgo_t algo, uint64_t numVecs) const;
+  // Rows of rowBytes one fused-kernel launch of `algo` carries: a one-shot push slot's worth,
+  // or a two-shot segment slot's worth per rank (rows are 16-byte vectors; 0: not one row).
+  uint64_t fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const;
   // Runs a message as launches of at most capacityBytes each (piece boundaries are multiples of
   // 16 bytes, so alignment is kept): launch(first element, elements, 16-byte vectors, shape)
   // per piece; a launch error throws, naming the algorithm. Shared by the peer and host paths.

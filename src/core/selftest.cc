@@ -196,6 +196,14 @@ void SelfTest::run() {
   ANYR_LOG(Info, c.rank_, "self-test (" << ms << " ms): " << results.dump());
 }
 
+SelfCheckResult* SelfTest::clearResults() {
+  std::vector<SelfCheckResult> init(kMaxRuns);
+  for (SelfCheckResult& r : init) r = SelfCheckResult{0, ~0ull, 0.0f, 0.0f, 0};
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(results_, init.data(), sizeof(SelfCheckResult) * kMaxRuns,
+                                  cudaMemcpyHostToDevice, c_.internalStream_));
+  return static_cast<SelfCheckResult*>(results_);
+}
+
 SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
   Communicator& c = c_;
   const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
@@ -219,11 +227,7 @@ SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
     uint64_t count;
   };
   const Size sizes[] = {{anyrFloat32, 3001}, {anyrBfloat16, std::min(cap, kLargeBytes) / 2 - 5}};
-  std::vector<SelfCheckResult> init(kMaxRuns);
-  for (SelfCheckResult& r : init) r = SelfCheckResult{0, ~0ull, 0.0f, 0.0f, 0};
-  ANYR_CUDA_CHECK(cudaMemcpyAsync(results_, init.data(), sizeof(SelfCheckResult) * kMaxRuns,
-                                  cudaMemcpyHostToDevice, c.internalStream_));
-  auto* res = static_cast<SelfCheckResult*>(results_);
+  SelfCheckResult* res = clearResults();
   std::vector<Run> runs;
   int launchFailures = 0;
   std::string launchWhy;
@@ -258,17 +262,9 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
   Communicator& c = c_;
   const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
   const int H = kFusedHidden / 8;
-  const uint64_t rowBytes = static_cast<uint64_t>(kFusedHidden) * 2;
-  const uint64_t maxRows =
-      algo == anyrAlgoOneShotPush
-          ? c.layout_.pushSlotBytes / rowBytes
-          : (c.layout_.tsSlotBytes / (static_cast<uint64_t>(H) * 16)) * c.nranks_;
+  const uint64_t maxRows = c.fusedRowsPerLaunch(algo, static_cast<uint64_t>(kFusedHidden) * 2);
   const int rowCounts[] = {3, static_cast<int>(std::min<uint64_t>(maxRows, 48))};
-  std::vector<SelfCheckResult> init(kMaxRuns);
-  for (SelfCheckResult& r : init) r = SelfCheckResult{0, ~0ull, 0.0f, 0.0f, 0};
-  ANYR_CUDA_CHECK(cudaMemcpyAsync(results_, init.data(), sizeof(SelfCheckResult) * kMaxRuns,
-                                  cudaMemcpyHostToDevice, c.internalStream_));
-  auto* res = static_cast<SelfCheckResult*>(results_);
+  SelfCheckResult* res = clearResults();
   std::vector<Run> runs;
   int launchFailures = 0;
   std::string launchWhy;

@@ -17,6 +17,7 @@
 namespace anyr {
 
 class Communicator;
+struct SelfCheckResult;
 
 // Upper bound of one self-test wait (ms): min(this, the configured timeout).
 // Generous next to the microseconds a healthy run takes, so that ranks time-sliced on one GPU
@@ -44,6 +45,8 @@ class SelfTest {
     uint64_t count;
   };
   void injectFaults();
+  // The device result slots, reset (stream-ordered) for the next runs.
+  SelfCheckResult* clearResults();
   Outcome runAlgo(int algo);
   Outcome runFused(int algo);
   Outcome finish(const std::vector<Run>& runs, int launchFailures, const std::string& launchWhy);
