@@ -4,8 +4,11 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <exception>
 #include <functional>
+#include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -76,6 +79,48 @@ inline std::vector<launch::RankResult> runRanksCatching(int n, double timeoutSec
         }
       },
       timeoutSec);
+}
+
+// Parent-side verdict: every rank exited 0 in time, and no rank reported a line starting with
+// "FAIL" (each one is a failure of its own).
+inline void expectRanksPassed(const std::vector<launch::RankResult>& results) {
+  const std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures.substr(0, 8000);
+  for (const auto& r : results) {
+    std::istringstream is(r.message);
+    for (std::string line; std::getline(is, line);) {
+      if (line.rfind("FAIL", 0) == 0) ADD_FAILURE() << "rank " << r.rank << ": " << line;
+    }
+  }
+}
+
+// expectRanksPassed, and the ranks' outputs bit-identical: every "HASH <key...> <hash>" line
+// (the last word is the hash, the words before it the key) came from all n ranks with the same
+// hash, and at least one output was checked. Rank 0's "SKIP" lines are printed as notes, its
+// "INFO" and "CHECKED" lines as information.
+inline void expectRanksPassedWithEqualHashes(const std::vector<launch::RankResult>& results,
+                                             int n) {
+  expectRanksPassed(results);
+  std::map<std::string, std::vector<std::string>> hashes;
+  for (const auto& r : results) {
+    std::istringstream is(r.message);
+    for (std::string line; std::getline(is, line);) {
+      if (r.rank == 0 && line.rfind("SKIP", 0) == 0) std::printf("[ note ] %s\n", line.c_str());
+      if (r.rank == 0 && (line.rfind("INFO", 0) == 0 || line.rfind("CHECKED", 0) == 0)) {
+        std::printf("[ info ] %s\n", line.c_str());
+      }
+      if (line.rfind("HASH ", 0) != 0) continue;
+      const size_t cut = line.find_last_of(' ');
+      hashes[line.substr(5, cut > 5 ? cut - 5 : 0)].push_back(line.substr(cut + 1));
+    }
+  }
+  EXPECT_FALSE(hashes.empty()) << "no output was checked";
+  for (const auto& kv : hashes) {
+    ASSERT_EQ(kv.second.size(), static_cast<size_t>(n)) << kv.first << ": not every rank reported";
+    for (const std::string& h : kv.second)
+      EXPECT_EQ(h, kv.second[0]) << kv.first << ": ranks differ";
+  }
+  std::printf("[ info ] %zu outputs compared across %d ranks\n", hashes.size(), n);
 }
 
 }  // namespace anyr

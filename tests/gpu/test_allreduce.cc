@@ -171,36 +171,6 @@ int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   return failures ? 4 : 0;
 }
 
-// Parent-side verdict: every rank succeeded, no FAIL line, and every HASH key has the same
-// value on every rank.
-void expectSweepPassed(const std::vector<launch::RankResult>& results, int n) {
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
-  std::map<std::string, std::vector<std::string>> hashes;
-  size_t checked = 0;
-  for (const auto& r : results) {
-    std::istringstream is(r.message);
-    for (std::string line; std::getline(is, line);) {
-      if (line.rfind("FAIL", 0) == 0) ADD_FAILURE() << "rank " << r.rank << ": " << line;
-      if (line.rfind("SKIP", 0) == 0 && r.rank == 0) std::printf("[ note ] %s\n", line.c_str());
-      if (line.rfind("HASH ", 0) == 0) {
-        std::istringstream ls(line.substr(5));
-        std::string key, rep, h;
-        ls >> key >> rep >> h;
-        hashes[key + "#" + rep].push_back(h);
-        ++checked;
-      }
-    }
-  }
-  EXPECT_GT(checked, 0u) << "no output was checked";
-  for (const auto& kv : hashes) {
-    ASSERT_EQ(kv.second.size(), static_cast<size_t>(n)) << kv.first << ": not every rank reported";
-    for (const std::string& h : kv.second)
-      EXPECT_EQ(h, kv.second[0]) << kv.first << ": ranks differ";
-  }
-  std::printf("[ info ] %zu outputs checked bit for bit on %d ranks\n", checked, n);
-}
-
 TEST(AllReduceGpu, EveryAlgorithmDtypeCountOneRankPerGpu) {
   REQUIRE_GPU();
   const int n = std::max(2, gpuCount());
@@ -210,7 +180,7 @@ TEST(AllReduceGpu, EveryAlgorithmDtypeCountOneRankPerGpu) {
       runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         return sweepRank(rank, nr, id, report, counts, true);
       });
-  expectSweepPassed(results, n);
+  expectRanksPassedWithEqualHashes(results, n);
 }
 
 TEST(AllReduceGpu, OddWorldSizeSharingGpus) {
@@ -223,7 +193,7 @@ TEST(AllReduceGpu, OddWorldSizeSharingGpus) {
       runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         return sweepRank(rank, nr, id, report, counts, false);
       });
-  expectSweepPassed(results, n);
+  expectRanksPassedWithEqualHashes(results, n);
 }
 
 // ---- bad input --------------------------------------------------------------------------------

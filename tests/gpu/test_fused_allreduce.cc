@@ -247,33 +247,6 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   return failures ? 4 : 0;
 }
 
-void expectPassed(const std::vector<launch::RankResult>& results, int n) {
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures.substr(0, 4000);
-  std::map<std::string, std::vector<std::string>> hashes;
-  for (const auto& r : results) {
-    std::istringstream is(r.message);
-    for (std::string line; std::getline(is, line);) {
-      if (line.rfind("FAIL", 0) == 0) ADD_FAILURE() << "rank " << r.rank << ": " << line;
-      if (line.rfind("SKIP", 0) == 0 && r.rank == 0) std::printf("[ note ] %s\n", line.c_str());
-      if (line.rfind("CHECKED", 0) == 0 && r.rank == 0)
-        std::printf("[ info ] %s outputs compared\n", line.c_str() + 8);
-      if (line.rfind("HASH ", 0) == 0) {
-        std::istringstream ls(line.substr(5));
-        std::string key, rep, h;
-        ls >> key >> rep >> h;
-        hashes[key].push_back(h);
-      }
-    }
-  }
-  EXPECT_GT(hashes.size(), 0u);
-  for (const auto& kv : hashes) {
-    ASSERT_EQ(kv.second.size(), static_cast<size_t>(n)) << kv.first;
-    for (const std::string& h : kv.second)
-      EXPECT_EQ(h, kv.second[0]) << kv.first << ": ranks differ";
-  }
-}
-
 TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   const int n = gpuCount();
@@ -289,7 +262,7 @@ TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
         }
       },
       900);
-  expectPassed(results, n);
+  expectRanksPassedWithEqualHashes(results, n);
 }
 
 TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
@@ -305,7 +278,7 @@ TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
         }
       },
       600);
-  expectPassed(results, 3);
+  expectRanksPassedWithEqualHashes(results, 3);
 }
 
 }  // namespace

@@ -31,32 +31,6 @@
 namespace anyr {
 namespace {
 
-void expectAllPassedAndIdentical(const std::vector<launch::RankResult>& results, int n) {
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
-  std::map<std::string, std::vector<std::string>> hashes;
-  for (const auto& r : results) {
-    std::istringstream is(r.message);
-    for (std::string line; std::getline(is, line);) {
-      if (line.rfind("FAIL", 0) == 0) ADD_FAILURE() << "rank " << r.rank << ": " << line;
-      if (line.rfind("INFO", 0) == 0 && r.rank == 0) std::printf("[ info ] %s\n", line.c_str());
-      if (line.rfind("HASH ", 0) == 0) {
-        std::istringstream ls(line.substr(5));
-        std::string key, h;
-        ls >> key >> h;
-        hashes[key].push_back(h);
-      }
-    }
-  }
-  EXPECT_FALSE(hashes.empty()) << "no output was checked";
-  for (const auto& kv : hashes) {
-    ASSERT_EQ(kv.second.size(), static_cast<size_t>(n)) << kv.first << ": not every rank reported";
-    for (const std::string& h : kv.second)
-      EXPECT_EQ(h, kv.second[0]) << kv.first << ": ranks differ";
-  }
-  std::printf("[ info ] %zu outputs compared across %d ranks\n", hashes.size(), n);
-}
-
 // ---- host-side dtype helpers ----------------------------------------------------------------
 float roundTo(anyrDataType_t t, float x) {
   switch (t) {
@@ -263,7 +237,7 @@ TEST(HostWireGpu, Fp8WithinBoundExactOnCraftedBitIdentical) {
       runRanksCatching(2, 900, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
         return wireRank(rank, n, id, report, anyrWireFp8);
       });
-  expectAllPassedAndIdentical(results, 2);
+  expectRanksPassedWithEqualHashes(results, 2);
 }
 
 TEST(HostWireGpu, Int8WithinBoundExactOnCraftedBitIdentical) {
@@ -272,7 +246,7 @@ TEST(HostWireGpu, Int8WithinBoundExactOnCraftedBitIdentical) {
       runRanksCatching(2, 900, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
         return wireRank(rank, n, id, report, anyrWireInt8);
       });
-  expectAllPassedAndIdentical(results, 2);
+  expectRanksPassedWithEqualHashes(results, 2);
 }
 
 // Small launch capacity (64 KiB: every large message takes many launches), the two host
@@ -351,7 +325,7 @@ TEST(HostWireGpu, ChunkedAlternatingAlgorithmsExact) {
         2, 600, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
           return chunkedMixedRank(rank, n, id, report, wire);
         });
-    expectAllPassedAndIdentical(results, 2);
+    expectRanksPassedWithEqualHashes(results, 2);
   }
 }
 
