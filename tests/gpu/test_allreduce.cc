@@ -33,24 +33,6 @@ anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs) {
   return comm;
 }
 
-// Runs `body` on n ranks; asserts every rank exited 0 and returns their reports.
-std::vector<launch::RankResult> runAll(
-    int n, double timeoutSec,
-    const std::function<int(int, int, const anyrUniqueId&, const Report&)>& body) {
-  auto results = launch::runRanks(
-      n,
-      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        try {
-          return body(rank, nr, id, report);
-        } catch (const std::exception& e) {
-          report(std::string("FAIL ") + e.what() + "\n");
-          return 3;
-        }
-      },
-      timeoutSec);
-  return results;
-}
-
 struct Case {
   anyrAlgo_t algo;
   anyrDataType_t dtype;
@@ -177,7 +159,7 @@ TEST(AllReduceGpu, EveryAlgorithmDtypeCountOneRankPerGpu) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs (the shared-GPU test covers 1)";
   const std::vector<uint64_t> counts = {1, 7, 1023, 65536 + 5, (1u << 20) + 3};
   auto results =
-      runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+      runRanksCatching(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         return sweepRank(rank, nr, id, report, counts, true);
       });
   expectRanksPassedWithEqualHashes(results, n);
@@ -190,7 +172,7 @@ TEST(AllReduceGpu, OddWorldSizeSharingGpus) {
   const int n = 3;
   const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
   auto results =
-      runAll(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+      runRanksCatching(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         return sweepRank(rank, nr, id, report, counts, false);
       });
   expectRanksPassedWithEqualHashes(results, n);
@@ -210,77 +192,80 @@ void expectArgError(anyrResult_t r, anyrComm_t comm, const std::string& arg, con
 
 TEST(AllReduceGpu, BadInputGivesClearErrorsAndNoHang) {
   REQUIRE_GPU();
-  auto results = runAll(2, 300, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = initComm(rank, n, id, 5000);
-    int failures = 0;
-    char* buf = nullptr;
-    R_CUDA(cudaMalloc(&buf, 4096));
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreate(&s));
-    expectArgError(anyrAllReduce(nullptr, buf, 16, anyrBfloat16, anyrSum, comm, s), comm,
-                   "sendbuff", report, &failures);
-    expectArgError(anyrAllReduce(buf, nullptr, 16, anyrBfloat16, anyrSum, comm, s), comm,
-                   "recvbuff", report, &failures);
-    expectArgError(anyrAllReduce(buf + 1, buf + 1, 16, anyrBfloat16, anyrSum, comm, s), comm,
-                   "sendbuff", report, &failures);
-    expectArgError(anyrAllReduce(buf, buf + 2, 16, anyrFloat32, anyrSum, comm, s), comm, "recvbuff",
-                   report, &failures);
-    expectArgError(anyrAllReduce(buf, buf + 8, 16, anyrBfloat16, anyrSum, comm, s), comm,
-                   "recvbuff", report,
-                   &failures);  // partial overlap
-    expectArgError(anyrAllReduce(buf, buf, 16, static_cast<anyrDataType_t>(9), anyrSum, comm, s),
-                   comm, "datatype", report, &failures);
-    expectArgError(anyrAllReduce(buf, buf, 16, anyrBfloat16, static_cast<anyrRedOp_t>(3), comm, s),
-                   comm, "op", report, &failures);
-    std::vector<char> hostBuf(4096);
-    expectArgError(anyrAllReduce(hostBuf.data(), buf, 16, anyrBfloat16, anyrSum, comm, s), comm,
-                   "sendbuff", report, &failures);
-    int ngpus = 0;
-    R_CUDA(cudaGetDeviceCount(&ngpus));
-    if (ngpus > 1) {
-      int me = 0;
-      R_CUDA(cudaGetDevice(&me));
-      int other = (me + 1) % ngpus;
-      char* far = nullptr;
-      cudaStream_t farStream;
-      R_CUDA(cudaSetDevice(other));
-      R_CUDA(cudaMalloc(&far, 4096));
-      R_CUDA(cudaStreamCreate(&farStream));
-      R_CUDA(cudaSetDevice(me));
-      expectArgError(anyrAllReduce(far, buf, 16, anyrBfloat16, anyrSum, comm, s), comm, "sendbuff",
-                     report, &failures);
-      expectArgError(anyrAllReduce(buf, buf, 16, anyrBfloat16, anyrSum, comm, farStream), comm,
-                     "stream", report, &failures);
-      R_CUDA(cudaFree(far));
-      R_CUDA(cudaStreamDestroy(farStream));
-    }
-    if (anyrAllReduce(buf, buf, 0, anyrBfloat16, anyrSum, comm, s) != anyrSuccess) {
-      ++failures;
-      report("FAIL count 0 must be a no-op\n");
-    }
-    if (anyrCommSetAlgorithm(comm, static_cast<anyrAlgo_t>(42)) != anyrInvalidArgument) {
-      ++failures;
-      report("FAIL anyrCommSetAlgorithm(42) accepted\n");
-    }
-    // The communicator still works after all the rejected calls.
-    R_CUDA(data::fillInput(anyrBfloat16, buf, 1000, rank, 7, data::kSmallInts, s));
-    R_ANYR(anyrAllReduce(buf, buf, 1000, anyrBfloat16, anyrSum, comm, s), comm);
-    unsigned long long* bad = nullptr;
-    R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
-    R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
-    R_CUDA(data::countMismatches(anyrBfloat16, buf, 1000, n, 7, data::kSmallInts, bad, s));
-    unsigned long long hbad = 1;
-    R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
-    R_CUDA(cudaStreamSynchronize(s));
-    if (hbad != 0) {
-      ++failures;
-      report("FAIL all-reduce after rejected calls: " + std::to_string(hbad) + " wrong\n");
-    }
-    R_CUDA(cudaFree(bad));
-    R_CUDA(cudaFree(buf));
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return failures ? 4 : 0;
-  });
+  auto results =
+      runRanksCatching(2, 300, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = initComm(rank, n, id, 5000);
+        int failures = 0;
+        char* buf = nullptr;
+        R_CUDA(cudaMalloc(&buf, 4096));
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreate(&s));
+        expectArgError(anyrAllReduce(nullptr, buf, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                       "sendbuff", report, &failures);
+        expectArgError(anyrAllReduce(buf, nullptr, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                       "recvbuff", report, &failures);
+        expectArgError(anyrAllReduce(buf + 1, buf + 1, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                       "sendbuff", report, &failures);
+        expectArgError(anyrAllReduce(buf, buf + 2, 16, anyrFloat32, anyrSum, comm, s), comm,
+                       "recvbuff", report, &failures);
+        expectArgError(anyrAllReduce(buf, buf + 8, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                       "recvbuff", report,
+                       &failures);  // partial overlap
+        expectArgError(
+            anyrAllReduce(buf, buf, 16, static_cast<anyrDataType_t>(9), anyrSum, comm, s), comm,
+            "datatype", report, &failures);
+        expectArgError(
+            anyrAllReduce(buf, buf, 16, anyrBfloat16, static_cast<anyrRedOp_t>(3), comm, s), comm,
+            "op", report, &failures);
+        std::vector<char> hostBuf(4096);
+        expectArgError(anyrAllReduce(hostBuf.data(), buf, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                       "sendbuff", report, &failures);
+        int ngpus = 0;
+        R_CUDA(cudaGetDeviceCount(&ngpus));
+        if (ngpus > 1) {
+          int me = 0;
+          R_CUDA(cudaGetDevice(&me));
+          int other = (me + 1) % ngpus;
+          char* far = nullptr;
+          cudaStream_t farStream;
+          R_CUDA(cudaSetDevice(other));
+          R_CUDA(cudaMalloc(&far, 4096));
+          R_CUDA(cudaStreamCreate(&farStream));
+          R_CUDA(cudaSetDevice(me));
+          expectArgError(anyrAllReduce(far, buf, 16, anyrBfloat16, anyrSum, comm, s), comm,
+                         "sendbuff", report, &failures);
+          expectArgError(anyrAllReduce(buf, buf, 16, anyrBfloat16, anyrSum, comm, farStream), comm,
+                         "stream", report, &failures);
+          R_CUDA(cudaFree(far));
+          R_CUDA(cudaStreamDestroy(farStream));
+        }
+        if (anyrAllReduce(buf, buf, 0, anyrBfloat16, anyrSum, comm, s) != anyrSuccess) {
+          ++failures;
+          report("FAIL count 0 must be a no-op\n");
+        }
+        if (anyrCommSetAlgorithm(comm, static_cast<anyrAlgo_t>(42)) != anyrInvalidArgument) {
+          ++failures;
+          report("FAIL anyrCommSetAlgorithm(42) accepted\n");
+        }
+        // The communicator still works after all the rejected calls.
+        R_CUDA(data::fillInput(anyrBfloat16, buf, 1000, rank, 7, data::kSmallInts, s));
+        R_ANYR(anyrAllReduce(buf, buf, 1000, anyrBfloat16, anyrSum, comm, s), comm);
+        unsigned long long* bad = nullptr;
+        R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+        R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+        R_CUDA(data::countMismatches(anyrBfloat16, buf, 1000, n, 7, data::kSmallInts, bad, s));
+        unsigned long long hbad = 1;
+        R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
+        R_CUDA(cudaStreamSynchronize(s));
+        if (hbad != 0) {
+          ++failures;
+          report("FAIL all-reduce after rejected calls: " + std::to_string(hbad) + " wrong\n");
+        }
+        R_CUDA(cudaFree(bad));
+        R_CUDA(cudaFree(buf));
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
   std::string failures = launch::describeFailures(results);
   EXPECT_TRUE(failures.empty()) << failures;
 }
@@ -288,27 +273,28 @@ TEST(AllReduceGpu, BadInputGivesClearErrorsAndNoHang) {
 TEST(AllReduceGpu, InitRejectsBadRanksAndSizes) {
   REQUIRE_GPU();
   // No processes needed: argument checks happen before any rendezvous.
-  auto results = runAll(1, 60, [&](int, int, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = nullptr;
-    int failures = 0;
-    if (anyrCommInitRank(&comm, 0, id, 0) != anyrInvalidArgument ||
-        std::string(anyrGetLastError(nullptr)).find("'nranks'") == std::string::npos) {
-      ++failures;
-      report(std::string("FAIL nranks 0: ") + anyrGetLastError(nullptr) + "\n");
-    }
-    if (anyrCommInitRank(&comm, 2, id, 2) != anyrInvalidArgument ||
-        std::string(anyrGetLastError(nullptr)).find("'rank'") == std::string::npos) {
-      ++failures;
-      report(std::string("FAIL rank 2 of 2: ") + anyrGetLastError(nullptr) + "\n");
-    }
-    anyrUniqueId garbage;
-    std::memset(&garbage, 0x5a, sizeof(garbage));
-    if (anyrCommInitRank(&comm, 2, garbage, 1) != anyrInvalidArgument) {
-      ++failures;
-      report(std::string("FAIL garbage unique id: ") + anyrGetLastError(nullptr) + "\n");
-    }
-    return failures ? 4 : 0;
-  });
+  auto results =
+      runRanksCatching(1, 60, [&](int, int, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = nullptr;
+        int failures = 0;
+        if (anyrCommInitRank(&comm, 0, id, 0) != anyrInvalidArgument ||
+            std::string(anyrGetLastError(nullptr)).find("'nranks'") == std::string::npos) {
+          ++failures;
+          report(std::string("FAIL nranks 0: ") + anyrGetLastError(nullptr) + "\n");
+        }
+        if (anyrCommInitRank(&comm, 2, id, 2) != anyrInvalidArgument ||
+            std::string(anyrGetLastError(nullptr)).find("'rank'") == std::string::npos) {
+          ++failures;
+          report(std::string("FAIL rank 2 of 2: ") + anyrGetLastError(nullptr) + "\n");
+        }
+        anyrUniqueId garbage;
+        std::memset(&garbage, 0x5a, sizeof(garbage));
+        if (anyrCommInitRank(&comm, 2, garbage, 1) != anyrInvalidArgument) {
+          ++failures;
+          report(std::string("FAIL garbage unique id: ") + anyrGetLastError(nullptr) + "\n");
+        }
+        return failures ? 4 : 0;
+      });
   std::string failures = launch::describeFailures(results);
   EXPECT_TRUE(failures.empty()) << failures;
 }
@@ -319,48 +305,49 @@ TEST(AllReduceGpu, MissingPeerGivesTimeoutNamingIt) {
   REQUIRE_GPU();
   // Rank 1 skips the second call. Rank 0's kernel must give up after the timeout, and the
   // next call and the async-error query must name rank 1.
-  auto results = runAll(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = initComm(rank, n, id, 1500);
-    char* buf = nullptr;
-    R_CUDA(cudaMalloc(&buf, 1 << 20));
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreate(&s));
-    int failures = 0;
-    R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoOneShotPush), comm);
-    R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
-    R_CUDA(cudaStreamSynchronize(s));
-    if (rank == 0) {
-      auto t0 = std::chrono::steady_clock::now();
-      R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
-      R_CUDA(cudaStreamSynchronize(s));
-      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      anyrResult_t async = anyrSuccess;
-      R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
-      std::string msg = anyrGetLastError(comm);
-      if (async != anyrTimeout || msg.find("rank 1") == std::string::npos) {
-        ++failures;
-        report("FAIL expected a timeout naming rank 1, got " +
-               std::string(anyrGetErrorString(async)) + ": " + msg + "\n");
-      }
-      if (sec > 1.5 + 5.0) {
-        ++failures;
-        report("FAIL the wait took " + std::to_string(sec) + " s for a 1.5 s timeout\n");
-      }
-      anyrResult_t next = anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s);
-      if (next != anyrTimeout ||
-          std::string(anyrGetLastError(comm)).find("rank 1") == std::string::npos) {
-        ++failures;
-        report(std::string("FAIL next call: ") + anyrGetErrorString(next) + ": " +
-               anyrGetLastError(comm) + "\n");
-      }
-      report("NOTE " + msg + "\n");
-    } else {
-      // Wait until rank 0 has given up, then leave.
-      std::this_thread::sleep_for(std::chrono::milliseconds(3000));
-    }
-    anyrCommDestroy(comm);
-    return failures ? 4 : 0;
-  });
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = initComm(rank, n, id, 1500);
+        char* buf = nullptr;
+        R_CUDA(cudaMalloc(&buf, 1 << 20));
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreate(&s));
+        int failures = 0;
+        R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoOneShotPush), comm);
+        R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
+        R_CUDA(cudaStreamSynchronize(s));
+        if (rank == 0) {
+          auto t0 = std::chrono::steady_clock::now();
+          R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
+          R_CUDA(cudaStreamSynchronize(s));
+          double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          anyrResult_t async = anyrSuccess;
+          R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+          std::string msg = anyrGetLastError(comm);
+          if (async != anyrTimeout || msg.find("rank 1") == std::string::npos) {
+            ++failures;
+            report("FAIL expected a timeout naming rank 1, got " +
+                   std::string(anyrGetErrorString(async)) + ": " + msg + "\n");
+          }
+          if (sec > 1.5 + 5.0) {
+            ++failures;
+            report("FAIL the wait took " + std::to_string(sec) + " s for a 1.5 s timeout\n");
+          }
+          anyrResult_t next = anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s);
+          if (next != anyrTimeout ||
+              std::string(anyrGetLastError(comm)).find("rank 1") == std::string::npos) {
+            ++failures;
+            report(std::string("FAIL next call: ") + anyrGetErrorString(next) + ": " +
+                   anyrGetLastError(comm) + "\n");
+          }
+          report("NOTE " + msg + "\n");
+        } else {
+          // Wait until rank 0 has given up, then leave.
+          std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+        }
+        anyrCommDestroy(comm);
+        return failures ? 4 : 0;
+      });
   std::string failures = launch::describeFailures(results);
   EXPECT_TRUE(failures.empty()) << failures;
   std::printf("[ info ] %s", results[0].message.c_str());
@@ -368,38 +355,39 @@ TEST(AllReduceGpu, MissingPeerGivesTimeoutNamingIt) {
 
 TEST(AllReduceGpu, AbortFromAnotherThreadReleasesTheKernel) {
   REQUIRE_GPU();
-  auto results = runAll(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = initComm(rank, n, id, 60000);  // long timeout: only the abort can end it
-    char* buf = nullptr;
-    R_CUDA(cudaMalloc(&buf, 1 << 20));
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreate(&s));
-    int failures = 0;
-    R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoTwoShot), comm);
-    if (rank == 0) {
-      std::thread aborter([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        anyrCommAbort(comm);
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = initComm(rank, n, id, 60000);  // long timeout: only the abort can end it
+        char* buf = nullptr;
+        R_CUDA(cudaMalloc(&buf, 1 << 20));
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreate(&s));
+        int failures = 0;
+        R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoTwoShot), comm);
+        if (rank == 0) {
+          std::thread aborter([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            anyrCommAbort(comm);
+          });
+          auto t0 = std::chrono::steady_clock::now();
+          R_ANYR(anyrAllReduce(buf, buf, 100000, anyrBfloat16, anyrSum, comm, s), comm);
+          cudaError_t e = cudaStreamSynchronize(s);
+          double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          aborter.join();
+          anyrResult_t async = anyrSuccess;
+          anyrCommGetAsyncError(comm, &async);
+          if (e != cudaSuccess || async != anyrAborted || sec > 10) {
+            ++failures;
+            report("FAIL abort: stream " + std::string(cudaGetErrorString(e)) + ", state " +
+                   anyrGetErrorString(async) + ", " + std::to_string(sec) +
+                   " s: " + anyrGetLastError(comm) + "\n");
+          }
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        }
+        anyrCommDestroy(comm);
+        return failures ? 4 : 0;
       });
-      auto t0 = std::chrono::steady_clock::now();
-      R_ANYR(anyrAllReduce(buf, buf, 100000, anyrBfloat16, anyrSum, comm, s), comm);
-      cudaError_t e = cudaStreamSynchronize(s);
-      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      aborter.join();
-      anyrResult_t async = anyrSuccess;
-      anyrCommGetAsyncError(comm, &async);
-      if (e != cudaSuccess || async != anyrAborted || sec > 10) {
-        ++failures;
-        report("FAIL abort: stream " + std::string(cudaGetErrorString(e)) + ", state " +
-               anyrGetErrorString(async) + ", " + std::to_string(sec) +
-               " s: " + anyrGetLastError(comm) + "\n");
-      }
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    }
-    anyrCommDestroy(comm);
-    return failures ? 4 : 0;
-  });
   std::string failures = launch::describeFailures(results);
   EXPECT_TRUE(failures.empty()) << failures;
 }
@@ -407,35 +395,36 @@ TEST(AllReduceGpu, AbortFromAnotherThreadReleasesTheKernel) {
 TEST(AllReduceGpu, ChoiceAndExplain) {
   REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  auto results = runAll(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-    anyrComm_t comm = initComm(rank, n, id, 10000);
-    int failures = 0;
-    anyrAlgo_t small = anyrAlgoAuto, large = anyrAlgoAuto;
-    R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &small), comm);
-    R_ANYR(anyrCommQueryAlgorithm(comm, 128u << 20, anyrBfloat16, &large), comm);
-    if (small != anyrAlgoOneShotPush && small != anyrAlgoOneShotPull) {
-      ++failures;
-      report(std::string("FAIL 1 KiB chose ") + anyrAlgoName(small) + "\n");
-    }
-    if (large != anyrAlgoNccl) {
-      ++failures;
-      report(std::string("FAIL 256 MiB chose ") + anyrAlgoName(large) + "\n");
-    }
-    size_t need = 0;
-    R_ANYR(anyrCommExplain(comm, nullptr, 0, &need), comm);
-    std::vector<char> buf(need);
-    R_ANYR(anyrCommExplain(comm, buf.data(), buf.size(), &need), comm);
-    std::string text(buf.data());
-    for (const char* must : {"\"admission\"", "oneshot-push", "\"topology\"", "peerWriteOk"}) {
-      if (text.find(must) == std::string::npos) {
-        ++failures;
-        report(std::string("FAIL explain lacks ") + must + "\n");
-      }
-    }
-    if (rank == 0) report("EXPLAIN " + text.substr(0, 400) + "\n");
-    R_ANYR(anyrCommDestroy(comm), nullptr);
-    return failures ? 4 : 0;
-  });
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = initComm(rank, n, id, 10000);
+        int failures = 0;
+        anyrAlgo_t small = anyrAlgoAuto, large = anyrAlgoAuto;
+        R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &small), comm);
+        R_ANYR(anyrCommQueryAlgorithm(comm, 128u << 20, anyrBfloat16, &large), comm);
+        if (small != anyrAlgoOneShotPush && small != anyrAlgoOneShotPull) {
+          ++failures;
+          report(std::string("FAIL 1 KiB chose ") + anyrAlgoName(small) + "\n");
+        }
+        if (large != anyrAlgoNccl) {
+          ++failures;
+          report(std::string("FAIL 256 MiB chose ") + anyrAlgoName(large) + "\n");
+        }
+        size_t need = 0;
+        R_ANYR(anyrCommExplain(comm, nullptr, 0, &need), comm);
+        std::vector<char> buf(need);
+        R_ANYR(anyrCommExplain(comm, buf.data(), buf.size(), &need), comm);
+        std::string text(buf.data());
+        for (const char* must : {"\"admission\"", "oneshot-push", "\"topology\"", "peerWriteOk"}) {
+          if (text.find(must) == std::string::npos) {
+            ++failures;
+            report(std::string("FAIL explain lacks ") + must + "\n");
+          }
+        }
+        if (rank == 0) report("EXPLAIN " + text.substr(0, 400) + "\n");
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
   std::string failures = launch::describeFailures(results);
   EXPECT_TRUE(failures.empty()) << failures;
 }
