@@ -36,20 +36,6 @@ struct Point {
   double ncclUs = -1;  // NCCL's time for the same size and dtype, same run
 };
 
-std::string fmtBytes(uint64_t b) {
-  char buf[32];
-  if (b >= (1ull << 30) && b % (1ull << 30) == 0) {
-    std::snprintf(buf, sizeof(buf), "%lluG", static_cast<unsigned long long>(b >> 30));
-  } else if (b >= (1ull << 20) && b % (1ull << 20) == 0) {
-    std::snprintf(buf, sizeof(buf), "%lluM", static_cast<unsigned long long>(b >> 20));
-  } else if (b >= 1024 && b % 1024 == 0) {
-    std::snprintf(buf, sizeof(buf), "%lluK", static_cast<unsigned long long>(b >> 10));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(b));
-  }
-  return buf;
-}
-
 int rankMain(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id, int ngpus,
              const std::function<void(const std::string&)>& report) {
   void* ncclVoid = nullptr;
@@ -244,6 +230,20 @@ int rankMain(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id
 }
 
 }  // namespace
+
+std::string fmtBytes(uint64_t b) {
+  char buf[32];
+  if (b >= (1ull << 30) && b % (1ull << 30) == 0) {
+    std::snprintf(buf, sizeof(buf), "%lluG", static_cast<unsigned long long>(b >> 30));
+  } else if (b >= (1ull << 20) && b % (1ull << 20) == 0) {
+    std::snprintf(buf, sizeof(buf), "%lluM", static_cast<unsigned long long>(b >> 20));
+  } else if (b >= 1024 && b % 1024 == 0) {
+    std::snprintf(buf, sizeof(buf), "%lluK", static_cast<unsigned long long>(b >> 10));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(b));
+  }
+  return buf;
+}
 
 anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,
                          int ngpus, void** nccl) {

@@ -51,6 +51,9 @@ int runTune(const TuneCliOptions& t);
 // Runs the benchmark; returns the process exit code (0 ok, 2 no GPU, 1/4 failures).
 int runBench(const BenchOptions& o);
 
+// "4K", "16M", "1G" for whole KiB / MiB / GiB, else the byte count.
+std::string fmtBytes(uint64_t b);
+
 // Selects the rank's GPU (rank % ngpus) and creates its communicator with the bench's
 // timeout; *nccl receives the communicator's NCCL communicator (ncclComm_t), or NULL.
 anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,

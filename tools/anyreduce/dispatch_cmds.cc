@@ -32,18 +32,6 @@ namespace {
 
 Communicator& impl(anyrComm_t comm) { return *comm->impl; }
 
-std::string fmtSize(uint64_t b) {
-  char buf[32];
-  if (b >= (1ull << 20) && b % (1ull << 20) == 0) {
-    std::snprintf(buf, sizeof(buf), "%lluM", static_cast<unsigned long long>(b >> 20));
-  } else if (b >= 1024 && b % 1024 == 0) {
-    std::snprintf(buf, sizeof(buf), "%lluK", static_cast<unsigned long long>(b >> 10));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(b));
-  }
-  return buf;
-}
-
 int runAllRanks(int nranksOpt, double timeoutSec, const char* what,
                 const std::function<int(int, int, const anyrUniqueId&, int)>& body) {
   std::string why;
@@ -122,7 +110,7 @@ int runTune(const TuneCliOptions& t) {
                 if (name == pathName(static_cast<Op>(op), Path{anyrAlgoNccl, false})) ncclUs = us;
                 if (name == p.choice) best = us;
               }
-              std::printf("  %8s  %-22s %9.2f us", fmtSize(bucketBytes(p.bucket)).c_str(),
+              std::printf("  %8s  %-22s %9.2f us", fmtBytes(bucketBytes(p.bucket)).c_str(),
                           p.choice.c_str(), best);
               if (ncclUs > 0) std::printf("   NCCL %9.2f us (%.2fx)", ncclUs, ncclUs / best);
               std::printf("\n");
@@ -245,7 +233,7 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
     if (!ok) ++failures;
     if (rank == 0) {
       std::printf("%-18s %8s %6s  %-22s %9.2f  %-22s %9.2f %9.2f %6.3fx  %s\n", opName(it.op),
-                  fmtSize(it.bytes).c_str(), it.tokens ? std::to_string(it.tokens).c_str() : "-",
+                  fmtBytes(it.bytes).c_str(), it.tokens ? std::to_string(it.tokens).c_str() : "-",
                   pathName(it.op, paths[best]).c_str(), times[best],
                   pathName(it.op, dispatched).c_str(), dUs, ncclUs, ratio, ok ? "ok" : "FAIL");
       std::fflush(stdout);
