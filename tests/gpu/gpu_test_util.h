@@ -52,6 +52,14 @@ struct RankError : std::runtime_error {
     }                                                                             \
   } while (0)
 
+// Puts the calling rank on GPU rank % (visible GPUs): one per GPU, or shared when there are
+// fewer GPUs than ranks.
+inline void useRankGpu(int rank) {
+  int ngpus = 0;
+  R_CUDA(cudaGetDeviceCount(&ngpus));
+  R_CUDA(cudaSetDevice(rank % ngpus));
+}
+
 using Report = std::function<void(const std::string&)>;
 using RankBody = std::function<int(int rank, int nranks, const anyrUniqueId& id, const Report&)>;
 

@@ -23,9 +23,7 @@ namespace anyr {
 namespace {
 
 anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs) {
-  int ngpus = 0;
-  R_CUDA(cudaGetDeviceCount(&ngpus));
-  R_CUDA(cudaSetDevice(rank % ngpus));
+  useRankGpu(rank);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = timeoutMs;
   anyrComm_t comm = nullptr;

@@ -32,9 +32,7 @@ unsigned long long allCalls(const anyrCounters_t& c) {
 }
 
 int countersRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
-  int ngpus = 0;
-  R_CUDA(cudaGetDeviceCount(&ngpus));
-  R_CUDA(cudaSetDevice(rank % ngpus));
+  useRankGpu(rank);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
   anyrComm_t comm = nullptr;

@@ -66,9 +66,7 @@ struct Buffers {
 int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<size_t>& hiddens, const std::vector<size_t>& tokensList,
               bool allAlgos) {
-  int ngpus = 0;
-  R_CUDA(cudaGetDeviceCount(&ngpus));
-  R_CUDA(cudaSetDevice(rank % ngpus));
+  useRankGpu(rank);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
   anyrComm_t comm = nullptr;

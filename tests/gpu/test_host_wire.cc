@@ -101,9 +101,7 @@ double quantErr(anyrWire_t w, double x, double a) {
 }
 
 int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyrWire_t wire) {
-  int ngpus = 0;
-  R_CUDA(cudaGetDeviceCount(&ngpus));
-  R_CUDA(cudaSetDevice(rank % ngpus));
+  useRankGpu(rank);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
   cfg.wire = wire;
@@ -254,9 +252,7 @@ TEST(HostWireGpu, Int8WithinBoundExactOnCraftedBitIdentical) {
 // calls mixed, native and fp8 wire: exact small-integer sums on every rank, every call.
 int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                      anyrWire_t wire) {
-  int ngpus = 0;
-  R_CUDA(cudaGetDeviceCount(&ngpus));
-  R_CUDA(cudaSetDevice(rank % ngpus));
+  useRankGpu(rank);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
   cfg.chunkBytes = 64u << 10;
@@ -337,9 +333,7 @@ TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
   auto results =
       runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
         setenv("ANYR_PEER_MEMORY", "0", 1);
-        int ngpus = 0;
-        R_CUDA(cudaGetDeviceCount(&ngpus));
-        R_CUDA(cudaSetDevice(rank % ngpus));
+        useRankGpu(rank);
         anyrComm_t comm = nullptr;
         R_ANYR(anyrCommInitRank(&comm, n, id, rank), nullptr);
         int failures = 0;
@@ -410,9 +404,7 @@ TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
   REQUIRE_GPU();
   auto results =
       runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        int ngpus = 0;
-        R_CUDA(cudaGetDeviceCount(&ngpus));
-        R_CUDA(cudaSetDevice(rank % ngpus));
+        useRankGpu(rank);
         anyrComm_t comm = nullptr;
         R_ANYR(anyrCommInitRank(&comm, n, id, rank), nullptr);
         int failures = 0;
@@ -456,9 +448,7 @@ TEST(HostWireGpu, MissingPeerOnHostPathTimesOutNamingIt) {
     const uint64_t count = c.count;
     auto results = runRanksCatching(
         2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-          int ngpus = 0;
-          R_CUDA(cudaGetDeviceCount(&ngpus));
-          R_CUDA(cudaSetDevice(rank % ngpus));
+          useRankGpu(rank);
           anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
           cfg.timeoutMs = 1500;
           anyrComm_t comm = nullptr;

@@ -83,9 +83,7 @@ int envInt(const char* name, int dflt) {
 }
 
 anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs, int useNccl = 1) {
-  int ngpus = 0;
-  R_CUDA(cudaGetDeviceCount(&ngpus));
-  R_CUDA(cudaSetDevice(rank % ngpus));
+  useRankGpu(rank);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = timeoutMs;
   cfg.useNccl = useNccl;

@@ -38,9 +38,7 @@ anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs, bool
   } else {
     unsetenv("ANYR_VALIDATE_CALLS");
   }
-  int ngpus = 0;
-  R_CUDA(cudaGetDeviceCount(&ngpus));
-  R_CUDA(cudaSetDevice(rank % ngpus));
+  useRankGpu(rank);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = timeoutMs;
   anyrComm_t comm = nullptr;
@@ -511,9 +509,7 @@ TEST(ReliabilityCallsGpu, FusedRowWiderThanATwoShotSlotFallsBackInsteadOfLooping
   auto results =
       runRanksCatching(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         unsetenv("ANYR_VALIDATE_CALLS");
-        int ngpus = 0;
-        R_CUDA(cudaGetDeviceCount(&ngpus));
-        R_CUDA(cudaSetDevice(rank % ngpus));
+        useRankGpu(rank);
         anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
         cfg.timeoutMs = 20000;
         cfg.chunkBytes = 64 << 10;
