@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "cpu/select_fixtures.h"
 #include "select/admission.h"
 #include "select/dispatch.h"
 #include "select/explain.h"
@@ -22,20 +23,12 @@
 namespace anyr {
 namespace {
 
-Topology fixture(const std::string& name) {
-  return loadTopologyFile(std::string(ANYR_FIXTURE_DIR) + "/" + name + ".json");
-}
+using testfix::fixture;
 
 // As a communicator of one host sees it: the shared pinned host segment is mapped (host-memory
 // algorithms admitted) unless `host` is false.
 CommFacts factsFor(const Topology& t, bool nccl = true, bool host = true) {
-  CommFacts f;
-  f.nranks = t.size();
-  f.ncclAvailable = nccl;
-  f.ncclReason = nccl ? "" : "disabled for the test";
-  f.hostMemory = host;
-  f.hostMemoryReason = host ? "" : "disabled for the test";
-  return f;
+  return testfix::facts(t, nccl, host, host ? "" : "disabled for the test");
 }
 
 // The first n GPUs of a fixture, as a communicator of n ranks over them sees them.

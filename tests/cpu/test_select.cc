@@ -6,25 +6,18 @@
 #include <string>
 
 #include "core/config.h"
+#include "cpu/select_fixtures.h"
 #include "select/admission.h"
 #include "topology/topology.h"
 
 namespace anyr {
 namespace {
 
-Topology fixture(const std::string& name) {
-  return loadTopologyFile(std::string(ANYR_FIXTURE_DIR) + "/" + name + ".json");
-}
+using testfix::fixture;
 
+// Without the host segment (the host algorithms are tested in test_select_host.cc).
 CommFacts factsFor(const Topology& t, bool nccl = true) {
-  CommFacts f;
-  f.nranks = t.size();
-  f.sameHost = true;
-  f.distinctDevices = true;
-  f.ncclAvailable = nccl;
-  f.ncclReason = nccl ? "" : "disabled for the test";
-  f.peerMemory = true;
-  return f;
+  return testfix::facts(t, nccl, false, "");
 }
 
 struct Decision {

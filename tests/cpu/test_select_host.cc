@@ -7,27 +7,18 @@
 #include <string>
 
 #include "core/config.h"
+#include "cpu/select_fixtures.h"
 #include "select/admission.h"
 #include "topology/topology.h"
 
 namespace anyr {
 namespace {
 
-Topology fixture(const std::string& name) {
-  return loadTopologyFile(std::string(ANYR_FIXTURE_DIR) + "/" + name + ".json");
-}
+using testfix::fixture;
 
 CommFacts hostFacts(const Topology& t, bool nccl, bool hostMemory) {
-  CommFacts f;
-  f.nranks = t.size();
-  f.sameHost = true;
-  f.distinctDevices = true;
-  f.ncclAvailable = nccl;
-  f.ncclReason = nccl ? "" : "disabled for the test";
-  f.peerMemory = true;
-  f.hostMemory = hostMemory;
-  f.hostMemoryReason = hostMemory ? "mapped" : "shm_open(create): No space left on device";
-  return f;
+  return testfix::facts(t, nccl, hostMemory,
+                        hostMemory ? "mapped" : "shm_open(create): No space left on device");
 }
 
 bool mentions(const std::string& text, const std::string& what) {
