@@ -840,25 +840,9 @@ void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, si
                  });
 }
 
-void Communicator::launchInPieces(
-    anyrAlgo_t algo, const void* in, void* out, size_t count, anyrDataType_t dtype,
-    uint64_t capacityBytes,
-    const std::function<cudaError_t(size_t, size_t, uint64_t, const LaunchShape&)>& launch) {
-  const size_t es = dtypeSize(dtype);
-  const size_t perLaunch = static_cast<size_t>(capacityBytes / es);
-  const bool aligned =
-      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  for (size_t off = 0; off < count; off += perLaunch) {
-    const size_t c = std::min(perLaunch, count - off);
-    const uint64_t numVecs = (c * es + 15) / 16;
-    LaunchShape shape = shapeFor(algo, numVecs);
-    shape.aligned = aligned;
-    const cudaError_t e = launch(off, c, numVecs, shape);
-    if (e != cudaSuccess) {
-      throwError(anyrCudaError,
-                 std::string("launching ") + anyrAlgoName(algo) + ": " + cudaGetErrorString(e));
-    }
-  }
+void Communicator::throwLaunchFailed(anyrAlgo_t algo, cudaError_t e) {
+  throwError(anyrCudaError,
+             std::string("launching ") + anyrAlgoName(algo) + ": " + cudaGetErrorString(e));
 }
 
 void Communicator::setAlgorithm(anyrAlgo_t algo) {

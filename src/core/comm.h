@@ -122,10 +122,12 @@ class Communicator {
   // Runs a message as launches of at most capacityBytes each (piece boundaries are multiples of
   // 16 bytes, so alignment is kept): launch(first element, elements, 16-byte vectors, shape)
   // per piece; a launch error throws, naming the algorithm. Shared by the peer and host paths.
-  void launchInPieces(
-      anyrAlgo_t algo, const void* in, void* out, size_t count, anyrDataType_t dtype,
-      uint64_t capacityBytes,
-      const std::function<cudaError_t(size_t, size_t, uint64_t, const LaunchShape&)>& launch);
+  // A template, not a std::function: the callers' lambdas capture more than std::function
+  // stores inline, and this runs on every eager call.
+  template <typename Launch>
+  void launchInPieces(anyrAlgo_t algo, const void* in, void* out, size_t count,
+                      anyrDataType_t dtype, uint64_t capacityBytes, Launch&& launch);
+  [[noreturn]] static void throwLaunchFailed(anyrAlgo_t algo, cudaError_t e);
   // Host-memory transport (comm_host.cc).
   void initHostTransport();
   void launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
@@ -194,5 +196,22 @@ class Communicator {
 WorkspaceLayout computeLayout(const Config& cfg, int nranks);
 
 size_t dtypeSize(anyrDataType_t t);
+
+template <typename Launch>
+void Communicator::launchInPieces(anyrAlgo_t algo, const void* in, void* out, size_t count,
+                                  anyrDataType_t dtype, uint64_t capacityBytes, Launch&& launch) {
+  const size_t es = dtypeSize(dtype);
+  const size_t perLaunch = static_cast<size_t>(capacityBytes / es);
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  for (size_t off = 0; off < count; off += perLaunch) {
+    const size_t c = perLaunch < count - off ? perLaunch : count - off;
+    const uint64_t numVecs = (c * es + 15) / 16;
+    LaunchShape shape = shapeFor(algo, numVecs);
+    shape.aligned = aligned;
+    const cudaError_t e = launch(off, c, numVecs, shape);
+    if (e != cudaSuccess) throwLaunchFailed(algo, e);
+  }
+}
 
 }  // namespace anyr
