@@ -508,6 +508,12 @@ anyrResult_t Communicator::asyncError(std::string* msg) {
       setFailed(anyrNcclError, std::string("NCCL asynchronous error: ") + ncclGetErrorString(st));
     }
   }
+  // Healthy (every call comes here): no lock and no copy. setFailed writes the message before
+  // the code, so a code other than success always has its message.
+  if (failCode_.load() == anyrSuccess) {
+    if (msg != nullptr) msg->clear();
+    return anyrSuccess;
+  }
   std::lock_guard<std::mutex> lock(failMu_);
   if (msg != nullptr) *msg = failMsg_;
   return static_cast<anyrResult_t>(failCode_.load());
