@@ -115,6 +115,12 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   scratchBytes_ = std::max<size_t>(cfg_.chunkBytes, 128ull * 16384 * 4);
   ANYR_CUDA_CHECK(cudaMalloc(&scratch_, scratchBytes_));
   exchangeDeviceInfo();
+  // Blocks of every peer and host kernel: at most one per SM of the smallest GPU, so every
+  // block of every rank is resident at once (blocks wait on the same-index block of peers).
+  int minSm = 1 << 30;
+  for (const GpuInfo& g : topo_.gpus) minSm = std::min(minSm, g.smCount > 0 ? g.smCount : 1);
+  maxBlocks_ = std::min(minSm, kMaxBlocks);
+  if (cfg_.maxBlocks > 0) maxBlocks_ = std::min(maxBlocks_, cfg_.maxBlocks);
   initNccl(externalNccl);
   initTransport();
   checkTransport();
@@ -337,13 +343,6 @@ void Communicator::initTransport() {
   argsTemplate_.nranks = nranks_;
   argsTemplate_.pushFence = env::getInt("ANYR_PUSH_FENCE") != 0 ? 1 : 0;
   argsTemplate_.wire = static_cast<int32_t>(cfg_.wire);
-
-  // Blocks: at most one per SM of the smallest GPU, so every block of every rank is resident
-  // at once (blocks wait on the same-index block of peers).
-  int minSm = 1 << 30;
-  for (const GpuInfo& g : topo_.gpus) minSm = std::min(minSm, g.smCount > 0 ? g.smCount : 1);
-  maxBlocks_ = std::min(minSm, kMaxBlocks);
-  if (cfg_.maxBlocks > 0) maxBlocks_ = std::min(maxBlocks_, cfg_.maxBlocks);
 }
 
 void Communicator::checkTransport() {

@@ -119,15 +119,6 @@ void Communicator::initHostTransport() {
   facts_.hostMemory = true;
   facts_.hostMemoryReason = "shared pinned host segment of " +
                             std::to_string(hostLayout_.totalBytes) + " bytes mapped by every rank";
-  // The block count the peer path computes is also this transport's (co-residency: blocks
-  // wait only for the same-index block of their peers; no more blocks than the smallest GPU
-  // has SMs). initTransport sets it when it ran; otherwise set it here the same way.
-  if (maxBlocks_ <= 1) {
-    int minSm = 1 << 30;
-    for (const GpuInfo& g : topo_.gpus) minSm = std::min(minSm, g.smCount > 0 ? g.smCount : 1);
-    maxBlocks_ = std::min(minSm, kMaxBlocks);
-    if (cfg_.maxBlocks > 0) maxBlocks_ = std::min(maxBlocks_, cfg_.maxBlocks);
-  }
 }
 
 void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
