@@ -722,7 +722,6 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   const anyrAlgo_t algo = path.algo;
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
   const bool aligned16 = reinterpret_cast<uintptr_t>(partial) % 16 == 0;
-  const int H = static_cast<int>(hidden / 8);
   const size_t maxRows = static_cast<size_t>(fusedRowsPerLaunch(algo, rowBytes));
   // The fused one-shot kernel holds a row in registers; above two vectors per thread
   // (hidden > 8192) it spills and measured slower than the composition (hidden 16384, 1 token:
@@ -737,19 +736,9 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   if (fusedKernel) {
     for (size_t row = 0; row < tokens; row += maxRows) {
       const int rows = static_cast<int>(std::min(maxRows, tokens - row));
-      AllReduceArgs a = argsTemplate_;
-      a.input = static_cast<const char*>(partial) + row * rowBytes;
-      a.output = nullptr;
-      a.count = static_cast<uint64_t>(rows) * hidden;
-      a.numVecs = static_cast<uint64_t>(rows) * H;
-      cudaError_t e;
-      if (algo == anyrAlgoOneShotPush) {
-        e = launchFusedOneShotPush(dtype, a, p, static_cast<int>(row), rows,
-                                   fusedOneShotBlocks(rows, a.numVecs, maxBlocks_), stream);
-      } else {
-        e = launchFusedTwoShotPush(dtype, a, p, static_cast<int>(row), rows,
-                                   fusedTwoShotBlocks(rows, nranks_, maxBlocks_), stream);
-      }
+      const cudaError_t e =
+          launchFusedRows(algo, dtype, static_cast<const char*>(partial) + row * rowBytes, p,
+                          static_cast<int>(row), rows, stream);
       if (e != cudaSuccess) {
         throwError(anyrCudaError, std::string("launching fused ") + anyrAlgoName(algo) + ": " +
                                       cudaGetErrorString(e));
@@ -773,6 +762,22 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     epilogueOn(x, static_cast<int>(row), static_cast<int>(rows));
   }
   noteWork(stream, capturing);
+}
+
+cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, const void* rowsIn,
+                                          const FusedParams& p, int rowBase, int rows,
+                                          cudaStream_t stream) {
+  AllReduceArgs a = argsTemplate_;
+  a.input = rowsIn;
+  a.output = nullptr;
+  a.count = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden);
+  a.numVecs = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden / 8);
+  if (algo == anyrAlgoOneShotPush) {
+    return launchFusedOneShotPush(dtype, a, p, rowBase, rows,
+                                  fusedOneShotBlocks(rows, a.numVecs, maxBlocks_), stream);
+  }
+  return launchFusedTwoShotPush(dtype, a, p, rowBase, rows,
+                                fusedTwoShotBlocks(rows, nranks_, maxBlocks_), stream);
 }
 
 uint64_t Communicator::fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const {

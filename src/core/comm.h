@@ -30,6 +30,8 @@
 
 namespace anyr {
 
+struct FusedParams;
+
 class Communicator {
  public:
   // Collective: every rank of `bs` calls it. `externalNccl` (may be null) is used instead of
@@ -119,6 +121,11 @@ class Communicator {
   // Rows of rowBytes one fused-kernel launch of `algo` carries: a one-shot push slot's worth,
   // or a two-shot segment slot's worth per rank (rows are 16-byte vectors; 0: not one row).
   uint64_t fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const;
+  // One launch of the fused kernel of `algo` (one-shot or two-shot push) on `rows` rows of
+  // p.hidden elements starting at `rowsIn` (output rows rowBase..), with the communicator's
+  // grid (fused/fused_algo.h). Calls and the startup self-test both launch through here.
+  cudaError_t launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, const void* rowsIn,
+                              const FusedParams& p, int rowBase, int rows, cudaStream_t stream);
   // Runs a message as launches of at most capacityBytes each (piece boundaries are multiples of
   // 16 bytes, so alignment is kept): launch(first element, elements, 16-byte vectors, shape)
   // per piece; a launch error throws, naming the algorithm. Shared by the peer and host paths.

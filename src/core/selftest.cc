@@ -18,7 +18,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "fused/fused.h"
-#include "fused/fused_algo.h"
 #include "transport/check.h"
 #include "transport/host_handles.h"
 #include "transport/host_memory.h"
@@ -261,7 +260,6 @@ SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
 SelfTest::Outcome SelfTest::runFused(int algoInt) {
   Communicator& c = c_;
   const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
-  const int H = kFusedHidden / 8;
   const uint64_t maxRows = c.fusedRowsPerLaunch(algo, static_cast<uint64_t>(kFusedHidden) * 2);
   const int rowCounts[] = {3, static_cast<int>(std::min<uint64_t>(maxRows, 48))};
   SelfCheckResult* res = clearResults();
@@ -285,22 +283,9 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
       p.hidden = kFusedHidden;
       p.weightPlusOne = 0;
       p.quant = anyrQuantNone;
-      AllReduceArgs a = c.argsTemplate_;
-      a.input = in_;
-      a.output = nullptr;
-      a.count = count;
-      a.numVecs = static_cast<uint64_t>(rows) * H;
-      cudaError_t e;
-      // The grid the communicator's own calls use (fused/fused_algo.h).
-      if (algo == anyrAlgoOneShotPush) {
-        e = launchFusedOneShotPush(anyrBfloat16, a, p, 0, rows,
-                                   fusedOneShotBlocks(rows, a.numVecs, c.maxBlocks_),
-                                   c.internalStream_);
-      } else {
-        e = launchFusedTwoShotPush(anyrBfloat16, a, p, 0, rows,
-                                   fusedTwoShotBlocks(rows, c.nranks_, c.maxBlocks_),
-                                   c.internalStream_);
-      }
+      // The communicator's own launch (arguments and grid).
+      const cudaError_t e =
+          c.launchFusedRows(algo, anyrBfloat16, in_, p, 0, rows, c.internalStream_);
       if (e != cudaSuccess) {
         ++launchFailures;
         launchWhy = std::string("launch failed: ") + cudaGetErrorString(e);
