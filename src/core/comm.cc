@@ -308,12 +308,7 @@ void Communicator::initTransport() {
   ANYR_CUDA_CHECK(cudaMemsetAsync(base, 0, layout_.pushOffset, internalStream_));
   ANYR_CUDA_CHECK(cudaMemcpyAsync(base + layout_.headerOffset, &h, sizeof(h),
                                   cudaMemcpyHostToDevice, internalStream_));
-  ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + layout_.pushOffset),
-                                  3 * layout_.pushSlotBytes * static_cast<uint64_t>(nranks_) / 4,
-                                  kPushClearWord, internalStream_));
-  ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + layout_.tsOffset),
-                                  6 * layout_.tsSlotBytes * static_cast<uint64_t>(nranks_) / 4,
-                                  kPushClearWord, internalStream_));
+  clearPushAreas(internalStream_);
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dState_), sizeof(LocalState)));
   ANYR_CUDA_CHECK(cudaMemsetAsync(dState_, 0, sizeof(LocalState), internalStream_));
   waitStreamIdle(internalStream_, "clearing the workspace");
@@ -343,6 +338,18 @@ void Communicator::initTransport() {
   argsTemplate_.nranks = nranks_;
   argsTemplate_.pushFence = env::getInt("ANYR_PUSH_FENCE") != 0 ? 1 : 0;
   argsTemplate_.wire = static_cast<int32_t>(cfg_.wire);
+}
+
+void Communicator::clearPushAreas(cudaStream_t s) {
+  char* base = peers_->local();
+  // Three phases of one slot per rank (one-shot push), six of one segment slot per rank
+  // (two-shot push: reduce-scatter and all-gather), all in the clear pattern (algo/lamport.cuh).
+  ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + layout_.pushOffset),
+                                  3 * layout_.pushSlotBytes * static_cast<uint64_t>(nranks_) / 4,
+                                  kPushClearWord, s));
+  ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + layout_.tsOffset),
+                                  6 * layout_.tsSlotBytes * static_cast<uint64_t>(nranks_) / 4,
+                                  kPushClearWord, s));
 }
 
 void Communicator::checkTransport() {

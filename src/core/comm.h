@@ -120,6 +120,9 @@ class Communicator {
   LaunchShape shapeFor(anyrAlgo_t algo, uint64_t numVecs) const;
   // Rows of rowBytes one fused-kernel launch of `algo` carries: a one-shot push slot's worth,
   // or a two-shot segment slot's worth per rank (rows are 16-byte vectors; 0: not one row).
+  // Fills the push receive areas of this rank's workspace with the clear pattern (at init, and
+  // after a failed self-test).
+  void clearPushAreas(cudaStream_t s);
   uint64_t fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const;
   // One launch of the fused kernel of `algo` (one-shot or two-shot push) on `rows` rows of
   // p.hidden elements starting at `rowsIn` (output rows rowBase..), with the communicator's

@@ -385,12 +385,7 @@ void SelfTest::resetProtocolState() {
     ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.flagsOffset, 0, l.pushOffset - l.flagsOffset, s));
     ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.headerOffset + offsetof(WorkspaceHeader, abortedBy), 0,
                                     2 * sizeof(int32_t), s));  // abortedBy, abortCause
-    ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + l.pushOffset),
-                                    3 * l.pushSlotBytes * static_cast<uint64_t>(c.nranks_) / 4,
-                                    kPushClearWord, s));
-    ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + l.tsOffset),
-                                    6 * l.tsSlotBytes * static_cast<uint64_t>(c.nranks_) / 4,
-                                    kPushClearWord, s));
+    c.clearPushAreas(s);
     ANYR_CUDA_CHECK(cudaMemsetAsync(c.dState_, 0, sizeof(LocalState), s));
   }
   if (c.host_) {
