@@ -13,16 +13,6 @@
 #include "core/error.h"
 #include "core/log.h"
 
-namespace {
-
-anyr::Communicator& live(anyrComm_t comm) {
-  ANYR_REQUIRE_ARG(comm != nullptr, "comm", "must not be NULL");
-  if (comm->impl == nullptr) anyr::throwError(anyrInvalidUsage, "communicator was destroyed");
-  return *comm->impl;
-}
-
-}  // namespace
-
 extern "C" {
 
 anyrResult_t anyrGetVersion(int* version) {
@@ -92,14 +82,14 @@ anyrResult_t anyrCommDestroy(anyrComm_t comm) {
 }
 
 anyrResult_t anyrCommAbort(anyrComm_t comm) {
-  return anyr::guarded(comm, "anyrCommAbort", [&] { live(comm).abort(); });
+  return anyr::guarded(comm, "anyrCommAbort", [&] { anyr::liveComm(comm).abort(); });
 }
 
 anyrResult_t anyrCommGetAsyncError(anyrComm_t comm, anyrResult_t* asyncError) {
   return anyr::guarded(comm, "anyrCommGetAsyncError", [&] {
     ANYR_REQUIRE_ARG(asyncError != nullptr, "asyncError", "must not be NULL");
     std::string msg;
-    *asyncError = live(comm).asyncError(&msg);
+    *asyncError = anyr::liveComm(comm).asyncError(&msg);
     if (*asyncError != anyrSuccess) anyr::record(comm, msg);
   });
 }
@@ -107,28 +97,28 @@ anyrResult_t anyrCommGetAsyncError(anyrComm_t comm, anyrResult_t* asyncError) {
 anyrResult_t anyrCommCount(const anyrComm_t comm, int* count) {
   return anyr::guarded(comm, "anyrCommCount", [&] {
     ANYR_REQUIRE_ARG(count != nullptr, "count", "must not be NULL");
-    *count = live(comm).size();
+    *count = anyr::liveComm(comm).size();
   });
 }
 
 anyrResult_t anyrCommUserRank(const anyrComm_t comm, int* rank) {
   return anyr::guarded(comm, "anyrCommUserRank", [&] {
     ANYR_REQUIRE_ARG(rank != nullptr, "rank", "must not be NULL");
-    *rank = live(comm).rank();
+    *rank = anyr::liveComm(comm).rank();
   });
 }
 
 anyrResult_t anyrCommCuDevice(const anyrComm_t comm, int* device) {
   return anyr::guarded(comm, "anyrCommCuDevice", [&] {
     ANYR_REQUIRE_ARG(device != nullptr, "device", "must not be NULL");
-    *device = live(comm).device();
+    *device = anyr::liveComm(comm).device();
   });
 }
 
 anyrResult_t anyrCommGetNcclComm(const anyrComm_t comm, void** ncclComm) {
   return anyr::guarded(comm, "anyrCommGetNcclComm", [&] {
     ANYR_REQUIRE_ARG(ncclComm != nullptr, "ncclComm", "must not be NULL");
-    *ncclComm = live(comm).nccl();
+    *ncclComm = anyr::liveComm(comm).nccl();
   });
 }
 
@@ -136,7 +126,7 @@ anyrResult_t anyrAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            anyrDataType_t datatype, anyrRedOp_t op, anyrComm_t comm,
                            cudaStream_t stream) {
   return anyr::guarded(comm, "anyrAllReduce", [&] {
-    live(comm).allReduce(sendbuff, recvbuff, count, datatype, op, stream);
+    anyr::liveComm(comm).allReduce(sendbuff, recvbuff, count, datatype, op, stream);
   });
 }
 
@@ -146,27 +136,28 @@ anyrResult_t anyrAllReduceAddRmsNorm(const void* partial, const void* residualIn
                                      const anyrFusedOptions_t* options, anyrComm_t comm,
                                      cudaStream_t stream) {
   return anyr::guarded(comm, "anyrAllReduceAddRmsNorm", [&] {
-    live(comm).allReduceAddRmsNorm(partial, residualIn, residualOut, weight, epsilon, normOut,
-                                   tokens, hidden, datatype, options, stream);
+    anyr::liveComm(comm).allReduceAddRmsNorm(partial, residualIn, residualOut, weight, epsilon,
+                                             normOut, tokens, hidden, datatype, options, stream);
   });
 }
 
 anyrResult_t anyrCommSetAlgorithm(anyrComm_t comm, anyrAlgo_t algorithm) {
-  return anyr::guarded(comm, "anyrCommSetAlgorithm", [&] { live(comm).setAlgorithm(algorithm); });
+  return anyr::guarded(comm, "anyrCommSetAlgorithm",
+                       [&] { anyr::liveComm(comm).setAlgorithm(algorithm); });
 }
 
 anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count, anyrDataType_t datatype,
                                     anyrAlgo_t* algorithm) {
   return anyr::guarded(comm, "anyrCommQueryAlgorithm", [&] {
     ANYR_REQUIRE_ARG(algorithm != nullptr, "algorithm", "must not be NULL");
-    *algorithm = live(comm).queryAlgorithm(count, datatype);
+    *algorithm = anyr::liveComm(comm).queryAlgorithm(count, datatype);
   });
 }
 
 anyrResult_t anyrCommTune(anyrComm_t comm, int budgetMs, const char* savePath) {
   return anyr::guarded(comm, "anyrCommTune", [&] {
     ANYR_REQUIRE_ARG(budgetMs >= 0, "budgetMs", "must be >= 0 (0 = no limit)");
-    anyr::Communicator& c = live(comm);
+    anyr::Communicator& c = anyr::liveComm(comm);
     anyr::Communicator::TuneOptions o;
     o.budgetMs = budgetMs;
     anyr::TuningTable t = c.tune(o, nullptr);
@@ -176,7 +167,7 @@ anyrResult_t anyrCommTune(anyrComm_t comm, int budgetMs, const char* savePath) {
 
 anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed) {
   return anyr::guarded(comm, "anyrCommExplain", [&] {
-    std::string s = live(comm).explainJson();
+    std::string s = anyr::liveComm(comm).explainJson();
     if (needed != nullptr) *needed = s.size() + 1;
     if (buf != nullptr && len > 0) {
       size_t n = std::min(len - 1, s.size());

@@ -28,6 +28,13 @@ namespace anyr {
 void record(anyrComm_t comm, const std::string& msg);
 const std::string& threadLastError();
 
+// The communicator behind `comm`: NULL is an invalid argument, a destroyed one invalid usage.
+inline Communicator& liveComm(anyrComm_t comm) {
+  ANYR_REQUIRE_ARG(comm != nullptr, "comm", "must not be NULL");
+  if (comm->impl == nullptr) throwError(anyrInvalidUsage, "communicator was destroyed");
+  return *comm->impl;
+}
+
 template <typename F>
 anyrResult_t guarded(anyrComm_t comm, const char* fn, F&& f) {
   try {
