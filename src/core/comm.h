@@ -90,9 +90,6 @@ class Communicator {
   int size() const { return nranks_; }
   int device() const { return device_; }
   ncclComm_t nccl() const { return nccl_; }
-  const Topology& topology() const { return topo_; }
-  const Admission& admission() const { return admission_; }
-  const Thresholds& thresholds() const { return thresholds_; }
   CommCounters& counters() { return counters_; }
 
  private:
