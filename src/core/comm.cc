@@ -805,7 +805,7 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
       algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush || algo == anyrAlgoHostTwoShot;
   const uint64_t work = twoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
   uint64_t blocksCap = static_cast<uint64_t>(maxBlocks_);
-  if ((algo == anyrAlgoHostOneShot || algo == anyrAlgoHostTwoShot) && cfg_.wire == anyrWireNative) {
+  if (isHostAlgo(algo) && cfg_.wire == anyrWireNative) {
     // The host paths are bound by each GPU's PCIe link, not by its SMs, and every block polls
     // its own flags across that link: about one block per 64 KiB of message, at least 16 and
     // at most half the SMs (measured on 2 x H200 from 64 KiB to 16 MiB: 16 blocks beat 32..132
@@ -827,7 +827,7 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
 
 void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                                   anyrDataType_t dtype, cudaStream_t stream) {
-  if (algo == anyrAlgoHostOneShot || algo == anyrAlgoHostTwoShot) {
+  if (isHostAlgo(algo)) {
     launchHostAlgo(algo, in, out, count, dtype, stream);
     return;
   }

@@ -206,7 +206,7 @@ SelfCheckResult* SelfTest::clearResults() {
 SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
   Communicator& c = c_;
   const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
-  const bool host = algo == anyrAlgoHostOneShot || algo == anyrAlgoHostTwoShot;
+  const bool host = isHostAlgo(algo);
   // The host algorithms run with the native wire here: a compressed wire (opt-in, lossy by
   // design) rounds the pattern's partial sums, so the exact check could not pass. The test is
   // of the segment, its mappings and flags, which every wire shares.

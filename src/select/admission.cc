@@ -158,6 +158,14 @@ Thresholds defaultThresholds(const Topology& t, const Admission& adm, const Conf
   return th;
 }
 
+bool peerPathAdmitted(const Admission& adm) {
+  for (anyrAlgo_t a :
+       {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShotPush, anyrAlgoTwoShot}) {
+    if (adm[a].admitted) return true;
+  }
+  return false;
+}
+
 anyrAlgo_t chooseAlgo(const Admission& adm, const Thresholds& th, uint64_t bytes,
                       anyrAlgo_t forced) {
   if (forced != anyrAlgoAuto) return forced;
@@ -165,8 +173,7 @@ anyrAlgo_t chooseAlgo(const Admission& adm, const Thresholds& th, uint64_t bytes
   const bool pull = adm[anyrAlgoOneShotPull].admitted;
   const bool two = adm[th.twoShot].admitted;
   const bool nccl = adm[anyrAlgoNccl].admitted;
-  const bool anyPeer =
-      push || pull || adm[anyrAlgoTwoShot].admitted || adm[anyrAlgoTwoShotPush].admitted;
+  const bool anyPeer = peerPathAdmitted(adm);
   const bool host1 = adm[anyrAlgoHostOneShot].admitted;
   const bool host2 = adm[anyrAlgoHostTwoShot].admitted;
   if (!anyPeer && (host1 || host2) && (bytes <= th.hostMaxBytes || !nccl)) {
@@ -202,7 +209,7 @@ std::string explainChoice(const Admission& adm, const Thresholds& th, uint64_t b
     } else {
       os << "NCCL is not admitted";
     }
-  } else if (a == anyrAlgoHostOneShot || a == anyrAlgoHostTwoShot) {
+  } else if (isHostAlgo(a)) {
     os << "no peer-memory algorithm is admitted; " << bytes << " B";
     if (bytes > th.hostMaxBytes) {
       os << " > host limit " << th.hostMaxBytes << " B but NCCL is not admitted";

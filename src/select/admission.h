@@ -69,6 +69,16 @@ uint64_t defaultOneShotMaxBytes(int nranks);
 Thresholds defaultThresholds(const Topology& rankTopo, const Admission& adm, const Config& cfg,
                              int nranks);
 
+// The algorithms that go through the shared pinned host segment (host_oneshot.cu, host_twoshot.cu).
+inline bool isHostAlgo(anyrAlgo_t a) {
+  return a == anyrAlgoHostOneShot || a == anyrAlgoHostTwoShot;
+}
+
+// True when some peer-memory algorithm (one-shot / two-shot, push or pull) is admitted. The
+// seed then never picks a host-memory algorithm (they stay admitted candidates, for tuning and
+// forcing): peer paths keep the seed where they exist.
+bool peerPathAdmitted(const Admission& adm);
+
 // The algorithm for one call. `forced` (config, environment or anyrCommSetAlgorithm) wins and
 // must already have been checked against admission.
 anyrAlgo_t chooseAlgo(const Admission& adm, const Thresholds& th, uint64_t bytes,

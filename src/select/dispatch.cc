@@ -62,8 +62,6 @@ const anyrAlgo_t kAlgoOrder[] = {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrA
 
 bool hasFusedKernel(anyrAlgo_t a) { return a == anyrAlgoOneShotPush || a == anyrAlgoTwoShotPush; }
 
-bool isHostAlgo(anyrAlgo_t a) { return a == anyrAlgoHostOneShot || a == anyrAlgoHostTwoShot; }
-
 // Shared memory a block of `a`'s fused kernel needs, bytes. The fused one-shot push kernel
 // holds its row in registers: only the reduction scratch and a flag, static (4,116 bytes, under
 // the 48 KB every block gets without opting in). The fused two-shot push kernel stages the fp32
@@ -386,14 +384,6 @@ const char* sourceName(Source s) {
       return "nearest";
   }
   return "?";
-}
-
-bool peerPathAdmitted(const Admission& adm) {
-  for (anyrAlgo_t a :
-       {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShotPush, anyrAlgoTwoShot}) {
-    if (adm[a].admitted) return true;
-  }
-  return false;
 }
 
 DispatchTable seedTable(const Topology& t, const Admission& adm, const Config& cfg, int nranks) {

@@ -105,11 +105,6 @@ struct DispatchTable {
   }
 };
 
-// True when some peer-memory algorithm (one-shot / two-shot, push or pull) is admitted. The
-// seed then never picks a host-memory algorithm (they stay admitted candidates, for tuning and
-// forcing): peer paths keep the seed where they exist.
-bool peerPathAdmitted(const Admission& adm);
-
 // The seed table: per bucket the admitted candidate with the least modelled time (host-memory
 // candidates only where no peer path is admitted), or, when
 // the configuration sets size thresholds (oneShotMaxBytes / twoShotMaxBytes), the threshold
