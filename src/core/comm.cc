@@ -548,54 +548,23 @@ void Communicator::abort() {
 void Communicator::checkStream(cudaStream_t stream, bool capturing) const {
   // The stream's device can only be asked outside graph capture (the query is not permitted
   // on a capturing stream); a capture on another device's stream fails at instantiation.
-  if (capturing) return;
-  int streamDev = -1;
-  cudaError_t se = cudaStreamGetDevice(stream, &streamDev);
-  if (se != cudaSuccess) {
-    (void)cudaGetLastError();
-    throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
-                                        cudaGetErrorString(se) + ")");
-  }
-  ANYR_REQUIRE_ARG(streamDev == device_, "stream",
-                   "belongs to device " + std::to_string(streamDev) +
-                       ", the communicator's device is " + std::to_string(device_));
-}
-
-void Communicator::checkDevicePointer(const void* p, const char* name) const {
-  if (p == nullptr) return;
-  cudaPointerAttributes attr{};
-  cudaError_t e = cudaPointerGetAttributes(&attr, p);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throwError(anyrInvalidArgument, std::string("argument '") + name + "': not a CUDA pointer (" +
-                                        cudaGetErrorString(e) + ")");
-  }
-  ANYR_REQUIRE_ARG(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, name,
-                   "must point to device memory (got host or unregistered memory)");
-  ANYR_REQUIRE_ARG(attr.type == cudaMemoryTypeManaged || attr.device == device_, name,
-                   "is on device " + std::to_string(attr.device) +
-                       ", the communicator's device is " + std::to_string(device_));
+  if (!capturing) checkStreamDevice(streamDevice(stream), device_);
 }
 
 void Communicator::validate(const void* sendbuff, void* recvbuff, size_t count,
                             anyrDataType_t dtype, anyrRedOp_t op, cudaStream_t stream,
                             bool capturing) const {
-  ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype",
-                   "unsupported datatype " + std::to_string(static_cast<int>(dtype)) +
-                       " (anyrFloat32, anyrFloat16, anyrBfloat16)");
-  ANYR_REQUIRE_ARG(
-      op == anyrSum, "op",
-      "unsupported reduction " + std::to_string(static_cast<int>(op)) + " (only anyrSum)");
+  checkDatatype(dtype);
+  checkOp(op);
   checkStream(stream, capturing);
   if (count == 0) return;
   const size_t es = dtypeSize(dtype);
-  ANYR_REQUIRE_ARG(count <= SIZE_MAX / es, "count", "count * element size overflows");
+  checkCountFits(count, es, "count");
   for (auto [p, name] : {std::pair<const void*, const char*>{sendbuff, "sendbuff"},
                          std::pair<const void*, const char*>{recvbuff, "recvbuff"}}) {
     ANYR_REQUIRE_ARG(p != nullptr, name, "must not be NULL when count > 0");
-    ANYR_REQUIRE_ARG(reinterpret_cast<uintptr_t>(p) % es == 0, name,
-                     "must be aligned to the element size (" + std::to_string(es) + " bytes)");
-    checkDevicePointer(p, name);
+    checkAligned(p, es, name);
+    requireDevicePointer(p, name, device_);
   }
   const uintptr_t s = reinterpret_cast<uintptr_t>(sendbuff);
   const uintptr_t r = reinterpret_cast<uintptr_t>(recvbuff);
@@ -613,7 +582,7 @@ void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
   calls_.checked(
       *bs_, rank_, CallSignature::allReduce(count, dtype, op),
       [&] {
-        capturing = isCapturing(stream);
+        capturing = streamCapturing(stream);
         validate(sendbuff, recvbuff, count, dtype, op, stream, capturing);
       },
       [&](const Error& e) { setFailed(e.code(), e.what()); });
@@ -636,17 +605,6 @@ void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
   launchPeerAlgo(algo, sendbuff, recvbuff, count, dtype, stream);
   noteWork(stream, capturing);
-}
-
-bool Communicator::isCapturing(cudaStream_t stream) const {
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  cudaError_t ce = cudaStreamIsCapturing(stream, &cs);
-  if (ce != cudaSuccess) {
-    (void)cudaGetLastError();
-    throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
-                                        cudaGetErrorString(ce) + ")");
-  }
-  return cs != cudaStreamCaptureStatusNone;
 }
 
 void Communicator::noteWork(cudaStream_t stream, bool capturing) {
@@ -675,13 +633,13 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   bool capturing = false;
   FusedParams p{};
   auto check = [&] {
-    capturing = isCapturing(stream);
+    capturing = streamCapturing(stream);
     checkStream(stream, capturing);
     p = makeFusedParams(partial, "partial", residualIn, residualOut, weight, epsilon, normOut,
                         tokens, hidden, dtype, options);
     if (tokens == 0) return;
     for (const FusedBuffer& b : fusedBuffers(partial, "partial", p)) {
-      checkDevicePointer(b.ptr, b.name);
+      requireDevicePointer(b.ptr, b.name, device_);
     }
   };
   calls_.checked(*bs_, rank_,

@@ -106,10 +106,8 @@ class Communicator {
   double timePath(Op op, uint64_t bytes, int tokens, int hidden, void* const* bufs, int calls,
                   int samples, cudaStream_t s);
   void throwIfFailed();
-  bool isCapturing(cudaStream_t stream) const;
   void noteWork(cudaStream_t stream, bool capturing);
   void checkStream(cudaStream_t stream, bool capturing) const;
-  void checkDevicePointer(const void* p, const char* name) const;
   void validate(const void* sendbuff, void* recvbuff, size_t count, anyrDataType_t dtype,
                 anyrRedOp_t op, cudaStream_t stream, bool capturing) const;
   void launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,

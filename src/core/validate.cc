@@ -99,15 +99,27 @@ PointerFacts pointerFacts(const void* p) {
   return f;
 }
 
+namespace {
+// Clears CUDA's sticky last error and names the stream as the bad argument.
+[[noreturn]] void invalidStream(cudaError_t e) {
+  (void)cudaGetLastError();
+  throwError(anyrInvalidArgument,
+             std::string("argument 'stream': not a valid stream (") + cudaGetErrorString(e) + ")");
+}
+}  // namespace
+
 int streamDevice(cudaStream_t stream) {
   int dev = -1;
-  cudaError_t e = cudaStreamGetDevice(stream, &dev);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
-                                        cudaGetErrorString(e) + ")");
-  }
+  const cudaError_t e = cudaStreamGetDevice(stream, &dev);
+  if (e != cudaSuccess) invalidStream(e);
   return dev;
+}
+
+bool streamCapturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  const cudaError_t e = cudaStreamIsCapturing(stream, &cs);
+  if (e != cudaSuccess) invalidStream(e);
+  return cs != cudaStreamCaptureStatusNone;
 }
 
 void requireDevicePointer(const void* p, const char* name, int device, const char* role) {

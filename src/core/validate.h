@@ -51,6 +51,10 @@ PointerFacts pointerFacts(const void* p);
 // capture (CUDA does not answer for a capturing stream).
 int streamDevice(cudaStream_t stream);
 
+// True while `stream` is being captured into a CUDA graph; throws "argument 'stream': not a
+// valid stream (...)".
+bool streamCapturing(cudaStream_t stream);
+
 // NULL passes; otherwise checkPointerFacts(pointerFacts(p), name, device).
 void requireDevicePointer(const void* p, const char* name, int device,
                           const char* role = "the communicator's device");
