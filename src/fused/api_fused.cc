@@ -18,26 +18,10 @@ namespace {
 
 const anyrFusedOptions_t kDefaultOptions = ANYR_FUSED_OPTIONS_INITIALIZER;
 
-std::string hex(uintptr_t v) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  do {
-    s.insert(s.begin(), digits[v & 15]);
-    v >>= 4;
-  } while (v != 0);
-  return "0x" + s;
-}
-
 std::string formatFloat(float v) {
   std::ostringstream os;
   os << v;
   return os.str();
-}
-
-void requireAligned(const void* p, size_t bytes, const char* name) {
-  ANYR_REQUIRE_ARG(reinterpret_cast<uintptr_t>(p) % bytes == 0, name,
-                   "address " + hex(reinterpret_cast<uintptr_t>(p)) + " is not aligned to " +
-                       std::to_string(bytes) + " bytes (the element size)");
 }
 
 // Two buffers of `bytes` each must be the same buffer or disjoint.
@@ -102,18 +86,18 @@ void validateFused(const void* input, const char* inputName, const void* residua
                                              : "NVFP4 needs the global scale (device pointer)");
     ANYR_REQUIRE_ARG(o.quantOut != nullptr, "options.quantOut",
                      "must not be NULL when quant is FP8 or NVFP4");
-    requireAligned(o.scale, sizeof(float), "options.scale");
+    checkAligned(o.scale, sizeof(float), "options.scale");
   }
   if (o.quant == anyrQuantNvfp4) {
     ANYR_REQUIRE_ARG(o.blockScales != nullptr || o.blockScalesSwizzled != nullptr,
                      "options.blockScales",
                      "NVFP4 needs blockScales or blockScalesSwizzled (both NULL)");
   }
-  requireAligned(input, esize, inputName);
-  requireAligned(weight, esize, "weight");
-  requireAligned(residualIn, esize, "residualIn");
-  requireAligned(residualOut, esize, "residualOut");
-  requireAligned(normOut, esize, "normOut");
+  checkAligned(input, esize, inputName);
+  checkAligned(weight, esize, "weight");
+  checkAligned(residualIn, esize, "residualIn");
+  checkAligned(residualOut, esize, "residualOut");
+  checkAligned(normOut, esize, "normOut");
   requireSameOrDisjoint(residualOut, "residualOut", residualIn, "residualIn", rowBytes);
   requireSameOrDisjoint(normOut, "normOut", input, inputName, rowBytes);
   if (normOut != nullptr && residualOut != nullptr) {
@@ -182,15 +166,8 @@ anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residua
     if (tokens == 0) return;  // a no-op: nothing is read, written or launched
     // The stream decides the device (the current one during capture, when CUDA cannot say);
     // every buffer must live there.
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    cudaError_t ce = cudaStreamIsCapturing(stream, &cs);
-    if (ce != cudaSuccess) {
-      (void)cudaGetLastError();
-      anyr::throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
-                                                cudaGetErrorString(ce) + ")");
-    }
     int device = -1;
-    if (cs == cudaStreamCaptureStatusNone) {
+    if (!anyr::streamCapturing(stream)) {
       device = anyr::streamDevice(stream);
     } else {
       ANYR_CUDA_CHECK(cudaGetDevice(&device));
