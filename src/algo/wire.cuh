@@ -150,12 +150,6 @@ __device__ __forceinline__ void wireGet(const char* pay, const char* scales, uin
   for (int i = 0; i < E; ++i) deq[i] = dequantize1<kWire>(q.b[i], s);
 }
 
-// Floats -> vector of T (round to nearest), as packVec does for an fp32 accumulator.
-template <typename T>
-__device__ __forceinline__ Vec floatsToVec(const float (&f)[Elem<T>::kPerVec]) {
-  return packVec<T>(f);
-}
-
 // Waits until the flag word of every peer t (threads t < n, t != rank) reached `target`; the
 // block then reads what those peers wrote before raising their flags. Returns false, for the
 // whole block, when a wait was abandoned. Every thread of the block must call it (it ends with

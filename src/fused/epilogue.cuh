@@ -179,7 +179,7 @@ __device__ __forceinline__ Vec normVec(const FusedParams& p, const float* xs, in
 template <typename T>
 struct RowOutputs {
   const FusedParams& p;
-  int row, nvec, nblocks, quant;
+  int row, nblocks, quant;
   float qscale, sixG;
   T* normOut;
   unsigned char* quantRow;
@@ -192,7 +192,6 @@ struct RowOutputs {
       : p(params), row(r) {
     const int hidden = p.hidden;
     const int64_t rowStart = static_cast<int64_t>(row) * hidden;
-    nvec = hidden / 8;
     nblocks = hidden / kNvfp4BlockElems;
     quant = p.quant;
     qscale = quant != anyrQuantNone ? scaleValue : 1.0f;  // FP8 scale or NVFP4 g

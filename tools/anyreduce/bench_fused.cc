@@ -41,9 +41,7 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
   BENCH_CUDA(cudaMalloc(&scales, maxElems / 16 + 64));
   BENCH_CUDA(cudaMalloc(&swz, maxElems / 16 + 128 * 4 * 1024));
   BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&scale), sizeof(float)));
-  unsigned long long* dBad;
   float* dStats;
-  BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&dBad), sizeof(unsigned long long)));
   BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&dStats), 8 * sizeof(float)));
   cudaStream_t s;
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -96,7 +94,6 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, quantScratch, weight, 1e-6f, norm,
                                          tokens, hidden, dt, &fo, comm, s),
                  comm);
-      BENCH_CUDA(cudaMemsetAsync(dBad, 0, sizeof(unsigned long long), s));
       std::vector<uint16_t> a(elems), b(elems);
       BENCH_CUDA(cudaMemcpyAsync(a.data(), norm, elems * 2, cudaMemcpyDeviceToHost, s));
       BENCH_CUDA(cudaMemcpyAsync(b.data(), refNorm, elems * 2, cudaMemcpyDeviceToHost, s));
@@ -182,7 +179,6 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
     BENCH_CUDA(cudaFree(p));
   }
   BENCH_CUDA(cudaFree(scale));
-  BENCH_CUDA(cudaFree(dBad));
   BENCH_CUDA(cudaFree(dStats));
   BENCH_ANYR(anyrCommDestroy(comm), nullptr);
   return wrongTotal ? 4 : 0;

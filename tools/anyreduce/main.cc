@@ -85,7 +85,6 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
     return 2;
   }
   Admission adm = admit(t, f);
-  Thresholds th = defaultThresholds(t, adm, cfg, t.size());
   std::printf("topology %s: %d GPUs (%s)\n\nadmission:\n", path.c_str(), t.size(),
               t.source.c_str());
   for (int a = 1; a < anyrNumAlgos; ++a) {
@@ -93,7 +92,6 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
     std::printf("  %-13s %-9s %s\n", anyrAlgoName(static_cast<anyrAlgo_t>(a)),
                 x.admitted ? "admitted" : "REJECTED", x.reason.c_str());
   }
-  (void)th;
   DispatchTable table = seedTable(t, adm, cfg, t.size());
   ExplainInput in;
   in.topo = &t;
