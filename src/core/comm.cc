@@ -23,8 +23,6 @@ namespace anyr {
 
 namespace {
 
-uint64_t roundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-
 using Clock = std::chrono::steady_clock;
 
 // Serialized GPU description exchanged at init: JSON of a one-GPU topology, padded.

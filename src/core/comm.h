@@ -202,6 +202,9 @@ WorkspaceLayout computeLayout(const Config& cfg, int nranks);
 
 size_t dtypeSize(anyrDataType_t t);
 
+// x rounded up to a multiple of a (workspace and host-segment layouts).
+inline uint64_t roundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
 template <typename Launch>
 void Communicator::launchInPieces(anyrAlgo_t algo, const void* in, void* out, size_t count,
                                   anyrDataType_t dtype, uint64_t capacityBytes, Launch&& launch) {

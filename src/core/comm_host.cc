@@ -14,10 +14,6 @@
 
 namespace anyr {
 
-namespace {
-uint64_t roundUpTo(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-}  // namespace
-
 HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxBytes) {
   HostLayout l{};
   const uint64_t page = 4096;
@@ -25,15 +21,15 @@ HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxByte
   l.launchBytes = chunkBytes;
   l.headerOffset = 0;
   l.flagsOffset = page;
-  l.dataOffset = roundUpTo(l.flagsOffset + sizeof(HostFlags), page);
-  l.dataBytes = roundUpTo(chunkBytes, page);
+  l.dataOffset = roundUp(l.flagsOffset + sizeof(HostFlags), page);
+  l.dataBytes = roundUp(chunkBytes, page);
   l.resultOffset = l.dataOffset + 2 * l.dataBytes;
   // One segment (rounded up to whole block quanta, see host_twoshot.cu) plus slack.
-  l.resultBytes = roundUpTo(chunkBytes / n + (64u << 10), page);
+  l.resultBytes = roundUp(chunkBytes / n + (64u << 10), page);
   l.llMaxBytes = std::min(llMaxBytes, chunkBytes);
   l.llOffset = l.resultOffset + 2 * l.resultBytes;
-  l.llBytes = roundUpTo(2 * l.llMaxBytes, page);
-  l.rankBytes = roundUpTo(l.llOffset + 2 * l.llBytes, page);
+  l.llBytes = roundUp(2 * l.llMaxBytes, page);
+  l.rankBytes = roundUp(l.llOffset + 2 * l.llBytes, page);
   l.totalBytes = l.rankBytes * n;
   return l;
 }
