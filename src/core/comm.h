@@ -103,6 +103,9 @@ class Communicator {
   void checkTransport();
   void decide();
   void loadOrTuneAtInit();
+  // Applies a tuning table (agreed by every rank) over the current dispatch table and keeps it
+  // for explain; `what` prefixes its warnings in the log.
+  void installTuning(const TuningTable& table, const char* what, const std::string& note);
   double timePath(Op op, uint64_t bytes, int tokens, int hidden, void* const* bufs, int calls,
                   int samples, cudaStream_t s);
   void throwIfFailed();

@@ -67,6 +67,15 @@ std::string Communicator::explainText() const {
   return explainDispatch(in);
 }
 
+void Communicator::installTuning(const TuningTable& table, const char* what,
+                                 const std::string& note) {
+  std::vector<std::string> warnings;
+  applyTuning(table, candidates_, &dispatch_, &warnings);
+  for (const std::string& w : warnings) ANYR_LOG(Warn, rank_, what << ": " << w);
+  tuned_ = std::make_unique<TuningTable>(table);
+  tuningNote_ = note;
+}
+
 void Communicator::loadOrTuneAtInit() {
   // Only rank 0 reads the file; it sends its verdict and the table (or the reason it was not
   // used) to everyone, so every rank installs the same table.
@@ -92,12 +101,7 @@ void Communicator::loadOrTuneAtInit() {
   text.resize(static_cast<size_t>(h.len));
   if (h.len > 0) bs_->broadcast(text.data(), text.size(), 0);
   if (h.ok) {
-    TuningTable t = tuningFromJson(text);
-    std::vector<std::string> warnings;
-    applyTuning(t, candidates_, &dispatch_, &warnings);
-    for (const std::string& w : warnings) ANYR_LOG(Warn, rank_, "tuning table: " << w);
-    tuned_ = std::make_unique<TuningTable>(t);
-    tuningNote_ = "loaded (fingerprint matches)";
+    installTuning(tuningFromJson(text), "tuning table", "loaded (fingerprint matches)");
     ANYR_LOG(Info, rank_, "dispatch: tuning table loaded; measured choices in use");
     return;
   }
@@ -336,12 +340,8 @@ TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& pro
     throw;
   }
   release();
-  dispatch_ = seedTable(topo_, admission_, cfg_, nranks_);
-  std::vector<std::string> warnings;
-  applyTuning(table, candidates_, &dispatch_, &warnings);
-  for (const std::string& w : warnings) ANYR_LOG(Warn, rank_, "tuning: " << w);
-  tuned_ = std::make_unique<TuningTable>(table);
-  tuningNote_ = "measured by this communicator";
+  dispatch_ = seedTable(topo_, admission_, cfg_, nranks_);  // drop an earlier table's choices
+  installTuning(table, "tuning", "measured by this communicator");
   return table;
 }
 
