@@ -107,21 +107,9 @@ __global__ void __launch_bounds__(kAlgoThreads) oneShotPullKernel(AllReduceArgs 
         // The own contribution as the peers see it: quantized and dequantized.
         float mine[E];
         dev::wirePut<T, kWire>(loadIn(v), nullptr, nullptr, v, false, mine);
-        for (int s = 0; s < n; ++s) {
-          float d[E];
-          if (s == rank) {
-#pragma unroll
-            for (int i = 0; i < E; ++i) d[i] = mine[i];
-          } else if (v < V) {
-            const char* src = a.peerWorkspace[s] + bufOffset;
-            dev::wireGet<T, kWire>(src, src + scaleOff, v, d);
-          } else {
-#pragma unroll
-            for (int i = 0; i < E; ++i) d[i] = 0.f;
-          }
-#pragma unroll
-          for (int i = 0; i < E; ++i) acc[i] += d[i];
-        }
+        dev::wireSumRanks<T, kWire>(
+            mine, rank, n, v, V, [&](int s) { return a.peerWorkspace[s]; }, bufOffset, scaleOff,
+            acc);
       }
       if (v < V) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc));
     }
