@@ -297,12 +297,7 @@ void Communicator::initTransport() {
   peers_ = createIpcPeerMemory(*bs_, layout_.totalBytes);
   char* base = peers_->local();
   // Header, zeroed flags and check area, cleared push buffers.
-  WorkspaceHeader h{};
-  h.magic = kWorkspaceMagic;
-  h.layoutVersion = kWorkspaceLayoutVersion;
-  h.rank = rank_;
-  h.nranks = nranks_;
-  h.layoutHash = layout_.hash();
+  const WorkspaceHeader h = headerOfThisRank(layout_.hash());
   ANYR_CUDA_CHECK(cudaMemsetAsync(base, 0, layout_.pushOffset, internalStream_));
   ANYR_CUDA_CHECK(cudaMemcpyAsync(base + layout_.headerOffset, &h, sizeof(h),
                                   cudaMemcpyHostToDevice, internalStream_));
@@ -316,26 +311,46 @@ void Communicator::initTransport() {
   std::memset(&argsTemplate_, 0, sizeof(argsTemplate_));
   for (int r = 0; r < nranks_; ++r) argsTemplate_.peerWorkspace[r] = peers_->peer(r);
   argsTemplate_.layout = layout_;
-  WaitControl w{};
-  w.hostAbort = dAbort_;
-  w.error = dError_;
-  w.state = dState_;
-  w.ownHeader = reinterpret_cast<WorkspaceHeader*>(base + layout_.headerOffset);
+  WorkspaceHeader* peerHeaders[kMaxLocalRanks] = {};
   for (int r = 0; r < nranks_; ++r) {
-    w.peerHeaders[r] =
+    peerHeaders[r] =
         peers_->peer(r) ? reinterpret_cast<WorkspaceHeader*>(peers_->peer(r)) : nullptr;
   }
-  w.timeoutNs = static_cast<uint64_t>(cfg_.timeoutMs) * 1000000ull;
-  w.rank = rank_;
-  w.nranks = nranks_;
-  ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dWait_), sizeof(WaitControl)));
-  ANYR_CUDA_CHECK(cudaMemcpy(dWait_, &w, sizeof(w), cudaMemcpyHostToDevice));
+  dWait_ = newWaitControl(dState_, reinterpret_cast<WorkspaceHeader*>(base + layout_.headerOffset),
+                          peerHeaders);
   argsTemplate_.wait = dWait_;
   argsTemplate_.state = dState_;
   argsTemplate_.rank = rank_;
   argsTemplate_.nranks = nranks_;
   argsTemplate_.pushFence = env::getInt("ANYR_PUSH_FENCE") != 0 ? 1 : 0;
   argsTemplate_.wire = static_cast<int32_t>(cfg_.wire);
+}
+
+WorkspaceHeader Communicator::headerOfThisRank(uint64_t layoutHash) const {
+  WorkspaceHeader h{};
+  h.magic = kWorkspaceMagic;
+  h.layoutVersion = kWorkspaceLayoutVersion;
+  h.rank = rank_;
+  h.nranks = nranks_;
+  h.layoutHash = layoutHash;
+  return h;
+}
+
+WaitControl* Communicator::newWaitControl(LocalState* state, WorkspaceHeader* ownHeader,
+                                          WorkspaceHeader* const* peerHeaders) {
+  WaitControl w{};
+  w.hostAbort = dAbort_;
+  w.error = dError_;
+  w.state = state;
+  w.ownHeader = ownHeader;
+  for (int r = 0; r < nranks_; ++r) w.peerHeaders[r] = peerHeaders[r];
+  w.timeoutNs = static_cast<uint64_t>(cfg_.timeoutMs) * 1000000ull;
+  w.rank = rank_;
+  w.nranks = nranks_;
+  WaitControl* d = nullptr;
+  ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(WaitControl)));
+  ANYR_CUDA_CHECK(cudaMemcpy(d, &w, sizeof(w), cudaMemcpyHostToDevice));
+  return d;
 }
 
 void Communicator::clearPushAreas(cudaStream_t s) {

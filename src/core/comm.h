@@ -121,6 +121,13 @@ class Communicator {
   // Fills the push receive areas of this rank's workspace with the clear pattern (at init, and
   // after a failed self-test).
   void clearPushAreas(cudaStream_t s);
+  // This rank's workspace header (peer workspace, or its region of the host segment).
+  WorkspaceHeader headerOfThisRank(uint64_t layoutHash) const;
+  // A device copy of the bounded-wait control of one transport: its local state, this rank's
+  // header and its peers' (nranks_ entries), the communicator's abort word, error record and
+  // timeout.
+  WaitControl* newWaitControl(LocalState* state, WorkspaceHeader* ownHeader,
+                              WorkspaceHeader* const* peerHeaders);
   uint64_t fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const;
   // One launch of the fused kernel of `algo` (one-shot or two-shot push) on `rows` rows of
   // p.hidden elements starting at `rowsIn` (output rows rowBase..), with the communicator's

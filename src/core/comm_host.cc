@@ -75,32 +75,18 @@ void Communicator::initHostTransport() {
   }
   // The own region's header (the segment starts zeroed: flags are 0, no one aborted).
   char* mine = host_->host() + static_cast<uint64_t>(rank_) * hostLayout_.rankBytes;
-  WorkspaceHeader h{};
-  h.magic = kWorkspaceMagic;
-  h.layoutVersion = kWorkspaceLayoutVersion;
-  h.rank = rank_;
-  h.nranks = nranks_;
-  h.layoutHash = 0;
+  const WorkspaceHeader h = headerOfThisRank(0);
   std::memcpy(mine + hostLayout_.headerOffset, &h, sizeof(h));
 
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dHostState_), sizeof(LocalState)));
   ANYR_CUDA_CHECK(cudaMemset(dHostState_, 0, sizeof(LocalState)));
   char* dev = host_->device();
-  WaitControl w{};
-  w.hostAbort = dAbort_;
-  w.error = dError_;
-  w.state = dHostState_;
-  w.ownHeader = reinterpret_cast<WorkspaceHeader*>(
-      dev + static_cast<uint64_t>(rank_) * hostLayout_.rankBytes + hostLayout_.headerOffset);
+  WorkspaceHeader* headers[kMaxLocalRanks] = {};
   for (int r = 0; r < nranks_; ++r) {
-    w.peerHeaders[r] = reinterpret_cast<WorkspaceHeader*>(
+    headers[r] = reinterpret_cast<WorkspaceHeader*>(
         dev + static_cast<uint64_t>(r) * hostLayout_.rankBytes + hostLayout_.headerOffset);
   }
-  w.timeoutNs = static_cast<uint64_t>(cfg_.timeoutMs) * 1000000ull;
-  w.rank = rank_;
-  w.nranks = nranks_;
-  ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dHostWait_), sizeof(WaitControl)));
-  ANYR_CUDA_CHECK(cudaMemcpy(dHostWait_, &w, sizeof(w), cudaMemcpyHostToDevice));
+  dHostWait_ = newWaitControl(dHostState_, headers[rank_], headers);
 
   std::memset(&hostTemplate_, 0, sizeof(hostTemplate_));
   hostTemplate_.base = dev;
