@@ -257,48 +257,57 @@ anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyr
   return comm;
 }
 
-int runBench(const BenchOptions& o) {
+int runAllRanks(
+    int nranksOpt, double timeoutSec, const char* what,
+    const std::function<int(int, int, const anyrUniqueId&, int, const RankReport&)>& body) {
   std::string why;
-  int ngpus = launch::countGpus(&why);
+  const int ngpus = launch::countGpus(&why);
   if (ngpus == 0) {
-    std::fprintf(stderr, "anyreduce bench: no CUDA GPU is visible (%s); nothing to benchmark.\n",
+    std::fprintf(stderr, "anyreduce %s: no CUDA GPU is visible (%s); nothing to run.\n", what,
                  why.c_str());
     return 2;
   }
-  int nranks = o.nranks > 0 ? o.nranks : ngpus;
+  const int nranks = nranksOpt > 0 ? nranksOpt : ngpus;
   if (nranks < 2) {
     std::fprintf(stderr,
-                 "anyreduce bench: %d GPU visible; an all-reduce benchmark needs 2 ranks or more "
-                 "(use -n 2 to run 2 ranks sharing the GPU, a correctness run).\n",
-                 ngpus);
+                 "anyreduce %s: %d GPU visible; it needs 2 ranks or more (use -n 2 to run 2 "
+                 "ranks sharing the GPU, a correctness run).\n",
+                 what, ngpus);
     return 2;
   }
-  if (nranks > ngpus && o.nranks > 0) {
+  if (nranks > ngpus && nranksOpt > 0) {
     std::printf(
         "# %d ranks on %d GPU(s): ranks share GPUs; timings are not meaningful (correctness run)\n",
         nranks, ngpus);
   }
   auto results = launch::runRanks(
       nranks,
-      [&](int rank, int n, const anyrUniqueId& id,
-          const std::function<void(const std::string&)>& report) {
+      [&](int rank, int n, const anyrUniqueId& id, const RankReport& report) {
         try {
-          if (o.checkDispatch) return checkDispatchRank(o, rank, n, id, ngpus);
-          if (o.op == "add-rmsnorm") return fusedBenchRank(o, rank, n, id, ngpus);
-          return rankMain(o, rank, n, id, ngpus, report);
+          return body(rank, n, id, ngpus, report);
         } catch (const std::exception& e) {
           report(e.what());
-          std::fprintf(stderr, "anyreduce bench rank %d: %s\n", rank, e.what());
+          std::fprintf(stderr, "anyreduce %s rank %d: %s\n", what, rank, e.what());
           return 3;
         }
       },
-      o.timeoutSec);
-  std::string failures = launch::describeFailures(results);
-  if (!failures.empty()) {
-    std::fprintf(stderr, "anyreduce bench failed:\n%s", failures.c_str());
-    return 1;
-  }
-  return 0;
+      timeoutSec);
+  const std::string failures = launch::describeFailures(results);
+  if (failures.empty()) return 0;
+  int worst = 0;
+  for (const auto& r : results) worst = std::max(worst, r.exitCode);
+  std::fprintf(stderr, "anyreduce %s failed:\n%s", what, failures.c_str());
+  return worst == 5 ? 5 : 1;  // 5: a dispatch check failed (every rank returns it)
+}
+
+int runBench(const BenchOptions& o) {
+  return runAllRanks(
+      o.nranks, o.timeoutSec, "bench",
+      [&](int rank, int n, const anyrUniqueId& id, int ngpus, const RankReport& report) {
+        if (o.checkDispatch) return checkDispatchRank(o, rank, n, id, ngpus);
+        if (o.op == "add-rmsnorm") return fusedBenchRank(o, rank, n, id, ngpus);
+        return rankMain(o, rank, n, id, ngpus, report);
+      });
 }
 
 }  // namespace tool

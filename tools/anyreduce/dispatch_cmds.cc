@@ -32,94 +32,60 @@ namespace {
 
 Communicator& impl(anyrComm_t comm) { return *comm->impl; }
 
-int runAllRanks(int nranksOpt, double timeoutSec, const char* what,
-                const std::function<int(int, int, const anyrUniqueId&, int)>& body) {
-  std::string why;
-  const int ngpus = launch::countGpus(&why);
-  if (ngpus == 0) {
-    std::fprintf(stderr, "anyreduce %s: no CUDA GPU is visible (%s).\n", what, why.c_str());
-    return 2;
-  }
-  const int nranks = nranksOpt > 0 ? nranksOpt : ngpus;
-  if (nranks < 2) {
-    std::fprintf(stderr, "anyreduce %s: needs 2 ranks or more (%d GPU visible; -n 2 shares it)\n",
-                 what, ngpus);
-    return 2;
-  }
-  auto results = launch::runRanks(
-      nranks,
-      [&](int rank, int n, const anyrUniqueId& id,
-          const std::function<void(const std::string&)>& report) {
-        try {
-          return body(rank, n, id, ngpus);
-        } catch (const std::exception& e) {
-          report(e.what());
-          std::fprintf(stderr, "anyreduce %s rank %d: %s\n", what, rank, e.what());
-          return 3;
-        }
-      },
-      timeoutSec);
-  std::string failures = launch::describeFailures(results);
-  int worst = 0;
-  for (const auto& r : results) worst = std::max(worst, r.exitCode);
-  if (!failures.empty()) {
-    std::fprintf(stderr, "anyreduce %s: %s", what, failures.c_str());
-    return worst == 5 ? 5 : 1;  // 5: a dispatch check failed (every rank returns it)
-  }
-  return 0;
-}
-
 }  // namespace
 
 int runTune(const TuneCliOptions& t) {
-  return runAllRanks(
-      t.nranks, t.timeoutSec, "tune", [&](int rank, int n, const anyrUniqueId& id, int ngpus) {
-        BenchOptions bo;
-        void* nccl = nullptr;
-        anyrComm_t comm = openBenchComm(bo, rank, n, id, ngpus, &nccl);
-        Communicator::TuneOptions o;
-        o.minBytes = t.minBytes;
-        o.maxBytes = t.maxBytes;
-        o.hidden = t.hidden;
-        o.maxTokens = t.maxTokens;
-        o.budgetMs = t.budgetMs;
-        o.calls = t.calls;
-        o.samples = t.samples;
-        const bool tty = isatty(fileno(stderr)) != 0;
-        auto progress = [&](int done, int total, const std::string& what) {
-          if (tty) {
-            std::fprintf(stderr, "\r[%4d/%4d] %3d%%  %-60s", done, total, 100 * done / total,
-                         what.c_str());
-            if (done == total) std::fprintf(stderr, "\n");
-          } else {
-            std::fprintf(stderr, "[%4d/%4d] %s\n", done, total, what.c_str());
-          }
-          std::fflush(stderr);
-        };
-        TuningTable table = impl(comm).tune(o, progress);
-        if (rank == 0) {
-          if (tty) std::fprintf(stderr, "\n");
-          saveTuningFile(table, t.output);
-          std::printf("tuning table written to %s (use ANYR_TUNING_FILE=%s)\n\n", t.output.c_str(),
-                      t.output.c_str());
-          for (int op = 0; op < kNumOps; ++op) {
-            std::printf("%s:\n", opName(static_cast<Op>(op)));
-            for (const TunedPoint& p : table.points[static_cast<size_t>(op)]) {
-              double ncclUs = -1, best = -1;
-              for (const auto& [name, us] : p.times) {
-                if (name == pathName(static_cast<Op>(op), Path{anyrAlgoNccl, false})) ncclUs = us;
-                if (name == p.choice) best = us;
-              }
-              std::printf("  %8s  %-22s %9.2f us", fmtBytes(bucketBytes(p.bucket)).c_str(),
-                          p.choice.c_str(), best);
-              if (ncclUs > 0) std::printf("   NCCL %9.2f us (%.2fx)", ncclUs, ncclUs / best);
-              std::printf("\n");
-            }
-          }
-        }
-        if (anyrCommDestroy(comm) != anyrSuccess) return 3;
-        return 0;
-      });
+  return runAllRanks(t.nranks, t.timeoutSec, "tune",
+                     [&](int rank, int n, const anyrUniqueId& id, int ngpus, const RankReport&) {
+                       BenchOptions bo;
+                       void* nccl = nullptr;
+                       anyrComm_t comm = openBenchComm(bo, rank, n, id, ngpus, &nccl);
+                       Communicator::TuneOptions o;
+                       o.minBytes = t.minBytes;
+                       o.maxBytes = t.maxBytes;
+                       o.hidden = t.hidden;
+                       o.maxTokens = t.maxTokens;
+                       o.budgetMs = t.budgetMs;
+                       o.calls = t.calls;
+                       o.samples = t.samples;
+                       const bool tty = isatty(fileno(stderr)) != 0;
+                       auto progress = [&](int done, int total, const std::string& what) {
+                         if (tty) {
+                           std::fprintf(stderr, "\r[%4d/%4d] %3d%%  %-60s", done, total,
+                                        100 * done / total, what.c_str());
+                           if (done == total) std::fprintf(stderr, "\n");
+                         } else {
+                           std::fprintf(stderr, "[%4d/%4d] %s\n", done, total, what.c_str());
+                         }
+                         std::fflush(stderr);
+                       };
+                       TuningTable table = impl(comm).tune(o, progress);
+                       if (rank == 0) {
+                         if (tty) std::fprintf(stderr, "\n");
+                         saveTuningFile(table, t.output);
+                         std::printf("tuning table written to %s (use ANYR_TUNING_FILE=%s)\n\n",
+                                     t.output.c_str(), t.output.c_str());
+                         for (int op = 0; op < kNumOps; ++op) {
+                           std::printf("%s:\n", opName(static_cast<Op>(op)));
+                           for (const TunedPoint& p : table.points[static_cast<size_t>(op)]) {
+                             double ncclUs = -1, best = -1;
+                             for (const auto& [name, us] : p.times) {
+                               if (name == pathName(static_cast<Op>(op), Path{anyrAlgoNccl, false}))
+                                 ncclUs = us;
+                               if (name == p.choice) best = us;
+                             }
+                             std::printf("  %8s  %-22s %9.2f us",
+                                         fmtBytes(bucketBytes(p.bucket)).c_str(), p.choice.c_str(),
+                                         best);
+                             if (ncclUs > 0)
+                               std::printf("   NCCL %9.2f us (%.2fx)", ncclUs, ncclUs / best);
+                             std::printf("\n");
+                           }
+                         }
+                       }
+                       if (anyrCommDestroy(comm) != anyrSuccess) return 3;
+                       return 0;
+                     });
 }
 
 int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,
