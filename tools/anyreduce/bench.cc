@@ -145,19 +145,7 @@ int rankMain(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id
                           static_cast<float>(bad[1]), static_cast<float>(ncclUs)};
         BENCH_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoAuto), comm);
         BENCH_CUDA(cudaMemcpyAsync(dStats, stats, sizeof(stats), cudaMemcpyHostToDevice, s));
-        if (nccl) {
-          // Through NCCL when there is one: an anyreduce host path with a compressed wire
-          // (--wire) would round the figures.
-          ncclResult_t r = ncclAllReduce(dStats, dStats, 4, ncclFloat32, ncclSum, nccl, s);
-          auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-          while (r == ncclInProgress && std::chrono::steady_clock::now() < until) {
-            if (ncclCommGetAsyncError(nccl, &r) != ncclSuccess) break;
-          }
-          if (r != ncclSuccess)
-            throw std::runtime_error(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
-        } else {
-          BENCH_ANYR(anyrAllReduce(dStats, dStats, 4, anyrFloat32, anyrSum, comm, s), comm);
-        }
+        sumOverRanks(dStats, 4, comm, nccl, s);
         BENCH_CUDA(cudaMemcpyAsync(stats, dStats, sizeof(stats), cudaMemcpyDeviceToHost, s));
         BENCH_CUDA(cudaStreamSynchronize(s));
         Point p;
@@ -255,6 +243,21 @@ anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyr
   BENCH_ANYR(anyrCommInitRankConfig(&comm, nranks, id, rank, &cfg), nullptr);
   BENCH_ANYR(anyrCommGetNcclComm(comm, nccl), comm);
   return comm;
+}
+
+void sumOverRanks(float* dStats, size_t n, anyrComm_t comm, void* ncclVoid, cudaStream_t s) {
+  ncclComm_t nccl = static_cast<ncclComm_t>(ncclVoid);
+  if (nccl == nullptr) {
+    BENCH_ANYR(anyrAllReduce(dStats, dStats, n, anyrFloat32, anyrSum, comm, s), comm);
+    return;
+  }
+  ncclResult_t r = ncclAllReduce(dStats, dStats, n, ncclFloat32, ncclSum, nccl, s);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (r == ncclInProgress && std::chrono::steady_clock::now() < until) {
+    if (ncclCommGetAsyncError(nccl, &r) != ncclSuccess) break;
+  }
+  if (r != ncclSuccess)
+    throw std::runtime_error(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
 }
 
 int runAllRanks(

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -64,6 +66,12 @@ int runAllRanks(
 
 // "4K", "16M", "1G" for whole KiB / MiB / GiB, else the byte count.
 std::string fmtBytes(uint64_t b);
+
+// Sums `n` floats over every rank, in place in device memory (the figures a benchmark reports:
+// times, error counts): through NCCL when the communicator has one (`nccl`, a ncclComm_t), else
+// through anyreduce. Not through anyreduce when NCCL exists: a host path with a compressed wire
+// (--wire) would round the figures.
+void sumOverRanks(float* dStats, size_t n, anyrComm_t comm, void* nccl, cudaStream_t s);
 
 // Selects the rank's GPU (rank % ngpus) and creates its communicator with the bench's
 // timeout; *nccl receives the communicator's NCCL communicator (ncclComm_t), or NULL.

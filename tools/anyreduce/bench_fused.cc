@@ -138,7 +138,7 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       float stats[4] = {static_cast<float>(fused), static_cast<float>(own),
                         static_cast<float>(viaNccl), static_cast<float>(wrong)};
       BENCH_CUDA(cudaMemcpyAsync(dStats, stats, sizeof(stats), cudaMemcpyHostToDevice, s));
-      BENCH_ANYR(anyrAllReduce(dStats, dStats, 4, anyrFloat32, anyrSum, comm, s), comm);
+      sumOverRanks(dStats, 4, comm, nccl, s);
       BENCH_CUDA(cudaMemcpyAsync(stats, dStats, sizeof(stats), cudaMemcpyDeviceToHost, s));
       BENCH_CUDA(cudaStreamSynchronize(s));
       const double f = stats[0] / nranks, ow = stats[1] / nranks,

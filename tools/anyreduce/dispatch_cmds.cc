@@ -173,12 +173,12 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
     call();
     BENCH_CUDA(cudaStreamSynchronize(s));
     times.push_back(timeCalls(call, s, o.graph, o.calls, o.samples, o.warmup));
-    // Mean over ranks (the same reduction `bench` uses), through the communicator itself.
+    // Mean over ranks (the same reduction `bench` uses).
     const size_t k = times.size();
     std::vector<float> st(k);
     for (size_t i = 0; i < k; ++i) st[i] = static_cast<float>(times[i]);
     BENCH_CUDA(cudaMemcpyAsync(dStats, st.data(), k * sizeof(float), cudaMemcpyHostToDevice, s));
-    BENCH_ANYR(anyrAllReduce(dStats, dStats, k, anyrFloat32, anyrSum, comm, s), comm);
+    sumOverRanks(dStats, k, comm, nccl, s);
     BENCH_CUDA(cudaMemcpyAsync(st.data(), dStats, k * sizeof(float), cudaMemcpyDeviceToHost, s));
     BENCH_CUDA(cudaStreamSynchronize(s));
     for (size_t i = 0; i < k; ++i) times[i] = st[i] / nranks;
