@@ -18,6 +18,7 @@
 
 #include "common/data.h"
 #include "common/launcher.h"
+#include "core/config.h"
 #include "timing.h"
 
 namespace anyr {
@@ -43,15 +44,13 @@ int rankMain(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id
   ncclComm_t nccl = static_cast<ncclComm_t>(ncclVoid);
 
   // Which algorithms run: the requested ones that this communicator admits.
-  std::vector<std::string> algos;
+  std::vector<anyrAlgo_t> algos;
   std::string skipped;
   for (const std::string& a : o.algos) {
     anyrAlgo_t algo = anyrAlgoAuto;
-    for (int i = 0; i < anyrNumAlgos; ++i) {
-      if (a == anyrAlgoName(static_cast<anyrAlgo_t>(i))) algo = static_cast<anyrAlgo_t>(i);
-    }
+    if (!parseAlgo(a, &algo)) throw std::runtime_error("unknown algorithm '" + a + "'");
     if (anyrCommSetAlgorithm(comm, algo) == anyrSuccess) {
-      algos.push_back(a);
+      algos.push_back(algo);
     } else {
       skipped += "  skipped " + a + ": " + anyrGetLastError(comm) + "\n";
     }
@@ -111,11 +110,8 @@ int rankMain(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id
         BENCH_CUDA(cudaStreamSynchronize(s));
         ncclUs = timeCalls(rawNccl, s, o.graph, o.calls, o.samples, o.warmup);
       }
-      for (const std::string& a : algos) {
-        anyrAlgo_t algo = anyrAlgoAuto;
-        for (int i = 0; i < anyrNumAlgos; ++i) {
-          if (a == anyrAlgoName(static_cast<anyrAlgo_t>(i))) algo = static_cast<anyrAlgo_t>(i);
-        }
+      for (const anyrAlgo_t algo : algos) {
+        const std::string a = anyrAlgoName(algo);
         BENCH_ANYR(anyrCommSetAlgorithm(comm, algo), comm);
         anyrAlgo_t chosen = algo;
         BENCH_ANYR(anyrCommQueryAlgorithm(comm, count, dt, &chosen), comm);

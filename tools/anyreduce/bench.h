@@ -17,9 +17,8 @@ struct BenchOptions {
   uint64_t maxBytes = 256ull << 20;
   double factor = 2.0;
   std::vector<anyrDataType_t> dtypes = {anyrBfloat16};
-  std::vector<std::string> algos = {"auto",    "oneshot-push", "oneshot-pull",
-                                    "twoshot", "twoshot-push", "nccl"};
-  int nranks = 0;  // 0: one per visible GPU
+  std::vector<std::string> algos;  // names (anyrAlgoName); the command line's -a, with its default
+  int nranks = 0;                  // 0: one per visible GPU
   bool graph = true;
   bool inPlace = false;
   int calls = 20;    // calls per timed sample (per graph)
