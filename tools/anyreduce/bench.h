@@ -33,7 +33,6 @@ struct BenchOptions {
   anyrQuant_t quant = anyrQuantNone;
   std::vector<size_t> hiddens = {4096, 6144, 7168, 8192};
   std::vector<size_t> tokens = {1, 2, 3, 4, 8, 16, 32, 64, 128, 129, 256, 512, 1024, 2048};
-  bool tokensGiven = false;
   // --check-dispatch (dispatch_cmds.cc)
   bool checkDispatch = false;
 };

@@ -95,12 +95,8 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
   Communicator& c = impl(comm);
   const bool tuned = c.tuned() != nullptr;
   const double limit = tuned ? 1.03 : 1.10;
-  const size_t hidden = o.hiddens.size() == 1 ? o.hiddens[0] : 6144;
-  std::vector<size_t> tokens = o.tokens;
-  if (!o.tokensGiven) {
-    tokens.clear();
-    for (size_t t = 1; t <= 2048; t *= 2) tokens.push_back(t);
-  }
+  const size_t hidden = o.hiddens.at(0);  // one (the command line checks)
+  const std::vector<size_t>& tokens = o.tokens;
   const size_t maxTokens = *std::max_element(tokens.begin(), tokens.end());
   const uint64_t fusedBytes = maxTokens * hidden * 2;
   void *in, *out, *partial, *residual, *weight, *norm, *quant;

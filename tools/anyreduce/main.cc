@@ -355,8 +355,17 @@ int main(int argc, char** argv) {
       };
       parseList(hiddenS, "--hidden", &bo.hiddens);
       parseList(tokensS, "--tokens", &bo.tokens);
-      bo.tokensGiven = !tokensS.empty();
-      if (bo.checkDispatch && hiddenS.empty()) bo.hiddens = {6144};
+      if (bo.checkDispatch) {
+        // One hidden size (default 6144) and, by default, tokens 1, 2, 4, ..., 2048.
+        if (hiddenS.empty()) bo.hiddens = {6144};
+        if (bo.hiddens.size() != 1) {
+          throw CLI::ValidationError("--hidden", "--check-dispatch takes one hidden size");
+        }
+        if (tokensS.empty()) {
+          bo.tokens.clear();
+          for (size_t t = 1; t <= 2048; t *= 2) bo.tokens.push_back(t);
+        }
+      }
       return tool::runBench(bo);
     }
     if (app.got_subcommand("tune")) {
