@@ -83,8 +83,11 @@ std::string verdictText(const nlohmann::json& m);
 // Self-contained HTML (inline SVG, no scripts, no network).
 std::string renderHtml(const nlohmann::json& m);
 
-// Starvation signature of one GPU's samples: busy (utilization >= 80 %) while power is at most
-// 45 % of the limit. `fraction` is starved samples / busy samples.
+// Starvation signature of one GPU's samples: busy (utilization >= kBusyUtilPct) while power is
+// at most kStarvedPowerFraction of the limit. `fraction` is starved samples / busy samples. The
+// verdict applies the same thresholds to a mode's mean power and utilization.
+constexpr double kBusyUtilPct = 80;
+constexpr double kStarvedPowerFraction = 0.45;
 struct Starvation {
   int samples = 0;
   int busy = 0;

@@ -378,9 +378,9 @@ Starvation starvation(const json& g, double limitW) {
     const double p = g.at("powerW")[i], u = g.at("util")[i];
     if (p < 0 || u < 0) continue;
     ++s.samples;
-    if (u < 80) continue;
+    if (u < kBusyUtilPct) continue;
     ++s.busy;
-    if (limitW > 0 && p <= 0.45 * limitW) ++s.starved;
+    if (limitW > 0 && p <= kStarvedPowerFraction * limitW) ++s.starved;
   }
   s.fraction = s.busy ? static_cast<double>(s.starved) / s.busy : 0;
   s.flagged = s.busy >= 5 && s.fraction >= 0.3;
@@ -517,8 +517,8 @@ std::string verdictText(const json& m) {
     o << "  Power, baseline: " << powerWords(base.value("power", json())) << ".\n";
     o << "  Power, anyreduce: " << powerWords(any.value("power", json())) << ".\n";
     const json& bp = base.value("power", json());
-    if (bp.is_object() && num(bp, "limitW") > 0 && num(bp, "utilMean") >= 80 &&
-        num(bp, "meanW") <= 0.45 * num(bp, "limitW")) {
+    if (bp.is_object() && num(bp, "limitW") > 0 && num(bp, "utilMean") >= kBusyUtilPct &&
+        num(bp, "meanW") <= kStarvedPowerFraction * num(bp, "limitW")) {
       o << "  Baseline shows the starvation signature: busy by NVML's utilization but drawing "
         << fmt("%.0f %% of the power limit.\n", 100 * num(bp, "meanW") / num(bp, "limitW"));
     }
