@@ -244,20 +244,8 @@ int runWatch(const WatchOptions& o) {
   while (monotonicSeconds() - t0 < o.seconds) usleep(50000);
   sampler.stop();
   json samples = json::array();
-  for (size_t i = 0; i < idx.size(); ++i) {
-    json s = {{"gpu", idx[i]},
-              {"t", json::array()},
-              {"powerW", json::array()},
-              {"smMHz", json::array()},
-              {"util", json::array()}};
-    for (const Sample& x : sampler.samples()[i]) {
-      s["t"].push_back(x.t);
-      s["powerW"].push_back(x.powerW);
-      s["smMHz"].push_back(x.smMHz);
-      s["util"].push_back(x.utilPct);
-    }
-    samples.push_back(s);
-  }
+  for (size_t i = 0; i < idx.size(); ++i)
+    samples.push_back(samplesJson(idx[i], sampler.samples()[i]));
   json m = {{"kind", "watch"},      {"date", utcNow()},       {"host", hostName()},
             {"command", o.command}, {"durationS", o.seconds}, {"intervalMs", o.sampleMs},
             {"gpus", gpus},         {"samples", samples}};

@@ -237,6 +237,21 @@ json countersJson(const anyrCounters_t& c) {
 
 }  // namespace
 
+json samplesJson(const json& gpu, const std::vector<Sample>& samples) {
+  json s = {{"gpu", gpu},
+            {"t", json::array()},
+            {"powerW", json::array()},
+            {"smMHz", json::array()},
+            {"util", json::array()}};
+  for (const Sample& x : samples) {
+    s["t"].push_back(x.t);
+    s["powerW"].push_back(x.powerW);
+    s["smMHz"].push_back(x.smMHz);
+    s["util"].push_back(x.utilPct);
+  }
+  return s;
+}
+
 int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id, int ngpus,
                double t0, const std::string& rankFile) {
   tool::BenchOptions bo;
@@ -409,19 +424,9 @@ int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id
     sweep.push_back(row);
   }
   sampler.stop();
-  json samples = {{"gpu", out["gpu"]["index"]},
-                  {"t", json::array()},
-                  {"powerW", json::array()},
-                  {"smMHz", json::array()},
-                  {"util", json::array()}};
-  if (!sampler.samples().empty()) {
-    for (const Sample& sm : sampler.samples()[0]) {
-      samples["t"].push_back(sm.t);
-      samples["powerW"].push_back(sm.powerW);
-      samples["smMHz"].push_back(sm.smMHz);
-      samples["util"].push_back(sm.utilPct);
-    }
-  }
+  const json samples =
+      samplesJson(out["gpu"]["index"],
+                  sampler.samples().empty() ? std::vector<Sample>() : sampler.samples()[0]);
   out["batches"] = batches;
   out["phases"] = phases;
   out["arSweep"] = sweep;
