@@ -475,6 +475,15 @@ Topology parseTopology(const std::string& text, const std::string& prefix) {
 
 Topology topologyFromJson(const std::string& text) { return parseTopology(text, "topology"); }
 
+Topology firstGpus(const Topology& t, int n) {
+  Topology sub = t;
+  sub.gpus.resize(static_cast<size_t>(n));
+  sub.resizePairs();
+  for (int s = 0; s < n; ++s)
+    for (int d = 0; d < n; ++d) sub.pair(s, d) = t.pair(s, d);
+  return sub;
+}
+
 Topology loadTopologyFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throwErrno("topology file '" + path + "': cannot open");

@@ -79,6 +79,10 @@ struct Topology {
 std::string topologyToJson(const Topology& t, int indent = 2);
 Topology topologyFromJson(const std::string& text);
 Topology loadTopologyFile(const std::string& path);
+
+// The first n GPUs of `t` (n <= t.size()) and their pairs, as a communicator of n ranks over
+// them sees them.
+Topology firstGpus(const Topology& t, int n);
 void saveTopologyFile(const Topology& t, const std::string& path);
 
 // Human-readable tables (GPUs, then the pair matrix for each property).

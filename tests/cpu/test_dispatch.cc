@@ -31,16 +31,6 @@ CommFacts factsFor(const Topology& t, bool nccl = true, bool host = true) {
   return testfix::facts(t, nccl, host, host ? "" : "disabled for the test");
 }
 
-// The first n GPUs of a fixture, as a communicator of n ranks over them sees them.
-Topology firstGpus(const Topology& t, int n) {
-  Topology sub = t;
-  sub.gpus.resize(static_cast<size_t>(n));
-  sub.resizePairs();
-  for (int s = 0; s < n; ++s)
-    for (int d = 0; d < n; ++d) sub.pair(s, d) = t.pair(s, d);
-  return sub;
-}
-
 struct Machine {
   Topology t;
   Admission adm;

@@ -61,13 +61,7 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
                    t.size());
       return 2;
     }
-    // The first N GPUs of the file, as a communicator of N ranks over them would see them.
-    Topology sub = t;
-    sub.gpus.resize(static_cast<size_t>(nranks));
-    sub.resizePairs();
-    for (int s2 = 0; s2 < nranks; ++s2)
-      for (int d = 0; d < nranks; ++d) sub.pair(s2, d) = t.pair(s2, d);
-    t = sub;
+    t = firstGpus(t, nranks);  // as a communicator of N ranks over them would see them
   }
   CommFacts f;
   f.nranks = t.size();
