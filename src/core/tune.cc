@@ -9,6 +9,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "fused/fused.h"
 #include "select/explain.h"
 
 namespace anyr {
@@ -214,8 +215,11 @@ TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& pro
   bs_->broadcast(&o, sizeof(o), 0);
   ANYR_REQUIRE_ARG(o.minBytes >= 2 && o.minBytes <= o.maxBytes && o.maxBytes <= (4ull << 30),
                    "tune.minBytes/maxBytes", "must satisfy 2 <= min <= max <= 4 GiB");
-  ANYR_REQUIRE_ARG(o.hidden >= 128 && o.hidden <= 16384 && o.hidden % 8 == 0, "tune.hidden",
-                   "must be a multiple of 8 in 128..16384");
+  ANYR_REQUIRE_ARG(o.hidden >= kFusedMinHidden && o.hidden <= kFusedMaxHidden &&
+                       o.hidden % kFusedHiddenMultiple == 0,
+                   "tune.hidden",
+                   "must be a multiple of " + std::to_string(kFusedHiddenMultiple) + " in " +
+                       std::to_string(kFusedMinHidden) + ".." + std::to_string(kFusedMaxHidden));
   ANYR_REQUIRE_ARG(o.maxTokens >= 1 && o.maxTokens <= 65536, "tune.maxTokens",
                    "must be in 1..65536");
   ANYR_REQUIRE_ARG(o.calls >= 1 && o.samples >= 1, "tune.calls/samples", "must be >= 1");

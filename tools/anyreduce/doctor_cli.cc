@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "doctor/doctor.h"
+#include "fused/fused.h"
 
 namespace anyr {
 namespace tool {
@@ -79,11 +80,12 @@ int runParsed(const Args& a, const std::string& command) {
   if (a.sharedExperts >= 0) s.sharedExperts = a.sharedExperts;
   if (a.denseLayers >= 0) s.denseLayers = a.denseLayers;
   if (overridden) s.source += " Overridden on the command line: see the model table.";
-  if (s.hidden % 8 != 0 || s.hidden < 128 || s.hidden > 16384) {
-    throw CLI::ValidationError("--hidden",
-                               "must be a multiple of 8 in 128..16384 (the fused "
-                               "operation's rule), got " +
-                                   std::to_string(s.hidden));
+  if (s.hidden % kFusedHiddenMultiple != 0 || s.hidden < kFusedMinHidden ||
+      s.hidden > kFusedMaxHidden) {
+    throw CLI::ValidationError(
+        "--hidden", "must be a multiple of " + std::to_string(kFusedHiddenMultiple) + " in " +
+                        std::to_string(kFusedMinHidden) + ".." + std::to_string(kFusedMaxHidden) +
+                        " (the fused operation's rule), got " + std::to_string(s.hidden));
   }
   if (s.moe && (s.topk < 1 || s.topk > s.experts)) {
     throw CLI::ValidationError("--topk",

@@ -16,12 +16,14 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "doctor_cli.h"
+#include "fused/fused.h"
 #include "select/admission.h"
 #include "select/dispatch.h"
 #include "select/explain.h"
 #include "select/tuning.h"
 #include "topology/probe.h"
 #include "topology/topology.h"
+#include "transport/device_handles.h"
 
 namespace {
 
@@ -70,7 +72,7 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
   f.ncclAvailable = nccl;
   f.ncclReason = nccl ? "" : "disabled (--no-nccl)";
   f.peerMemory = true;
-  f.hostMemory = f.sameHost && f.nranks <= 8;
+  f.hostMemory = f.sameHost && f.nranks <= kMaxLocalRanks;
   f.hostMemoryReason = f.hostMemory ? "" : "ranks on several hosts or more than 8 ranks";
   Config cfg = resolveConfig(nullptr);
   if (!algo.empty() && !parseAlgo(algo, &cfg.algorithm)) {
@@ -266,7 +268,7 @@ int main(int argc, char** argv) {
   tune->add_option("-b,--minbytes", tuneMinS, "Smallest all-reduce size (default 1K)");
   tune->add_option("-e,--maxbytes", tuneMaxS, "Largest all-reduce size (default 256M)");
   tune->add_option("--hidden", to.hidden, "Fused op: hidden size measured (default 6144)")
-      ->check(CLI::Range(128, 16384));
+      ->check(CLI::Range(kFusedMinHidden, kFusedMaxHidden));
   tune->add_option("--max-tokens", to.maxTokens, "Fused op: 1, 2, 4 .. this many tokens (2048)")
       ->check(CLI::Range(1, 65536));
   tune->add_option("--budget-s", tuneBudgetS, "Stop measuring after this many seconds (0: none)")
