@@ -17,15 +17,15 @@ install_check() { BUILD="$BUILD" bash scripts/check-install.sh; }
 python_tests() {
   ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" /usr/bin/python3 -m pytest -q -rs python/tests
 }
-if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-  ctest --test-dir "$BUILD" --output-on-failure
-  python_tests
-  install_check
-else
+select=()
+if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   n=$(ctest --test-dir "$BUILD" -N -L gpu | grep -c 'Test *#' || true)
   echo "No GPU on this machine: excluding the $n tests labelled 'gpu' (run them on a GPU machine: scripts/device.sh)."
-  ctest --test-dir "$BUILD" --output-on-failure -LE gpu
-  python_tests
-  install_check
+  select=(-LE gpu)
+fi
+ctest --test-dir "$BUILD" --output-on-failure "${select[@]}"
+python_tests
+install_check
+if [ ${#select[@]} -gt 0 ]; then
   echo "No GPU on this machine: the $n tests labelled 'gpu' were excluded, not run."
 fi
