@@ -228,9 +228,7 @@ class Comm:
         """anyrCommDestroy (collective). Idempotent; the handle is freed even on error."""
         h, self._handle = self._handle, None
         if h is not None:
-            r = self._lib.anyrCommDestroy(h)
-            if r != 0:
-                raise make_error(r, self._lib.message_for(r, "anyrCommDestroy"), "anyrCommDestroy")
+            self._lib.check(self._lib.anyrCommDestroy(h), "anyrCommDestroy")
 
     destroy = close
 
@@ -271,8 +269,7 @@ class Comm:
         return self._handle
 
     def _check(self, r: int, function: str) -> None:
-        if r != 0:
-            raise make_error(r, self._lib.message_for(r, function, self._handle), function)
+        self._lib.check(r, function, self._handle)
 
     # -- queries -----------------------------------------------------------------------------
 

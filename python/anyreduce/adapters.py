@@ -46,6 +46,7 @@ from ._errors import LibraryNotFoundError, Unsupported
 from ._library import library
 from ._types import Algo, Config
 from .torch import (
+    _BYTE_DTYPES,
     ALL_REDUCE_DTYPES,
     FUSED_DTYPES,
     Communicator,
@@ -54,8 +55,6 @@ from .torch import (
 )
 
 logger = logging.getLogger("anyreduce.adapters")
-
-_BYTE_DTYPES = tuple(d for d in (torch.uint8, getattr(torch, "float8_e4m3fn", None)) if d is not None)
 
 __all__ = ["CustomAllreduce", "VllmCustomAllreduce", "SglangCustomAllreduce", "DeviceCommunicator"]
 
