@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 
+#include "common/data.h"
 #include "doctor_kernels.h"
 
 namespace anyr {
@@ -7,19 +8,10 @@ namespace doctor {
 
 namespace {
 
-__device__ inline uint32_t hashU32(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
-
 __global__ void fillKernel(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const uint32_t h = hashU32((static_cast<uint64_t>(seed) << 40) ^ i);
+    const uint32_t h = data::mix((static_cast<uint64_t>(seed) << 40) ^ i);
     const float u = static_cast<float>(h & 0xffffffu) / 16777216.0f;  // [0, 1)
     p[i] = __float2bfloat16((2.0f * u - 1.0f) * scale);
   }
