@@ -802,17 +802,11 @@ void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, si
     launchHostAlgo(algo, in, out, count, dtype, stream);
     return;
   }
-  const size_t es = dtypeSize(dtype);
   // Per-launch capacity: one push slot, or one staging chunk.
   const uint64_t capacity =
       algo == anyrAlgoOneShotPush ? layout_.pushSlotBytes : layout_.chunkBytes;
-  launchInPieces(algo, in, out, count, dtype, capacity,
-                 [&](size_t off, size_t c, uint64_t numVecs, const LaunchShape& shape) {
-                   AllReduceArgs a = argsTemplate_;
-                   a.input = static_cast<const char*>(in) + off * es;
-                   a.output = static_cast<char*>(out) + off * es;
-                   a.count = c;
-                   a.numVecs = numVecs;
+  launchInPieces(algo, argsTemplate_, in, out, count, dtype, capacity,
+                 [&](const AllReduceArgs& a, const LaunchShape& shape) {
                    switch (algo) {
                      case anyrAlgoOneShotPush:
                        return launchOneShotPush(dtype, a, shape, stream);

@@ -135,12 +135,13 @@ class Communicator {
   cudaError_t launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, const void* rowsIn,
                               const FusedParams& p, int rowBase, int rows, cudaStream_t stream);
   // Runs a message as launches of at most capacityBytes each (piece boundaries are multiples of
-  // 16 bytes, so alignment is kept): launch(first element, elements, 16-byte vectors, shape)
-  // per piece; a launch error throws, naming the algorithm. Shared by the peer and host paths.
-  // A template, not a std::function: the callers' lambdas capture more than std::function
-  // stores inline, and this runs on every eager call.
-  template <typename Launch>
-  void launchInPieces(anyrAlgo_t algo, const void* in, void* out, size_t count,
+  // 16 bytes, so alignment is kept): launch(args, shape) per piece, where args is `tmpl`
+  // (AllReduceArgs or HostArgs) with the piece's input, output, count and 16-byte vectors; a
+  // launch error throws, naming the algorithm. Shared by the peer and host paths. A template,
+  // not a std::function: the callers' lambdas capture more than std::function stores inline,
+  // and this runs on every eager call.
+  template <typename Args, typename Launch>
+  void launchInPieces(anyrAlgo_t algo, const Args& tmpl, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, uint64_t capacityBytes, Launch&& launch);
   [[noreturn]] static void throwLaunchFailed(anyrAlgo_t algo, cudaError_t e);
   // Host-memory transport (comm_host.cc).
@@ -215,19 +216,23 @@ size_t dtypeSize(anyrDataType_t t);
 // x rounded up to a multiple of a (workspace and host-segment layouts).
 inline uint64_t roundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-template <typename Launch>
-void Communicator::launchInPieces(anyrAlgo_t algo, const void* in, void* out, size_t count,
-                                  anyrDataType_t dtype, uint64_t capacityBytes, Launch&& launch) {
+template <typename Args, typename Launch>
+void Communicator::launchInPieces(anyrAlgo_t algo, const Args& tmpl, const void* in, void* out,
+                                  size_t count, anyrDataType_t dtype, uint64_t capacityBytes,
+                                  Launch&& launch) {
   const size_t es = dtypeSize(dtype);
   const size_t perLaunch = static_cast<size_t>(capacityBytes / es);
   const bool aligned =
       reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
   for (size_t off = 0; off < count; off += perLaunch) {
-    const size_t c = perLaunch < count - off ? perLaunch : count - off;
-    const uint64_t numVecs = (c * es + 15) / 16;
-    LaunchShape shape = shapeFor(algo, numVecs);
+    Args a = tmpl;
+    a.input = static_cast<const char*>(in) + off * es;
+    a.output = static_cast<char*>(out) + off * es;
+    a.count = perLaunch < count - off ? perLaunch : count - off;
+    a.numVecs = (a.count * es + 15) / 16;
+    LaunchShape shape = shapeFor(algo, a.numVecs);
     shape.aligned = aligned;
-    const cudaError_t e = launch(off, c, numVecs, shape);
+    const cudaError_t e = launch(a, shape);
     if (e != cudaSuccess) throwLaunchFailed(algo, e);
   }
 }

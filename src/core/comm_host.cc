@@ -106,20 +106,13 @@ void Communicator::initHostTransport() {
 void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                                   anyrDataType_t dtype, cudaStream_t stream) {
   if (!host_) throwError(anyrInternalError, "launchHostAlgo: no host transport");
-  const size_t es = dtypeSize(dtype);
-  launchInPieces(algo, in, out, count, dtype, hostLayout_.launchBytes,
-                 [&](size_t off, size_t c, uint64_t numVecs, const LaunchShape& shape) {
-                   HostArgs a = hostTemplate_;
-                   a.input = static_cast<const char*>(in) + off * es;
-                   a.output = static_cast<char*>(out) + off * es;
-                   a.count = c;
-                   a.numVecs = numVecs;
-                   // One-shot messages of at most llMaxBytes with the native wire take the
-                   // low-latency protocol (one PCIe round trip instead of two); the decision
-                   // depends only on agreed values and the call's count, so every rank takes
-                   // the same one.
-                   const bool ll = algo == anyrAlgoHostOneShot && a.wire == kWireNative &&
-                                   count * es <= hostLayout_.llMaxBytes;
+  // One-shot messages of at most llMaxBytes with the native wire take the low-latency protocol
+  // (one PCIe round trip instead of two); the decision depends only on agreed values and the
+  // call's count, so every rank takes the same one.
+  const bool ll = algo == anyrAlgoHostOneShot && hostTemplate_.wire == kWireNative &&
+                  count * dtypeSize(dtype) <= hostLayout_.llMaxBytes;
+  launchInPieces(algo, hostTemplate_, in, out, count, dtype, hostLayout_.launchBytes,
+                 [&](const HostArgs& a, const LaunchShape& shape) {
                    if (ll) return launchHostOneShotLL(dtype, a, shape, stream);
                    return algo == anyrAlgoHostOneShot ? launchHostOneShot(dtype, a, shape, stream)
                                                       : launchHostTwoShot(dtype, a, shape, stream);
