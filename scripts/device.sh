@@ -16,8 +16,8 @@
 #   dispatch     bench --check-dispatch (seed), anyreduce tune, explain, check again (tuned)
 #   host         host-memory transport vs NCCL through host memory; compressed wire
 #   doctor       anyreduce doctor (synthetic decode step, power) for the GLM-like presets
-#   profile      nsys kernel times: fused one-shot at hidden 6144 x 1 token against the plain
-#                one-shot push of the same 12 KB (where the fused op's extra microseconds go)
+#   profile      anyr_fused_floor: the fused one-shot at one token against an empty kernel, the
+#                standalone epilogue and the plain one-shot push (where the extra us go)
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -170,21 +170,11 @@ if want doctor; then
 fi
 
 if want profile; then
-  step "profile: GPU kernel times, fused add+RMSNorm (hidden 6144, 1 token) vs one-shot push 12 KB"
-  if command -v nsys >/dev/null 2>&1; then
-    # The bench forks one process per rank without exec: nsys must follow the forks.
-    for run in "fused:--op add-rmsnorm --hidden 6144 --tokens 1" "allreduce:-a oneshot-push -b 12K -e 12K"; do
-      name=${run%%:*}
-      # shellcheck disable=SC2086
-      timeout -k 10 300 nsys profile --trace=cuda --trace-fork-before-exec=true --force-overwrite=true \
-        -o "$OUT/profile-$name" "$A" bench ${run#*:} --samples 5 >"$OUT/profile-$name.log" 2>&1
-      check "$?" "nsys profile $name"
-      nsys stats --report cuda_gpu_kern_sum --format csv "$OUT/profile-$name.nsys-rep" 2>/dev/null |
-        tee "$OUT/profile-$name-kernels.csv" | head -12
-    done
-  else
-    echo "nsys is not installed on this machine: profile skipped"
-  fi
+  step "profile: where the fused one-shot's time goes at one token (anyr_fused_floor)"
+  # Empty kernel, standalone add+RMSNorm, plain one-shot push and the fused kernel, at world
+  # size 1 (no peer) and 2, in one process (nsys is not installed on the GPU machine).
+  timeout -k 10 120 "$BUILD/tools/anyr_fused_floor" 2>&1 | tee "$OUT/fused-floor.txt"
+  check "${PIPESTATUS[0]}" "anyr_fused_floor"
 fi
 
 step "done: $([ $RC = 0 ] && echo "every step passed" || echo "SOME STEPS FAILED (see FAILED lines)")"

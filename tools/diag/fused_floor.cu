@@ -1,0 +1,301 @@
+// anyr_fused_floor: where the fused one-shot kernel's microseconds go at one token. One
+// process drives one or two GPUs (peer access, no communicator, no bootstrap) and times, under
+// CUDA-graph replay (calls per graph, median of samples, the slower GPU), the same device
+// launchers the library uses:
+//   empty            an empty kernel: the floor of one graph kernel node
+//   k                the standalone add + RMSNorm kernel on one row
+//   push(n)          the plain one-shot push all-reduce of one row, world size n
+//   push(n)+k        the two above, one after the other (the unfused composition)
+//   fused(n)         the fused one-shot push kernel, world size n
+// with n = 1 (no peer: launch + local work only) and n = 2 (the two GPUs). fused(n) - push(n)
+// is what fusion adds over the all-reduce; fused(1) - push(1) is the epilogue's own cost.
+// Every wait is bounded by the kernels' own deadline (5 s here).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "algo/algo.h"
+#include "fused/fused.h"
+#include "fused/fused_algo.h"
+
+namespace {
+
+#define CHECK(x)                                                                       \
+  do {                                                                                 \
+    cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+__global__ void emptyKernel() {}
+
+__global__ void fillWords(uint32_t* p, size_t n, uint32_t v) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    p[i] = v;
+  }
+}
+
+__global__ void fillBf16(uint16_t* p, size_t n, int salt) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    // Small integers -8..7, exact in bf16.
+    const float f = static_cast<float>(static_cast<int>((i * 2654435761u + salt) % 16) - 8);
+    p[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);
+  }
+}
+
+constexpr uint64_t kSlotBytes = 256u << 10;
+constexpr int kCalls = 200;
+constexpr int kSamples = 15;
+
+struct Rank {
+  int dev = 0;
+  cudaStream_t s{};
+  char* ws = nullptr;  // push area only: 3 phases x n slots x kSlotBytes
+  anyr::LocalState* state = nullptr;
+  anyr::WaitControl* wait = nullptr;
+  anyr::WorkspaceHeader* header = nullptr;
+  int32_t* hostAbort = nullptr;
+  anyr::ErrorRecord* error = nullptr;
+  void *partial = nullptr, *residual = nullptr, *weight = nullptr, *norm = nullptr, *x = nullptr;
+  int sms = 0;
+};
+
+void setup(Rank& r, int dev) {
+  r.dev = dev;
+  CHECK(cudaSetDevice(dev));
+  CHECK(cudaStreamCreateWithFlags(&r.s, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, dev));
+  r.sms = std::min(prop.multiProcessorCount, anyr::kMaxBlocks);
+  const size_t wsBytes = 3 * 2 * kSlotBytes;
+  CHECK(cudaMalloc(&r.ws, wsBytes));
+  fillWords<<<64, 256, 0, r.s>>>(reinterpret_cast<uint32_t*>(r.ws), wsBytes / 4,
+                                 anyr::kPushClearWord);
+  CHECK(cudaMalloc(&r.state, sizeof(anyr::LocalState)));
+  CHECK(cudaMemsetAsync(r.state, 0, sizeof(anyr::LocalState), r.s));
+  CHECK(cudaMalloc(&r.header, sizeof(anyr::WorkspaceHeader)));
+  CHECK(cudaMemsetAsync(r.header, 0, sizeof(anyr::WorkspaceHeader), r.s));
+  CHECK(cudaMalloc(&r.wait, sizeof(anyr::WaitControl)));
+  CHECK(cudaHostAlloc(&r.hostAbort, 64, cudaHostAllocMapped));
+  CHECK(cudaHostAlloc(&r.error, sizeof(anyr::ErrorRecord), cudaHostAllocMapped));
+  std::memset(r.hostAbort, 0, 64);
+  std::memset(r.error, 0, sizeof(anyr::ErrorRecord));
+  const size_t rowBytes = 16384 * 2;
+  for (void** p : {&r.partial, &r.residual, &r.weight, &r.norm, &r.x}) {
+    CHECK(cudaMalloc(p, rowBytes));
+    fillBf16<<<8, 256, 0, r.s>>>(static_cast<uint16_t*>(*p), rowBytes / 2, dev * 7 + 1);
+  }
+  CHECK(cudaStreamSynchronize(r.s));
+}
+
+void setWait(Rank& r, const std::vector<Rank>& all, int n, int rank) {
+  anyr::WaitControl wc{};
+  wc.hostAbort = r.hostAbort;
+  int32_t* dAbort = nullptr;
+  CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dAbort), r.hostAbort, 0));
+  wc.hostAbort = dAbort;
+  CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&wc.error), r.error, 0));
+  wc.state = r.state;
+  wc.ownHeader = r.header;
+  for (int p = 0; p < n; ++p) wc.peerHeaders[p] = p == rank ? nullptr : all[p].header;
+  wc.timeoutNs = 5ull * 1000 * 1000 * 1000;
+  wc.rank = rank;
+  wc.nranks = n;
+  CHECK(cudaSetDevice(r.dev));
+  CHECK(cudaMemcpy(r.wait, &wc, sizeof(wc), cudaMemcpyHostToDevice));
+}
+
+anyr::AllReduceArgs argsFor(const Rank& r, const std::vector<Rank>& all, int n, int rank,
+                            const void* in, void* out, int hidden) {
+  anyr::AllReduceArgs a{};
+  a.input = in;
+  a.output = out;
+  a.count = static_cast<uint64_t>(hidden);
+  a.numVecs = static_cast<uint64_t>(hidden) / 8;
+  for (int p = 0; p < n; ++p) a.peerWorkspace[p] = all[p].ws;
+  a.layout.pushOffset = 0;
+  a.layout.pushSlotBytes = kSlotBytes;
+  a.wait = r.wait;
+  a.state = r.state;
+  a.rank = rank;
+  a.nranks = n;
+  return a;
+}
+
+anyr::FusedParams paramsFor(const Rank& r, int hidden) {
+  anyr::FusedParams p{};
+  p.residualIn = r.residual;
+  p.residualOut = r.residual;
+  p.weight = r.weight;
+  p.normOut = r.norm;
+  p.epsilon = 1e-6f;
+  p.tokens = 1;
+  p.hidden = hidden;
+  return p;
+}
+
+// The library's one-shot shape rule (Communicator::shapeFor) for `vecs` vectors.
+anyr::LaunchShape pushShape(uint64_t vecs, int maxBlocks) {
+  uint64_t threads = (vecs + maxBlocks - 1) / maxBlocks;
+  threads =
+      std::min<uint64_t>(anyr::kAlgoThreads, std::max<uint64_t>(128, (threads + 31) / 32 * 32));
+  anyr::LaunchShape s;
+  s.threads = static_cast<int>(threads);
+  s.blocks = static_cast<int>(std::max<uint64_t>(
+      1, std::min<uint64_t>((vecs + threads - 1) / threads, static_cast<uint64_t>(maxBlocks))));
+  s.aligned = true;
+  return s;
+}
+
+// Median microseconds per call over the ranks' graphs (the slower rank), `fn(rank)` enqueuing
+// one call on that rank's stream.
+double timeRanks(std::vector<Rank>& ranks, int n, const std::function<void(int)>& fn) {
+  std::vector<cudaGraphExec_t> exec(n);
+  for (int i = 0; i < n; ++i) {
+    CHECK(cudaSetDevice(ranks[i].dev));
+    cudaGraph_t g;
+    CHECK(cudaStreamBeginCapture(ranks[i].s, cudaStreamCaptureModeThreadLocal));
+    for (int c = 0; c < kCalls; ++c) fn(i);
+    CHECK(cudaStreamEndCapture(ranks[i].s, &g));
+    CHECK(cudaGraphInstantiate(&exec[i], g, 0));
+    CHECK(cudaGraphDestroy(g));
+  }
+  std::vector<cudaEvent_t> a(n), b(n);
+  for (int i = 0; i < n; ++i) {
+    CHECK(cudaSetDevice(ranks[i].dev));
+    CHECK(cudaEventCreate(&a[i]));
+    CHECK(cudaEventCreate(&b[i]));
+  }
+  std::vector<double> us;
+  for (int smp = 0; smp < kSamples + 2; ++smp) {
+    for (int i = 0; i < n; ++i) {
+      CHECK(cudaSetDevice(ranks[i].dev));
+      CHECK(cudaEventRecord(a[i], ranks[i].s));
+      CHECK(cudaGraphLaunch(exec[i], ranks[i].s));
+      CHECK(cudaEventRecord(b[i], ranks[i].s));
+    }
+    double worst = 0;
+    for (int i = 0; i < n; ++i) {
+      CHECK(cudaEventSynchronize(b[i]));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, a[i], b[i]));
+      worst = std::max(worst, 1000.0 * ms / kCalls);
+    }
+    if (smp >= 2) us.push_back(worst);  // two warm-up samples
+  }
+  for (int i = 0; i < n; ++i) {
+    CHECK(cudaSetDevice(ranks[i].dev));
+    CHECK(cudaGraphExecDestroy(exec[i]));
+    CHECK(cudaEventDestroy(a[i]));
+    CHECK(cudaEventDestroy(b[i]));
+  }
+  for (int i = 0; i < n; ++i) {
+    if (ranks[i].error->code != 0) {
+      std::fprintf(stderr, "rank %d: a wait failed (code %d, waited for rank %d)\n", i,
+                   ranks[i].error->code, ranks[i].error->waitedRank);
+      std::exit(1);
+    }
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+    std::printf("anyr_fused_floor: no CUDA GPU visible; nothing to measure\n");
+    return 0;
+  }
+  int n2 = 0;
+  if (ndev >= 2) {
+    int ab = 0, ba = 0;
+    CHECK(cudaDeviceCanAccessPeer(&ab, 0, 1));
+    CHECK(cudaDeviceCanAccessPeer(&ba, 1, 0));
+    if (ab && ba) n2 = 2;
+  }
+  std::vector<Rank> ranks(n2 ? 2 : 1);
+  for (size_t i = 0; i < ranks.size(); ++i) setup(ranks[i], static_cast<int>(i));
+  if (n2) {
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaDeviceEnablePeerAccess(1, 0));
+    CHECK(cudaSetDevice(1));
+    CHECK(cudaDeviceEnablePeerAccess(0, 0));
+  }
+  const int maxBlocks = ranks[0].sms;
+  std::printf("# anyr_fused_floor: bf16, 1 row, graph replay of %d calls, median of %d, us/call\n",
+              kCalls, kSamples);
+  const double e1 = timeRanks(ranks, 1, [&](int i) { emptyKernel<<<1, 32, 0, ranks[i].s>>>(); });
+  std::printf("empty kernel 1x32: %.2f\n", e1);
+
+  std::printf("%7s %6s %6s %7s %8s %8s %10s %9s %8s %10s %9s\n", "hidden", "blocks", "thr", "empty",
+              "k", "push(1)", "push(1)+k", "fused(1)", "push(2)", "push(2)+k", "fused(2)");
+  for (int hidden : {4096, 6144, 7168, 8192}) {
+    const uint64_t vecs = static_cast<uint64_t>(hidden) / 8;
+    const int fBlocks = anyr::fusedOneShotBlocks(1, vecs, maxBlocks);
+    const int fThreads = anyr::fusedThreads(hidden);
+    const anyr::LaunchShape shape = pushShape(vecs, maxBlocks);
+    const double empty =
+        timeRanks(ranks, 1, [&](int i) { emptyKernel<<<fBlocks, fThreads, 0, ranks[i].s>>>(); });
+    auto k = [&](int i) {
+      const anyr::FusedParams p = paramsFor(ranks[i], hidden);
+      CHECK(anyr::launchAddRmsNorm(anyrBfloat16, ranks[i].x, p, ranks[i].s, 0));
+    };
+    auto push = [&](int n) {
+      return [&, n](int i) {
+        const anyr::AllReduceArgs a =
+            argsFor(ranks[i], ranks, n, i, ranks[i].partial, ranks[i].x, hidden);
+        CHECK(anyr::launchOneShotPush(anyrBfloat16, a, shape, ranks[i].s));
+      };
+    };
+    auto fused = [&](int n) {
+      return [&, n](int i) {
+        const anyr::AllReduceArgs a =
+            argsFor(ranks[i], ranks, n, i, ranks[i].partial, nullptr, hidden);
+        CHECK(anyr::launchFusedOneShotPush(anyrBfloat16, a, paramsFor(ranks[i], hidden), 0, 1,
+                                           fBlocks, ranks[i].s));
+      };
+    };
+    double r[7] = {-1, -1, -1, -1, -1, -1, -1};
+    r[0] = timeRanks(ranks, 1, k);
+    setWait(ranks[0], ranks, 1, 0);
+    r[1] = timeRanks(ranks, 1, push(1));
+    r[2] = timeRanks(ranks, 1, [&](int i) {
+      push(1)(i);
+      k(i);
+    });
+    r[3] = timeRanks(ranks, 1, fused(1));
+    if (n2) {
+      for (int i = 0; i < 2; ++i) setWait(ranks[i], ranks, 2, i);
+      // Both ranks' epochs must agree: start each world-size-2 series from equal states.
+      for (auto& rk : ranks) {
+        CHECK(cudaSetDevice(rk.dev));
+        CHECK(cudaMemset(rk.state, 0, sizeof(anyr::LocalState)));
+        fillWords<<<64, 256>>>(reinterpret_cast<uint32_t*>(rk.ws), 3 * 2 * kSlotBytes / 4,
+                               anyr::kPushClearWord);
+        CHECK(cudaDeviceSynchronize());
+      }
+      r[4] = timeRanks(ranks, 2, push(2));
+      r[5] = timeRanks(ranks, 2, [&](int i) {
+        push(2)(i);
+        k(i);
+      });
+      r[6] = timeRanks(ranks, 2, fused(2));
+    }
+    std::printf("%7d %6d %6d %7.2f %8.2f %8.2f %10.2f %9.2f %8.2f %10.2f %9.2f\n", hidden, fBlocks,
+                fThreads, empty, r[0], r[1], r[2], r[3], r[4], r[5], r[6]);
+    std::fflush(stdout);
+  }
+  return 0;
+}
