@@ -18,6 +18,8 @@
 #   doctor       anyreduce doctor (synthetic decode step, power) for the GLM-like presets
 #   profile      anyr_fused_floor: the fused one-shot at one token against an empty kernel, the
 #                standalone epilogue and the plain one-shot push (where the extra us go)
+#   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
+#                instruction; NCU_HIDDEN, default 6144)
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -175,6 +177,28 @@ if want profile; then
   # size 1 (no peer) and 2, in one process (nsys is not installed on the GPU machine).
   timeout -k 10 120 "$BUILD/tools/anyr_fused_floor" 2>&1 | tee "$OUT/fused-floor.txt"
   check "${PIPESTATUS[0]}" "anyr_fused_floor"
+fi
+
+if want ncu; then
+  step "ncu: one-token kernels at world size 1 (stall reasons per SASS instruction)"
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "$NCU" ]; then
+    for k in addRmsNormKernel fusedOneShotPushKernel oneShotPushKernel; do
+      timeout -k 10 200 "$NCU" --clock-control none --cache-control none -k "regex:$k" \
+        --launch-skip 20 --launch-count 1 --warp-sampling-interval 0 --section SpeedOfLight --section LaunchStats \
+        --section WarpStateStats --section SourceCounters --metrics gpu__time_duration.sum \
+        -f -o "$OUT/ncu-$k" "$BUILD/tools/anyr_fused_floor" --ranks 1 --hidden "${NCU_HIDDEN:-6144}" \
+        >"$OUT/ncu-$k.log" 2>&1
+      check "$?" "ncu $k"
+      "$NCU" --import "$OUT/ncu-$k.ncu-rep" --print-summary none >"$OUT/ncu-$k-details.txt" 2>&1
+      grep -E "Duration|Stall|Warp Cycles|Registers|Block Size|Grid Size" "$OUT/ncu-$k-details.txt" | head -20
+      "$NCU" --import "$OUT/ncu-$k.ncu-rep" --page source --csv --print-source sass \
+        >"$OUT/ncu-$k-sass.csv" 2>&1
+      head -c 300 "$OUT/ncu-$k-sass.csv"; echo
+    done
+  else
+    echo "ncu is not installed on this machine: skipped"
+  fi
 fi
 
 step "done: $([ $RC = 0 ] && echo "every step passed" || echo "SOME STEPS FAILED (see FAILED lines)")"

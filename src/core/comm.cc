@@ -692,21 +692,22 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   orderAfterLastWork(stream, capturing);
   // The path comes from the dispatch table (select/dispatch.h): the fused kernel or the
   // composition all-reduce + standalone epilogue, as seeded or measured per size bucket. The
-  // fused kernel needs 16-byte aligned rows, an admitted kernel that passed the startup
-  // self-test, and at least one row per launch's buffers (two-shot slots of a small
-  // ANYR_CHUNK_BYTES may not hold a wide row); otherwise the composition, which chunks
-  // through the scratch buffer.
+  // fused kernel needs an admitted kernel that passed the startup self-test and at least one
+  // row per launch's buffers (two-shot slots of a small ANYR_CHUNK_BYTES may not hold a wide
+  // row); otherwise the composition, which chunks through the scratch buffer. Nothing here
+  // depends on this rank's pointers (the kernels take any alignment): the fused kernel and
+  // the composition cut a call into launches differently, so every rank must make the same
+  // choice.
   const Path path = pathFor(p.quant != anyrQuantNone ? Op::AddRmsNormQuant : Op::AddRmsNorm, bytes);
   const anyrAlgo_t algo = path.algo;
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
-  const bool aligned16 = reinterpret_cast<uintptr_t>(partial) % 16 == 0;
   const size_t maxRows = static_cast<size_t>(fusedRowsPerLaunch(algo, rowBytes));
   // The fused one-shot kernel holds a row in registers; above two vectors per thread
   // (hidden > 8192) it spills and measured slower than the composition (hidden 16384, 1 token:
   // 14.6 vs 9.9 us on 2 x H200, docs/PERFORMANCE.md), so there it runs only when forced.
   const bool forcedOneShotPush = forced_.load() == anyrAlgoOneShotPush;
   const bool rowFitsRegisters = hidden / 8 <= 2 * static_cast<size_t>(fusedThreads(hidden));
-  const bool fusedKernel = aligned16 && maxRows > 0 && path.fusedKernel &&
+  const bool fusedKernel = maxRows > 0 && path.fusedKernel &&
                            fusedKernelOk_[static_cast<size_t>(algo)] &&
                            (algo != anyrAlgoOneShotPush || rowFitsRegisters || forcedOneShotPush);
   counters_.note(algo, bytes, fusedKernel ? CallKind::FusedKernel : CallKind::FusedComposed,
@@ -726,7 +727,7 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     return;
   }
   // Unfused composition: all-reduce into normOut (or a scratch buffer, in chunks), then the
-  // standalone epilogue kernel on it. Used for NCCL, the pull algorithms and unaligned input.
+  // standalone epilogue kernel on it: NCCL, the pull and host algorithms, and what the table picks.
   const size_t chunkRows = normOut != nullptr ? tokens : scratchBytes_ / rowBytes / 128 * 128;
   for (size_t row = 0; row < tokens; row += chunkRows) {
     const size_t rows = std::min(chunkRows, tokens - row);

@@ -149,6 +149,15 @@ std::array<FusedBuffer, 9> fusedBuffers(const void* input, const char* inputName
            {p.scale, "options.scale"}}};
 }
 
+bool fusedBuffersAligned(const void* input, const FusedParams& p) {
+  auto aligned = [](const void* ptr, uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+  };
+  const uintptr_t quantBytes = p.quant == anyrQuantFp8 ? 8 : 4;
+  return aligned(input, 16) && aligned(p.residualIn, 16) && aligned(p.residualOut, 16) &&
+         aligned(p.weight, 16) && aligned(p.normOut, 16) && aligned(p.quantOut, quantBytes);
+}
+
 }  // namespace anyr
 
 // ---- C boundary -----------------------------------------------------------------------------

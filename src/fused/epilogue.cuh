@@ -32,10 +32,12 @@
 // Summation order of ss (independent of the block size, so every kernel that uses this
 // epilogue, and every rank, gets the same bits): the row is cut into 8-element vectors
 // v = 0..hidden/8-1; slot s (0..kFusedSlots-1) sums, with fmaf, the squares of the vectors
-// v = s, s + kFusedSlots, ... in ascending order, elements 0..7 within a vector; lane l of
-// warp 0 adds the slots l, l + 32, ... in ascending order; the 32 lanes are combined by an
-// xor butterfly (16, 8, 4, 2, 1). rsqrtf is the hardware approximation (deterministic per
-// architecture). A row whose sum of squares overflows fp32 (|r| ~ 1e19, bf16 only) gets y = 0.
+// v = s, s + kFusedSlots, ... in ascending order, elements 0..7 within a vector (a slot with
+// no vector is +0.0); group g (0..31) combines slots 32g..32g+31 by an xor butterfly (offsets
+// 16, 8, 4, 2, 1; slot 32g + l in position l), and the 32 group sums are combined by the same
+// butterfly. A butterfly leaves the same bits in every position. rsqrtf is the hardware
+// approximation (deterministic per architecture). A row whose sum of squares overflows fp32
+// (|r| ~ 1e19, bf16 only) gets y = 0.
 //
 // Calling rules: every thread of the block calls fusedRowEpilogue with the same arguments;
 // blockDim.x is a multiple of 32, at most 1024 (one-dimensional block). `xs` (shared, 16-byte
@@ -176,7 +178,12 @@ __device__ __forceinline__ Vec normVec(const FusedParams& p, const float* xs, in
 // Where one row's normed values go: normOut and the quantized forms. write() takes vector v's
 // y (rounded to T, as floats, and packed) and must be called warp-uniformly with consecutive
 // lanes on consecutive vectors (the NVFP4 block maximum is combined across lanes 2j, 2j + 1).
-template <typename T>
+// kQuant: the quantization mode when the kernel is compiled for one (kQuantAtRunTime: read
+// p.quant); kAligned: the caller guarantees normOut 16-byte and quantOut 8-byte (FP8) or
+// 4-byte (NVFP4) alignment. Both only remove code: the bits are the same.
+constexpr int kQuantAtRunTime = -1;
+
+template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false>
 struct RowOutputs {
   const FusedParams& p;
   int row, nblocks, quant;
@@ -193,7 +200,7 @@ struct RowOutputs {
     const int hidden = p.hidden;
     const int64_t rowStart = static_cast<int64_t>(row) * hidden;
     nblocks = hidden / kNvfp4BlockElems;
-    quant = p.quant;
+    quant = kQuant == kQuantAtRunTime ? p.quant : kQuant;
     qscale = quant != anyrQuantNone ? scaleValue : 1.0f;  // FP8 scale or NVFP4 g
     sixG = 6.0f * qscale;
     normOut = p.normOut ? static_cast<T*>(p.normOut) + rowStart : nullptr;
@@ -204,9 +211,9 @@ struct RowOutputs {
                  ? static_cast<unsigned char*>(p.blockScales) + static_cast<int64_t>(row) * nblocks
                  : nullptr;
     swizzled = static_cast<unsigned char*>(p.blockScalesSwizzled);
-    weightAligned = isAligned(p.weight, 16);
-    normAligned = isAligned(p.normOut, 16);
-    quantAligned = isAligned(p.quantOut, quant == anyrQuantFp8 ? 8 : 4);
+    weightAligned = kAligned || isAligned(p.weight, 16);
+    normAligned = kAligned || isAligned(p.normOut, 16);
+    quantAligned = kAligned || isAligned(p.quantOut, quant == anyrQuantFp8 ? 8 : 4);
   }
 
   __device__ __forceinline__ void write(int v, bool active, const Vec& out,
@@ -253,20 +260,21 @@ __device__ __forceinline__ float quantScale(const FusedParams& p) {
   return p.quant != anyrQuantNone ? *p.scale : 1.0f;
 }
 
-// Sum of the kFusedSlots partial sums in red[0..nslots) in the documented order (warp 0,
-// lanes over slots, then an xor butterfly); returns rstd. Starts and ends with __syncthreads.
-__device__ __forceinline__ float blockRstd(const FusedParams& p, int nslots, float* red) {
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float t = 0.0f;
-    for (int s = threadIdx.x; s < nslots; s += 32) t += red[s];
+// The xor butterfly (16, 8, 4, 2, 1) over a warp: every lane gets the same sum.
+__device__ __forceinline__ float warpButterfly(float t) {
 #pragma unroll
-    for (int m = 16; m >= 1; m >>= 1) t += __shfl_xor_sync(0xffffffffu, t, m);
-    if (threadIdx.x == 0) red[kFusedSlots] = t;
-  }
-  __syncthreads();
-  const float mean = red[kFusedSlots] / static_cast<float>(p.hidden);
-  return rsqrtf(mean + p.epsilon);
+  for (int m = 16; m >= 1; m >>= 1) t += __shfl_xor_sync(0xffffffffu, t, m);
+  return t;
+}
+
+// rstd from the group sums in red[0..groups) (groups <= 32; the others count as +0.0), in the
+// documented order. Every warp computes it (the same bits), so no barrier follows; the caller
+// places one between the writes of red and this call.
+__device__ __forceinline__ float rstdFromGroups(const FusedParams& p, int groups,
+                                                const float* red) {
+  const int lane = threadIdx.x & 31;
+  const float ss = warpButterfly(lane < groups ? red[lane] : 0.0f);
+  return rsqrtf(ss / static_cast<float>(p.hidden) + p.epsilon);
 }
 
 // ---- the epilogue -------------------------------------------------------------------------
@@ -282,10 +290,13 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
   const bool resInAligned = isAligned(p.residualIn, 16);
   const bool resOutAligned = isAligned(p.residualOut, 16);
 
-  // Phase 1: r = round_T(round_T(x) + residual); residualOut; xs = float(r); slot sums.
-  for (int s = threadIdx.x; s < nslots; s += blockDim.x) {
+  // Phase 1: r = round_T(round_T(x) + residual); residualOut; xs = float(r); slot sums, and
+  // each warp's 32 consecutive slots combined into their group's sum (red[group]).
+  const int lane = threadIdx.x & 31;
+  for (int base = threadIdx.x - lane; base < nslots; base += blockDim.x) {
+    const int s = base + lane;
     float acc = 0.0f;
-    for (int v = s; v < nvec; v += kFusedSlots) {
+    for (int v = s; s < nslots && v < nvec; v += kFusedSlots) {
       float r[8];
       loadXs8(xs, v, r);
       roundToT<T>(r);
@@ -294,15 +305,16 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
       storeXs8(xs, v, r);
       acc = addSquares(r, acc);
     }
-    red[s] = acc;
+    acc = warpButterfly(acc);
+    if (lane == 0) red[base / 32] = acc;
   }
-  const float rstd = blockRstd(p, nslots, red);
+  __syncthreads();
+  const float rstd = rstdFromGroups(p, (nslots + 31) / 32, red);
 
   // Phase 2: y, normOut, quantization. One vector per lane, consecutive lanes on consecutive
   // vectors; the loop runs warp-uniformly, so the two lanes holding an NVFP4 block (vectors
   // 2b and 2b + 1 on lanes 2j and 2j + 1) combine their maxima with one shuffle.
   const RowOutputs<T> o(p, row, quantScale(p));
-  const int lane = threadIdx.x & 31;
   for (int v0 = threadIdx.x - lane; v0 < nvec; v0 += blockDim.x) {
     const int v = v0 + lane;
     const bool active = v < nvec;
@@ -322,8 +334,11 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
 // 32 with B * VPT >= hidden / 8; when VPT > 1, B == kFusedSlots / 2 (then vector v = t + k * B
 // belongs to slot t + (k & 1) * B, which keeps the documented slot order); when VPT == 1,
 // B <= kFusedSlots. `qscale` is quantScale(p), loaded early by the caller. `x` holds the
-// all-reduced fp32 row on entry and float(r) on return; `red`
-// (shared) holds kFusedRedFloats floats; ends with __syncthreads().
+// all-reduced fp32 row on entry. `ok`: this thread's part of the row arrived; when any thread
+// of the block passes false, nothing is written and every thread returns false (the block's
+// one barrier decides it). `red` (shared) holds kFusedRedFloats floats; the caller places a
+// barrier before the next row reuses it. kQuant / kAligned as for RowOutputs (kAligned: the
+// residual and the weight too).
 constexpr int kFusedRegsMaxVpt = 4;  // kFusedMaxHidden / 8 vectors over kFusedSlots / 2 threads
 static_assert(kFusedMaxHidden / 8 <= kFusedRegsMaxVpt * (kFusedSlots / 2), "VPT too small");
 
@@ -340,23 +355,22 @@ __device__ __forceinline__ void loadRowRegs(const T* base, int row, int hidden, 
   }
 }
 
-template <typename T, int VPT>
-__device__ void fusedRowEpilogueRegs(const FusedParams& p, int row, float (&x)[VPT][8],
-                                     const Vec (&res)[VPT], const Vec (&w)[VPT], float qscale,
-                                     float* red) {
+template <typename T, int VPT, int kQuant = kQuantAtRunTime, bool kAligned = false>
+__device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int row,
+                                                     float (&x)[VPT][8], const Vec (&res)[VPT],
+                                                     const Vec (&w)[VPT], float qscale, float* red,
+                                                     bool ok) {
   static_assert(VPT >= 1 && VPT <= kFusedRegsMaxVpt, "unsupported vectors per thread");
   const int hidden = p.hidden;
   const int nvec = hidden / 8;
-  const int nslots = nvec < kFusedSlots ? nvec : kFusedSlots;
   const int t = threadIdx.x;
   const int B = blockDim.x;
-  const int64_t rowStart = static_cast<int64_t>(row) * hidden;
-  const bool haveRes = p.residualIn != nullptr;
-  T* resOut = p.residualOut ? static_cast<T*>(p.residualOut) + rowStart : nullptr;
-  const bool resOutAligned = isAligned(p.residualOut, 16);
+  const int lane = t & 31;
 
-  // Phase 1: r = round_T(round_T(x) + residual); residualOut; slot sums (slot t and, with
-  // VPT > 1, slot t + B: vectors ascending within each, as in fusedRowEpilogue).
+  // Phase 1: r = round_T(round_T(x) + residual); slot sums (slot t and, with VPT > 1, slot
+  // t + B: vectors ascending within each, as in fusedRowEpilogue), each warp's 32 slots
+  // combined into their group's sum.
+  const bool haveRes = p.residualIn != nullptr;
   float ss[VPT > 1 ? 2 : 1] = {};
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
@@ -364,31 +378,40 @@ __device__ void fusedRowEpilogueRegs(const FusedParams& p, int row, float (&x)[V
     if (v >= nvec) continue;
     roundToT<T>(x[k]);
     if (haveRes) addResidual<T>(x[k], res[k]);
-    if (resOut != nullptr) storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(x[k]));
     if (VPT > 1 && (k & 1)) {
       ss[VPT > 1 ? 1 : 0] = addSquares(x[k], ss[VPT > 1 ? 1 : 0]);
     } else {
       ss[0] = addSquares(x[k], ss[0]);
     }
   }
-  if (t < nslots) red[t] = ss[0];
+  ss[0] = warpButterfly(ss[0]);
+  if (lane == 0) red[t / 32] = ss[0];
   if constexpr (VPT > 1) {
-    if (t + B < nslots) red[t + B] = ss[1];
+    ss[1] = warpButterfly(ss[1]);
+    if (lane == 0) red[(t + B) / 32] = ss[1];
   }
-  const float rstd = blockRstd(p, nslots, red);
+  if (__syncthreads_or(!ok)) return false;
+  const float rstd = rstdFromGroups(p, (VPT > 1 ? 2 * B : B) / 32, red);
 
-  // Phase 2: y, normOut, quantization; k runs warp-uniformly (RowOutputs::write's rule).
-  const RowOutputs<T> o(p, row, qscale);
+  // Phase 2: residualOut, y, normOut, quantization; k runs warp-uniformly (RowOutputs::write's
+  // rule).
+  const int64_t rowStart = static_cast<int64_t>(row) * hidden;
+  T* resOut = p.residualOut ? static_cast<T*>(p.residualOut) + rowStart : nullptr;
+  const bool resOutAligned = kAligned || isAligned(p.residualOut, 16);
+  const RowOutputs<T, kQuant, kAligned> o(p, row, qscale);
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int v = t + k * B;
     const bool active = v < nvec;
+    if (active && resOut != nullptr) {
+      storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(x[k]));
+    }
     float y[8] = {};
     Vec out = {};
     if (active) out = normalize<T>(x[k], w[k], p.weightPlusOne != 0, rstd, y);
     o.write(v, active, out, y);
   }
-  __syncthreads();
+  return true;
 }
 
 }  // namespace dev

@@ -120,6 +120,11 @@ struct FusedBuffer {
 std::array<FusedBuffer, 9> fusedBuffers(const void* input, const char* inputName,
                                         const FusedParams& p);
 
+// Whether every row buffer of a fused call allows whole-vector access: the input, residuals,
+// weight and normOut 16-byte aligned, quantOut 8-byte (FP8) or 4-byte (NVFP4) aligned (block
+// scales are written byte by byte). NULL buffers count as aligned.
+bool fusedBuffersAligned(const void* input, const FusedParams& p);
+
 // ---- host: the standalone kernel ----------------------------------------------------------
 // Add + RMSNorm (+ quantization) of an already all-reduced tensor x (dtype T, [tokens][hidden],
 // may equal p.normOut): one block per row, the row staged in shared memory. `p` must come from

@@ -10,7 +10,12 @@
 // (fused/epilogue.cuh), so the outputs carry exactly the bits of "all-reduce, then the
 // standalone add + RMSNorm kernel". The weight and the residual row are loaded before the
 // wait, so their latency overlaps it. Threads per block: fusedThreads(hidden); VPT, the
-// vectors per thread (1..4), is a template parameter.
+// vectors per thread (1..4), the quantization mode and whether every buffer allows whole
+// vectors (fusedBuffersAligned) are template parameters: a launch of one row is bound by the
+// latency of its instructions, and fetching code it never runs costs instruction-cache misses.
+// Aligned buffers get one kernel per quantization mode; other buffers one kernel that reads
+// the mode at run time and checks each buffer's alignment (the input's too: whether a call
+// runs fused must not depend on a rank's own pointers, or ranks could run different protocols).
 // normOut may alias partial: a block reads a row of partial (push, then reduce) before it
 // writes that row's outputs, and no other block touches the row.
 #include "algo/algo.h"
@@ -24,13 +29,12 @@ namespace {
 using dev::Elem;
 using dev::Vec;
 
-template <typename T, int VPT>
+template <typename T, int VPT, int Q, bool kAligned>
 // (kAlgoThreads, 1): one block per SM may use 128 registers a thread, so the row stays in
 // registers (without the 1, ptxas aimed at two blocks per SM and spilled).
 __global__ void __launch_bounds__(kAlgoThreads, 1)
     fusedOneShotPushKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
   __shared__ float red[kFusedRedFloats];
-  __shared__ int blockFailed;
   const T* in = static_cast<const T*>(a.input);  // rows [0, rows) of this launch
   const int rank = a.rank;
   const int n = a.nranks;
@@ -41,7 +45,11 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const uint64_t slot = a.layout.pushSlotBytes;
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
   const int H = p.hidden / 8;  // 16-byte vectors per row; thread t owns t + k * blockDim.x
-  if (threadIdx.x == 0) blockFailed = 0;
+  const bool inAligned = kAligned || dev::isAligned(in, 16);
+  auto loadIn = [&](uint64_t v) {
+    return inAligned ? dev::loadVec<T, true>(in, v, a.count)
+                     : dev::loadVec<T, false>(in, v, a.count);
+  };
 
   // The weight, the quantization scale and the residual of this block's first row are loaded
   // first: their latency
@@ -49,9 +57,9 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   Vec w[VPT];
   Vec res[VPT];
   dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, p.hidden,
-                           dev::isAligned(p.weight, 16), w);
-  const float qscale = dev::quantScale(p);
-  const bool resAligned = dev::isAligned(p.residualIn, 16);
+                           kAligned || dev::isAligned(p.weight, 16), w);
+  const float qscale = (Q == dev::kQuantAtRunTime ? p.quant : Q) != anyrQuantNone ? *p.scale : 1.0f;
+  const bool resAligned = kAligned || dev::isAligned(p.residualIn, 16);
   if (p.residualIn != nullptr && static_cast<int>(blockIdx.x) < rows) {
     dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + blockIdx.x, p.hidden,
                              resAligned, res);
@@ -64,7 +72,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     for (int k = 0; k < VPT; ++k) {
       const int j = threadIdx.x + k * blockDim.x;
       mine[k] = Vec{};
-      if (j < H) mine[k] = dev::loadVec<T, true>(in, static_cast<uint64_t>(row) * H + j, a.count);
+      if (j < H) mine[k] = loadIn(static_cast<uint64_t>(row) * H + j);
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) dev::sanitize<T>(mine[k]);
@@ -85,7 +93,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       for (int u = 0; u < kBatch; ++u) {
         const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
         x[u] = Vec{};
-        if (v < last) x[u] = dev::loadVec<T, true>(in, v, a.count);
+        if (v < last) x[u] = loadIn(v);
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
@@ -113,6 +121,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const char* cur = own + phase * phaseBytes;
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     if (row != static_cast<int>(blockIdx.x)) {
+      __syncthreads();  // the previous row's epilogue has read red
       if (p.residualIn != nullptr) {
         dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + row, p.hidden,
                                  resAligned, res);
@@ -158,38 +167,61 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
 #pragma unroll
       for (int k = 0; k < VPT; ++k) dev::accumulate<T>(acc[k], x[k]);
     }
-    if (!ok) blockFailed = 1;
-    __syncthreads();
-    if (blockFailed) break;  // uniform: every thread read the same shared flag
-    dev::fusedRowEpilogueRegs<T, VPT>(p, rowBase + row, acc, res, w, qscale, red);
+    // Uniform: the epilogue's barrier tells every thread whether any part failed.
+    if (!dev::fusedRowEpilogueRegs<T, VPT, Q, kAligned>(p, rowBase + row, acc, res, w, qscale, red,
+                                                        ok)) {
+      break;
+    }
   }
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->pushVecs[phase] = static_cast<uint32_t>(a.numVecs);
   dev::finishEpoch(st->pushEpoch, epoch + 1);
 }
 
-template <typename T>
-cudaError_t launchTyped(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
+template <typename T, int Q, bool kAligned>
+cudaError_t launchQuant(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
                         int blocks, cudaStream_t stream) {
   const int threads = fusedThreads(p.hidden);
   const int vpt = (p.hidden / 8 + threads - 1) / threads;
   switch (vpt) {
     case 1:
-      fusedOneShotPushKernel<T, 1><<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
+      fusedOneShotPushKernel<T, 1, Q, kAligned>
+          <<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
       break;
     case 2:
-      fusedOneShotPushKernel<T, 2><<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
+      fusedOneShotPushKernel<T, 2, Q, kAligned>
+          <<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
       break;
     case 3:
-      fusedOneShotPushKernel<T, 3><<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
+      fusedOneShotPushKernel<T, 3, Q, kAligned>
+          <<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
       break;
     case 4:
-      fusedOneShotPushKernel<T, 4><<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
+      fusedOneShotPushKernel<T, 4, Q, kAligned>
+          <<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
       break;
     default:
       return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launchTyped(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
+                        int blocks, cudaStream_t stream) {
+  if (!fusedBuffersAligned(a.input, p)) {
+    return launchQuant<T, dev::kQuantAtRunTime, false>(a, p, rowBase, rows, blocks, stream);
+  }
+  switch (p.quant) {
+    case anyrQuantNone:
+      return launchQuant<T, anyrQuantNone, true>(a, p, rowBase, rows, blocks, stream);
+    case anyrQuantFp8:
+      return launchQuant<T, anyrQuantFp8, true>(a, p, rowBase, rows, blocks, stream);
+    case anyrQuantNvfp4:
+      return launchQuant<T, anyrQuantNvfp4, true>(a, p, rowBase, rows, blocks, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace

@@ -7,6 +7,9 @@
 //    (tests/common/fused_reference) within the dtype's rounding;
 //  - every rank reports a hash of all its outputs and the parent checks they agree.
 // Outputs are poisoned before every call; inputs are fresh small integers per case.
+// One test shifts rank 0's row buffers by one element, so ranks hold differently aligned
+// pointers: every rank must still take the same path (fused kernel or composition), or their
+// launches would not match.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -65,7 +68,7 @@ struct Buffers {
 
 int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<size_t>& hiddens, const std::vector<size_t>& tokensList,
-              bool allAlgos) {
+              bool allAlgos, size_t rank0Shift = 0) {
   useRankGpu(rank);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
@@ -83,9 +86,14 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   Buffers b;
   for (void** p : {&b.partial, &b.residual, &b.residualOut, &b.norm, &b.quant, &b.x, &b.rNorm,
                    &b.rResidual, &b.rQuant}) {
-    R_CUDA(cudaMalloc(p, maxBytes));
+    R_CUDA(cudaMalloc(p, maxBytes + 16));
   }
-  R_CUDA(cudaMalloc(&b.weight, maxHidden * 2));
+  R_CUDA(cudaMalloc(&b.weight, maxHidden * 2 + 16));
+  if (rank == 0 && rank0Shift != 0) {
+    for (void** p : {&b.partial, &b.residual, &b.residualOut, &b.norm, &b.quant, &b.weight}) {
+      *p = static_cast<char*>(*p) + rank0Shift;
+    }
+  }
   R_CUDA(cudaMalloc(&b.scales, maxElems / 16 + 16));
   R_CUDA(cudaMalloc(&b.rScales, maxElems / 16 + 16));
   R_CUDA(cudaMalloc(&b.swizzled, swzBytes));
@@ -260,6 +268,24 @@ TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
         }
       },
       900);
+  expectRanksPassedWithEqualHashes(results, n);
+}
+
+TEST(FusedAllReduceGpu, RanksWithDifferentlyAlignedBuffersTakeTheSamePath) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const int n = gpuCount();
+  auto results = launch::runRanks(
+      n,
+      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        try {
+          // 64 tokens of 6144 take several one-shot launches; 129 split unevenly in two-shot.
+          return fusedRank(rank, nr, id, report, {6144}, {1, 3, 64, 129}, false, 2);
+        } catch (const std::exception& e) {
+          report(std::string("FAIL ") + e.what() + "\n");
+          return 3;
+        }
+      },
+      600);
   expectRanksPassedWithEqualHashes(results, n);
 }
 

@@ -212,7 +212,28 @@ double timeRanks(std::vector<Rank>& ranks, int n, const std::function<void(int)>
 
 }  // namespace
 
-int main() {
+// Usage: anyr_fused_floor [--ranks 1] [--hidden N]: world size 1 only (no peer waits, e.g.
+// under a profiler that replays kernels), one hidden size.
+int main(int argc, char** argv) {
+  int onlyRanks = 0, onlyHidden = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--ranks") == 0) {
+      onlyRanks = std::atoi(argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--hidden") == 0) {
+      onlyHidden = std::atoi(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "anyr_fused_floor: unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  if (onlyRanks != 0 && onlyRanks != 1 && onlyRanks != 2) {
+    std::fprintf(stderr, "anyr_fused_floor: --ranks must be 1 or 2\n");
+    return 2;
+  }
+  if (onlyHidden != 0 && (onlyHidden % 8 != 0 || onlyHidden < 128 || onlyHidden > 16384)) {
+    std::fprintf(stderr, "anyr_fused_floor: --hidden must be a multiple of 8 in 128..16384\n");
+    return 2;
+  }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
     std::printf("anyr_fused_floor: no CUDA GPU visible; nothing to measure\n");
@@ -223,7 +244,7 @@ int main() {
     int ab = 0, ba = 0;
     CHECK(cudaDeviceCanAccessPeer(&ab, 0, 1));
     CHECK(cudaDeviceCanAccessPeer(&ba, 1, 0));
-    if (ab && ba) n2 = 2;
+    if (ab && ba && onlyRanks != 1) n2 = 2;
   }
   std::vector<Rank> ranks(n2 ? 2 : 1);
   for (size_t i = 0; i < ranks.size(); ++i) setup(ranks[i], static_cast<int>(i));
@@ -241,7 +262,9 @@ int main() {
 
   std::printf("%7s %6s %6s %7s %8s %8s %10s %9s %8s %10s %9s\n", "hidden", "blocks", "thr", "empty",
               "k", "push(1)", "push(1)+k", "fused(1)", "push(2)", "push(2)+k", "fused(2)");
-  for (int hidden : {4096, 6144, 7168, 8192}) {
+  std::vector<int> hiddens = {4096, 6144, 7168, 8192};
+  if (onlyHidden != 0) hiddens = {onlyHidden};
+  for (int hidden : hiddens) {
     const uint64_t vecs = static_cast<uint64_t>(hidden) / 8;
     const int fBlocks = anyr::fusedOneShotBlocks(1, vecs, maxBlocks);
     const int fThreads = anyr::fusedThreads(hidden);
