@@ -55,7 +55,7 @@ const std::vector<Param>& params() {
       {"ANYR_HOST_ROUND", "2",
        "host one-shot: most 16-byte vectors per thread in one pipelined round (1..64; rank "
        "0's value is used)"},
-      {"ANYR_HOST_LL_BYTES", "16384",
+      {"ANYR_HOST_LL_BYTES", "32768",
        "host one-shot: messages of at most this many bytes (native wire) use the low-latency "
        "protocol, flag in every line (0 = never; a multiple of 16 up to 1048576; rank 0's "
        "value is used)"},
