@@ -26,6 +26,7 @@
 #include "anyreduce/anyreduce.h"
 #include "common/data.h"
 #include "common/launcher.h"
+#include "core/env.h"
 #include "gpu/gpu_test_util.h"
 
 namespace anyr {
@@ -420,8 +421,12 @@ TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
         std::vector<char> buf(need);
         R_ANYR(anyrCommExplain(comm, buf.data(), buf.size(), &need), comm);
         std::string text(buf.data());
-        for (const char* must : {"host-oneshot", "host-twoshot", "\"hostTransport\"",
-                                 "segmentBytes", "\"lowLatencyMaxBytes\": 16384"}) {
+        // The low-latency limit in force: ANYR_HOST_LL_BYTES, or its registered default.
+        const std::string llLimit =
+            "\"lowLatencyMaxBytes\": " + std::to_string(env::getInt("ANYR_HOST_LL_BYTES"));
+        for (const std::string& must :
+             {std::string("host-oneshot"), std::string("host-twoshot"),
+              std::string("\"hostTransport\""), std::string("segmentBytes"), llLimit}) {
           if (text.find(must) == std::string::npos) {
             ++failures;
             report(std::string("FAIL explain lacks ") + must + "\n");
