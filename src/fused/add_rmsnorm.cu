@@ -8,8 +8,16 @@
 // thread in each phase, so every thread has loads in flight. Shared memory:
 // fusedSharedBytes(hidden), at most 69,648 bytes (hidden 16384); the kernel's dynamic shared
 // memory limit is raised once per device (launchWithSmem).
+//
+// Up to hidden 8192, with the default block size, a second kernel keeps the row in registers:
+// each thread loads its vectors of x, the residual and the weight at once, so one memory
+// latency covers the three (the staged kernel waits for them one after the other: 4.6 us for
+// one row of 6144 on an H200, docs/PERFORMANCE.md), then runs the register epilogue, which
+// gives the same bits.
+#include "algo/algo.h"
 #include "fused/epilogue.cuh"
 #include "fused/fused.h"
+#include "fused/fused_algo.h"
 #include "fused/launch.cuh"
 
 namespace anyr {
@@ -21,6 +29,7 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxGrid = 1 << 16;  // blocks; more rows are taken in turn by the same blocks
+constexpr int kRegsMaxHidden = 2 * kAlgoThreads * 8;  // the register kernel: 2 vectors a thread
 
 // (kMaxThreads, 1): one block of 1024 may use 64 registers a thread; without the 1, ptxas for
 // sm_80 aimed at two such blocks (32 registers) and spilled.
@@ -47,11 +56,56 @@ __global__ void __launch_bounds__(kMaxThreads, 1) addRmsNormKernel(const T* x, F
   }
 }
 
+// The register-resident kernel: fusedThreads(hidden) threads, VPT (1 or 2) vectors each, the
+// register epilogue's block rule. x may be normOut: a block loads its whole row before it
+// writes any of it. (kAlgoThreads, 2): two blocks per SM, 64 registers a thread.
+template <typename T, int VPT>
+__global__ void __launch_bounds__(kAlgoThreads, 2) addRmsNormRegsKernel(const T* x, FusedParams p) {
+  __shared__ float red[kFusedRedFloats];
+  const int hidden = p.hidden;
+  const bool xAligned = dev::isAligned(x, 16);
+  const bool resAligned = dev::isAligned(p.residualIn, 16);
+  dev::Vec w[VPT];
+  dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, hidden, dev::isAligned(p.weight, 16),
+                           w);
+  const float qscale = dev::quantScale(p);
+  for (int row = blockIdx.x; row < p.tokens; row += gridDim.x) {
+    if (row != static_cast<int>(blockIdx.x)) __syncthreads();  // the last row has read red
+    dev::Vec xv[VPT];
+    dev::Vec res[VPT] = {};
+    dev::loadRowRegs<T, VPT>(x, row, hidden, xAligned, xv);
+    if (p.residualIn != nullptr) {
+      dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), row, hidden, resAligned, res);
+    }
+    float acc[VPT][8];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const T* e = reinterpret_cast<const T*>(&xv[k]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[k][i] = dev::Elem<T>::toFloat(e[i]);
+    }
+    dev::fusedRowEpilogueRegs<T, VPT>(p, row, acc, res, w, qscale, red, true);
+  }
+}
+
 template <typename T>
 cudaError_t launchTyped(const void* x, const FusedParams& p, cudaStream_t stream, int threads) {
   const int blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
   return launchWithSmem(addRmsNormKernel<T>, blocks, threads, fusedSharedBytes(p.hidden),
                         fusedSharedBytes(kFusedMaxHidden), stream, static_cast<const T*>(x), p);
+}
+
+template <typename T>
+cudaError_t launchRegs(const void* x, const FusedParams& p, cudaStream_t stream) {
+  const int blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
+  const int threads = fusedThreads(p.hidden);
+  const T* xt = static_cast<const T*>(x);
+  if (p.hidden / 8 <= threads) {
+    addRmsNormRegsKernel<T, 1><<<blocks, threads, 0, stream>>>(xt, p);
+  } else {
+    addRmsNormRegsKernel<T, 2><<<blocks, threads, 0, stream>>>(xt, p);
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -64,6 +118,16 @@ int addRmsNormThreads(int hidden) {
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
                              cudaStream_t stream, int threads) {
   if (p.tokens == 0) return cudaSuccess;
+  if (threads == 0 && p.hidden <= kRegsMaxHidden) {
+    switch (datatype) {
+      case anyrBfloat16:
+        return launchRegs<__nv_bfloat16>(x, p, stream);
+      case anyrFloat16:
+        return launchRegs<__half>(x, p, stream);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  }
   if (threads == 0) threads = addRmsNormThreads(p.hidden);
   if (threads % 32 != 0 || threads < 32 || threads > kMaxThreads) return cudaErrorInvalidValue;
   switch (datatype) {

@@ -127,11 +127,12 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p);
 
 // ---- host: the standalone kernel ----------------------------------------------------------
 // Add + RMSNorm (+ quantization) of an already all-reduced tensor x (dtype T, [tokens][hidden],
-// may equal p.normOut): one block per row, the row staged in shared memory. `p` must come from
-// makeFusedParams. Asynchronous on `stream`; returns the launch's error. tokens == 0: no launch.
-// Padding rows (tokens..padded) of blockScalesSwizzled are not written. threads: threads per
-// block, a multiple of 32 up to 1024, or 0 for addRmsNormThreads(hidden); the outputs do not
-// depend on it (tests use it to show that).
+// may equal p.normOut): one block per row. `p` must come from makeFusedParams. Asynchronous on
+// `stream`; returns the launch's error. tokens == 0: no launch. Padding rows (tokens..padded)
+// of blockScalesSwizzled are not written. threads: 0 for the default (up to hidden 8192 the
+// register-resident kernel, else addRmsNormThreads(hidden) threads with the row staged in
+// shared memory), or the threads per block of the staged kernel, a multiple of 32 up to 1024;
+// the outputs do not depend on it (tests use it to show that).
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
                              cudaStream_t stream, int threads = 0);
 
