@@ -447,6 +447,41 @@ TEST(FusedValidate, MakeFusedParamsCopiesTheArguments) {
   EXPECT_EQ(q.blockScalesSwizzled, nullptr);
 }
 
+// Which fused one-shot kernel a call gets: the per-quantization-mode ones need every row
+// buffer aligned for whole-vector access; anything else takes the general kernel.
+TEST(FusedValidate, BuffersAlignedForTheVectorKernels) {
+  auto at = [](uintptr_t a) { return reinterpret_cast<void*>(a); };
+  FusedParams aligned{};
+  aligned.residualIn = at(0x10000);
+  aligned.residualOut = at(0x20000);
+  aligned.weight = at(0x30000);
+  aligned.normOut = at(0x40000);
+  void* const input = at(0x50000);
+  EXPECT_TRUE(fusedBuffersAligned(input, aligned));
+  EXPECT_FALSE(fusedBuffersAligned(at(0x50002), aligned));
+  // Each row buffer 8 bytes off (not enough for 16-byte vectors), then absent (fine).
+  for (int field = 0; field < 4; ++field) {
+    for (uintptr_t where : {uintptr_t{0x70008}, uintptr_t{0}}) {
+      FusedParams p = aligned;
+      if (field == 0) p.residualIn = at(where);
+      if (field == 1) p.residualOut = at(where);
+      if (field == 2) p.weight = at(where);
+      if (field == 3) p.normOut = at(where);
+      EXPECT_EQ(fusedBuffersAligned(input, p), where == 0) << "field " << field;
+    }
+  }
+  FusedParams q = aligned;
+  q.quant = anyrQuantFp8;  // 8 bytes hold a vector's 8 codes
+  q.quantOut = at(0x60008);
+  EXPECT_TRUE(fusedBuffersAligned(input, q));
+  q.quantOut = at(0x60004);
+  EXPECT_FALSE(fusedBuffersAligned(input, q));
+  q.quant = anyrQuantNvfp4;  // 4 bytes hold a vector's 8 nibbles
+  EXPECT_TRUE(fusedBuffersAligned(input, q));
+  q.quantOut = at(0x60002);
+  EXPECT_FALSE(fusedBuffersAligned(input, q));
+}
+
 TEST(FusedCApi, RejectsInvalidArgumentsBeforeTouchingTheGpu) {
   std::vector<uint16_t> host(256 * 4);
   void* p = host.data();
