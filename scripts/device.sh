@@ -18,6 +18,8 @@
 #   doctor       anyreduce doctor (synthetic decode step, power) for the GLM-like presets
 #   profile      anyr_fused_floor: the fused one-shot at one token against an empty kernel, the
 #                standalone epilogue and the plain one-shot push (where the extra us go)
+#   pdl          ANYR_PDL=1 (programmatic dependent launch): its GPU test, then the one-shot and
+#                fused benches with it off and on, in one run
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
 #                instruction; NCU_HIDDEN, default 6144)
 #   all          all of the above (longer than one 10-minute call: split it)
@@ -177,6 +179,22 @@ if want profile; then
   # size 1 (no peer) and 2, in one process (nsys is not installed on the GPU machine).
   timeout -k 10 120 "$BUILD/tools/anyr_fused_floor" 2>&1 | tee "$OUT/fused-floor.txt"
   check "${PIPESTATUS[0]}" "anyr_fused_floor"
+fi
+
+if want pdl; then
+  step "programmatic dependent launch (ANYR_PDL): correctness, then the same benches off and on"
+  timeout -k 10 300 ctest --test-dir "$BUILD" -L gpu -R 'ProgrammaticLaunch' --output-on-failure \
+    --timeout 280 2>&1 | tee "$OUT/pdl-tests.log" | grep -E "INFO|Passed|Failed|tests passed"
+  check "${PIPESTATUS[0]}" "PDL test"
+  for on in 0 1; do
+    ANYR_PDL=$on timeout -k 10 120 "$A" explain 2>&1 | grep -A3 programmaticLaunch | head -4
+    ANYR_PDL=$on timeout -k 10 200 "$A" bench -a oneshot-push,auto -b 1K -e 256K -f 4 --samples 11 \
+      2>&1 | tee "$OUT/pdl-$on-bench.txt"
+    check "${PIPESTATUS[0]}" "PDL=$on bench"
+    ANYR_PDL=$on timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
+      --tokens 1,8,32,64,128 --samples 11 2>&1 | tee "$OUT/pdl-$on-fused.txt"
+    check "${PIPESTATUS[0]}" "PDL=$on fused bench"
+  done
 fi
 
 if want ncu; then

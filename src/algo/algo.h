@@ -16,6 +16,7 @@ struct LaunchShape {
   int blocks = 1;
   int threads = kAlgoThreads;  // <= kAlgoThreads, a multiple of 32
   bool aligned = false;        // input and output are 16-byte aligned
+  bool pdl = false;            // programmatic dependent launch (algo/launch.cuh); one-shot push
 };
 
 cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,

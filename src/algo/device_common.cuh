@@ -154,6 +154,17 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
   return t;
 }
 
+// ---- programmatic dependent launch ---------------------------------------------------------
+// A kernel launched with programmatic stream serialization (algo/launch.cuh, ANYR_PDL) may
+// start while the work before it on the stream is still finishing; it must call this before
+// its first access to memory (a buffer, its own state, a peer's). Without that launch
+// attribute, and on GPUs without the instruction, it returns at once.
+__device__ __forceinline__ void waitForPrevious() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ---- bounded waits ------------------------------------------------------------------------
 // A waiter checks, every kCheckEvery spins, the deadline, whether another thread of this
 // communicator already failed, and whether a peer announced a failure: all in device memory,

@@ -17,6 +17,7 @@
 // Sums run in fp32 in rank order 0..n-1 on every rank: outputs are bit-identical.
 #include "algo/algo.h"
 #include "algo/lamport.cuh"
+#include "algo/launch.cuh"
 
 namespace anyr {
 namespace {
@@ -27,6 +28,7 @@ using dev::Vec;
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads) oneShotPushKernel(AllReduceArgs a) {
+  dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
@@ -89,9 +91,8 @@ cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
   return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
     using Tag = decltype(tag);
-    oneShotPushKernel<typename Tag::T, Tag::kAligned>
-        <<<shape.blocks, shape.threads, 0, stream>>>(a);
-    return cudaGetLastError();
+    return launchKernel(oneShotPushKernel<typename Tag::T, Tag::kAligned>, dim3(shape.blocks),
+                        dim3(shape.threads), 0, stream, shape.pdl, a);
   });
 }
 

@@ -17,6 +17,7 @@
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 #include "topology/probe.h"
+#include "topology/probe_kernels.h"
 #include "transport/check.h"
 
 namespace anyr {
@@ -123,12 +124,44 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   initTransport();
   checkTransport();
   initHostTransport();
+  probeProgrammaticLaunch();
   decide();
   loadOrTuneAtInit();
   bs_->barrier();
   ANYR_LOG(
       Info, rank_,
       "communicator ready: " << nranks_ << " ranks, device " << device_ << ", " << cfg_.describe());
+}
+
+void Communicator::probeProgrammaticLaunch() {
+  if (env::getInt("ANYR_PDL") == 0) {
+    pdlReason_ = "off (ANYR_PDL=0, the default until measured); not probed";
+    return;
+  }
+  int* word = nullptr;
+  ANYR_CUDA_CHECK(cudaMalloc(&word, sizeof(int)));
+  const cudaError_t m = cudaMemsetAsync(word, 0, sizeof(int), internalStream_);
+  const cudaError_t e =
+      m == cudaSuccess ? probekernels::launchDependentPair(word, internalStream_) : cudaSuccess;
+  if (e != cudaSuccess) (void)cudaGetLastError();  // a refused launch leaves no sticky error
+  int got = 0;
+  const cudaError_t c =
+      cudaMemcpyAsync(&got, word, sizeof(int), cudaMemcpyDeviceToHost, internalStream_);
+  const cudaError_t s = cudaStreamSynchronize(internalStream_);
+  (void)cudaFree(word);
+  ANYR_CUDA_CHECK(m);
+  ANYR_CUDA_CHECK(c);
+  ANYR_CUDA_CHECK(s);
+  pdlAdmitted_ = e == cudaSuccess && got == 2;
+  if (e != cudaSuccess) {
+    pdlReason_ = std::string("the probe launch was refused: ") + cudaGetErrorString(e);
+  } else if (got != 2) {
+    pdlReason_ = "the probe's second kernel read " + std::to_string(got - 1) +
+                 " where the first had written 1";
+  } else {
+    pdlReason_ = "the probe launch worked";
+  }
+  pdlOn_ = pdlAdmitted_;
 }
 
 void Communicator::agreeConfig(const Config& local) {
@@ -682,7 +715,7 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     q.blockScalesSwizzled = shift(p.blockScalesSwizzled,
                                   static_cast<size_t>(swizzledPaddedCols(nvfp4ScaleCols(hidden))));
     q.tokens = rows;
-    ANYR_CUDA_CHECK(launchAddRmsNorm(dtype, x, q, stream));
+    ANYR_CUDA_CHECK(launchAddRmsNorm(dtype, x, q, stream, 0, pdlOn_));
   };
   if (nranks_ == 1) {
     epilogueOn(partial, 0, static_cast<int>(tokens));
@@ -753,7 +786,7 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
   a.numVecs = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden / 8);
   if (algo == anyrAlgoOneShotPush) {
     return launchFusedOneShotPush(dtype, a, p, rowBase, rows,
-                                  fusedOneShotBlocks(rows, a.numVecs, maxBlocks_), stream);
+                                  fusedOneShotBlocks(rows, a.numVecs, maxBlocks_), stream, pdlOn_);
   }
   return launchFusedTwoShotPush(dtype, a, p, rowBase, rows,
                                 fusedTwoShotBlocks(rows, nranks_, maxBlocks_), stream);
@@ -794,6 +827,7 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
   shape.threads = static_cast<int>(threads);
   shape.blocks = static_cast<int>(
       std::max<uint64_t>(1, std::min<uint64_t>((work + threads - 1) / threads, blocksCap)));
+  shape.pdl = pdlOn_ && algo == anyrAlgoOneShotPush;
   return shape;
 }
 
@@ -885,6 +919,8 @@ std::string Communicator::explainJson() const {
   if (!selfTestJson_.empty()) j["selfTest"] = nlohmann::json::parse(selfTestJson_);
   j["dispatchText"] = explainText();
   j["tuning"] = tuningNote_;
+  j["programmaticLaunch"] = {
+      {"admitted", pdlAdmitted_}, {"enabled", pdlOn_}, {"reason", pdlReason_}};
   if (peers_) {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;

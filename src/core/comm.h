@@ -146,6 +146,10 @@ class Communicator {
   [[noreturn]] static void throwLaunchFailed(anyrAlgo_t algo, cudaError_t e);
   // Host-memory transport (comm_host.cc).
   void initHostTransport();
+  // Programmatic dependent launch: with ANYR_PDL=1, probed once (topology/probe_kernels.h) and,
+  // where the probe works, used for the one-shot push, the fused one-shot and the standalone
+  // register kernel. Timing only: ranks need not agree on it.
+  void probeProgrammaticLaunch();
   void launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);
   void explainHost(void* json) const;  // nlohmann::json*
@@ -201,6 +205,9 @@ class Communicator {
 
   // Startup self-test (core/selftest.cc) report (JSON). What it disabled is in admission_.
   std::string selfTestJson_;
+  bool pdlAdmitted_ = false;  // asked for (ANYR_PDL) and the probe launch worked
+  bool pdlOn_ = false;        // in use
+  std::string pdlReason_;
 
   std::mutex failMu_;
   std::atomic<int> failCode_{anyrSuccess};

@@ -15,6 +15,7 @@
 // one row of 6144 on an H200, docs/PERFORMANCE.md), then runs the register epilogue, which
 // gives the same bits.
 #include "algo/algo.h"
+#include "algo/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
@@ -62,6 +63,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) addRmsNormKernel(const T* x, F
 template <typename T, int VPT>
 __global__ void __launch_bounds__(kAlgoThreads, 2) addRmsNormRegsKernel(const T* x, FusedParams p) {
   __shared__ float red[kFusedRedFloats];
+  dev::waitForPrevious();
   const int hidden = p.hidden;
   const bool xAligned = dev::isAligned(x, 16);
   const bool resAligned = dev::isAligned(p.residualIn, 16);
@@ -96,16 +98,16 @@ cudaError_t launchTyped(const void* x, const FusedParams& p, cudaStream_t stream
 }
 
 template <typename T>
-cudaError_t launchRegs(const void* x, const FusedParams& p, cudaStream_t stream) {
+cudaError_t launchRegs(const void* x, const FusedParams& p, cudaStream_t stream, bool pdl) {
   const int blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
   const int threads = fusedThreads(p.hidden);
   const T* xt = static_cast<const T*>(x);
   if (p.hidden / 8 <= threads) {
-    addRmsNormRegsKernel<T, 1><<<blocks, threads, 0, stream>>>(xt, p);
-  } else {
-    addRmsNormRegsKernel<T, 2><<<blocks, threads, 0, stream>>>(xt, p);
+    return launchKernel(addRmsNormRegsKernel<T, 1>, dim3(blocks), dim3(threads), 0, stream, pdl, xt,
+                        p);
   }
-  return cudaGetLastError();
+  return launchKernel(addRmsNormRegsKernel<T, 2>, dim3(blocks), dim3(threads), 0, stream, pdl, xt,
+                      p);
 }
 
 }  // namespace
@@ -116,14 +118,14 @@ int addRmsNormThreads(int hidden) {
 }
 
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
-                             cudaStream_t stream, int threads) {
+                             cudaStream_t stream, int threads, bool pdl) {
   if (p.tokens == 0) return cudaSuccess;
   if (threads == 0 && p.hidden <= kRegsMaxHidden) {
     switch (datatype) {
       case anyrBfloat16:
-        return launchRegs<__nv_bfloat16>(x, p, stream);
+        return launchRegs<__nv_bfloat16>(x, p, stream, pdl);
       case anyrFloat16:
-        return launchRegs<__half>(x, p, stream);
+        return launchRegs<__half>(x, p, stream, pdl);
       default:
         return cudaErrorInvalidValue;
     }

@@ -132,9 +132,10 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p);
 // of blockScalesSwizzled are not written. threads: 0 for the default (up to hidden 8192 the
 // register-resident kernel, else addRmsNormThreads(hidden) threads with the row staged in
 // shared memory), or the threads per block of the staged kernel, a multiple of 32 up to 1024;
-// the outputs do not depend on it (tests use it to show that).
+// the outputs do not depend on it (tests use it to show that). pdl: launch the register kernel
+// with programmatic dependent launch (algo/launch.cuh; the staged kernel ignores it).
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
-                             cudaStream_t stream, int threads = 0);
+                             cudaStream_t stream, int threads = 0, bool pdl = false);
 
 // Threads per block the standalone kernel uses for `hidden`.
 int addRmsNormThreads(int hidden);

@@ -34,9 +34,10 @@ inline int fusedTwoShotBlocks(int rows, int nranks, int maxBlocks) {
   return owned < maxBlocks ? owned : maxBlocks;
 }
 
+// pdl: programmatic dependent launch (algo/launch.cuh).
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, bool pdl = false);
 cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream);

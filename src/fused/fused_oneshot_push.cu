@@ -20,6 +20,7 @@
 // writes that row's outputs, and no other block touches the row.
 #include "algo/algo.h"
 #include "algo/lamport.cuh"
+#include "algo/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
 
@@ -35,6 +36,7 @@ template <typename T, int VPT, int Q, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads, 1)
     fusedOneShotPushKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
   __shared__ float red[kFusedRedFloats];
+  dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);  // rows [0, rows) of this launch
   const int rank = a.rank;
   const int n = a.nranks;
@@ -180,45 +182,40 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
 
 template <typename T, int Q, bool kAligned>
 cudaError_t launchQuant(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
-                        int blocks, cudaStream_t stream) {
+                        int blocks, cudaStream_t stream, bool pdl) {
   const int threads = fusedThreads(p.hidden);
   const int vpt = (p.hidden / 8 + threads - 1) / threads;
   switch (vpt) {
     case 1:
-      fusedOneShotPushKernel<T, 1, Q, kAligned>
-          <<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
-      break;
+      return launchKernel(fusedOneShotPushKernel<T, 1, Q, kAligned>, dim3(blocks), dim3(threads), 0,
+                          stream, pdl, a, p, rowBase, rows);
     case 2:
-      fusedOneShotPushKernel<T, 2, Q, kAligned>
-          <<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
-      break;
+      return launchKernel(fusedOneShotPushKernel<T, 2, Q, kAligned>, dim3(blocks), dim3(threads), 0,
+                          stream, pdl, a, p, rowBase, rows);
     case 3:
-      fusedOneShotPushKernel<T, 3, Q, kAligned>
-          <<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
-      break;
+      return launchKernel(fusedOneShotPushKernel<T, 3, Q, kAligned>, dim3(blocks), dim3(threads), 0,
+                          stream, pdl, a, p, rowBase, rows);
     case 4:
-      fusedOneShotPushKernel<T, 4, Q, kAligned>
-          <<<blocks, threads, 0, stream>>>(a, p, rowBase, rows);
-      break;
+      return launchKernel(fusedOneShotPushKernel<T, 4, Q, kAligned>, dim3(blocks), dim3(threads), 0,
+                          stream, pdl, a, p, rowBase, rows);
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launchTyped(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
-                        int blocks, cudaStream_t stream) {
+                        int blocks, cudaStream_t stream, bool pdl) {
   if (!fusedBuffersAligned(a.input, p)) {
-    return launchQuant<T, dev::kQuantAtRunTime, false>(a, p, rowBase, rows, blocks, stream);
+    return launchQuant<T, dev::kQuantAtRunTime, false>(a, p, rowBase, rows, blocks, stream, pdl);
   }
   switch (p.quant) {
     case anyrQuantNone:
-      return launchQuant<T, anyrQuantNone, true>(a, p, rowBase, rows, blocks, stream);
+      return launchQuant<T, anyrQuantNone, true>(a, p, rowBase, rows, blocks, stream, pdl);
     case anyrQuantFp8:
-      return launchQuant<T, anyrQuantFp8, true>(a, p, rowBase, rows, blocks, stream);
+      return launchQuant<T, anyrQuantFp8, true>(a, p, rowBase, rows, blocks, stream, pdl);
     case anyrQuantNvfp4:
-      return launchQuant<T, anyrQuantNvfp4, true>(a, p, rowBase, rows, blocks, stream);
+      return launchQuant<T, anyrQuantNvfp4, true>(a, p, rowBase, rows, blocks, stream, pdl);
     default:
       return cudaErrorInvalidValue;
   }
@@ -228,12 +225,12 @@ cudaError_t launchTyped(const AllReduceArgs& a, const FusedParams& p, int rowBas
 
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, bool pdl) {
   switch (dtype) {
     case anyrFloat16:
-      return launchTyped<__half>(a, p, rowBase, rows, blocks, stream);
+      return launchTyped<__half>(a, p, rowBase, rows, blocks, stream, pdl);
     case anyrBfloat16:
-      return launchTyped<__nv_bfloat16>(a, p, rowBase, rows, blocks, stream);
+      return launchTyped<__nv_bfloat16>(a, p, rowBase, rows, blocks, stream, pdl);
     default:
       return cudaErrorInvalidValue;
   }

@@ -1,7 +1,10 @@
-// Kernels of the topology probe: pattern fill/check, peer atomics, SM-driven 16-byte copies
-// and a bounded flag ping-pong. See probe_kernels.h for the contracts.
+// Kernels of the topology probe: pattern fill/check, peer atomics, SM-driven 16-byte copies,
+// a bounded flag ping-pong and the programmatic-launch probe. See probe_kernels.h for the
+// contracts.
 #include <cuda_runtime.h>
 
+#include "algo/device_common.cuh"
+#include "algo/launch.cuh"
 #include "topology/probe_kernels.h"
 
 namespace anyr {
@@ -171,6 +174,28 @@ cudaError_t launchCopy16(void* dst, const void* src, size_t n16, int blocks, cud
   copy16Kernel<<<blocks, kCopyThreads, 0, stream>>>(static_cast<uint4*>(dst),
                                                     static_cast<const uint4*>(src), n16);
   return cudaGetLastError();
+}
+
+namespace {
+// The programmatic-launch probe: the first kernel writes 1 after a short delay; the second,
+// launched with the attribute, waits for it (dev::waitForPrevious) and then adds 1.
+__global__ void dependentFirstKernel(int* word) {
+  const uint64_t until = dev::globalTimerNs() + 20000;  // 20 us: the second kernel is in flight
+  while (dev::globalTimerNs() < until) {
+  }
+  *reinterpret_cast<volatile int*>(word) = 1;
+}
+__global__ void dependentSecondKernel(int* word) {
+  dev::waitForPrevious();
+  *word = *reinterpret_cast<volatile int*>(word) + 1;
+}
+}  // namespace
+
+cudaError_t launchDependentPair(int* word, cudaStream_t stream) {
+  dependentFirstKernel<<<1, 1, 0, stream>>>(word);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  return launchKernel(dependentSecondKernel, dim3(1), dim3(1), 0, stream, true, word);
 }
 
 cudaError_t launchPingPongInitiator(unsigned int* ping, const unsigned int* pong, int batches,

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
@@ -68,12 +69,26 @@ struct Buffers {
 
 int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<size_t>& hiddens, const std::vector<size_t>& tokensList,
-              bool allAlgos, size_t rank0Shift = 0) {
+              bool allAlgos, size_t rank0Shift = 0, bool pdl = false) {
   useRankGpu(rank);
+  if (pdl) setenv("ANYR_PDL", "1", 1);  // this rank's process only (ranks are forked)
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
   anyrComm_t comm = nullptr;
   R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  if (pdl) {
+    // With ANYR_PDL=1 the probe runs; where it admits programmatic launch, it is in use.
+    size_t need = 0;
+    R_ANYR(anyrCommExplain(comm, nullptr, 0, &need), comm);
+    std::vector<char> text(need);
+    R_ANYR(anyrCommExplain(comm, text.data(), text.size(), &need), comm);
+    const nlohmann::json pl = nlohmann::json::parse(text.data()).at("programmaticLaunch");
+    report("INFO programmatic launch: " + pl.dump() + "\n");
+    if (pl.at("admitted").get<bool>() != pl.at("enabled").get<bool>()) {
+      report("FAIL programmatic launch admitted but not enabled with ANYR_PDL=1\n");
+      return 4;
+    }
+  }
   cudaStream_t s;
   R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   size_t maxElems = 0, maxHidden = 0, maxTokens = 0;
@@ -280,6 +295,25 @@ TEST(FusedAllReduceGpu, RanksWithDifferentlyAlignedBuffersTakeTheSamePath) {
         try {
           // 64 tokens of 6144 take several one-shot launches; 129 split unevenly in two-shot.
           return fusedRank(rank, nr, id, report, {6144}, {1, 3, 64, 129}, false, 2);
+        } catch (const std::exception& e) {
+          report(std::string("FAIL ") + e.what() + "\n");
+          return 3;
+        }
+      },
+      600);
+  expectRanksPassedWithEqualHashes(results, n);
+}
+
+// The one-shot push, the fused one-shot and the standalone register kernel launched with
+// programmatic dependent launch (ANYR_PDL=1): the same bits as without it.
+TEST(FusedAllReduceGpu, ProgrammaticLaunchGivesTheSameBits) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const int n = gpuCount();
+  auto results = launch::runRanks(
+      n,
+      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        try {
+          return fusedRank(rank, nr, id, report, {128, 6144}, {1, 3, 64}, false, 0, true);
         } catch (const std::exception& e) {
           report(std::string("FAIL ") + e.what() + "\n");
           return 3;
