@@ -120,23 +120,18 @@ int addRmsNormThreads(int hidden) {
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
                              cudaStream_t stream, int threads, bool pdl) {
   if (p.tokens == 0) return cudaSuccess;
-  if (threads == 0 && p.hidden <= kRegsMaxHidden) {
-    switch (datatype) {
-      case anyrBfloat16:
-        return launchRegs<__nv_bfloat16>(x, p, stream, pdl);
-      case anyrFloat16:
-        return launchRegs<__half>(x, p, stream, pdl);
-      default:
-        return cudaErrorInvalidValue;
-    }
-  }
+  const bool regs = threads == 0 && p.hidden <= kRegsMaxHidden;
   if (threads == 0) threads = addRmsNormThreads(p.hidden);
   if (threads % 32 != 0 || threads < 32 || threads > kMaxThreads) return cudaErrorInvalidValue;
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    return regs ? launchRegs<T>(x, p, stream, pdl) : launchTyped<T>(x, p, stream, threads);
+  };
   switch (datatype) {
     case anyrBfloat16:
-      return launchTyped<__nv_bfloat16>(x, p, stream, threads);
+      return launch(__nv_bfloat16{});
     case anyrFloat16:
-      return launchTyped<__half>(x, p, stream, threads);
+      return launch(__half{});
     default:
       return cudaErrorInvalidValue;
   }

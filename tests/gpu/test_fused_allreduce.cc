@@ -268,75 +268,45 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   return failures ? 4 : 0;
 }
 
-TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
-  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  const int n = gpuCount();
+// Runs fusedRank on `n` ranks and requires every rank to pass with bit-identical outputs.
+void runFused(int n, const std::vector<size_t>& hiddens, const std::vector<size_t>& tokens,
+              bool allAlgos, size_t rank0Shift, bool pdl, double timeoutSec) {
   auto results = launch::runRanks(
       n,
       [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         try {
-          return fusedRank(rank, nr, id, report, {128, 6144, 7168, 16384}, {1, 3, 64, 129, 2048},
-                           true);
+          return fusedRank(rank, nr, id, report, hiddens, tokens, allAlgos, rank0Shift, pdl);
         } catch (const std::exception& e) {
           report(std::string("FAIL ") + e.what() + "\n");
           return 3;
         }
       },
-      900);
+      timeoutSec);
   expectRanksPassedWithEqualHashes(results, n);
+}
+
+TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  runFused(gpuCount(), {128, 6144, 7168, 16384}, {1, 3, 64, 129, 2048}, true, 0, false, 900);
 }
 
 TEST(FusedAllReduceGpu, RanksWithDifferentlyAlignedBuffersTakeTheSamePath) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  const int n = gpuCount();
-  auto results = launch::runRanks(
-      n,
-      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        try {
-          // 64 tokens of 6144 take several one-shot launches; 129 split unevenly in two-shot.
-          return fusedRank(rank, nr, id, report, {6144}, {1, 3, 64, 129}, false, 2);
-        } catch (const std::exception& e) {
-          report(std::string("FAIL ") + e.what() + "\n");
-          return 3;
-        }
-      },
-      600);
-  expectRanksPassedWithEqualHashes(results, n);
+  // Rank 0's buffers one element off. 64 tokens of 6144 take several one-shot launches; 129
+  // split unevenly in two-shot.
+  runFused(gpuCount(), {6144}, {1, 3, 64, 129}, false, 2, false, 600);
 }
 
 // The one-shot push, the fused one-shot and the standalone register kernel launched with
 // programmatic dependent launch (ANYR_PDL=1): the same bits as without it.
 TEST(FusedAllReduceGpu, ProgrammaticLaunchGivesTheSameBits) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  const int n = gpuCount();
-  auto results = launch::runRanks(
-      n,
-      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        try {
-          return fusedRank(rank, nr, id, report, {128, 6144}, {1, 3, 64}, false, 0, true);
-        } catch (const std::exception& e) {
-          report(std::string("FAIL ") + e.what() + "\n");
-          return 3;
-        }
-      },
-      600);
-  expectRanksPassedWithEqualHashes(results, n);
+  runFused(gpuCount(), {128, 6144}, {1, 3, 64}, false, 0, true, 600);
 }
 
 TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
-  auto results = launch::runRanks(
-      3,
-      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        try {
-          return fusedRank(rank, nr, id, report, {128, 6144}, {1, 3, 129}, false);
-        } catch (const std::exception& e) {
-          report(std::string("FAIL ") + e.what() + "\n");
-          return 3;
-        }
-      },
-      600);
-  expectRanksPassedWithEqualHashes(results, 3);
+  runFused(3, {128, 6144}, {1, 3, 129}, false, 0, false, 600);
 }
 
 }  // namespace
