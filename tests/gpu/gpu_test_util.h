@@ -8,6 +8,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -58,6 +59,18 @@ inline void useRankGpu(int rank) {
   int ngpus = 0;
   R_CUDA(cudaGetDeviceCount(&ngpus));
   R_CUDA(cudaSetDevice(rank % ngpus));
+}
+
+// The communicator's anyrCommExplain text, and the same parsed.
+inline std::string explainText(anyrComm_t comm) {
+  size_t need = 0;
+  R_ANYR(anyrCommExplain(comm, nullptr, 0, &need), comm);
+  std::vector<char> buf(need + 1);
+  R_ANYR(anyrCommExplain(comm, buf.data(), buf.size(), &need), comm);
+  return std::string(buf.data());
+}
+inline nlohmann::json explainJson(anyrComm_t comm) {
+  return nlohmann::json::parse(explainText(comm));
 }
 
 using Report = std::function<void(const std::string&)>;

@@ -408,11 +408,7 @@ TEST(AllReduceGpu, ChoiceAndExplain) {
           ++failures;
           report(std::string("FAIL 256 MiB chose ") + anyrAlgoName(large) + "\n");
         }
-        size_t need = 0;
-        R_ANYR(anyrCommExplain(comm, nullptr, 0, &need), comm);
-        std::vector<char> buf(need);
-        R_ANYR(anyrCommExplain(comm, buf.data(), buf.size(), &need), comm);
-        std::string text(buf.data());
+        const std::string text = explainText(comm);
         for (const char* must : {"\"admission\"", "oneshot-push", "\"topology\"", "peerWriteOk"}) {
           if (text.find(must) == std::string::npos) {
             ++failures;

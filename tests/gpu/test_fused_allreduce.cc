@@ -78,11 +78,7 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
   if (pdl) {
     // With ANYR_PDL=1 the probe runs; where it admits programmatic launch, it is in use.
-    size_t need = 0;
-    R_ANYR(anyrCommExplain(comm, nullptr, 0, &need), comm);
-    std::vector<char> text(need);
-    R_ANYR(anyrCommExplain(comm, text.data(), text.size(), &need), comm);
-    const nlohmann::json pl = nlohmann::json::parse(text.data()).at("programmaticLaunch");
+    const nlohmann::json pl = explainJson(comm).at("programmaticLaunch");
     report("INFO programmatic launch: " + pl.dump() + "\n");
     if (pl.at("admitted").get<bool>() != pl.at("enabled").get<bool>()) {
       report("FAIL programmatic launch admitted but not enabled with ANYR_PDL=1\n");

@@ -416,11 +416,7 @@ TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
                    " not admitted: " + anyrGetLastError(comm) + "\n");
           }
         }
-        size_t need = 0;
-        R_ANYR(anyrCommExplain(comm, nullptr, 0, &need), comm);
-        std::vector<char> buf(need);
-        R_ANYR(anyrCommExplain(comm, buf.data(), buf.size(), &need), comm);
-        std::string text(buf.data());
+        const std::string text = explainText(comm);
         // The low-latency limit in force: ANYR_HOST_LL_BYTES, or its registered default.
         const std::string llLimit =
             "\"lowLatencyMaxBytes\": " + std::to_string(env::getInt("ANYR_HOST_LL_BYTES"));

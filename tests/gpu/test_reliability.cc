@@ -134,14 +134,6 @@ bool namesRank(const std::string& msg, int r) {
   return false;
 }
 
-nlohmann::json explain(anyrComm_t comm) {
-  size_t needed = 0;
-  anyrCommExplain(comm, nullptr, 0, &needed);
-  std::vector<char> buf(needed + 1);
-  R_ANYR(anyrCommExplain(comm, buf.data(), buf.size(), &needed), comm);
-  return nlohmann::json::parse(std::string(buf.data()));
-}
-
 // One all-reduce of small-integer data, checked exactly on this rank; returns wrong elements.
 unsigned long long checkedAllReduce(anyrComm_t comm, int rank, int n, anyrDataType_t dt,
                                     uint64_t count, uint32_t seed, cudaStream_t s) {
@@ -177,7 +169,7 @@ TEST(ReliabilityGpu, SelfTestPassesAndReportsItsCost) {
         auto t0 = Clock::now();
         anyrComm_t comm = initComm(rank, n, id, 10000);
         const double initMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        nlohmann::json j = explain(comm);
+        nlohmann::json j = explainJson(comm);
         if (!j.contains("selfTest") || !j["selfTest"].value("ran", false)) {
           ++failures;
           report("FAIL the self-test did not run: " + j.dump() + "\n");
@@ -201,7 +193,7 @@ TEST(ReliabilityGpu, SelfTestPassesAndReportsItsCost) {
         t0 = Clock::now();
         comm = initComm(rank, n, id2, 10000);
         const double offMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        j = explain(comm);
+        j = explainJson(comm);
         if (j["selfTest"].value("ran", true)) {
           ++failures;
           report("FAIL ANYR_SELFTEST=0 on rank 0 did not skip the self-test: " +
@@ -228,7 +220,7 @@ TEST(ReliabilityGpu, SelfTestCatchesACorruptPeerMappingOnEveryRank) {
         auto t0 = Clock::now();
         anyrComm_t comm = initComm(rank, n, id, 10000);
         const double initMs = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        nlohmann::json j = explain(comm);
+        nlohmann::json j = explainJson(comm);
         for (const char* algo : {"oneshot-push", "oneshot-pull", "twoshot", "twoshot-push"}) {
           const auto& a = j["admission"][algo];
           const std::string reason = a.value("reason", "");
