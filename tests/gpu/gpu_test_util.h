@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
@@ -73,7 +75,42 @@ inline nlohmann::json explainJson(anyrComm_t comm) {
   return nlohmann::json::parse(explainText(comm));
 }
 
+// Waits for the stream's work, at most maxSec seconds (cudaErrorTimeout past that).
+inline cudaError_t waitStream(cudaStream_t s, double maxSec) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(maxSec);
+  while (true) {
+    const cudaError_t e = cudaStreamQuery(s);
+    if (e != cudaErrorNotReady) return e;
+    if (std::chrono::steady_clock::now() > deadline) return cudaErrorTimeout;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 using Report = std::function<void(const std::string&)>;
+
+// Rank 0's side of an abort test: an all-reduce of 100,000 bf16 elements in `buf` that no peer
+// joins, aborted by anyrCommAbort from another thread after 500 ms. The kernel must be released
+// (the stream finishes, within 10 s) and the communicator must report anyrAborted; returns 1
+// with a FAIL line otherwise, else 0.
+inline int abortAWaitingAllReduce(anyrComm_t comm, void* buf, cudaStream_t s,
+                                  const Report& report) {
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    anyrCommAbort(comm);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  R_ANYR(anyrAllReduce(buf, buf, 100000, anyrBfloat16, anyrSum, comm, s), comm);
+  const cudaError_t e = waitStream(s, 20);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  aborter.join();
+  anyrResult_t async = anyrSuccess;
+  anyrCommGetAsyncError(comm, &async);
+  if (e == cudaSuccess && async == anyrAborted && sec <= 10) return 0;
+  report("FAIL abort: stream " + std::string(cudaGetErrorString(e)) + ", state " +
+         anyrGetErrorString(async) + ", " + std::to_string(sec) + " s: " + anyrGetLastError(comm) +
+         "\n");
+  return 1;
+}
 using RankBody = std::function<int(int rank, int nranks, const anyrUniqueId& id, const Report&)>;
 
 // 1 (and a "FAIL async error" line) when the communicator recorded an asynchronous error, else 0.

@@ -363,23 +363,7 @@ TEST(AllReduceGpu, AbortFromAnotherThreadReleasesTheKernel) {
         int failures = 0;
         R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoTwoShot), comm);
         if (rank == 0) {
-          std::thread aborter([&] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(500));
-            anyrCommAbort(comm);
-          });
-          auto t0 = std::chrono::steady_clock::now();
-          R_ANYR(anyrAllReduce(buf, buf, 100000, anyrBfloat16, anyrSum, comm, s), comm);
-          cudaError_t e = cudaStreamSynchronize(s);
-          double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          aborter.join();
-          anyrResult_t async = anyrSuccess;
-          anyrCommGetAsyncError(comm, &async);
-          if (e != cudaSuccess || async != anyrAborted || sec > 10) {
-            ++failures;
-            report("FAIL abort: stream " + std::string(cudaGetErrorString(e)) + ", state " +
-                   anyrGetErrorString(async) + ", " + std::to_string(sec) +
-                   " s: " + anyrGetLastError(comm) + "\n");
-          }
+          failures += abortAWaitingAllReduce(comm, buf, s, report);
         } else {
           std::this_thread::sleep_for(std::chrono::milliseconds(1500));
         }

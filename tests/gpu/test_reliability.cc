@@ -113,17 +113,6 @@ anyrUniqueId shareNewId(int rank, int round) {
   return id;
 }
 
-// Waits for `s` without an unbounded host wait: cudaErrorTimeout after maxSec.
-cudaError_t waitStream(cudaStream_t s, double maxSec) {
-  auto deadline = Clock::now() + std::chrono::duration<double>(maxSec);
-  while (true) {
-    cudaError_t e = cudaStreamQuery(s);
-    if (e != cudaErrorNotReady) return e;
-    if (Clock::now() > deadline) return cudaErrorTimeout;
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-}
-
 // "rank R" as a whole word in msg.
 bool namesRank(const std::string& msg, int r) {
   const std::string key = "rank " + std::to_string(r);
@@ -540,23 +529,7 @@ TEST(ReliabilityGpu, AbortReleasesAWaitingKernelThenANewCommWorks) {
         R_CUDA(cudaMemset(buf, 0, 1 << 20));
         R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoTwoShot), comm);
         if (rank == 0) {
-          std::thread aborter([&] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(500));
-            anyrCommAbort(comm);
-          });
-          auto t0 = Clock::now();
-          R_ANYR(anyrAllReduce(buf, buf, 100000, anyrBfloat16, anyrSum, comm, s), comm);
-          cudaError_t e = waitStream(s, 20);
-          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-          aborter.join();
-          anyrResult_t async = anyrSuccess;
-          anyrCommGetAsyncError(comm, &async);
-          if (e != cudaSuccess || async != anyrAborted || sec > 10) {
-            ++failures;
-            report("FAIL abort: stream " + std::string(cudaGetErrorString(e)) + ", state " +
-                   anyrGetErrorString(async) + ", " + std::to_string(sec) +
-                   " s: " + anyrGetLastError(comm) + "\n");
-          }
+          failures += abortAWaitingAllReduce(comm, buf, s, report);
           anyrResult_t next = anyrAllReduce(buf, buf, 1024, anyrBfloat16, anyrSum, comm, s);
           if (next != anyrAborted) {
             ++failures;
