@@ -4,6 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "anyreduce/anyreduce.h"
 #include "transport/device_handles.h"
 #include "transport/host_handles.h"
@@ -18,6 +21,18 @@ struct LaunchShape {
   bool aligned = false;        // input and output are 16-byte aligned
   bool pdl = false;            // programmatic dependent launch (algo/launch.cuh); one-shot push
 };
+
+// `work` vectors spread over as many blocks as possible (at most blocksCap) before blocks grow:
+// 128..kAlgoThreads threads, a multiple of 32. Small messages then inject from many SMs.
+inline LaunchShape spreadShape(uint64_t work, uint64_t blocksCap) {
+  uint64_t threads = (work + blocksCap - 1) / blocksCap;
+  threads = std::min<uint64_t>(kAlgoThreads, std::max<uint64_t>(128, (threads + 31) / 32 * 32));
+  LaunchShape shape;
+  shape.threads = static_cast<int>(threads);
+  shape.blocks = static_cast<int>(
+      std::max<uint64_t>(1, std::min<uint64_t>((work + threads - 1) / threads, blocksCap)));
+  return shape;
+}
 
 cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream);

@@ -803,9 +803,8 @@ constexpr uint64_t kHostBytesPerBlock = 64u << 10;
 }  // namespace
 
 LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
-  // Spread the vectors over as many SMs as possible before making blocks larger: small
-  // messages then inject from many SMs at once. Every rank computes the same shape (agreed
-  // inputs only), which the per-block flags rely on.
+  // spreadShape (algo/algo.h) under this algorithm's block cap. Every rank computes the same
+  // shape (agreed inputs only), which the per-block flags rely on.
   const bool twoShot =
       algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush || algo == anyrAlgoHostTwoShot;
   const uint64_t work = twoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
@@ -821,12 +820,7 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
     const uint64_t most = std::max<uint64_t>(1, blocksCap / 2);
     blocksCap = std::min(most, std::max<uint64_t>(std::min<uint64_t>(16, most), byBytes));
   }
-  uint64_t threads = (work + blocksCap - 1) / blocksCap;
-  threads = std::min<uint64_t>(kAlgoThreads, std::max<uint64_t>(128, (threads + 31) / 32 * 32));
-  LaunchShape shape;
-  shape.threads = static_cast<int>(threads);
-  shape.blocks = static_cast<int>(
-      std::max<uint64_t>(1, std::min<uint64_t>((work + threads - 1) / threads, blocksCap)));
+  LaunchShape shape = spreadShape(work, blocksCap);
   shape.pdl = pdlOn_ && algo == anyrAlgoOneShotPush;
   return shape;
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "algo/algo.h"
+#include "common/data.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 
@@ -41,15 +42,6 @@ __global__ void fillWords(uint32_t* p, size_t n, uint32_t v) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     p[i] = v;
-  }
-}
-
-__global__ void fillBf16(uint16_t* p, size_t n, int salt) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    // Small integers -8..7, exact in bf16.
-    const float f = static_cast<float>(static_cast<int>((i * 2654435761u + salt) % 16) - 8);
-    p[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);
   }
 }
 
@@ -93,7 +85,8 @@ void setup(Rank& r, int dev) {
   const size_t rowBytes = 16384 * 2;
   for (void** p : {&r.partial, &r.residual, &r.weight, &r.norm, &r.x}) {
     CHECK(cudaMalloc(p, rowBytes));
-    fillBf16<<<8, 256, 0, r.s>>>(static_cast<uint16_t*>(*p), rowBytes / 2, dev * 7 + 1);
+    CHECK(
+        anyr::data::fillInput(anyrBfloat16, *p, rowBytes / 2, dev, 7, anyr::data::kSmallInts, r.s));
   }
   CHECK(cudaStreamSynchronize(r.s));
 }
@@ -142,19 +135,6 @@ anyr::FusedParams paramsFor(const Rank& r, int hidden) {
   p.tokens = 1;
   p.hidden = hidden;
   return p;
-}
-
-// The library's one-shot shape rule (Communicator::shapeFor) for `vecs` vectors.
-anyr::LaunchShape pushShape(uint64_t vecs, int maxBlocks) {
-  uint64_t threads = (vecs + maxBlocks - 1) / maxBlocks;
-  threads =
-      std::min<uint64_t>(anyr::kAlgoThreads, std::max<uint64_t>(128, (threads + 31) / 32 * 32));
-  anyr::LaunchShape s;
-  s.threads = static_cast<int>(threads);
-  s.blocks = static_cast<int>(std::max<uint64_t>(
-      1, std::min<uint64_t>((vecs + threads - 1) / threads, static_cast<uint64_t>(maxBlocks))));
-  s.aligned = true;
-  return s;
 }
 
 // Median microseconds per call over the ranks' graphs (the slower rank), `fn(rank)` enqueuing
@@ -268,7 +248,8 @@ int main(int argc, char** argv) {
     const uint64_t vecs = static_cast<uint64_t>(hidden) / 8;
     const int fBlocks = anyr::fusedOneShotBlocks(1, vecs, maxBlocks);
     const int fThreads = anyr::fusedThreads(hidden);
-    const anyr::LaunchShape shape = pushShape(vecs, maxBlocks);
+    anyr::LaunchShape shape = anyr::spreadShape(vecs, maxBlocks);  // the one-shot's shape
+    shape.aligned = true;
     const double empty =
         timeRanks(ranks, 1, [&](int i) { emptyKernel<<<fBlocks, fThreads, 0, ranks[i].s>>>(); });
     auto k = [&](int i) {
