@@ -152,7 +152,7 @@ void Communicator::probeProgrammaticLaunch() {
   ANYR_CUDA_CHECK(m);
   ANYR_CUDA_CHECK(c);
   ANYR_CUDA_CHECK(s);
-  pdlAdmitted_ = e == cudaSuccess && got == 2;
+  pdlOn_ = e == cudaSuccess && got == 2;
   if (e != cudaSuccess) {
     pdlReason_ = std::string("the probe launch was refused: ") + cudaGetErrorString(e);
   } else if (got != 2) {
@@ -161,7 +161,6 @@ void Communicator::probeProgrammaticLaunch() {
   } else {
     pdlReason_ = "the probe launch worked";
   }
-  pdlOn_ = pdlAdmitted_;
 }
 
 void Communicator::agreeConfig(const Config& local) {
@@ -913,8 +912,7 @@ std::string Communicator::explainJson() const {
   if (!selfTestJson_.empty()) j["selfTest"] = nlohmann::json::parse(selfTestJson_);
   j["dispatchText"] = explainText();
   j["tuning"] = tuningNote_;
-  j["programmaticLaunch"] = {
-      {"admitted", pdlAdmitted_}, {"enabled", pdlOn_}, {"reason", pdlReason_}};
+  j["programmaticLaunch"] = {{"enabled", pdlOn_}, {"reason", pdlReason_}};
   if (peers_) {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;

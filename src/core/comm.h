@@ -205,8 +205,7 @@ class Communicator {
 
   // Startup self-test (core/selftest.cc) report (JSON). What it disabled is in admission_.
   std::string selfTestJson_;
-  bool pdlAdmitted_ = false;  // asked for (ANYR_PDL) and the probe launch worked
-  bool pdlOn_ = false;        // in use
+  bool pdlOn_ = false;  // asked for (ANYR_PDL) and the probe launch worked
   std::string pdlReason_;
 
   std::mutex failMu_;

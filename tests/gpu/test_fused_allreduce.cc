@@ -77,11 +77,11 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   anyrComm_t comm = nullptr;
   R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
   if (pdl) {
-    // With ANYR_PDL=1 the probe runs; where it admits programmatic launch, it is in use.
+    // With ANYR_PDL=1 the communicator probes programmatic launch (and uses it where it works).
     const nlohmann::json pl = explainJson(comm).at("programmaticLaunch");
     report("INFO programmatic launch: " + pl.dump() + "\n");
-    if (pl.at("admitted").get<bool>() != pl.at("enabled").get<bool>()) {
-      report("FAIL programmatic launch admitted but not enabled with ANYR_PDL=1\n");
+    if (pl.at("reason").get<std::string>().find("not probed") != std::string::npos) {
+      report("FAIL ANYR_PDL=1 did not reach the communicator: " + pl.dump() + "\n");
       return 4;
     }
   }
