@@ -73,9 +73,10 @@ __device__ __forceinline__ bool isAligned(const void* p, uintptr_t bytes) {
   return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
 }
 
-// Vector v (8 elements) of a row of `n` elements; aligned: the row start is 16-byte aligned.
+// Vector v (8 elements) of a row (or any run) of `n` elements; aligned: its start is 16-byte
+// aligned.
 template <typename T>
-__device__ __forceinline__ Vec loadRowVec(const T* row, int v, int n, bool aligned) {
+__device__ __forceinline__ Vec loadRowVec(const T* row, uint64_t v, uint64_t n, bool aligned) {
   return aligned ? loadVec<T, true>(row, v, n) : loadVec<T, false>(row, v, n);
 }
 template <typename T>

@@ -48,10 +48,6 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
   const int H = p.hidden / 8;  // 16-byte vectors per row; thread t owns t + k * blockDim.x
   const bool inAligned = kAligned || dev::isAligned(in, 16);
-  auto loadIn = [&](uint64_t v) {
-    return inAligned ? dev::loadVec<T, true>(in, v, a.count)
-                     : dev::loadVec<T, false>(in, v, a.count);
-  };
 
   // The weight, the quantization scale and the residual of this block's first row are loaded
   // first: their latency
@@ -74,7 +70,8 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     for (int k = 0; k < VPT; ++k) {
       const int j = threadIdx.x + k * blockDim.x;
       mine[k] = Vec{};
-      if (j < H) mine[k] = loadIn(static_cast<uint64_t>(row) * H + j);
+      if (j < H)
+        mine[k] = dev::loadRowVec(in, static_cast<uint64_t>(row) * H + j, a.count, inAligned);
     }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) dev::sanitize<T>(mine[k]);
@@ -95,7 +92,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       for (int u = 0; u < kBatch; ++u) {
         const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
         x[u] = Vec{};
-        if (v < last) x[u] = loadIn(v);
+        if (v < last) x[u] = dev::loadRowVec(in, v, a.count, inAligned);
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {

@@ -50,10 +50,6 @@ __global__ void __launch_bounds__(kAlgoThreads)
   const int H = p.hidden / 8;
   // Any input alignment: whether a call runs fused must not depend on a rank's own pointers.
   const bool inAligned = dev::isAligned(in, 16);
-  auto loadIn = [&](uint64_t v) {
-    return inAligned ? dev::loadVec<T, true>(in, v, a.count)
-                     : dev::loadVec<T, false>(in, v, a.count);
-  };
   const int Lr = (rows + n - 1) / n;                 // rows per segment
   const uint64_t L = static_cast<uint64_t>(Lr) * H;  // vectors per segment slot
   auto area = [&](int r, uint32_t ph, int gather) {
@@ -68,7 +64,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
       const int row = s * Lr + i;
       if (row >= rows) continue;
       for (int j = threadIdx.x; j < H; j += blockDim.x) {
-        Vec x = loadIn(static_cast<uint64_t>(row) * H + j);
+        Vec x = dev::loadRowVec(in, static_cast<uint64_t>(row) * H + j, a.count, inAligned);
         dev::sanitize<T>(x);
         dev::storeSys(area(s, phase, 0) + static_cast<uint64_t>(rank) * slot +
                           (static_cast<uint64_t>(i) * H + j) * 16,
@@ -99,7 +95,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
         for (int s = 0; s < n && ok; ++s) {
           Vec x;
           if (s == rank) {
-            x = loadIn(static_cast<uint64_t>(ownRow) * H + j);
+            x = dev::loadRowVec(in, static_cast<uint64_t>(ownRow) * H + j, a.count, inAligned);
             dev::sanitize<T>(x);
           } else {
             ok = dev::pollVec<T>(scatter + static_cast<uint64_t>(s) * slot + off * 16, &x, waiter,
