@@ -184,6 +184,18 @@ __device__ __forceinline__ Vec normVec(const FusedParams& p, const float* xs, in
 // 4-byte (NVFP4) alignment. Both only remove code: the bits are the same.
 constexpr int kQuantAtRunTime = -1;
 
+// The quantization mode: kQuant, or p.quant when the kernel reads it at run time.
+template <int kQuant = kQuantAtRunTime>
+__device__ __forceinline__ int quantMode(const FusedParams& p) {
+  return kQuant == kQuantAtRunTime ? p.quant : kQuant;
+}
+
+// The quantization scale (FP8 scale or NVFP4 g), or 1 without quantization.
+template <int kQuant = kQuantAtRunTime>
+__device__ __forceinline__ float quantScale(const FusedParams& p) {
+  return quantMode<kQuant>(p) != anyrQuantNone ? *p.scale : 1.0f;
+}
+
 template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false>
 struct RowOutputs {
   const FusedParams& p;
@@ -201,7 +213,7 @@ struct RowOutputs {
     const int hidden = p.hidden;
     const int64_t rowStart = static_cast<int64_t>(row) * hidden;
     nblocks = hidden / kNvfp4BlockElems;
-    quant = kQuant == kQuantAtRunTime ? p.quant : kQuant;
+    quant = quantMode<kQuant>(p);
     qscale = quant != anyrQuantNone ? scaleValue : 1.0f;  // FP8 scale or NVFP4 g
     sixG = 6.0f * qscale;
     normOut = p.normOut ? static_cast<T*>(p.normOut) + rowStart : nullptr;
@@ -255,11 +267,6 @@ struct RowOutputs {
     }
   }
 };
-
-// The quantization scale (FP8 scale or NVFP4 g), or 1 without quantization.
-__device__ __forceinline__ float quantScale(const FusedParams& p) {
-  return p.quant != anyrQuantNone ? *p.scale : 1.0f;
-}
 
 // The xor butterfly (16, 8, 4, 2, 1) over a warp: every lane gets the same sum.
 __device__ __forceinline__ float warpButterfly(float t) {

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   Vec res[VPT];
   dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, p.hidden,
                            kAligned || dev::isAligned(p.weight, 16), w);
-  const float qscale = (Q == dev::kQuantAtRunTime ? p.quant : Q) != anyrQuantNone ? *p.scale : 1.0f;
+  const float qscale = dev::quantScale<Q>(p);
   const bool resAligned = kAligned || dev::isAligned(p.residualIn, 16);
   if (p.residualIn != nullptr && static_cast<int>(blockIdx.x) < rows) {
     dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + blockIdx.x, p.hidden,
