@@ -63,13 +63,13 @@ const anyrAlgo_t kAlgoOrder[] = {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrA
 bool hasFusedKernel(anyrAlgo_t a) { return a == anyrAlgoOneShotPush || a == anyrAlgoTwoShotPush; }
 
 // Shared memory a block of `a`'s fused kernel needs, bytes. The fused one-shot push kernel
-// holds its row in registers: only the reduction scratch and a flag, static (4,116 bytes, under
+// holds its row in registers: only the reduction scratch, static (4,112 bytes, under
 // the 48 KB every block gets without opting in). The fused two-shot push kernel stages the fp32
 // row in dynamic shared memory, sized for the widest supported row (69,648 bytes), which a
 // block must opt in to.
 size_t fusedKernelSmemBytes(anyrAlgo_t a) {
   if (a == anyrAlgoTwoShotPush) return fusedSharedBytes(kFusedMaxHidden);
-  return kFusedRedFloats * sizeof(float) + sizeof(int);
+  return kFusedRedFloats * sizeof(float);
 }
 
 std::string kb(double bytes) {
