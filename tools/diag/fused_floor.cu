@@ -22,19 +22,11 @@
 
 #include "algo/algo.h"
 #include "common/data.h"
+#include "diag_check.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 
 namespace {
-
-#define CHECK(x)                                                                       \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
 
 __global__ void emptyKernel() {}
 
@@ -64,48 +56,48 @@ struct Rank {
 
 void setup(Rank& r, int dev) {
   r.dev = dev;
-  CHECK(cudaSetDevice(dev));
-  CHECK(cudaStreamCreateWithFlags(&r.s, cudaStreamNonBlocking));
+  DIAG_CHECK(cudaSetDevice(dev));
+  DIAG_CHECK(cudaStreamCreateWithFlags(&r.s, cudaStreamNonBlocking));
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, dev));
+  DIAG_CHECK(cudaGetDeviceProperties(&prop, dev));
   r.sms = std::min(prop.multiProcessorCount, anyr::kMaxBlocks);
   const size_t wsBytes = 3 * 2 * kSlotBytes;
-  CHECK(cudaMalloc(&r.ws, wsBytes));
+  DIAG_CHECK(cudaMalloc(&r.ws, wsBytes));
   fillWords<<<64, 256, 0, r.s>>>(reinterpret_cast<uint32_t*>(r.ws), wsBytes / 4,
                                  anyr::kPushClearWord);
-  CHECK(cudaMalloc(&r.state, sizeof(anyr::LocalState)));
-  CHECK(cudaMemsetAsync(r.state, 0, sizeof(anyr::LocalState), r.s));
-  CHECK(cudaMalloc(&r.header, sizeof(anyr::WorkspaceHeader)));
-  CHECK(cudaMemsetAsync(r.header, 0, sizeof(anyr::WorkspaceHeader), r.s));
-  CHECK(cudaMalloc(&r.wait, sizeof(anyr::WaitControl)));
-  CHECK(cudaHostAlloc(&r.hostAbort, 64, cudaHostAllocMapped));
-  CHECK(cudaHostAlloc(&r.error, sizeof(anyr::ErrorRecord), cudaHostAllocMapped));
+  DIAG_CHECK(cudaMalloc(&r.state, sizeof(anyr::LocalState)));
+  DIAG_CHECK(cudaMemsetAsync(r.state, 0, sizeof(anyr::LocalState), r.s));
+  DIAG_CHECK(cudaMalloc(&r.header, sizeof(anyr::WorkspaceHeader)));
+  DIAG_CHECK(cudaMemsetAsync(r.header, 0, sizeof(anyr::WorkspaceHeader), r.s));
+  DIAG_CHECK(cudaMalloc(&r.wait, sizeof(anyr::WaitControl)));
+  DIAG_CHECK(cudaHostAlloc(&r.hostAbort, 64, cudaHostAllocMapped));
+  DIAG_CHECK(cudaHostAlloc(&r.error, sizeof(anyr::ErrorRecord), cudaHostAllocMapped));
   std::memset(r.hostAbort, 0, 64);
   std::memset(r.error, 0, sizeof(anyr::ErrorRecord));
   const size_t rowBytes = 16384 * 2;
   for (void** p : {&r.partial, &r.residual, &r.weight, &r.norm, &r.x}) {
-    CHECK(cudaMalloc(p, rowBytes));
-    CHECK(
+    DIAG_CHECK(cudaMalloc(p, rowBytes));
+    DIAG_CHECK(
         anyr::data::fillInput(anyrBfloat16, *p, rowBytes / 2, dev, 7, anyr::data::kSmallInts, r.s));
   }
-  CHECK(cudaStreamSynchronize(r.s));
+  DIAG_CHECK(cudaStreamSynchronize(r.s));
 }
 
 void setWait(Rank& r, const std::vector<Rank>& all, int n, int rank) {
   anyr::WaitControl wc{};
   wc.hostAbort = r.hostAbort;
   int32_t* dAbort = nullptr;
-  CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dAbort), r.hostAbort, 0));
+  DIAG_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dAbort), r.hostAbort, 0));
   wc.hostAbort = dAbort;
-  CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&wc.error), r.error, 0));
+  DIAG_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&wc.error), r.error, 0));
   wc.state = r.state;
   wc.ownHeader = r.header;
   for (int p = 0; p < n; ++p) wc.peerHeaders[p] = p == rank ? nullptr : all[p].header;
   wc.timeoutNs = 5ull * 1000 * 1000 * 1000;
   wc.rank = rank;
   wc.nranks = n;
-  CHECK(cudaSetDevice(r.dev));
-  CHECK(cudaMemcpy(r.wait, &wc, sizeof(wc), cudaMemcpyHostToDevice));
+  DIAG_CHECK(cudaSetDevice(r.dev));
+  DIAG_CHECK(cudaMemcpy(r.wait, &wc, sizeof(wc), cudaMemcpyHostToDevice));
 }
 
 anyr::AllReduceArgs argsFor(const Rank& r, const std::vector<Rank>& all, int n, int rank,
@@ -142,42 +134,42 @@ anyr::FusedParams paramsFor(const Rank& r, int hidden) {
 double timeRanks(std::vector<Rank>& ranks, int n, const std::function<void(int)>& fn) {
   std::vector<cudaGraphExec_t> exec(n);
   for (int i = 0; i < n; ++i) {
-    CHECK(cudaSetDevice(ranks[i].dev));
+    DIAG_CHECK(cudaSetDevice(ranks[i].dev));
     cudaGraph_t g;
-    CHECK(cudaStreamBeginCapture(ranks[i].s, cudaStreamCaptureModeThreadLocal));
+    DIAG_CHECK(cudaStreamBeginCapture(ranks[i].s, cudaStreamCaptureModeThreadLocal));
     for (int c = 0; c < kCalls; ++c) fn(i);
-    CHECK(cudaStreamEndCapture(ranks[i].s, &g));
-    CHECK(cudaGraphInstantiate(&exec[i], g, 0));
-    CHECK(cudaGraphDestroy(g));
+    DIAG_CHECK(cudaStreamEndCapture(ranks[i].s, &g));
+    DIAG_CHECK(cudaGraphInstantiate(&exec[i], g, 0));
+    DIAG_CHECK(cudaGraphDestroy(g));
   }
   std::vector<cudaEvent_t> a(n), b(n);
   for (int i = 0; i < n; ++i) {
-    CHECK(cudaSetDevice(ranks[i].dev));
-    CHECK(cudaEventCreate(&a[i]));
-    CHECK(cudaEventCreate(&b[i]));
+    DIAG_CHECK(cudaSetDevice(ranks[i].dev));
+    DIAG_CHECK(cudaEventCreate(&a[i]));
+    DIAG_CHECK(cudaEventCreate(&b[i]));
   }
   std::vector<double> us;
   for (int smp = 0; smp < kSamples + 2; ++smp) {
     for (int i = 0; i < n; ++i) {
-      CHECK(cudaSetDevice(ranks[i].dev));
-      CHECK(cudaEventRecord(a[i], ranks[i].s));
-      CHECK(cudaGraphLaunch(exec[i], ranks[i].s));
-      CHECK(cudaEventRecord(b[i], ranks[i].s));
+      DIAG_CHECK(cudaSetDevice(ranks[i].dev));
+      DIAG_CHECK(cudaEventRecord(a[i], ranks[i].s));
+      DIAG_CHECK(cudaGraphLaunch(exec[i], ranks[i].s));
+      DIAG_CHECK(cudaEventRecord(b[i], ranks[i].s));
     }
     double worst = 0;
     for (int i = 0; i < n; ++i) {
-      CHECK(cudaEventSynchronize(b[i]));
+      DIAG_CHECK(cudaEventSynchronize(b[i]));
       float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, a[i], b[i]));
+      DIAG_CHECK(cudaEventElapsedTime(&ms, a[i], b[i]));
       worst = std::max(worst, 1000.0 * ms / kCalls);
     }
     if (smp >= 2) us.push_back(worst);  // two warm-up samples
   }
   for (int i = 0; i < n; ++i) {
-    CHECK(cudaSetDevice(ranks[i].dev));
-    CHECK(cudaGraphExecDestroy(exec[i]));
-    CHECK(cudaEventDestroy(a[i]));
-    CHECK(cudaEventDestroy(b[i]));
+    DIAG_CHECK(cudaSetDevice(ranks[i].dev));
+    DIAG_CHECK(cudaGraphExecDestroy(exec[i]));
+    DIAG_CHECK(cudaEventDestroy(a[i]));
+    DIAG_CHECK(cudaEventDestroy(b[i]));
   }
   for (int i = 0; i < n; ++i) {
     if (ranks[i].error->code != 0) {
@@ -222,17 +214,17 @@ int main(int argc, char** argv) {
   int n2 = 0;
   if (ndev >= 2) {
     int ab = 0, ba = 0;
-    CHECK(cudaDeviceCanAccessPeer(&ab, 0, 1));
-    CHECK(cudaDeviceCanAccessPeer(&ba, 1, 0));
+    DIAG_CHECK(cudaDeviceCanAccessPeer(&ab, 0, 1));
+    DIAG_CHECK(cudaDeviceCanAccessPeer(&ba, 1, 0));
     if (ab && ba && onlyRanks != 1) n2 = 2;
   }
   std::vector<Rank> ranks(n2 ? 2 : 1);
   for (size_t i = 0; i < ranks.size(); ++i) setup(ranks[i], static_cast<int>(i));
   if (n2) {
-    CHECK(cudaSetDevice(0));
-    CHECK(cudaDeviceEnablePeerAccess(1, 0));
-    CHECK(cudaSetDevice(1));
-    CHECK(cudaDeviceEnablePeerAccess(0, 0));
+    DIAG_CHECK(cudaSetDevice(0));
+    DIAG_CHECK(cudaDeviceEnablePeerAccess(1, 0));
+    DIAG_CHECK(cudaSetDevice(1));
+    DIAG_CHECK(cudaDeviceEnablePeerAccess(0, 0));
   }
   const int maxBlocks = ranks[0].sms;
   std::printf("# anyr_fused_floor: bf16, 1 row, graph replay of %d calls, median of %d, us/call\n",
@@ -254,21 +246,21 @@ int main(int argc, char** argv) {
         timeRanks(ranks, 1, [&](int i) { emptyKernel<<<fBlocks, fThreads, 0, ranks[i].s>>>(); });
     auto k = [&](int i) {
       const anyr::FusedParams p = paramsFor(ranks[i], hidden);
-      CHECK(anyr::launchAddRmsNorm(anyrBfloat16, ranks[i].x, p, ranks[i].s, 0));
+      DIAG_CHECK(anyr::launchAddRmsNorm(anyrBfloat16, ranks[i].x, p, ranks[i].s, 0));
     };
     auto push = [&](int n) {
       return [&, n](int i) {
         const anyr::AllReduceArgs a =
             argsFor(ranks[i], ranks, n, i, ranks[i].partial, ranks[i].x, hidden);
-        CHECK(anyr::launchOneShotPush(anyrBfloat16, a, shape, ranks[i].s));
+        DIAG_CHECK(anyr::launchOneShotPush(anyrBfloat16, a, shape, ranks[i].s));
       };
     };
     auto fused = [&](int n) {
       return [&, n](int i) {
         const anyr::AllReduceArgs a =
             argsFor(ranks[i], ranks, n, i, ranks[i].partial, nullptr, hidden);
-        CHECK(anyr::launchFusedOneShotPush(anyrBfloat16, a, paramsFor(ranks[i], hidden), 0, 1,
-                                           fBlocks, ranks[i].s));
+        DIAG_CHECK(anyr::launchFusedOneShotPush(anyrBfloat16, a, paramsFor(ranks[i], hidden), 0, 1,
+                                                fBlocks, ranks[i].s));
       };
     };
     double r[7] = {-1, -1, -1, -1, -1, -1, -1};
@@ -284,11 +276,11 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 2; ++i) setWait(ranks[i], ranks, 2, i);
       // Both ranks' epochs must agree: start each world-size-2 series from equal states.
       for (auto& rk : ranks) {
-        CHECK(cudaSetDevice(rk.dev));
-        CHECK(cudaMemset(rk.state, 0, sizeof(anyr::LocalState)));
+        DIAG_CHECK(cudaSetDevice(rk.dev));
+        DIAG_CHECK(cudaMemset(rk.state, 0, sizeof(anyr::LocalState)));
         fillWords<<<64, 256>>>(reinterpret_cast<uint32_t*>(rk.ws), 3 * 2 * kSlotBytes / 4,
                                anyr::kPushClearWord);
-        CHECK(cudaDeviceSynchronize());
+        DIAG_CHECK(cudaDeviceSynchronize());
       }
       r[4] = timeRanks(ranks, 2, push(2));
       r[5] = timeRanks(ranks, 2, [&](int i) {

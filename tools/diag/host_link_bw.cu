@@ -11,16 +11,9 @@
 #include <cstdint>
 #include <cstdio>
 
-namespace {
+#include "diag_check.h"
 
-#define CHECK(x)                                                                       \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      return 1;                                                                        \
-    }                                                                                  \
-  } while (0)
+namespace {
 
 __global__ void storeToHost(uint4* dst, const uint4* src, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -83,19 +76,19 @@ int main() {
   const int nd = ndev < 2 ? ndev : 2;
   const size_t maxBytes = 16u << 20;
   void* host[2];
-  CHECK(cudaHostAlloc(&host[0], 2 * maxBytes, cudaHostAllocPortable | cudaHostAllocMapped));
-  CHECK(cudaHostAlloc(&host[1], 2 * maxBytes, cudaHostAllocPortable | cudaHostAllocMapped));
+  DIAG_CHECK(cudaHostAlloc(&host[0], 2 * maxBytes, cudaHostAllocPortable | cudaHostAllocMapped));
+  DIAG_CHECK(cudaHostAlloc(&host[1], 2 * maxBytes, cudaHostAllocPortable | cudaHostAllocMapped));
   Gpu g[2];
   for (int d = 0; d < nd; ++d) {
-    CHECK(cudaSetDevice(d));
+    DIAG_CHECK(cudaSetDevice(d));
     for (int k = 0; k < 2; ++k) {
-      CHECK(cudaMalloc(&g[d].dev[k], maxBytes));
-      CHECK(cudaMemset(g[d].dev[k], 1, maxBytes));
-      CHECK(cudaStreamCreateWithFlags(&g[d].s[k], cudaStreamNonBlocking));
+      DIAG_CHECK(cudaMalloc(&g[d].dev[k], maxBytes));
+      DIAG_CHECK(cudaMemset(g[d].dev[k], 1, maxBytes));
+      DIAG_CHECK(cudaStreamCreateWithFlags(&g[d].s[k], cudaStreamNonBlocking));
     }
-    CHECK(cudaEventCreate(&g[d].start));
-    CHECK(cudaEventCreate(&g[d].end));
-    CHECK(cudaEventCreateWithFlags(&g[d].join, cudaEventDisableTiming));
+    DIAG_CHECK(cudaEventCreate(&g[d].start));
+    DIAG_CHECK(cudaEventCreate(&g[d].end));
+    DIAG_CHECK(cudaEventCreateWithFlags(&g[d].join, cudaEventDisableTiming));
   }
   // Best of five; each run's time is the slowest GPU's. body(d) enqueues on g[d].s[0] (and
   // may use s[1] after waiting for `start`).
@@ -167,7 +160,7 @@ int main() {
       }
     }
   }
-  CHECK(cudaGetLastError());
+  DIAG_CHECK(cudaGetLastError());
   if (nd == 2) {
     auto* flags = static_cast<volatile uint32_t*>(host[0]);
     flags[0] = 0;
@@ -175,17 +168,17 @@ int main() {
     unsigned long long* ns[2];
     const int iters = 2000;
     for (int d = 0; d < 2; ++d) {
-      CHECK(cudaSetDevice(d));
-      CHECK(cudaMalloc(&ns[d], sizeof(unsigned long long)));
+      DIAG_CHECK(cudaSetDevice(d));
+      DIAG_CHECK(cudaMalloc(&ns[d], sizeof(unsigned long long)));
       pingPong<<<1, 1, 0, g[d].s[0]>>>(flags + 32 * d, flags + 32 * (1 - d), iters, d == 0, ns[d]);
     }
     for (int d = 0; d < 2; ++d) {
-      CHECK(cudaSetDevice(d));
-      CHECK(cudaStreamSynchronize(g[d].s[0]));
+      DIAG_CHECK(cudaSetDevice(d));
+      DIAG_CHECK(cudaStreamSynchronize(g[d].s[0]));
     }
     unsigned long long total = 0;
-    CHECK(cudaSetDevice(0));
-    CHECK(cudaMemcpy(&total, ns[0], sizeof(total), cudaMemcpyDeviceToHost));
+    DIAG_CHECK(cudaSetDevice(0));
+    DIAG_CHECK(cudaMemcpy(&total, ns[0], sizeof(total), cudaMemcpyDeviceToHost));
     if (total == 0) {
       std::printf("flag ping-pong through host memory: the peer did not answer within 2 s\n");
       return 1;
