@@ -18,8 +18,8 @@
 #   doctor       anyreduce doctor (synthetic decode step, power) for the GLM-like presets
 #   profile      anyr_fused_floor: the fused one-shot at one token against an empty kernel, the
 #                standalone epilogue and the plain one-shot push (where the extra us go)
-#   pdl          ANYR_PDL=1 (programmatic dependent launch): its GPU test, then the one-shot and
-#                fused benches with it off and on, in one run
+#   pdl          programmatic dependent launch (ANYR_PDL, on by default): the GPU test with it off,
+#                then the one-shot, two-shot and fused benches with it off and on, in one run
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
 #                instruction; NCU_HIDDEN, default 6144)
 #   all          all of the above (longer than one 10-minute call: split it)
@@ -188,11 +188,11 @@ if want pdl; then
   check "${PIPESTATUS[0]}" "PDL test"
   for on in 0 1; do
     ANYR_PDL=$on timeout -k 10 120 "$A" explain 2>&1 | grep -A3 programmaticLaunch | head -4
-    ANYR_PDL=$on timeout -k 10 200 "$A" bench -a oneshot-push,auto -b 1K -e 256K -f 4 --samples 11 \
+    ANYR_PDL=$on timeout -k 10 200 "$A" bench -a oneshot-push,twoshot-push,auto -b 1K -e 4M -f 4 --samples 11 \
       2>&1 | tee "$OUT/pdl-$on-bench.txt"
     check "${PIPESTATUS[0]}" "PDL=$on bench"
     ANYR_PDL=$on timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
-      --tokens 1,8,32,64,128 --samples 11 2>&1 | tee "$OUT/pdl-$on-fused.txt"
+      --tokens 1,8,32,64,128,512 --samples 11 2>&1 | tee "$OUT/pdl-$on-fused.txt"
     check "${PIPESTATUS[0]}" "PDL=$on fused bench"
   done
 fi

@@ -19,7 +19,7 @@ struct LaunchShape {
   int blocks = 1;
   int threads = kAlgoThreads;  // <= kAlgoThreads, a multiple of 32
   bool aligned = false;        // input and output are 16-byte aligned
-  bool pdl = false;            // programmatic dependent launch (algo/launch.cuh); one-shot push
+  bool pdl = false;            // programmatic dependent launch (algo/launch.cuh)
 };
 
 // `work` vectors spread over as many blocks as possible (at most blocksCap) before blocks grow:

@@ -24,6 +24,7 @@
 // power-of-two scales; the own contribution is quantized too, so every rank sums the same
 // values.
 #include "algo/algo.h"
+#include "algo/launch.cuh"
 #include "algo/wire.cuh"
 
 namespace anyr {
@@ -34,6 +35,7 @@ using dev::Vec;
 
 template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
+  dev::waitForPrevious();
   constexpr int E = Elem<T>::kPerVec;
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
@@ -143,9 +145,8 @@ cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const Lau
   return dev::dispatchWire(a.wire, [&](auto wire) {
     return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
       using Tag = decltype(tag);
-      hostOneShotKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>
-          <<<shape.blocks, shape.threads, 0, stream>>>(a);
-      return cudaGetLastError();
+      return launchKernel(hostOneShotKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>,
+                          dim3(shape.blocks), dim3(shape.threads), 0, stream, shape.pdl, a);
     });
   });
 }

@@ -21,6 +21,7 @@
 // The sum is fp32 in rank order 0..n-1, as in every anyreduce algorithm: the same bits on
 // every rank and on every path.
 #include "algo/algo.h"
+#include "algo/launch.cuh"
 #include "algo/wire.cuh"
 
 namespace anyr {
@@ -37,6 +38,7 @@ constexpr unsigned kLLPollPauseNs = 200;
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) {
+  dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
@@ -151,9 +153,8 @@ cudaError_t launchHostOneShotLL(anyrDataType_t dtype, const HostArgs& a, const L
                                 cudaStream_t stream) {
   return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
     using Tag = decltype(tag);
-    hostOneShotLLKernel<typename Tag::T, Tag::kAligned>
-        <<<shape.blocks, shape.threads, 0, stream>>>(a);
-    return cudaGetLastError();
+    return launchKernel(hostOneShotLLKernel<typename Tag::T, Tag::kAligned>, dim3(shape.blocks),
+                        dim3(shape.threads), 0, stream, shape.pdl, a);
   });
 }
 

@@ -23,6 +23,7 @@
 // thread that writes output vector v read input vector v earlier in the same launch, and no other
 // thread touches v.
 #include "algo/algo.h"
+#include "algo/launch.cuh"
 #include "algo/wire.cuh"
 
 namespace anyr {
@@ -33,6 +34,7 @@ using dev::Vec;
 
 template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
+  dev::waitForPrevious();
   constexpr int E = Elem<T>::kPerVec;
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
@@ -156,9 +158,8 @@ cudaError_t launchHostTwoShot(anyrDataType_t dtype, const HostArgs& a, const Lau
   return dev::dispatchWire(a.wire, [&](auto wire) {
     return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
       using Tag = decltype(tag);
-      hostTwoShotKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>
-          <<<shape.blocks, shape.threads, 0, stream>>>(a);
-      return cudaGetLastError();
+      return launchKernel(hostTwoShotKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>,
+                          dim3(shape.blocks), dim3(shape.threads), 0, stream, shape.pdl, a);
     });
   });
 }

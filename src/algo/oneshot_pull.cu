@@ -15,6 +15,7 @@
 // per-group power-of-two scales instead of the input: peers read about half the bytes, and
 // every rank sums dequantize(quantize(x_r)) in rank order, its own term included.
 #include "algo/algo.h"
+#include "algo/launch.cuh"
 #include "algo/wire.cuh"
 
 namespace anyr {
@@ -25,6 +26,7 @@ using dev::Vec;
 
 template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads) oneShotPullKernel(AllReduceArgs a) {
+  dev::waitForPrevious();
   constexpr int E = Elem<T>::kPerVec;
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
@@ -125,9 +127,8 @@ cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
   return dev::dispatchWire(a.wire, [&](auto wire) {
     return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
       using Tag = decltype(tag);
-      oneShotPullKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>
-          <<<shape.blocks, shape.threads, 0, stream>>>(a);
-      return cudaGetLastError();
+      return launchKernel(oneShotPullKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>,
+                          dim3(shape.blocks), dim3(shape.threads), 0, stream, shape.pdl, a);
     });
   });
 }

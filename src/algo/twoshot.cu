@@ -17,6 +17,7 @@
 // step 2) before it writes the output there (steps 2 and 3), and no other block touches them.
 #include "algo/algo.h"
 #include "algo/device_common.cuh"
+#include "algo/launch.cuh"
 
 namespace anyr {
 namespace {
@@ -67,6 +68,7 @@ __device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd,
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads) twoShotKernel(AllReduceArgs a) {
+  dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
@@ -132,8 +134,8 @@ cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const La
                           cudaStream_t stream) {
   return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
     using Tag = decltype(tag);
-    twoShotKernel<typename Tag::T, Tag::kAligned><<<shape.blocks, shape.threads, 0, stream>>>(a);
-    return cudaGetLastError();
+    return launchKernel(twoShotKernel<typename Tag::T, Tag::kAligned>, dim3(shape.blocks),
+                        dim3(shape.threads), 0, stream, shape.pdl, a);
   });
 }
 

@@ -20,6 +20,7 @@
 // vector of the same index, and no other thread touches them.
 #include "algo/algo.h"
 #include "algo/lamport.cuh"
+#include "algo/launch.cuh"
 
 namespace anyr {
 namespace {
@@ -29,6 +30,7 @@ using dev::Vec;
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads) twoShotPushKernel(AllReduceArgs a) {
+  dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
@@ -119,9 +121,8 @@ cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
   return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
     using Tag = decltype(tag);
-    twoShotPushKernel<typename Tag::T, Tag::kAligned>
-        <<<shape.blocks, shape.threads, 0, stream>>>(a);
-    return cudaGetLastError();
+    return launchKernel(twoShotPushKernel<typename Tag::T, Tag::kAligned>, dim3(shape.blocks),
+                        dim3(shape.threads), 0, stream, shape.pdl, a);
   });
 }
 

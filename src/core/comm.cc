@@ -135,7 +135,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
 
 void Communicator::probeProgrammaticLaunch() {
   if (env::getInt("ANYR_PDL") == 0) {
-    pdlReason_ = "off (ANYR_PDL=0, the default until measured); not probed";
+    pdlReason_ = "off (ANYR_PDL=0); not probed";
     return;
   }
   int* word = nullptr;
@@ -788,7 +788,7 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
                                   fusedOneShotBlocks(rows, a.numVecs, maxBlocks_), stream, pdlOn_);
   }
   return launchFusedTwoShotPush(dtype, a, p, rowBase, rows,
-                                fusedTwoShotBlocks(rows, nranks_, maxBlocks_), stream);
+                                fusedTwoShotBlocks(rows, nranks_, maxBlocks_), stream, pdlOn_);
 }
 
 uint64_t Communicator::fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const {
@@ -820,7 +820,7 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
     blocksCap = std::min(most, std::max<uint64_t>(std::min<uint64_t>(16, most), byBytes));
   }
   LaunchShape shape = spreadShape(work, blocksCap);
-  shape.pdl = pdlOn_ && algo == anyrAlgoOneShotPush;
+  shape.pdl = pdlOn_;
   return shape;
 }
 

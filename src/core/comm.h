@@ -146,9 +146,9 @@ class Communicator {
   [[noreturn]] static void throwLaunchFailed(anyrAlgo_t algo, cudaError_t e);
   // Host-memory transport (comm_host.cc).
   void initHostTransport();
-  // Programmatic dependent launch: with ANYR_PDL=1, probed once (topology/probe_kernels.h) and,
-  // where the probe works, used for the one-shot push, the fused one-shot and the standalone
-  // register kernel. Timing only: ranks need not agree on it.
+  // Programmatic dependent launch: unless ANYR_PDL=0, probed once (topology/probe_kernels.h)
+  // and, where the probe works, used for every kernel the communicator launches on the caller's
+  // stream (algorithms, fused kernels, the epilogue). Timing only: ranks need not agree on it.
   void probeProgrammaticLaunch();
   void launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);

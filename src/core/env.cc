@@ -29,10 +29,10 @@ const std::vector<Param>& params() {
       {"ANYR_SOCKET_IFNAME", "",
        "network interface whose IPv4 address rank 0 listens on (ignored if ANYR_SOCKET_ADDR)"},
       {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on (0: any free port)"},
-      {"ANYR_PDL", "0",
-       "1: launch the one-shot push, the fused one-shot and the standalone add + RMSNorm kernel "
-       "with programmatic dependent launch where the communicator's probe launch works (off by "
-       "default until measured; timing only, ranks may differ)"},
+      {"ANYR_PDL", "1",
+       "1: launch the communicator's kernels (every peer and host algorithm, the fused kernels, "
+       "the add + RMSNorm epilogue) with programmatic dependent launch where the communicator's "
+       "probe launch works; 0: plain launches, no probe (timing only, ranks may differ)"},
       {"ANYR_PUSH_FENCE", "0",
        "diagnostic: 1 = system-scope fence after a push kernel's stores, before it polls"},
       {"ANYR_SELFTEST", "1",

@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) addRmsNormKernel(const T* x, F
   extern __shared__ float4 fusedSmem[];
   float* xs = reinterpret_cast<float*>(fusedSmem);
   float* red = xs + p.hidden;
+  dev::waitForPrevious();
   const int hidden = p.hidden;
   const int nvec = hidden / 8;
   const bool aligned = dev::isAligned(x, 16);
@@ -91,10 +92,12 @@ __global__ void __launch_bounds__(kAlgoThreads, 2) addRmsNormRegsKernel(const T*
 }
 
 template <typename T>
-cudaError_t launchTyped(const void* x, const FusedParams& p, cudaStream_t stream, int threads) {
+cudaError_t launchTyped(const void* x, const FusedParams& p, cudaStream_t stream, int threads,
+                        bool pdl) {
   const int blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
   return launchWithSmem(addRmsNormKernel<T>, blocks, threads, fusedSharedBytes(p.hidden),
-                        fusedSharedBytes(kFusedMaxHidden), stream, static_cast<const T*>(x), p);
+                        fusedSharedBytes(kFusedMaxHidden), stream, pdl, static_cast<const T*>(x),
+                        p);
 }
 
 template <typename T>
@@ -125,7 +128,7 @@ cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const Fused
   if (threads % 32 != 0 || threads < 32 || threads > kMaxThreads) return cudaErrorInvalidValue;
   auto launch = [&](auto tag) {
     using T = decltype(tag);
-    return regs ? launchRegs<T>(x, p, stream, pdl) : launchTyped<T>(x, p, stream, threads);
+    return regs ? launchRegs<T>(x, p, stream, pdl) : launchTyped<T>(x, p, stream, threads, pdl);
   };
   switch (datatype) {
     case anyrBfloat16:

@@ -40,6 +40,6 @@ cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    cudaStream_t stream, bool pdl = false);
 cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, bool pdl);
 
 }  // namespace anyr

@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
   float* xs = reinterpret_cast<float*>(smemRaw);
   float* red = xs + p.hidden;
   __shared__ int blockFailed;
+  dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);
   const int rank = a.rank;
   const int n = a.nranks;
@@ -150,17 +151,17 @@ __global__ void __launch_bounds__(kAlgoThreads)
 
 cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, bool pdl) {
   const size_t smem = fusedSharedBytes(p.hidden);
   const size_t maxSmem = fusedSharedBytes(kFusedMaxHidden);
   const int threads = fusedThreads(p.hidden);
   switch (dtype) {
     case anyrFloat16:
       return launchWithSmem(fusedTwoShotPushKernel<__half>, blocks, threads, smem, maxSmem, stream,
-                            a, p, rowBase, rows);
+                            pdl, a, p, rowBase, rows);
     case anyrBfloat16:
       return launchWithSmem(fusedTwoShotPushKernel<__nv_bfloat16>, blocks, threads, smem, maxSmem,
-                            stream, a, p, rowBase, rows);
+                            stream, pdl, a, p, rowBase, rows);
     default:
       return cudaErrorInvalidValue;
   }

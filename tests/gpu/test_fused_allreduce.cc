@@ -69,19 +69,22 @@ struct Buffers {
 
 int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<size_t>& hiddens, const std::vector<size_t>& tokensList,
-              bool allAlgos, size_t rank0Shift = 0, bool pdl = false) {
+              bool allAlgos, size_t rank0Shift = 0, int pdlEnv = -1) {
   useRankGpu(rank);
-  if (pdl) setenv("ANYR_PDL", "1", 1);  // this rank's process only (ranks are forked)
+  // ANYR_PDL for this rank's process only (ranks are forked); -1 leaves the default (on).
+  if (pdlEnv >= 0) setenv("ANYR_PDL", std::to_string(pdlEnv).c_str(), 1);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
   anyrComm_t comm = nullptr;
   R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
-  if (pdl) {
-    // With ANYR_PDL=1 the communicator probes programmatic launch (and uses it where it works).
+  {
+    // ANYR_PDL=0 skips the probe; otherwise the communicator probes programmatic launch (and
+    // uses it where it works).
     const nlohmann::json pl = explainJson(comm).at("programmaticLaunch");
     report("INFO programmatic launch: " + pl.dump() + "\n");
-    if (pl.at("reason").get<std::string>().find("not probed") != std::string::npos) {
-      report("FAIL ANYR_PDL=1 did not reach the communicator: " + pl.dump() + "\n");
+    const bool probed = pl.at("reason").get<std::string>().find("not probed") == std::string::npos;
+    if (probed != (pdlEnv != 0) || (!probed && pl.at("enabled").get<bool>())) {
+      report("FAIL ANYR_PDL=" + std::to_string(pdlEnv) + " (-1: unset) gave " + pl.dump() + "\n");
       return 4;
     }
   }
@@ -266,12 +269,12 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
 
 // Runs fusedRank on `n` ranks and requires every rank to pass with bit-identical outputs.
 void runFused(int n, const std::vector<size_t>& hiddens, const std::vector<size_t>& tokens,
-              bool allAlgos, size_t rank0Shift, bool pdl, double timeoutSec) {
+              bool allAlgos, size_t rank0Shift, int pdlEnv, double timeoutSec) {
   auto results = launch::runRanks(
       n,
       [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         try {
-          return fusedRank(rank, nr, id, report, hiddens, tokens, allAlgos, rank0Shift, pdl);
+          return fusedRank(rank, nr, id, report, hiddens, tokens, allAlgos, rank0Shift, pdlEnv);
         } catch (const std::exception& e) {
           report(std::string("FAIL ") + e.what() + "\n");
           return 3;
@@ -283,26 +286,26 @@ void runFused(int n, const std::vector<size_t>& hiddens, const std::vector<size_
 
 TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  runFused(gpuCount(), {128, 6144, 7168, 16384}, {1, 3, 64, 129, 2048}, true, 0, false, 900);
+  runFused(gpuCount(), {128, 6144, 7168, 16384}, {1, 3, 64, 129, 2048}, true, 0, -1, 900);
 }
 
 TEST(FusedAllReduceGpu, RanksWithDifferentlyAlignedBuffersTakeTheSamePath) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   // Rank 0's buffers one element off. 64 tokens of 6144 take several one-shot launches; 129
   // split unevenly in two-shot.
-  runFused(gpuCount(), {6144}, {1, 3, 64, 129}, false, 2, false, 600);
+  runFused(gpuCount(), {6144}, {1, 3, 64, 129}, false, 2, -1, 600);
 }
 
-// The one-shot push, the fused one-shot and the standalone register kernel launched with
-// programmatic dependent launch (ANYR_PDL=1): the same bits as without it.
-TEST(FusedAllReduceGpu, ProgrammaticLaunchGivesTheSameBits) {
+// Every other test runs with the default, programmatic dependent launch where the probe
+// works (and checks that the probe ran); this one with plain launches (ANYR_PDL=0, no probe).
+TEST(FusedAllReduceGpu, PlainLaunchesWithoutProgrammaticLaunchAreCorrectToo) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  runFused(gpuCount(), {128, 6144}, {1, 3, 64}, false, 0, true, 600);
+  runFused(gpuCount(), {128, 6144}, {1, 3, 64}, false, 0, 0, 600);
 }
 
 TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
-  runFused(3, {128, 6144}, {1, 3, 129}, false, 0, false, 600);
+  runFused(3, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
 }
 
 }  // namespace
