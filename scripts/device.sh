@@ -16,8 +16,8 @@
 #   dispatch     bench --check-dispatch (seed), anyreduce tune, explain, check again (tuned)
 #   host         host-memory transport vs NCCL through host memory; compressed wire
 #   doctor       anyreduce doctor (synthetic decode step, power) for the GLM-like presets
-#   profile      anyr_fused_floor: the fused one-shot at one token against an empty kernel, the
-#                standalone epilogue and the plain one-shot push (where the extra us go)
+#   profile      anyr_fused_floor: the fused one-shot (1..64 rows, quantized or not) against an
+#                empty kernel, the standalone epilogue and the plain one-shot push (where the us go)
 #   pdl          programmatic dependent launch (ANYR_PDL, on by default): the GPU test with it off,
 #                then the one-shot, two-shot and fused benches with it off and on, in one run
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
@@ -177,8 +177,14 @@ if want profile; then
   step "profile: where the fused one-shot's time goes at one token (anyr_fused_floor)"
   # Empty kernel, standalone add+RMSNorm, plain one-shot push and the fused kernel, at world
   # size 1 (no peer) and 2, in one process (nsys is not installed on the GPU machine).
-  timeout -k 10 120 "$BUILD/tools/anyr_fused_floor" 2>&1 | tee "$OUT/fused-floor.txt"
+  timeout -k 10 120 "$BUILD/tools/anyr_fused_floor" --pdl 2>&1 | tee "$OUT/fused-floor.txt"
   check "${PIPESTATUS[0]}" "anyr_fused_floor"
+  # Rows (where the 8..32-token time goes) and the quantized epilogues, hidden 6144.
+  for args in "--rows 8" "--rows 32" "--rows 64" "--quant fp8" "--quant nvfp4" "--rows 32 --quant fp8"; do
+    timeout -k 10 60 "$BUILD/tools/anyr_fused_floor" --pdl --hidden 6144 $args 2>&1 |
+      tee -a "$OUT/fused-floor.txt" | grep -v "^empty"
+    check "${PIPESTATUS[0]}" "anyr_fused_floor $args"
+  done
 fi
 
 if want pdl; then

@@ -1,15 +1,17 @@
-// anyr_fused_floor: where the fused one-shot kernel's microseconds go at one token. One
+// anyr_fused_floor: where the fused one-shot kernel's microseconds go (one row by default). One
 // process drives one or two GPUs (peer access, no communicator, no bootstrap) and times, under
 // CUDA-graph replay (calls per graph, median of samples, the slower GPU), the same device
 // launchers the library uses:
 //   empty            an empty kernel: the floor of one graph kernel node
-//   k                the standalone add + RMSNorm kernel on one row
-//   push(n)          the plain one-shot push all-reduce of one row, world size n
+//   k                the standalone add + RMSNorm kernel on the rows
+//   push(n)          the plain one-shot push all-reduce of the rows, world size n
 //   push(n)+k        the two above, one after the other (the unfused composition)
 //   fused(n)         the fused one-shot push kernel, world size n
 // with n = 1 (no peer: launch + local work only) and n = 2 (the two GPUs). fused(n) - push(n)
 // is what fusion adds over the all-reduce; fused(1) - push(1) is the epilogue's own cost.
-// Every wait is bounded by the kernels' own deadline (5 s here).
+// Every wait is bounded by the kernels' own deadline (5 s here). Options: --rows R (1..64),
+// --quant none|fp8|nvfp4 (the epilogue's quantized output, linear NVFP4 scales), --pdl
+// (programmatic dependent launch, as the communicator launches where its probe works).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,7 +39,8 @@ __global__ void fillWords(uint32_t* p, size_t n, uint32_t v) {
   }
 }
 
-constexpr uint64_t kSlotBytes = 256u << 10;
+constexpr uint64_t kSlotBytes = 1u << 20;  // 64 rows of hidden 8192
+constexpr int kMaxRows = 64;
 constexpr int kCalls = 200;
 constexpr int kSamples = 15;
 
@@ -51,6 +54,8 @@ struct Rank {
   int32_t* hostAbort = nullptr;
   anyr::ErrorRecord* error = nullptr;
   void *partial = nullptr, *residual = nullptr, *weight = nullptr, *norm = nullptr, *x = nullptr;
+  void *quant = nullptr, *scales = nullptr;
+  float* scale = nullptr;
   int sms = 0;
 };
 
@@ -74,12 +79,15 @@ void setup(Rank& r, int dev) {
   DIAG_CHECK(cudaHostAlloc(&r.error, sizeof(anyr::ErrorRecord), cudaHostAllocMapped));
   std::memset(r.hostAbort, 0, 64);
   std::memset(r.error, 0, sizeof(anyr::ErrorRecord));
-  const size_t rowBytes = 16384 * 2;
-  for (void** p : {&r.partial, &r.residual, &r.weight, &r.norm, &r.x}) {
-    DIAG_CHECK(cudaMalloc(p, rowBytes));
+  const size_t bytes = static_cast<size_t>(kMaxRows) * 16384 * 2;
+  for (void** p : {&r.partial, &r.residual, &r.weight, &r.norm, &r.x, &r.quant, &r.scales}) {
+    DIAG_CHECK(cudaMalloc(p, bytes));
     DIAG_CHECK(
-        anyr::data::fillInput(anyrBfloat16, *p, rowBytes / 2, dev, 7, anyr::data::kSmallInts, r.s));
+        anyr::data::fillInput(anyrBfloat16, *p, bytes / 2, dev, 7, anyr::data::kSmallInts, r.s));
   }
+  const float one = 1.0f;
+  DIAG_CHECK(cudaMalloc(&r.scale, sizeof(float)));
+  DIAG_CHECK(cudaMemcpy(r.scale, &one, sizeof(float), cudaMemcpyHostToDevice));
   DIAG_CHECK(cudaStreamSynchronize(r.s));
 }
 
@@ -101,12 +109,12 @@ void setWait(Rank& r, const std::vector<Rank>& all, int n, int rank) {
 }
 
 anyr::AllReduceArgs argsFor(const Rank& r, const std::vector<Rank>& all, int n, int rank,
-                            const void* in, void* out, int hidden) {
+                            const void* in, void* out, int hidden, int rows) {
   anyr::AllReduceArgs a{};
   a.input = in;
   a.output = out;
-  a.count = static_cast<uint64_t>(hidden);
-  a.numVecs = static_cast<uint64_t>(hidden) / 8;
+  a.count = static_cast<uint64_t>(hidden) * static_cast<uint64_t>(rows);
+  a.numVecs = a.count / 8;
   for (int p = 0; p < n; ++p) a.peerWorkspace[p] = all[p].ws;
   a.layout.pushOffset = 0;
   a.layout.pushSlotBytes = kSlotBytes;
@@ -117,15 +125,21 @@ anyr::AllReduceArgs argsFor(const Rank& r, const std::vector<Rank>& all, int n, 
   return a;
 }
 
-anyr::FusedParams paramsFor(const Rank& r, int hidden) {
+anyr::FusedParams paramsFor(const Rank& r, int hidden, int rows, int quant) {
   anyr::FusedParams p{};
   p.residualIn = r.residual;
   p.residualOut = r.residual;
   p.weight = r.weight;
   p.normOut = r.norm;
   p.epsilon = 1e-6f;
-  p.tokens = 1;
+  p.tokens = rows;
   p.hidden = hidden;
+  p.quant = quant;
+  if (quant != anyrQuantNone) {
+    p.scale = r.scale;
+    p.quantOut = r.quant;
+    if (quant == anyrQuantNvfp4) p.blockScales = r.scales;
+  }
   return p;
 }
 
@@ -184,15 +198,39 @@ double timeRanks(std::vector<Rank>& ranks, int n, const std::function<void(int)>
 
 }  // namespace
 
-// Usage: anyr_fused_floor [--ranks 1] [--hidden N]: world size 1 only (no peer waits, e.g.
-// under a profiler that replays kernels), one hidden size.
+// Usage: anyr_fused_floor [--ranks 1] [--hidden N] [--rows R] [--quant none|fp8|nvfp4] [--pdl]:
+// world size 1 only (no peer waits, e.g. under a profiler that replays kernels), one hidden size.
 int main(int argc, char** argv) {
-  int onlyRanks = 0, onlyHidden = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  int onlyRanks = 0, onlyHidden = 0, rows = 1, quant = anyrQuantNone;
+  bool pdl = false;
+  for (int i = 1; i < argc; i += 2) {
+    if (std::strcmp(argv[i], "--pdl") == 0) {
+      pdl = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "anyr_fused_floor: '%s' needs a value\n", argv[i]);
+      return 2;
+    }
     if (std::strcmp(argv[i], "--ranks") == 0) {
       onlyRanks = std::atoi(argv[i + 1]);
     } else if (std::strcmp(argv[i], "--hidden") == 0) {
       onlyHidden = std::atoi(argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--rows") == 0) {
+      rows = std::atoi(argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--quant") == 0) {
+      const char* q = argv[i + 1];
+      if (std::strcmp(q, "none") == 0) {
+        quant = anyrQuantNone;
+      } else if (std::strcmp(q, "fp8") == 0) {
+        quant = anyrQuantFp8;
+      } else if (std::strcmp(q, "nvfp4") == 0) {
+        quant = anyrQuantNvfp4;
+      } else {
+        std::fprintf(stderr, "anyr_fused_floor: --quant must be none, fp8 or nvfp4\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "anyr_fused_floor: unknown argument '%s'\n", argv[i]);
       return 2;
@@ -204,6 +242,10 @@ int main(int argc, char** argv) {
   }
   if (onlyHidden != 0 && (onlyHidden % 8 != 0 || onlyHidden < 128 || onlyHidden > 16384)) {
     std::fprintf(stderr, "anyr_fused_floor: --hidden must be a multiple of 8 in 128..16384\n");
+    return 2;
+  }
+  if (rows < 1 || rows > kMaxRows) {
+    std::fprintf(stderr, "anyr_fused_floor: --rows must be in 1..%d\n", kMaxRows);
     return 2;
   }
   int ndev = 0;
@@ -227,8 +269,11 @@ int main(int argc, char** argv) {
     DIAG_CHECK(cudaDeviceEnablePeerAccess(0, 0));
   }
   const int maxBlocks = ranks[0].sms;
-  std::printf("# anyr_fused_floor: bf16, 1 row, graph replay of %d calls, median of %d, us/call\n",
-              kCalls, kSamples);
+  std::printf(
+      "# anyr_fused_floor: bf16, %d row(s), quant %s, %s, graph replay of %d calls, median of %d, "
+      "us/call\n",
+      rows, quant == anyrQuantNone ? "none" : (quant == anyrQuantFp8 ? "fp8" : "nvfp4"),
+      pdl ? "programmatic dependent launch" : "plain launches", kCalls, kSamples);
   const double e1 = timeRanks(ranks, 1, [&](int i) { emptyKernel<<<1, 32, 0, ranks[i].s>>>(); });
   std::printf("empty kernel 1x32: %.2f\n", e1);
 
@@ -237,30 +282,38 @@ int main(int argc, char** argv) {
   std::vector<int> hiddens = {4096, 6144, 7168, 8192};
   if (onlyHidden != 0) hiddens = {onlyHidden};
   for (int hidden : hiddens) {
-    const uint64_t vecs = static_cast<uint64_t>(hidden) / 8;
-    const int fBlocks = anyr::fusedOneShotBlocks(1, vecs, maxBlocks);
+    const uint64_t vecs = static_cast<uint64_t>(hidden) / 8 * static_cast<uint64_t>(rows);
+    if (vecs * 16 > kSlotBytes) {
+      std::printf("%7d: %d rows exceed the %llu-byte slot; skipped\n", hidden, rows,
+                  static_cast<unsigned long long>(kSlotBytes));
+      continue;
+    }
+    if (quant == anyrQuantNvfp4 && hidden % 16 != 0) continue;
+    const int fBlocks = anyr::fusedOneShotBlocks(rows, vecs, maxBlocks);
     const int fThreads = anyr::fusedThreads(hidden);
     anyr::LaunchShape shape = anyr::spreadShape(vecs, maxBlocks);  // the one-shot's shape
     shape.aligned = true;
+    shape.pdl = pdl;
     const double empty =
         timeRanks(ranks, 1, [&](int i) { emptyKernel<<<fBlocks, fThreads, 0, ranks[i].s>>>(); });
     auto k = [&](int i) {
-      const anyr::FusedParams p = paramsFor(ranks[i], hidden);
-      DIAG_CHECK(anyr::launchAddRmsNorm(anyrBfloat16, ranks[i].x, p, ranks[i].s, 0));
+      const anyr::FusedParams p = paramsFor(ranks[i], hidden, rows, quant);
+      DIAG_CHECK(anyr::launchAddRmsNorm(anyrBfloat16, ranks[i].x, p, ranks[i].s, 0, pdl));
     };
     auto push = [&](int n) {
       return [&, n](int i) {
         const anyr::AllReduceArgs a =
-            argsFor(ranks[i], ranks, n, i, ranks[i].partial, ranks[i].x, hidden);
+            argsFor(ranks[i], ranks, n, i, ranks[i].partial, ranks[i].x, hidden, rows);
         DIAG_CHECK(anyr::launchOneShotPush(anyrBfloat16, a, shape, ranks[i].s));
       };
     };
     auto fused = [&](int n) {
       return [&, n](int i) {
         const anyr::AllReduceArgs a =
-            argsFor(ranks[i], ranks, n, i, ranks[i].partial, nullptr, hidden);
-        DIAG_CHECK(anyr::launchFusedOneShotPush(anyrBfloat16, a, paramsFor(ranks[i], hidden), 0, 1,
-                                                fBlocks, ranks[i].s));
+            argsFor(ranks[i], ranks, n, i, ranks[i].partial, nullptr, hidden, rows);
+        DIAG_CHECK(anyr::launchFusedOneShotPush(anyrBfloat16, a,
+                                                paramsFor(ranks[i], hidden, rows, quant), 0, rows,
+                                                fBlocks, ranks[i].s, pdl));
       };
     };
     double r[7] = {-1, -1, -1, -1, -1, -1, -1};
