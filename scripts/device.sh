@@ -20,6 +20,8 @@
 #                empty kernel, the standalone epilogue and the plain one-shot push (where the us go)
 #   pdl          programmatic dependent launch (ANYR_PDL, on by default): the GPU test with it off,
 #                then the one-shot, two-shot and fused benches with it off and on, in one run
+#   fusedpaths   the fused bench with the one-shot and the two-shot push forced (ANYR_ALGO): each
+#                fused kernel against the composition on the same algorithm
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
 #                instruction; NCU_HIDDEN, default 6144)
 #   all          all of the above (longer than one 10-minute call: split it)
@@ -200,6 +202,15 @@ if want pdl; then
     ANYR_PDL=$on timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
       --tokens 1,8,32,64,128,512 --samples 11 2>&1 | tee "$OUT/pdl-$on-fused.txt"
     check "${PIPESTATUS[0]}" "PDL=$on fused bench"
+  done
+fi
+
+if want fusedpaths; then
+  step "fused kernels forced (ANYR_ALGO): one-shot push and two-shot push against own + kernel"
+  for algo in oneshot-push twoshot-push; do
+    ANYR_ALGO=$algo timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
+      --tokens 1,8,32,64,128,256,512,2048 --samples 11 2>&1 | tee "$OUT/fusedpaths-$algo.txt"
+    check "${PIPESTATUS[0]}" "fused bench forced $algo"
   done
 fi
 

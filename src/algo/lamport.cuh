@@ -63,6 +63,36 @@ __device__ __forceinline__ bool pollVec(const char* src, Vec* x, Waiter& waiter,
   return true;
 }
 
+// Polls the vectors of one row a thread holds in registers, vectors t + k * blockDim.x (k < VPT,
+// those below H) of the row at `src` (this rank's own memory, written by rank `from`), all at
+// once: a vector that was stale when first read is refreshed in the same round trip as the
+// others. Returns false when the wait was abandoned.
+template <typename T, int VPT>
+__device__ __forceinline__ bool pollRowRegs(const char* src, int H, Vec (&x)[VPT], Waiter& waiter,
+                                            int from, uint32_t epoch) {
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int j = threadIdx.x + k * blockDim.x;
+    x[k] = Vec{};
+    if (j < H) x[k].u = loadVolatile(src + static_cast<uint64_t>(j) * 16);
+  }
+  for (;;) {
+    bool all = true;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < H && !arrived<T>(x[k])) all = false;
+    }
+    if (all) return true;
+    if (!waiter.keepWaiting(from, kWaitPushData, epoch)) return false;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < H && !arrived<T>(x[k])) x[k].u = loadVolatile(src + static_cast<uint64_t>(j) * 16);
+    }
+  }
+}
+
 __device__ __forceinline__ uint4 clearVec() {
   return make_uint4(kPushClearWord, kPushClearWord, kPushClearWord, kPushClearWord);
 }

@@ -734,14 +734,14 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   const anyrAlgo_t algo = path.algo;
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
   const size_t maxRows = static_cast<size_t>(fusedRowsPerLaunch(algo, rowBytes));
-  // The fused one-shot kernel holds a row in registers; above two vectors per thread
-  // (hidden > 8192) it spills and measured slower than the composition (hidden 16384, 1 token:
-  // 14.6 vs 9.9 us on 2 x H200, docs/PERFORMANCE.md), so there it runs only when forced.
-  const bool forcedOneShotPush = forced_.load() == anyrAlgoOneShotPush;
+  // The fused kernels hold a row in registers up to two vectors per thread (hidden 8192).
+  // Wider, the one-shot spills and the two-shot stages the row in shared memory, and both
+  // measured slower than the composition (one-shot, hidden 16384, 1 token: 14.6 vs 9.9 us on
+  // 2 x H200, docs/PERFORMANCE.md), so there they run only when forced.
   const bool rowFitsRegisters = hidden / 8 <= 2 * static_cast<size_t>(fusedThreads(hidden));
   const bool fusedKernel = maxRows > 0 && path.fusedKernel &&
                            fusedKernelOk_[static_cast<size_t>(algo)] &&
-                           (algo != anyrAlgoOneShotPush || rowFitsRegisters || forcedOneShotPush);
+                           (rowFitsRegisters || forced_.load() == algo);
   counters_.note(algo, bytes, fusedKernel ? CallKind::FusedKernel : CallKind::FusedComposed,
                  forced_.load() != anyrAlgoAuto, capturing);
   if (fusedKernel) {
@@ -788,7 +788,8 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
                                   fusedOneShotBlocks(rows, a.numVecs, maxBlocks_), stream, pdlOn_);
   }
   return launchFusedTwoShotPush(dtype, a, p, rowBase, rows,
-                                fusedTwoShotBlocks(rows, nranks_, maxBlocks_), stream, pdlOn_);
+                                fusedTwoShotBlocks(rows, nranks_, p.hidden, a.numVecs, maxBlocks_),
+                                stream, pdlOn_);
 }
 
 uint64_t Communicator::fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const {

@@ -21,15 +21,21 @@ inline int fusedThreads(int hidden) {
   return t;
 }
 
+// The fused two-shot holds a row in registers up to two vectors per thread (hidden 8192);
+// wider rows are staged in shared memory (fused_twoshot_push.cu has both forms).
+inline bool fusedTwoShotInRegisters(int hidden) { return hidden / 8 <= 2 * fusedThreads(hidden); }
+
 // Grid of one fused launch of `rows` rows (numVecs 16-byte vectors), at most maxBlocks blocks.
-// One-shot: a block per row, and at least one per 64 vectors so the push leaves from many SMs.
-// Two-shot: a block per row this rank owns.
+// One-shot, and the two-shot's register form: a block per row, and at least one per 64 vectors
+// so the traffic leaves from many SMs. The two-shot's staged form: a block per row this rank
+// owns.
 inline int fusedOneShotBlocks(int rows, uint64_t numVecs, int maxBlocks) {
   const int pushBlocks = static_cast<int>((numVecs + 63) / 64);
   const int want = rows > pushBlocks ? rows : pushBlocks;
   return want < maxBlocks ? want : maxBlocks;
 }
-inline int fusedTwoShotBlocks(int rows, int nranks, int maxBlocks) {
+inline int fusedTwoShotBlocks(int rows, int nranks, int hidden, uint64_t numVecs, int maxBlocks) {
+  if (fusedTwoShotInRegisters(hidden)) return fusedOneShotBlocks(rows, numVecs, maxBlocks);
   const int owned = (rows + nranks - 1) / nranks;
   return owned < maxBlocks ? owned : maxBlocks;
 }

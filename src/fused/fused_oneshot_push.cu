@@ -136,32 +136,8 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
         continue;
       }
       const char* src = cur + static_cast<uint64_t>(s) * slot + static_cast<uint64_t>(row) * H * 16;
-      Vec x[VPT] = {};
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int j = threadIdx.x + k * blockDim.x;
-        if (j < H) x[k].u = dev::loadVolatile(src + static_cast<uint64_t>(j) * 16);
-      }
-      // Spin on all of this thread's vectors at once: a vector that was stale when first
-      // read is refreshed in the same round trip as the others.
-      for (;;) {
-        bool all = true;
-#pragma unroll
-        for (int k = 0; k < VPT; ++k) {
-          const int j = threadIdx.x + k * blockDim.x;
-          if (j < H && !dev::arrived<T>(x[k])) all = false;
-        }
-        if (all) break;
-        ok = waiter.keepWaiting(s, kWaitPushData, epoch);
-        if (!ok) break;
-#pragma unroll
-        for (int k = 0; k < VPT; ++k) {
-          const int j = threadIdx.x + k * blockDim.x;
-          if (j < H && !dev::arrived<T>(x[k])) {
-            x[k].u = dev::loadVolatile(src + static_cast<uint64_t>(j) * 16);
-          }
-        }
-      }
+      Vec x[VPT];
+      ok = dev::pollRowRegs<T, VPT>(src, H, x, waiter, s, epoch);
       if (!ok) break;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) dev::accumulate<T>(acc[k], x[k]);

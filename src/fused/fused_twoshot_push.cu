@@ -17,6 +17,7 @@
 // block that later writes that row's outputs, after a barrier.
 #include "algo/algo.h"
 #include "algo/lamport.cuh"
+#include "algo/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
 #include "fused/launch.cuh"
@@ -147,11 +148,195 @@ __global__ void __launch_bounds__(kAlgoThreads)
   dev::finishEpoch(st->tsEpoch, epoch + 1);
 }
 
+// The register form, for rows a block holds in registers (hidden / 8 <= 2 x fusedThreads):
+// the traffic is spread over the whole grid as in twoshot_push.cu, and rows are normalized by
+// blocks as in fused_oneshot_push.cu. Thread i of the grid handles vector i of every segment:
+//   1. scatter: vector i of every peer's segment s into slot [rank] of s's scatter buffer;
+//   2. reduce: vector i of the own segment, in rank order (fp32), rounded and sanitized, into
+//      slot [rank] of every rank's gather buffer, this rank's own included;
+//   3. rows: block b takes rows b, b + G, ...; it polls the row in its owner's gather slot
+//      (the own rows come from other blocks of this grid) and runs the register epilogue.
+// A row reaches its epilogue as the same rounded values on every rank, so every rank writes
+// the same bits, and they are the bits of "two-shot push, then the standalone kernel". The own
+// gather slot is written by this rank alone: the block that reads a vector of it clears it
+// right away (no other algorithm writes or clears that slot, so it is clear between launches).
+// The weight and the block's first residual row are loaded before the wait. No block waits
+// for a block that waits for it: the scatter waits for nothing, the reduce only for the peers'
+// scatter, the rows only for reduces.
+template <typename T, int VPT, int Q, bool kAligned>
+__global__ void __launch_bounds__(kAlgoThreads, 1)
+    fusedTwoShotPushRegsKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
+  __shared__ float red[kFusedRedFloats];
+  dev::waitForPrevious();
+  const T* in = static_cast<const T*>(a.input);
+  const int rank = a.rank;
+  const int n = a.nranks;
+  LocalState* st = a.state;
+  const dev::Phases ph = dev::phasesOf(st->tsEpoch);
+  const uint32_t epoch = ph.epoch;
+  const uint32_t phase = ph.cur;
+  const uint64_t slot = a.layout.tsSlotBytes;
+  const uint64_t areaBytes = slot * static_cast<uint64_t>(n);
+  const int H = p.hidden / 8;
+  const bool inAligned = kAligned || dev::isAligned(in, 16);
+  const int Lr = (rows + n - 1) / n;                 // rows per segment
+  const uint64_t L = static_cast<uint64_t>(Lr) * H;  // vectors per segment slot
+  const uint64_t V = static_cast<uint64_t>(rows) * H;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  auto area = [&](int r, uint32_t ph, int gather) {
+    return a.peerWorkspace[r] + a.layout.tsOffset + (2ull * ph + gather) * areaBytes;
+  };
+
+  Vec w[VPT];
+  Vec res[VPT];
+  dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, p.hidden,
+                           kAligned || dev::isAligned(p.weight, 16), w);
+  const float qscale = dev::quantScale<Q>(p);
+  const bool resAligned = kAligned || dev::isAligned(p.residualIn, 16);
+  if (p.residualIn != nullptr && static_cast<int>(blockIdx.x) < rows) {
+    dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + blockIdx.x, p.hidden,
+                             resAligned, res);
+  }
+
+  // 1. Scatter.
+  for (uint64_t i = first; i < L; i += stride) {
+    for (int k = 1; k < n; ++k) {
+      const int s = (rank + k) % n;
+      const uint64_t v = static_cast<uint64_t>(s) * L + i;
+      if (v >= V) continue;
+      Vec x = dev::loadRowVec(in, v, a.count, inAligned);
+      dev::sanitize<T>(x);
+      dev::storeSys(area(s, phase, 0) + static_cast<uint64_t>(rank) * slot + i * 16, x.u);
+    }
+  }
+
+  if (a.pushFence) __threadfence_system();
+
+  // 2. Clear what peers wrote one launch ago.
+  for (int g = 0; g < 2; ++g) {
+    dev::clearPeerSlots(area(rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
+  }
+
+  // 3. Reduce the own segment; send it to every rank's gather buffer.
+  dev::Waiter waiter(a.wait);
+  bool ok = true;
+  const char* scatter = area(rank, phase, 0);
+  for (uint64_t i = first; i < L && ok; i += stride) {
+    const uint64_t v = static_cast<uint64_t>(rank) * L + i;
+    if (v >= V) break;
+    float acc[8] = {};
+    for (int s = 0; s < n && ok; ++s) {
+      Vec x;
+      if (s == rank) {
+        x = dev::loadRowVec(in, v, a.count, inAligned);
+        dev::sanitize<T>(x);
+      } else {
+        ok = dev::pollVec<T>(scatter + static_cast<uint64_t>(s) * slot + i * 16, &x, waiter, s,
+                             epoch);
+      }
+      dev::accumulate<T>(acc, x);
+    }
+    if (!ok) break;
+    Vec y = dev::packVec<T>(acc);
+    dev::sanitize<T>(y);
+    for (int k = 0; k < n; ++k) {
+      const int s = (rank + k) % n;
+      dev::storeSys(area(s, phase, 1) + static_cast<uint64_t>(rank) * slot + i * 16, y.u);
+    }
+  }
+
+  // 4. Rows: the owner's reduced row, then the epilogue in registers. A failed wait above
+  // leaves `ok` false: the first row's barrier then tells the whole block to stop.
+  char* gather = area(rank, phase, 1);
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    if (row != static_cast<int>(blockIdx.x)) {
+      __syncthreads();  // the previous row's epilogue has read red
+      if (p.residualIn != nullptr) {
+        dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + row, p.hidden,
+                                 resAligned, res);
+      }
+    }
+    const int owner = row / Lr;
+    char* src = gather + static_cast<uint64_t>(owner) * slot +
+                static_cast<uint64_t>(row - owner * Lr) * H * 16;
+    Vec x[VPT];
+    if (ok) ok = dev::pollRowRegs<T, VPT>(src, H, x, waiter, owner, epoch);
+    if (ok && owner == rank) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j < H) dev::storeRelaxed(src + static_cast<uint64_t>(j) * 16, dev::clearVec());
+      }
+    }
+    float acc[VPT][8];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const T* e = reinterpret_cast<const T*>(&x[k]);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) acc[k][q] = Elem<T>::toFloat(e[q]);
+    }
+    // Uniform: the epilogue's barrier tells every thread whether any part failed.
+    if (!dev::fusedRowEpilogueRegs<T, VPT, Q, kAligned>(p, rowBase + row, acc, res, w, qscale, red,
+                                                        ok)) {
+      break;
+    }
+  }
+
+  if (blockIdx.x == 0 && threadIdx.x == 0) st->tsVecs[phase] = static_cast<uint32_t>(L);
+  dev::finishEpoch(st->tsEpoch, epoch + 1);
+}
+
+template <typename T, int Q, bool kAligned>
+cudaError_t launchRegsQuant(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
+                            int blocks, cudaStream_t stream, bool pdl) {
+  const int threads = fusedThreads(p.hidden);
+  switch ((p.hidden / 8 + threads - 1) / threads) {
+    case 1:
+      return launchKernel(fusedTwoShotPushRegsKernel<T, 1, Q, kAligned>, dim3(blocks),
+                          dim3(threads), 0, stream, pdl, a, p, rowBase, rows);
+    case 2:
+      return launchKernel(fusedTwoShotPushRegsKernel<T, 2, Q, kAligned>, dim3(blocks),
+                          dim3(threads), 0, stream, pdl, a, p, rowBase, rows);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+template <typename T>
+cudaError_t launchRegs(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
+                       int blocks, cudaStream_t stream, bool pdl) {
+  if (!fusedBuffersAligned(a.input, p)) {
+    return launchRegsQuant<T, dev::kQuantAtRunTime, false>(a, p, rowBase, rows, blocks, stream,
+                                                           pdl);
+  }
+  switch (p.quant) {
+    case anyrQuantNone:
+      return launchRegsQuant<T, anyrQuantNone, true>(a, p, rowBase, rows, blocks, stream, pdl);
+    case anyrQuantFp8:
+      return launchRegsQuant<T, anyrQuantFp8, true>(a, p, rowBase, rows, blocks, stream, pdl);
+    case anyrQuantNvfp4:
+      return launchRegsQuant<T, anyrQuantNvfp4, true>(a, p, rowBase, rows, blocks, stream, pdl);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace
 
 cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream, bool pdl) {
+  if (fusedTwoShotInRegisters(p.hidden)) {
+    switch (dtype) {
+      case anyrFloat16:
+        return launchRegs<__half>(a, p, rowBase, rows, blocks, stream, pdl);
+      case anyrBfloat16:
+        return launchRegs<__nv_bfloat16>(a, p, rowBase, rows, blocks, stream, pdl);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  }
   const size_t smem = fusedSharedBytes(p.hidden);
   const size_t maxSmem = fusedSharedBytes(kFusedMaxHidden);
   const int threads = fusedThreads(p.hidden);
