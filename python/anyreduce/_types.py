@@ -372,7 +372,7 @@ class FusedOptions:
 
     weight_plus_one: y = r/rms * (1 + weight) (Gemma/Qwen) instead of r/rms * weight.
     quant: Quant.NONE, FP8 or NVFP4.
-    scale: device pointer to one fp32: the FP8 per-tensor scale (q = y / scale) or the NVFP4
+    scale: device pointer to one fp32: the FP8 per-tensor scale (q = y * (1 / scale)) or the NVFP4
         global scale g (dequantized y ~ q * block_scale * g).
     quant_out: FP8: tokens x hidden bytes; NVFP4: tokens x hidden/2 bytes (two e2m1 per byte,
         element 2i in the low nibble).

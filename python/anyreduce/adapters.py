@@ -315,7 +315,7 @@ class CustomAllreduce:
           ``residual`` <- allreduce(allreduce_in) + residual;
         * norm_out given: ``norm_out`` <- the normed value, ``allreduce_in`` <-
           allreduce(allreduce_in) + residual (vLLM passes a zero residual there).
-        * quant 'fp8': ``quant_out`` <- e4m3(y / scale_factor) (vLLM's static FP8 scale);
+        * quant 'fp8': ``quant_out`` <- e4m3(y * (1 / scale_factor)) (vLLM's static FP8 scale);
           quant 'nvfp4': ``quant_out`` (packed uint8) and ``scale_out`` (swizzled 128x4 e4m3
           block scales); ``scale_factor`` is vLLM's NVFP4 global scale (448 * 6 / amax),
           the inverse of anyreduce's g, unless ``nvfp4_scale_is_inverse=False``.

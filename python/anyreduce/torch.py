@@ -416,7 +416,7 @@ class Communicator:
         Returns:
           quant=None:    (normed, residual_out)              normed: y in partial's dtype
           quant='fp8':   (q, scale, residual_out)            q: partial's shape, e4m3
-                         (torch.float8_e4m3fn), q = clamp(y / scale, -448, 448); scale: the
+                         (torch.float8_e4m3fn), q = clamp(y * (1 / scale), -448, 448); scale: the
                          given per-tensor fp32 scale (one element)
           quant='nvfp4': (q, block_scales, residual_out)     q: (..., hidden/2) uint8, two
                          e2m1 values per byte, element 2i in the low nibble; block_scales: e4m3

@@ -208,18 +208,20 @@ def _unpack_e2m1(q):
 
 
 def ref_fp8(y, scale):
-    """e4m3 bytes of y / scale (RNE, saturating to +-448), as the library defines FP8."""
+    """e4m3 bytes of y * (1 / scale) (fp32 reciprocal; RNE, saturating to +-448), as the
+    library defines FP8."""
     import torch
 
     import anyreduce.torch as art
 
-    return (y.float() / scale).clamp(-448, 448).to(art.FP8_DTYPE).view(torch.uint8)
+    return (y.float() * (1.0 / scale)).clamp(-448, 448).to(art.FP8_DTYPE).view(torch.uint8)
 
 
 def ref_nvfp4(y, g):
     """(packed e2m1 bytes, e4m3 block-scale bytes) of y, following the library's definition
-    (epilogue.cuh): s = e4m3(amax / (6 g)), d = s * g, q = e2m1(y / d) (RNE, ties to even,
-    saturating at 6, sign kept), whole block 0 when d is not > 0."""
+    (epilogue.cuh): s = e4m3(amax * (1 / (6 g))), d = s * g, q = e2m1(y * (1 / d)) (fp32
+    reciprocals; RNE, ties to even, saturating at 6, sign kept), whole block 0 when d is not
+    > 0."""
     import torch
 
     import anyreduce.torch as art
@@ -227,9 +229,11 @@ def ref_nvfp4(y, g):
     T, H = y.shape
     yb = y.float().reshape(T, H // 16, 16)
     amax = yb.abs().amax(-1)
-    s = (amax / (6.0 * g)).clamp(max=448).to(art.FP8_DTYPE)
-    d = s.float() * g
-    v = yb / d.unsqueeze(-1)
+    g32 = torch.as_tensor(g, dtype=torch.float32, device=y.device)
+    s = (amax * (1.0 / (6.0 * g32))).clamp(max=448).to(art.FP8_DTYPE)
+    d = s.float() * g32
+    dinv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+    v = yb * dinv.unsqueeze(-1)
     a = v.abs()
     code = ((a > 0.25).int() + (a >= 0.75).int() + (a > 1.25).int() + (a >= 1.75).int()
             + (a > 2.5).int() + (a >= 3.5).int() + (a > 5.0).int())
@@ -303,7 +307,7 @@ def scenario_fused(rank: int, world: int):
                 assert y4 is pc
                 assert_equal(pc, y_sep, f"{dtype} {tokens}x{hidden} out=partial")
 
-        # FP8 (per-tensor scale): q = e4m3(y / scale), RNE, saturating, from the ROUNDED y
+        # FP8 (per-tensor scale): q = e4m3(y * (1 / scale)), RNE, saturating, from the ROUNDED y
         # (the library's contract), so a torch reference gives the same bytes.
         tokens, hidden = 19, 4096
         partial = ints((tokens, hidden), torch.bfloat16, rank + 11)

@@ -63,6 +63,11 @@ __device__ __forceinline__ uint32_t e4m3Code(float v) {
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 }
 
+// Two values at once (one conversion instruction where the GPU has it), a in the low byte.
+__device__ __forceinline__ uint32_t e4m3Pair(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+
 __device__ __forceinline__ float e4m3Value(uint32_t code) {
   __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
   return __half2float(__half(h));
@@ -200,7 +205,8 @@ template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false>
 struct RowOutputs {
   const FusedParams& p;
   int row, nblocks, quant;
-  float qscale, sixG;
+  float qscale;  // FP8 scale or NVFP4 g
+  float qinv;    // FP8: 1 / scale; NVFP4: 1 / (6 g) (IEEE divisions, once per row)
   T* normOut;
   unsigned char* quantRow;
   unsigned char* linear;
@@ -214,8 +220,8 @@ struct RowOutputs {
     const int64_t rowStart = static_cast<int64_t>(row) * hidden;
     nblocks = hidden / kNvfp4BlockElems;
     quant = quantMode<kQuant>(p);
-    qscale = quant != anyrQuantNone ? scaleValue : 1.0f;  // FP8 scale or NVFP4 g
-    sixG = 6.0f * qscale;
+    qscale = quant != anyrQuantNone ? scaleValue : 1.0f;
+    qinv = quant == anyrQuantNvfp4 ? 1.0f / (6.0f * qscale) : 1.0f / qscale;
     normOut = p.normOut ? static_cast<T*>(p.normOut) + rowStart : nullptr;
     quantRow = p.quantOut ? static_cast<unsigned char*>(p.quantOut) +
                                 (quant == anyrQuantFp8 ? rowStart : rowStart / 2)
@@ -236,9 +242,9 @@ struct RowOutputs {
       if (active) {
         uint2 packed = make_uint2(0u, 0u);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          packed.x |= e4m3Code(y[i] / qscale) << (8 * i);
-          packed.y |= e4m3Code(y[4 + i] / qscale) << (8 * i);
+        for (int i = 0; i < 2; ++i) {
+          packed.x |= e4m3Pair(y[2 * i] * qinv, y[2 * i + 1] * qinv) << (16 * i);
+          packed.y |= e4m3Pair(y[4 + 2 * i] * qinv, y[5 + 2 * i] * qinv) << (16 * i);
         }
         storeBytes(quantRow + 8 * static_cast<int64_t>(v), packed, 8, quantAligned);
       }
@@ -248,12 +254,13 @@ struct RowOutputs {
       for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(y[i]));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the block's other half
       if (active) {
-        const uint32_t s = e4m3Code(amax / sixG);
+        const uint32_t s = e4m3Code(amax * qinv);
         const float d = e4m3Value(s) * qscale;
         uint32_t packed = 0;
         if (d > 0.0f) {
+          const float dinv = 1.0f / d;
 #pragma unroll
-          for (int i = 0; i < 8; ++i) packed |= e2m1Code(y[i] / d) << (4 * i);
+          for (int i = 0; i < 8; ++i) packed |= e2m1Code(y[i] * dinv) << (4 * i);
         }
         storeBytes(quantRow + 4 * static_cast<int64_t>(v), make_uint2(packed, 0u), 4, quantAligned);
         if ((v & 1) == 0) {

@@ -172,21 +172,23 @@ int64_t swizzleBytes(int64_t rows, int64_t cols) {
 }
 
 void quantizeFp8(const float* y, size_t n, float scale, uint8_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = e4m3Encode(static_cast<double>(y[i] / scale));
+  const float inv = 1.0f / scale;
+  for (size_t i = 0; i < n; ++i) out[i] = e4m3Encode(static_cast<double>(y[i] * inv));
 }
 
 void quantizeNvfp4(const float* y, size_t hidden, float g, uint8_t* packed, uint8_t* scales) {
-  const float sixG = 6.0f * g;
+  const float inv6g = 1.0f / (6.0f * g);
   for (size_t b = 0; b < hidden / 16; ++b) {
     const float* yb = y + 16 * b;
     float amax = 0.0f;
     for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(yb[i]));
-    const uint8_t s = e4m3Encode(static_cast<double>(amax / sixG));
+    const uint8_t s = e4m3Encode(static_cast<double>(amax * inv6g));
     const float d = static_cast<float>(e4m3Decode(s)) * g;
+    const float dinv = d > 0.0f ? 1.0f / d : 0.0f;
     scales[b] = s;
     for (int i = 0; i < 16; i += 2) {
-      const uint8_t lo = d > 0.0f ? e2m1Encode(static_cast<double>(yb[i] / d)) : 0;
-      const uint8_t hi = d > 0.0f ? e2m1Encode(static_cast<double>(yb[i + 1] / d)) : 0;
+      const uint8_t lo = d > 0.0f ? e2m1Encode(static_cast<double>(yb[i] * dinv)) : 0;
+      const uint8_t hi = d > 0.0f ? e2m1Encode(static_cast<double>(yb[i + 1] * dinv)) : 0;
       packed[8 * b + i / 2] = static_cast<uint8_t>(lo | (hi << 4));
     }
   }
