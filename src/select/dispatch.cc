@@ -138,6 +138,8 @@ constexpr double kNcclBaseUs = 10.0;
 // memory traffic per byte of message. The topology records no local memory bandwidth, so a
 // nominal one is used; it weighs only fused kernel against composition.
 constexpr double kLocalGBps = 3000.0;
+// Largest message for which the seed expects the fused two-shot kernel to beat the composition.
+constexpr double kFusedTwoShotMaxBytes = 8.0 * (1 << 20);
 // Host-memory algorithms move their bytes the way NCCL's ring does where there is no peer path
 // (SM stores into, and loads from, pinned host memory over each GPU's PCIe link), so they are
 // charged on the same terms: each byte crosses the link twice (written up, read down by a
@@ -366,9 +368,12 @@ double seedTimeUs(Op op, Path p, uint64_t bytes, const CostInputs& in) {
     // One kernel: no second launch, and x never goes through memory (half the traffic).
     return ar + 0.5 * local;
   }
-  // The fused two-shot kernel normalizes rows one per block inside the communication kernel;
-  // it measured slower than the composition on 2 x H200 (docs/PERFORMANCE.md): modelled as
-  // three times the epilogue's traffic time.
+  // The fused two-shot kernel (its register form; wider rows compose, see
+  // Communicator::allReduceAddRmsNorm) saves the second launch but reads x back from the
+  // gather buffers: measured on 2 x H200 (docs/PERFORMANCE.md, 2026-11-30) 0.8-2.0 us faster
+  // than the composition from 64 to 512 tokens of hidden 6144 and 7168 (0.8 to 7.3 MB), and
+  // 8.6 us slower at 2048 tokens (25 MB), modelled as three times the epilogue's traffic time.
+  if (B <= kFusedTwoShotMaxBytes) return ar + local + 0.5 * kLaunchUs;
   return ar + 3.0 * local;
 }
 
