@@ -42,9 +42,11 @@
 // host-oneshot/-twoshot, and the epoch advances per launch whichever algorithm ran, so their
 // parity argument (host_oneshot.cu) sees host-copy launches as launches that completed.
 //
-// Visibility. A signal kernel runs after its chunk's copy completed (stream order) and fences
-// (system scope) before its release store; the peer's wait kernel acquires the flag, and its
-// copy out of host memory starts after the wait kernel completed.
+// Visibility. A signal kernel starts only after its chunk's device-to-host copy completed (sig
+// waits for d2h's event), and a completed copy to host memory has landed there: it is the
+// point at which a host thread synchronizing on the same event may read the bytes. The kernel
+// then fences at system scope and stores its flag with release semantics; the peer's wait
+// kernel acquires the flag, and its host-to-device copy starts after that kernel completed.
 //
 // In place: the reduction of chunk c writes output chunk c, which d2h's copy of chunk c reads
 // (native wire; the pack kernel ran before the fork); when input and output overlap, the
