@@ -145,25 +145,37 @@ if want host; then
   # The variable is set for the bench process, so the NCCL communicator it creates (the baseline
   # column, and anyreduce's own NCCL fallback) goes through host memory too: the comparison the
   # host transport is for. Targets (2 x H200): >= 2x NCCL up to 64 KB, >= 1.2x 256 KB..16 MB.
-  # The shared segment lives in /dev/shm (48 MiB for 2 ranks at the default 8 MiB chunk).
+  # The shared segment lives in /dev/shm (about 67 MiB for 2 ranks at the default 8 MiB chunk:
+  # host-copy's copy buffer adds a launch plus a copy chunk per rank).
   df -h /dev/shm | tail -1
   step "host-memory link: copy engines, SM stores/loads, flag round trip (the transport's ceiling)"
   timeout -k 10 120 "$BUILD/tools/anyr_host_link_bw" 2>&1 | tee "$OUT/host-link-bw.txt"
   check "${PIPESTATUS[0]}" "host link bandwidth"
-  timeout -k 10 400 env NCCL_P2P_DISABLE=1 "$A" bench -a host-oneshot,host-twoshot,nccl \
+  timeout -k 10 500 env NCCL_P2P_DISABLE=1 "$A" bench -a host-oneshot,host-twoshot,host-copy,nccl \
     -b 1K -e 16M -f 4 --samples 11 --json "$OUT/bench-host.json" 2>&1 | tee "$OUT/bench-host.txt"
   check "${PIPESTATUS[0]}" "host bench"
   step "host-memory transport: compressed wire at 4 and 16 MB (target: fp8 >= 1.6x native at 16 MB)"
   for w in native fp8 int8; do
-    timeout -k 10 200 env NCCL_P2P_DISABLE=1 "$A" bench -a host-oneshot,host-twoshot \
+    timeout -k 10 300 env NCCL_P2P_DISABLE=1 "$A" bench -a host-oneshot,host-twoshot,host-copy \
       -b 4M -e 16M -f 4 --samples 11 --wire $w 2>&1 | tee "$OUT/bench-host-wire-$w.txt"
   done
+  step "host-copy: copy-engine chunk size (ANYR_HOST_COPY_CHUNK_BYTES) at 1, 4 and 16 MB"
+  for c in 256K 512K 1M 2M 4M; do
+    timeout -k 10 200 env NCCL_P2P_DISABLE=1 ANYR_HOST_COPY_CHUNK_BYTES=$c "$A" bench -a host-copy \
+      -b 1M -e 16M -f 4 --samples 11 2>&1 | tee "$OUT/bench-host-copy-chunk-$c.txt"
+  done
+  # A 16 MB message is two launches at the default ANYR_CHUNK_BYTES (8M): the pipeline drains
+  # and refills between them. One launch instead shows what that costs.
+  timeout -k 10 200 env NCCL_P2P_DISABLE=1 ANYR_CHUNK_BYTES=16M "$A" bench -a host-copy,host-twoshot,nccl \
+    -b 4M -e 16M -f 4 --samples 11 2>&1 | tee "$OUT/bench-host-copy-launch16M.txt"
   step "as a machine without peer access: ANYR_PEER_MEMORY=0, automatic choice vs NCCL without P2P"
   timeout -k 10 300 env ANYR_PEER_MEMORY=0 NCCL_P2P_DISABLE=1 "$A" bench -a auto,nccl \
     -b 1K -e 64M -f 4 --samples 11 2>&1 | tee "$OUT/bench-nop2p-auto.txt"
   step "host-memory transport: fused all-reduce + add + RMSNorm (composition)"
-  timeout -k 10 300 env ANYR_ALGO=host-oneshot NCCL_P2P_DISABLE=1 "$A" bench --op add-rmsnorm --hidden 6144 \
-    --tokens 1,32,128,2048 --samples 11 2>&1 | tee "$OUT/fused-host.txt"
+  for a in host-oneshot host-copy; do
+    timeout -k 10 300 env ANYR_ALGO=$a NCCL_P2P_DISABLE=1 "$A" bench --op add-rmsnorm --hidden 6144 \
+      --tokens 1,32,128,2048 --samples 11 2>&1 | tee "$OUT/fused-$a.txt"
+  done
 fi
 
 if want doctor; then

@@ -81,7 +81,8 @@ typedef enum {
   anyrAlgoTwoShotPush = 5, /* reduce-scatter and all-gather by peer writes, no barriers */
   anyrAlgoHostOneShot = 6, /* through pinned shared host memory: no peer access needed */
   anyrAlgoHostTwoShot = 7, /* reduce-scatter + all-gather through pinned shared host memory */
-  anyrNumAlgos = 8
+  anyrAlgoHostCopy = 8,    /* one-shot through pinned shared host memory, moved by copy engines */
+  anyrNumAlgos = 9
 } anyrAlgo_t;
 
 /* Wire format of the data the host-memory algorithms and one-shot pull exchange (opt-in; never
@@ -263,7 +264,7 @@ ANYR_API anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count
 ANYR_API anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed);
 
 /* Short names: "auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl", "twoshot-push",
- * "host-oneshot", "host-twoshot"; NULL if invalid. */
+ * "host-oneshot", "host-twoshot", "host-copy"; NULL if invalid. */
 ANYR_API const char* anyrAlgoName(anyrAlgo_t algorithm);
 
 ANYR_API const char* anyrGetErrorString(anyrResult_t result);

@@ -123,6 +123,7 @@ class Algo(_CEnum):
     TWO_SHOT_PUSH = 5
     HOST_ONE_SHOT = 6
     HOST_TWO_SHOT = 7
+    HOST_COPY = 8
 
     @property
     def short_name(self) -> str:
@@ -155,6 +156,7 @@ _ALGO_SHORT = {
     Algo.TWO_SHOT_PUSH: "twoshot-push",
     Algo.HOST_ONE_SHOT: "host-oneshot",
     Algo.HOST_TWO_SHOT: "host-twoshot",
+    Algo.HOST_COPY: "host-copy",
 }
 
 

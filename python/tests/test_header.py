@@ -217,6 +217,7 @@ def test_config_wire_and_host_algorithms():
     assert Config(wire=Wire.INT8).to_c().wire == 2
     assert Config(algorithm="host-oneshot").to_c().algorithm == int(Algo.HOST_ONE_SHOT)
     assert str(Algo.HOST_TWO_SHOT) == "host-twoshot"
+    assert Config(algorithm="host-copy").to_c().algorithm == int(Algo.HOST_COPY) == 8
     with pytest.raises(InvalidArgument, match="config.wire"):
         Config(wire="fp4").to_c()
 

@@ -51,4 +51,22 @@ cudaError_t launchHostOneShotLL(anyrDataType_t dtype, const HostArgs& a, const L
 cudaError_t launchHostTwoShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
                               cudaStream_t stream);
 
+// host_copy.cu: the copy-engine host algorithm. Its side streams and per-chunk events (owned by
+// the communicator); every call forks from and joins back into the caller's stream.
+struct HostCopyStreams {
+  cudaStream_t d2h;   // the own chunks out to host memory, back to back
+  cudaStream_t sig;   // a flag per chunk once it is out
+  cudaStream_t poll;  // waits for the peers' flags, ahead of the copies in
+  cudaStream_t h2d;   // the peers' chunks in to device staging, back to back
+  cudaEvent_t fork;
+  cudaEvent_t signaled;  // the launch's last flag raised (recorded on sig)
+  cudaEvent_t* copied;   // [chunk]: the own chunk is in host memory (recorded on d2h)
+  cudaEvent_t* arrived;  // [chunk]: every peer raised its flag (recorded on poll)
+  cudaEvent_t* recv;     // [chunk]: every peer's chunk is in device staging (recorded on h2d)
+  uint32_t events;       // entries of copied, arrived and recv
+};
+// One launch (a piece of at most layout.launchBytes): `shape` is the reduction kernels' grid.
+cudaError_t launchHostCopy(anyrDataType_t dtype, const HostCopyArgs& a, const LaunchShape& shape,
+                           const HostCopyStreams& s, cudaStream_t stream);
+
 }  // namespace anyr

@@ -968,6 +968,7 @@ Communicator::~Communicator() {
   if (nccl_ != nullptr && ownsNccl_) releaseNcclComm(nccl_, failCode_.load() == anyrSuccess);
   nccl_ = nullptr;
   peers_.reset();
+  freeHostCopy();
   host_.reset();
   if (dHostState_ != nullptr) (void)cudaFree(dHostState_);
   if (dHostWait_ != nullptr) (void)cudaFree(dHostWait_);

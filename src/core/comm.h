@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "algo/algo.h"
 #include "anyreduce/anyreduce.h"
@@ -153,6 +154,9 @@ class Communicator {
   void launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);
   void explainHost(void* json) const;  // nlohmann::json*
+  // host-copy (host_copy.cu): its device staging, streams and events, made with the transport.
+  void initHostCopy();
+  void freeHostCopy();
   void waitStreamIdle(cudaStream_t s, const char* what);
 
   int rank_ = -1;
@@ -185,6 +189,14 @@ class Communicator {
   LocalState* dHostState_ = nullptr;  // the host transport's own epochs and fail claim
   WaitControl* dHostWait_ = nullptr;
   HostArgs hostTemplate_{};
+  struct HostCopyResources {
+    char* sendStage = nullptr;  // device: the own compressed chunks of one launch
+    char* recvStage = nullptr;  // device: (nranks - 1) peers' chunks of one launch
+    cudaStream_t d2h = nullptr, sig = nullptr, poll = nullptr, h2d = nullptr;
+    cudaEvent_t fork = nullptr, signaled = nullptr;
+    std::vector<cudaEvent_t> copied, arrived, recv;  // one per chunk of a launch
+  };
+  HostCopyResources copy_;
   void* scratch_ = nullptr;  // all-reduce target of the unfused fused-op path
   size_t scratchBytes_ = 0;
   void* hostMapped_ = nullptr;  // ErrorRecord followed by the abort word

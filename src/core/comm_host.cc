@@ -1,5 +1,5 @@
 // The communicator's host-memory transport: setup of the shared pinned segment and launches of
-// the host algorithms (src/algo/host_oneshot.cu, host_twoshot.cu). Set up on every
+// the host algorithms (src/algo/host_oneshot.cu, host_twoshot.cu, host_copy.cu). Set up on every
 // single-host communicator of 2..8 ranks (unless ANYR_HOST_MEMORY=0), whether or not the GPUs
 // have peer access: admission decides when it is the default, and tests can force it anywhere.
 #include <algorithm>
@@ -14,11 +14,18 @@
 
 namespace anyr {
 
-HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxBytes) {
+HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxBytes,
+                             uint64_t copyChunkBytes) {
   HostLayout l{};
   const uint64_t page = 4096;
   const uint64_t n = static_cast<uint64_t>(nranks > 0 ? nranks : 1);
   l.launchBytes = chunkBytes;
+  // host-copy chunks: whole 64 KiB units, no larger than a launch, and large enough that a
+  // launch has at most kMaxCopyChunks of them (one flag word each).
+  const uint64_t unit = 64u << 10;
+  const uint64_t fewest = roundUp((chunkBytes + kMaxCopyChunks - 1) / kMaxCopyChunks, unit);
+  l.copyChunkBytes =
+      std::min(roundUp(chunkBytes, unit), std::max({roundUp(copyChunkBytes, unit), fewest, unit}));
   l.headerOffset = 0;
   l.flagsOffset = page;
   l.dataOffset = roundUp(l.flagsOffset + sizeof(HostFlags), page);
@@ -29,7 +36,11 @@ HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxByte
   l.llMaxBytes = std::min(llMaxBytes, chunkBytes);
   l.llOffset = l.resultOffset + 2 * l.resultBytes;
   l.llBytes = roundUp(2 * l.llMaxBytes, page);
-  l.rankBytes = roundUp(l.llOffset + 2 * l.llBytes, page);
+  l.copyOffset = l.llOffset + 2 * l.llBytes;
+  // Chunks of a launch end before launchBytes + one chunk (a small launch's chunks are cut
+  // from its own size, and their last may pass the launch's end: hostCopyLaunchChunkBytes).
+  l.copyBytes = roundUp(chunkBytes + l.copyChunkBytes, page);
+  l.rankBytes = roundUp(l.copyOffset + l.copyBytes, page);
   l.totalBytes = l.rankBytes * n;
   return l;
 }
@@ -46,9 +57,11 @@ void Communicator::initHostTransport() {
     return;
   }
   // Rank 0's choice counts for everyone (the environment may differ between processes).
-  int32_t agreed[3] = {env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
+  const uint64_t copyChunk = env::getSize("ANYR_HOST_COPY_CHUNK_BYTES");
+  int32_t agreed[4] = {env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
                        static_cast<int32_t>(env::getInt("ANYR_HOST_ROUND")),
-                       static_cast<int32_t>(env::getInt("ANYR_HOST_LL_BYTES"))};
+                       static_cast<int32_t>(env::getInt("ANYR_HOST_LL_BYTES")),
+                       static_cast<int32_t>(std::min<uint64_t>(copyChunk, INT32_MAX))};
   bs_->broadcast(agreed, sizeof(agreed), 0);
   const int32_t enabled = agreed[0];
   if (agreed[1] < 1 || agreed[1] > 64) {
@@ -60,12 +73,20 @@ void Communicator::initHostTransport() {
                "environment variable ANYR_HOST_LL_BYTES=" + std::to_string(agreed[2]) +
                    " (rank 0's): must be a multiple of 16 in 0..1048576");
   }
+  const std::string copyChunkError = hostCopyChunkError(static_cast<uint64_t>(agreed[3]));
+  if (!copyChunkError.empty()) {
+    throwError(anyrInvalidArgument,
+               "environment variable ANYR_HOST_COPY_CHUNK_BYTES=" + std::to_string(agreed[3]) +
+                   " (rank 0's): " + copyChunkError);
+  }
   if (!enabled) {
     facts_.hostMemoryReason = "disabled by ANYR_HOST_MEMORY=0";
     return;
   }
-  hostLayout_ = computeHostLayout(cfg_.chunkBytes, nranks_, static_cast<uint64_t>(agreed[2]));
+  hostLayout_ = computeHostLayout(cfg_.chunkBytes, nranks_, static_cast<uint64_t>(agreed[2]),
+                                  static_cast<uint64_t>(agreed[3]));
   cfg_.hostLowLatencyBytes = hostLayout_.llMaxBytes;
+  cfg_.hostCopyChunkBytes = hostLayout_.copyChunkBytes;
   std::string why;
   host_ = createHostMemory(*bs_, hostLayout_.totalBytes, &why);
   if (!host_) {
@@ -97,15 +118,90 @@ void Communicator::initHostTransport() {
   hostTemplate_.nranks = nranks_;
   hostTemplate_.wire = static_cast<int32_t>(cfg_.wire);
   hostTemplate_.roundVecs = agreed[1];
+  initHostCopy();
   bs_->barrier();  // every header written before any kernel may look at it
   facts_.hostMemory = true;
   facts_.hostMemoryReason = "shared pinned host segment of " +
                             std::to_string(hostLayout_.totalBytes) + " bytes mapped by every rank";
 }
 
+std::string hostCopyChunkError(uint64_t bytes) {
+  if (bytes < (64u << 10) || bytes > (64u << 20) || bytes % (64u << 10) != 0) {
+    return "must be a multiple of 64 KiB between 64 KiB and 64 MiB";
+  }
+  return "";
+}
+
+void Communicator::initHostCopy() {
+  // Device staging of the host-copy algorithm: the own compressed chunks (compressed wire),
+  // and every peer's chunks of one launch, copied in from host memory before the reduction.
+  const uint64_t slot = hostLayout_.copyBytes;
+  ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&copy_.sendStage), slot));
+  ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&copy_.recvStage),
+                             slot * static_cast<uint64_t>(nranks_ - 1)));
+  for (cudaStream_t* st : {&copy_.d2h, &copy_.sig, &copy_.poll, &copy_.h2d}) {
+    ANYR_CUDA_CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+  }
+  ANYR_CUDA_CHECK(cudaEventCreateWithFlags(&copy_.fork, cudaEventDisableTiming));
+  ANYR_CUDA_CHECK(cudaEventCreateWithFlags(&copy_.signaled, cudaEventDisableTiming));
+  // Chunks of one launch: at most a launch's worth of configured chunks, or four smaller ones.
+  const uint64_t most = std::max<uint64_t>(
+      4, (hostLayout_.launchBytes + hostLayout_.copyChunkBytes - 1) / hostLayout_.copyChunkBytes);
+  for (std::vector<cudaEvent_t>* v : {&copy_.copied, &copy_.arrived, &copy_.recv}) {
+    v->resize(most, nullptr);
+    for (cudaEvent_t& e : *v) {
+      ANYR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+  }
+}
+
+void Communicator::freeHostCopy() {
+  for (std::vector<cudaEvent_t>* v : {&copy_.copied, &copy_.arrived, &copy_.recv}) {
+    for (cudaEvent_t e : *v) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+  }
+  for (cudaEvent_t e : {copy_.fork, copy_.signaled}) {
+    if (e != nullptr) (void)cudaEventDestroy(e);
+  }
+  for (cudaStream_t st : {copy_.d2h, copy_.sig, copy_.poll, copy_.h2d}) {
+    if (st != nullptr) (void)cudaStreamDestroy(st);
+  }
+  if (copy_.sendStage != nullptr) (void)cudaFree(copy_.sendStage);
+  if (copy_.recvStage != nullptr) (void)cudaFree(copy_.recvStage);
+  copy_ = HostCopyResources{};
+}
+
 void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                                   anyrDataType_t dtype, cudaStream_t stream) {
   if (!host_) throwError(anyrInternalError, "launchHostAlgo: no host transport");
+  if (algo == anyrAlgoHostCopy) {
+    HostCopyArgs t{};
+    t.h = hostTemplate_;
+    t.hostBase = host_->host();
+    t.sendStage = copy_.sendStage;
+    t.recvStage = copy_.recvStage;
+    const HostCopyStreams streams{copy_.d2h,           copy_.sig,
+                                  copy_.poll,          copy_.h2d,
+                                  copy_.fork,          copy_.signaled,
+                                  copy_.copied.data(), copy_.arrived.data(),
+                                  copy_.recv.data(),   static_cast<uint32_t>(copy_.copied.size())};
+    launchInPieces(
+        algo, hostTemplate_, in, out, count, dtype, hostLayout_.launchBytes,
+        [&](const HostArgs& a, const LaunchShape& piece) {
+          HostCopyArgs c = t;
+          c.h = a;
+          c.chunkVecs =
+              hostCopyLaunchChunkBytes(a.count * dtypeSize(dtype), hostLayout_.copyChunkBytes) / 16;
+          c.chunks = static_cast<uint32_t>((a.numVecs + c.chunkVecs - 1) / c.chunkVecs);
+          // The reduction is local (device memory): spread it over every block.
+          LaunchShape shape =
+              spreadShape(std::min(a.numVecs, c.chunkVecs), static_cast<uint64_t>(maxBlocks_));
+          shape.aligned = piece.aligned;
+          return launchHostCopy(dtype, c, shape, streams, stream);
+        });
+    return;
+  }
   // One-shot messages of at most llMaxBytes with the native wire take the low-latency protocol
   // (one PCIe round trip instead of two); the decision depends only on agreed values and the
   // call's count, so every rank takes the same one.
@@ -124,7 +220,8 @@ void Communicator::explainHost(void* json) const {
   j["hostTransport"] = {{"available", facts_.hostMemory},
                         {"reason", facts_.hostMemoryReason},
                         {"wire", wireName(cfg_.wire)},
-                        {"lowLatencyMaxBytes", hostLayout_.llMaxBytes}};
+                        {"lowLatencyMaxBytes", hostLayout_.llMaxBytes},
+                        {"copyChunkBytes", hostLayout_.copyChunkBytes}};
   if (host_) j["hostTransport"]["segmentBytes"] = hostLayout_.totalBytes;
 }
 

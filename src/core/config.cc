@@ -10,8 +10,8 @@ namespace anyr {
 const char* algoName(anyrAlgo_t algorithm) {
   static const char* const names[anyrNumAlgos] = {"auto",         "oneshot-push", "oneshot-pull",
                                                   "twoshot",      "nccl",         "twoshot-push",
-                                                  "host-oneshot", "host-twoshot"};
-  static_assert(anyrNumAlgos == 8, "name every algorithm here");
+                                                  "host-oneshot", "host-twoshot", "host-copy"};
+  static_assert(anyrNumAlgos == 9, "name every algorithm here");
   if (algorithm < 0 || algorithm >= anyrNumAlgos) return nullptr;
   return names[algorithm];
 }

@@ -26,6 +26,9 @@ struct Config {
   // set by the host transport from rank 0's ANYR_HOST_LL_BYTES, so agreed; 0 until then. Not
   // part of Wire; read by the dispatch cost model.
   uint64_t hostLowLatencyBytes = 0;
+  // host-copy's chunk (the layout's copyChunkBytes, from rank 0's ANYR_HOST_COPY_CHUNK_BYTES):
+  // set by the host transport, so agreed; 0 until then (or without one). Not part of Wire.
+  uint64_t hostCopyChunkBytes = 0;
 
   // Crosses process boundaries (rank 0's resolved config is broadcast): fixed layout.
   struct Wire {

@@ -14,7 +14,7 @@ const std::vector<Param>& params() {
       {"ANYR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
       {"ANYR_ALGO", "auto",
        "force an algorithm: auto, oneshot-push, oneshot-pull, twoshot, twoshot-push, nccl, "
-       "host-oneshot, host-twoshot"},
+       "host-oneshot, host-twoshot, host-copy"},
       {"ANYR_TIMEOUT_MS", "30000",
        "bound on every wait, host and device, in milliseconds (bootstrap, flags, data)"},
       {"ANYR_ONESHOT_MAX_BYTES", "",
@@ -64,7 +64,12 @@ const std::vector<Param>& params() {
        "protocol, flag in every line (0 = never; a multiple of 16 up to 1048576; rank 0's "
        "value is used)"},
       {"ANYR_HOST_MEMORY", "1",
-       "1: set up the shared host-memory transport (host-oneshot, host-twoshot); 0: do not"},
+       "1: set up the shared host-memory transport (host-oneshot, host-twoshot, host-copy); 0: "
+       "do not"},
+      {"ANYR_HOST_COPY_CHUNK_BYTES", "1M",
+       "host-copy: bytes per copy-engine chunk, the unit of its pipeline (a multiple of 64 KiB "
+       "in 64 KiB..64 MiB; raised if a launch would need more than 1024 chunks; rank 0's value "
+       "is used)"},
   };
   return table;
 }

@@ -147,8 +147,9 @@ void SelfTest::run() {
   setWaitTimeoutMs(timeoutMs);
 
   nlohmann::json results = nlohmann::json::object();
-  for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,
-                          anyrAlgoTwoShotPush, anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
+  for (anyrAlgo_t algo :
+       {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoTwoShotPush,
+        anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy}) {
     AlgoAdmission& adm = c.admission_.algo[static_cast<size_t>(algo)];
     if (!adm.admitted) {
       results[anyrAlgoName(algo)] = "not run (not admitted)";

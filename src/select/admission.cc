@@ -86,7 +86,7 @@ Admission admit(const Topology& t, const CommFacts& f) {
   setPeer(anyrAlgoTwoShot, false, true);
   setPeer(anyrAlgoTwoShotPush, true, false);
   // Host-memory algorithms need no peer access at all: only the shared pinned segment.
-  for (anyrAlgo_t a : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
+  for (anyrAlgo_t a : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy}) {
     AlgoAdmission& x = adm.algo[static_cast<size_t>(a)];
     x.admitted = f.hostMemory && f.sameHost && f.nranks <= kMaxLocalRanks;
     x.reason = x.admitted ? "every rank mapped the shared pinned host segment (no peer access "

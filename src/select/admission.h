@@ -69,9 +69,10 @@ uint64_t defaultOneShotMaxBytes(int nranks);
 Thresholds defaultThresholds(const Topology& rankTopo, const Admission& adm, const Config& cfg,
                              int nranks);
 
-// The algorithms that go through the shared pinned host segment (host_oneshot.cu, host_twoshot.cu).
+// The algorithms that go through the shared pinned host segment (host_oneshot.cu, host_twoshot.cu,
+// host_copy.cu).
 inline bool isHostAlgo(anyrAlgo_t a) {
-  return a == anyrAlgoHostOneShot || a == anyrAlgoHostTwoShot;
+  return a == anyrAlgoHostOneShot || a == anyrAlgoHostTwoShot || a == anyrAlgoHostCopy;
 }
 
 // True when some peer-memory algorithm (one-shot / two-shot, push or pull) is admitted. The

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "fused/fused.h"
+#include "transport/host_handles.h"
 
 namespace anyr {
 
@@ -58,7 +59,7 @@ namespace {
 // composition ("host-oneshot+epilogue").
 const anyrAlgo_t kAlgoOrder[] = {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShotPush,
                                  anyrAlgoTwoShot,     anyrAlgoNccl,        anyrAlgoHostOneShot,
-                                 anyrAlgoHostTwoShot};
+                                 anyrAlgoHostTwoShot, anyrAlgoHostCopy};
 
 bool hasFusedKernel(anyrAlgo_t a) { return a == anyrAlgoOneShotPush || a == anyrAlgoTwoShotPush; }
 
@@ -157,6 +158,15 @@ constexpr double kEffHost = kEffNccl;  // the link as NCCL's ring through host m
 constexpr double kEffHostOneShot = 0.2 / kEffHost;
 constexpr double kEffHostTwoShot = 0.6 / kEffHost;
 constexpr double kHostStepUs = 3.0;
+// host-copy (host_copy.cu): the copy engines stream the link at about the rate the nominal
+// derated figure above gives for a Gen5 x16 link (measured 2 x H200: 16 MiB device-to-host and
+// host-to-device on both GPUs at once in 391 us, 43 GB/s per direction per GPU; hostGBps is
+// 42.8 there), writes and reads at once: each GPU sends B up and receives (n-1) B down. Per
+// launch: its kernels (barrier, reduction) and two flag steps (barrier, first chunk), plus the
+// pipeline's fill, one chunk crossing one direction alone; per chunk, the wait and signal
+// kernels between copies on the streams' critical path.
+constexpr double kEffHostCopy = 1.0;
+constexpr double kHostCopyChunkUs = 2.0;
 
 double pcieNominalGBps(const GpuInfo& g) {
   static const double perLane[] = {0, 0.25, 0.5, 0.985, 1.97, 3.94, 7.56};
@@ -253,6 +263,10 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   in.hostLatencyUs = kHostStepUs;
   in.hostLaunchBytes = cfg.chunkBytes;
   in.hostLowLatencyBytes = cfg.wire == anyrWireNative ? cfg.hostLowLatencyBytes : 0;
+  // Before the transport set it (or without one): the registered default of
+  // ANYR_HOST_COPY_CHUNK_BYTES, so the model has a number wherever host-copy could be admitted.
+  in.hostCopyChunkBytes =
+      cfg.hostCopyChunkBytes != 0 ? cfg.hostCopyChunkBytes : kHostCopyDefaultChunkBytes;
   std::ostringstream os;
   os.precision(3);
   os << "slowest pair: write " << in.writeGBps << " GB/s, read " << in.readGBps << " GB/s, latency "
@@ -341,6 +355,22 @@ double allReduceUs(anyrAlgo_t a, double B, const CostInputs& in) {
       const double data = one ? (wrote + read) / (in.hostGBps * kEffHostOneShot * 1e3)
                               : std::max(wrote, read) / (in.hostGBps * kEffHostTwoShot * 1e3);
       return calls * (kLaunchUs + (one ? 2 : 4) * in.hostLatencyUs) + data;
+    }
+    case anyrAlgoHostCopy: {
+      if (in.hostGBps <= 0 || in.hostCopyChunkBytes == 0) return -1;
+      const double launch = in.hostLaunchBytes > 0 ? static_cast<double>(in.hostLaunchBytes) : B;
+      const double full = std::floor(B / launch);
+      const double rest = B - full * launch;
+      const double bw = in.hostGBps * kEffHostCopy * 1e3;  // bytes per us
+      // One launch of b bytes (the full ones, then the remainder).
+      auto launchUs = [&](double b) {
+        const double chunk = static_cast<double>(
+            hostCopyLaunchChunkBytes(static_cast<uint64_t>(b), in.hostCopyChunkBytes));
+        const double chunks = std::max(1.0, std::ceil(b / chunk));
+        return 3 * kLaunchUs + 2 * in.hostLatencyUs + std::min(b, chunk) / bw +
+               chunks * kHostCopyChunkUs + std::max(1, n - 1) * b / bw;
+      };
+      return full * launchUs(launch) + (rest > 0 ? launchUs(rest) : 0.0);
     }
     case anyrAlgoNccl: {
       if (in.ringGBps <= 0) return -1;

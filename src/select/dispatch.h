@@ -82,6 +82,7 @@ struct CostInputs {
   double hostLatencyUs = 0;
   uint64_t hostLaunchBytes = 0;
   uint64_t hostLowLatencyBytes = 0;  // host one-shot messages up to this take one step
+  uint64_t hostCopyChunkBytes = 0;   // host-copy's configured chunk
   std::string summary;               // one line, for explain
 };
 CostInputs costInputs(const Topology& rankTopo, const Config& cfg, int nranks);

@@ -54,7 +54,8 @@ std::string explainDispatch(const ExplainInput& in) {
     }
     if (!anyRejected) os << " none";
     if (peerPathAdmitted(*in.adm) &&
-        ((*in.adm)[anyrAlgoHostOneShot].admitted || (*in.adm)[anyrAlgoHostTwoShot].admitted)) {
+        ((*in.adm)[anyrAlgoHostOneShot].admitted || (*in.adm)[anyrAlgoHostTwoShot].admitted ||
+         (*in.adm)[anyrAlgoHostCopy].admitted)) {
       os << "\n  host-memory candidates: admitted (tuning measures them, forcing works), never the "
             "seed while a peer path is admitted";
     }

@@ -65,6 +65,7 @@ enum WaitWhat : int32_t {
   kWaitEndFlag = 3,     // two-shot: a peer's "my reduced segment is ready" flag
   kWaitHostData = 4,    // host memory: a peer's "my contribution is in host memory" flag
   kWaitHostResult = 5,  // host two-shot: a peer's "my reduced segment is in host memory" flag
+  kWaitHostReady = 6,   // host-copy: a peer's "I finished the previous launch" flag
 };
 // Words for a WaitWhat in error messages and the self-test's reasons.
 inline const char* waitWhatName(int32_t w) {
@@ -79,6 +80,8 @@ inline const char* waitWhatName(int32_t w) {
       return "host-memory data flag";
     case kWaitHostResult:
       return "host-memory result flag";
+    case kWaitHostReady:
+      return "host-memory ready flag (host-copy launch barrier)";
     default:
       return "nothing";
   }

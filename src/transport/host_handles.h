@@ -1,12 +1,13 @@
 // Plain structs of the host-memory transport, shared by the control plane (comm_host.cc) and
-// the host algorithms (host_oneshot.cu, host_twoshot.cu). One POSIX shared-memory segment,
-// mapped by every rank's process and registered with CUDA as mapped pinned memory, holds one
-// region per rank. A rank writes only its own region (its contribution, its reduced segment,
+// the host algorithms (host_oneshot.cu, host_twoshot.cu, host_copy.cu). One POSIX shared-memory
+// segment, mapped by every rank's process and registered with CUDA as mapped pinned memory, holds
+// one region per rank. A rank writes only its own region (its contribution, its reduced segment,
 // its flags) and reads its peers'; so every word has one writer.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "transport/device_handles.h"
 
@@ -16,12 +17,20 @@ namespace anyr {
 // data buffers and their epoch (LocalState::syncEpoch of the transport's own state, whose
 // parity picks the buffer), so consecutive calls alternate buffers whichever algorithm runs;
 // each algorithm has its own flag words, so one's values are never mistaken for the other's.
+// Most copy-engine chunks one host-copy launch is cut into (computeHostLayout raises the chunk
+// size so that a launch never needs more): one flag word each.
+constexpr int kMaxCopyChunks = 1024;
+
 struct HostFlags {
-  uint32_t data[kMaxBlocks];    // two-shot: epoch of the last launch whose scatter was complete
-  uint32_t result[kMaxBlocks];  // two-shot: epoch of the last launch whose segment was reduced
-  uint32_t rounds[kMaxBlocks];  // one-shot: rounds of contribution published so far, per block
+  uint32_t data[kMaxBlocks];      // two-shot: epoch of the last launch whose scatter was complete
+  uint32_t result[kMaxBlocks];    // two-shot: epoch of the last launch whose segment was reduced
+  uint32_t rounds[kMaxBlocks];    // one-shot: rounds of contribution published so far, per block
+  uint32_t copy[kMaxCopyChunks];  // host-copy: epoch of the last launch whose chunk c is in place
+  uint32_t copyReady;  // host-copy: epoch of the launch this rank started (its previous is done)
+  uint32_t copyPad[3];
 };
-static_assert(sizeof(HostFlags) == 3 * kMaxBlocks * 4, "HostFlags layout");
+static_assert(sizeof(HostFlags) == 3 * kMaxBlocks * 4 + kMaxCopyChunks * 4 + 16,
+              "HostFlags layout");
 
 // Offsets inside one rank's region (identical for every rank: computed from the agreed
 // configuration). Rank r's region starts at r * rankBytes.
@@ -38,8 +47,15 @@ struct HostLayout {
   uint64_t llOffset;  // 2 buffers (epoch parity) x llBytes: low-latency lines (host_oneshot_ll.cu)
   uint64_t llBytes;   // 2 x llMaxBytes rounded up to a page: 16-byte lines with 8-byte payloads
   uint64_t llMaxBytes;  // largest launch the low-latency protocol carries (0: never used)
+  // host-copy (host_copy.cu): a launch moves through the copy engines in chunks of at most this
+  // many bytes (a multiple of 64 KiB; hostCopyLaunchChunkBytes); chunk c of a launch sits at c x
+  // its chunk size in the own copy buffer (one, not two: its reuse is guarded by a barrier, see
+  // host_copy.cu), which holds every chunk of a launch whole.
+  uint64_t copyChunkBytes;
+  uint64_t copyOffset;
+  uint64_t copyBytes;
 };
-static_assert(sizeof(HostLayout) == 96, "HostLayout layout");
+static_assert(sizeof(HostLayout) == 120, "HostLayout layout");
 
 // Wire formats (values of anyrWire_t).
 constexpr int kWireNative = 0;
@@ -68,6 +84,60 @@ struct HostArgs {
   int32_t roundVecs;  // host one-shot: vectors per thread per pipelined round (ANYR_HOST_ROUND)
 };
 
-HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxBytes);
+// Arguments of the host-copy kernels (host_copy.cu) for one launch: the host algorithms' own
+// plus the device staging buffers. Chunk c covers input vectors [c x chunkVecs, ...).
+struct HostCopyArgs {
+  HostArgs h;
+  char* hostBase;      // this process's mapping of the segment (copy-engine source / destination)
+  char* sendStage;     // device, layout.copyBytes: the own compressed chunks (compressed wire)
+  char* recvStage;     // device, (nranks - 1) x layout.copyBytes: peer s's chunks at slot s' x
+                       // copyBytes, s' = s for s < rank, s - 1 above (chunk c at c x chunkBytes)
+  uint64_t chunkVecs;  // 16-byte vectors per chunk (hostCopyLaunchChunkBytes / 16); chunk c
+                       // at c x chunkVecs x 16 bytes in the copy buffer and the staging
+  uint32_t chunks;     // chunks in this launch (1..kMaxCopyChunks)
+  uint32_t pad;
+};
+
+// Chunk size of one host-copy launch of `launchBytes` input bytes: the configured chunk, or, for
+// launches of less than four of those, a quarter of the launch (whole 64 KiB units, at least
+// kHostCopyMinChunkBytes), so that a small launch still overlaps its two directions. Depends on
+// agreed values only: every rank cuts a launch the same way.
+constexpr uint64_t kHostCopyMinChunkBytes = 256u << 10;
+// The default of ANYR_HOST_COPY_CHUNK_BYTES (core/env.cc registers it as "1M"): what the seed
+// model assumes where the transport has not set the agreed value.
+constexpr uint64_t kHostCopyDefaultChunkBytes = 1u << 20;
+constexpr uint64_t hostCopyLaunchChunkBytes(uint64_t launchBytes, uint64_t copyChunkBytes) {
+  const uint64_t unit = 64u << 10;
+  const uint64_t quarter = (launchBytes / 4 + unit - 1) / unit * unit;
+  const uint64_t floor =
+      copyChunkBytes < kHostCopyMinChunkBytes ? copyChunkBytes : kHostCopyMinChunkBytes;
+  const uint64_t c = quarter > floor ? quarter : floor;
+  return c < copyChunkBytes ? c : copyChunkBytes;
+}
+
+// Vectors of chunk c of a launch of numVecs vectors (the last chunk may be short). These helpers
+// are constexpr so that kernels call them too (--expt-relaxed-constexpr).
+constexpr uint64_t hostCopyChunkVecs(uint64_t chunkVecs, uint64_t numVecs, uint64_t c) {
+  const uint64_t lo = c * chunkVecs;
+  return numVecs - lo < chunkVecs ? numVecs - lo : chunkVecs;
+}
+
+// A chunk on a compressed wire (host_copy.cu): its vectors padded to whole block quanta (so no
+// wire group straddles chunks), the payload of those at one byte per element, then one fp32
+// scale per kWireGroupVecs vectors, contiguous so one copy moves it. Never more bytes than the
+// chunk's native slot (chunkVecs is a multiple of kHostBlockQuantum).
+constexpr uint64_t hostCopyPaddedVecs(uint64_t vecs) {
+  return (vecs + kHostBlockQuantum - 1) / kHostBlockQuantum * kHostBlockQuantum;
+}
+constexpr uint64_t hostCopyWireBytes(uint64_t vecs, uint64_t elemsPerVec) {
+  const uint64_t padded = hostCopyPaddedVecs(vecs);
+  return padded * elemsPerVec + padded / kWireGroupVecs * 4;
+}
+
+HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxBytes,
+                             uint64_t copyChunkBytes);
+
+// "" when `bytes` is a valid ANYR_HOST_COPY_CHUNK_BYTES, else the rule it broke.
+std::string hostCopyChunkError(uint64_t bytes);
 
 }  // namespace anyr

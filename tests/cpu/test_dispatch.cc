@@ -108,8 +108,8 @@ TEST(Dispatch, PathNamesRoundTrip) {
 
 TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
   Machine s = setup("nvlink_pair");
-  EXPECT_EQ(s.cands[0].size(), 7u);  // seven all-reduce algorithms (two through host memory)
-  EXPECT_EQ(s.cands[1].size(), 9u);  // + fused kernels of the two push algorithms
+  EXPECT_EQ(s.cands[0].size(), 8u);   // eight all-reduce algorithms (three through host memory)
+  EXPECT_EQ(s.cands[1].size(), 10u);  // + fused kernels of the two push algorithms
   for (const auto& ops : s.cands) {
     for (const Candidate& c : ops) EXPECT_TRUE(c.admitted) << c.reason;
   }
@@ -120,17 +120,18 @@ TEST(Dispatch, HostAlgorithmsComeLastInTheFixedOrderAndOnlyAsComposition) {
   Machine s = setup("no_p2p");
   const std::vector<std::string> allReduce = {"oneshot-push", "oneshot-pull", "twoshot-push",
                                               "twoshot",      "nccl",         "host-oneshot",
-                                              "host-twoshot"};
+                                              "host-twoshot", "host-copy"};
   ASSERT_EQ(s.cands[0].size(), allReduce.size());
   for (size_t i = 0; i < allReduce.size(); ++i)
     EXPECT_EQ(pathName(Op::AllReduce, s.cands[0][i].path), allReduce[i]) << i;
   for (int o = 1; o < kNumOps; ++o) {
     const auto& c = s.cands[static_cast<size_t>(o)];
-    ASSERT_EQ(c.size(), 9u);
+    ASSERT_EQ(c.size(), 10u);
     EXPECT_EQ(pathName(static_cast<Op>(o), c[7].path), "host-oneshot+epilogue");
     EXPECT_EQ(pathName(static_cast<Op>(o), c[8].path), "host-twoshot+epilogue");
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[9].path), "host-copy+epilogue");
     for (const Candidate& k : c) {
-      if (k.path.algo == anyrAlgoHostOneShot || k.path.algo == anyrAlgoHostTwoShot) {
+      if (isHostAlgo(k.path.algo)) {
         EXPECT_FALSE(k.path.fusedKernel);  // no fused host kernel
         EXPECT_TRUE(k.admitted) << k.reason;
       }
@@ -139,7 +140,7 @@ TEST(Dispatch, HostAlgorithmsComeLastInTheFixedOrderAndOnlyAsComposition) {
   // Without the host segment they are rejected with its reason.
   Machine none = setup("no_p2p", Config(), true, false);
   for (const Candidate& c : none.cands[0]) {
-    if (c.path.algo == anyrAlgoHostOneShot || c.path.algo == anyrAlgoHostTwoShot) {
+    if (isHostAlgo(c.path.algo)) {
       EXPECT_FALSE(c.admitted);
       EXPECT_TRUE(mentions(c.reason, "no host-memory transport: disabled for the test"))
           << c.reason;
@@ -335,7 +336,9 @@ TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
   }
   // Two ranks, gen5 x16 (the measured machine's link): host one-shot up to 4 KB (measured 7.8
   // vs NCCL 10.4 us), NCCL from 16 KB to 256 KB (measured 10.9..35.4 vs host 13.2..47.2 us),
-  // host two-shot from 1 MB (measured 58 vs 62 us at 1 MB, 553 vs 598 us at 16 MB).
+  // host two-shot at 1 MB (measured 58 vs 62 us), host-copy from 2 MB (modelled from the copy
+  // engines' 391 us for 16 MiB each way: 496 us at 16 MB against the two-shot's 582 modelled,
+  // 553 measured; not yet measured itself).
   Topology gen5 = firstGpus(fixture("no_p2p"), 2);
   for (GpuInfo& g : gen5.gpus) g.pcieGen = 5;
   Admission adm5 = admit(gen5, factsFor(gen5));
@@ -344,8 +347,18 @@ TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
     EXPECT_EQ(pathName(Op::AllReduce, t5.lookup(Op::AllReduce, b)), "host-oneshot") << b;
   for (uint64_t b = 16u << 10; b <= (256u << 10); b *= 2)
     EXPECT_EQ(pathName(Op::AllReduce, t5.lookup(Op::AllReduce, b)), "nccl") << b;
-  for (uint64_t b = 1u << 20; b <= (64u << 20); b *= 2)
-    EXPECT_EQ(pathName(Op::AllReduce, t5.lookup(Op::AllReduce, b)), "host-twoshot") << b;
+  EXPECT_EQ(pathName(Op::AllReduce, t5.lookup(Op::AllReduce, 1u << 20)), "host-twoshot");
+  for (uint64_t b = 2u << 20; b <= (64u << 20); b *= 2)
+    EXPECT_EQ(pathName(Op::AllReduce, t5.lookup(Op::AllReduce, b)), "host-copy") << b;
+  const CostInputs in5 = costInputs(gen5, Config(), 2);
+  EXPECT_NEAR(seedTimeUs(Op::AllReduce, Path{anyrAlgoHostCopy, false}, 16u << 20, in5), 496, 5);
+  // A smaller chunk pays more per-chunk costs; a message of four chunks or fewer is cut into
+  // quarters whatever the chunk (hostCopyLaunchChunkBytes).
+  Config small;
+  small.hostCopyChunkBytes = 64u << 10;
+  EXPECT_GT(seedTimeUs(Op::AllReduce, Path{anyrAlgoHostCopy, false}, 16u << 20,
+                       costInputs(gen5, small, 2)),
+            seedTimeUs(Op::AllReduce, Path{anyrAlgoHostCopy, false}, 16u << 20, in5));
   // With the host one-shot's low-latency protocol up to 16 KB (what a communicator sets from
   // ANYR_HOST_LL_BYTES): host one-shot up to 16 KB (measured 9.8 vs NCCL 11.5 us at 16 KB),
   // NCCL from 32 KB; a compressed wire does not use the protocol.
@@ -372,7 +385,7 @@ TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
   for (int o = 0; o < kNumOps; ++o) {
     for (int b = 0; b < kNumBuckets; ++b) {
       const anyrAlgo_t a = noNccl.table.path[static_cast<size_t>(o)][static_cast<size_t>(b)].algo;
-      EXPECT_TRUE(a == anyrAlgoHostOneShot || a == anyrAlgoHostTwoShot) << o << " " << b;
+      EXPECT_TRUE(isHostAlgo(a)) << o << " " << b;
     }
   }
   // Without the host segment: NCCL everywhere, as before the host transport.
@@ -396,20 +409,20 @@ TEST(Dispatch, HostPathsStayCandidatesButNeverTheSeedWherePeerPathsExist) {
     for (int o = 0; o < kNumOps; ++o) {
       int hostCands = 0;
       for (const Candidate& c : s.cands[static_cast<size_t>(o)]) {
-        if (c.path.algo != anyrAlgoHostOneShot && c.path.algo != anyrAlgoHostTwoShot) continue;
+        if (!isHostAlgo(c.path.algo)) continue;
         ++hostCands;
         EXPECT_TRUE(c.admitted) << name << " " << c.reason;  // tuning measures them
       }
-      EXPECT_EQ(hostCands, 2) << name;
+      EXPECT_EQ(hostCands, 3) << name;
       for (int b = 0; b < kNumBuckets; ++b) {
         const anyrAlgo_t a = s.table.path[static_cast<size_t>(o)][static_cast<size_t>(b)].algo;
-        EXPECT_NE(a, anyrAlgoHostOneShot) << name << " " << o << " " << b;
-        EXPECT_NE(a, anyrAlgoHostTwoShot) << name << " " << o << " " << b;
+        EXPECT_FALSE(isHostAlgo(a)) << name << " " << o << " " << b;
       }
     }
     // ...and forcing them works.
     EXPECT_EQ(overrideError(s.adm, anyrAlgoHostOneShot), "") << name;
     EXPECT_EQ(overrideError(s.adm, anyrAlgoHostTwoShot), "") << name;
+    EXPECT_EQ(overrideError(s.adm, anyrAlgoHostCopy), "") << name;
   }
   EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoHostOneShot), (Path{anyrAlgoHostOneShot, false}));
   // A tuning table may choose them there.
@@ -730,6 +743,8 @@ TEST(Explain, EveryOperationAndBucketWithReasonsAndTimes) {
   // Every admitted alternative with its seed time, the host ones included.
   EXPECT_TRUE(mentions(text, " nccl 10.1 host-oneshot 8.8 host-twoshot 14.1")) << text;
   EXPECT_TRUE(mentions(text, " host-oneshot+epilogue ")) << text;
+  EXPECT_TRUE(mentions(text, " host-copy ")) << text;
+  EXPECT_TRUE(mentions(text, " host-copy+epilogue ")) << text;
   EXPECT_FALSE(mentions(text, "host-oneshot: no host-memory")) << text;  // none rejected
   // With a tuning table: measured and seeded times side by side.
   Machine p = setup("nvlink_pair");

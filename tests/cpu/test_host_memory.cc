@@ -125,11 +125,11 @@ TEST(HostLayout, AreasArePageAlignedDisjointAndLargeEnough) {
   for (uint64_t chunk : {64ull << 10, 1ull << 20, 8ull << 20}) {
     for (int n : {2, 3, 5, 8}) {
       for (uint64_t ll : {0ull, 16ull << 10, 64ull << 10, 1ull << 20}) {
-        const HostLayout l = computeHostLayout(chunk, n, ll);
+        const HostLayout l = computeHostLayout(chunk, n, ll, 1u << 20);
         SCOPED_TRACE("chunk " + std::to_string(chunk) + " ranks " + std::to_string(n) + " ll " +
                      std::to_string(ll));
         for (uint64_t off :
-             {l.flagsOffset, l.dataOffset, l.resultOffset, l.llOffset, l.rankBytes}) {
+             {l.flagsOffset, l.dataOffset, l.resultOffset, l.llOffset, l.copyOffset, l.rankBytes}) {
           EXPECT_EQ(off % page, 0u) << off;
         }
         EXPECT_GE(l.flagsOffset, l.headerOffset + sizeof(WorkspaceHeader));
@@ -146,10 +146,65 @@ TEST(HostLayout, AreasArePageAlignedDisjointAndLargeEnough) {
         // The low-latency protocol carries at most one launch, in lines of twice its bytes.
         EXPECT_EQ(l.llMaxBytes, std::min(ll, chunk));
         EXPECT_GE(l.llBytes, 2 * l.llMaxBytes);
-        EXPECT_GE(l.rankBytes, l.llOffset + 2 * l.llBytes);
+        EXPECT_GE(l.copyOffset, l.llOffset + 2 * l.llBytes);
+        EXPECT_GE(l.rankBytes, l.copyOffset + l.copyBytes);
         EXPECT_EQ(l.totalBytes, l.rankBytes * static_cast<uint64_t>(n));
       }
     }
+  }
+}
+
+// host-copy's chunking (host_handles.h, host_copy.cu): every launch a communicator can make is
+// cut into at most kMaxCopyChunks chunks of whole 64 KiB units, which all fit in the copy buffer
+// (and so in each staging slot), and a compressed chunk never needs more than its native slot.
+TEST(HostLayout, HostCopyChunksFitTheCopyBufferAndTheFlags) {
+  const uint64_t unit = 64u << 10;
+  for (uint64_t launch : {64ull << 10, 192ull << 10, 320ull << 10, 1ull << 20, 8ull << 20,
+                          100ull << 20, 1ull << 30}) {
+    for (uint64_t knob : {64ull << 10, 256ull << 10, 1ull << 20, 3ull << 20, 64ull << 20}) {
+      const HostLayout l = computeHostLayout(launch, 2, 0, knob);
+      SCOPED_TRACE("launch " + std::to_string(launch) + " knob " + std::to_string(knob));
+      EXPECT_EQ(l.copyChunkBytes % unit, 0u);
+      EXPECT_LE(l.copyChunkBytes,
+                std::max(knob, (launch + kMaxCopyChunks - 1) / kMaxCopyChunks + unit));
+      EXPECT_GE(l.copyBytes, launch);
+      for (uint64_t bytes :
+           std::vector<uint64_t>{16, 4096, 65536 + 16, launch / 3 / 16 * 16 + 16, launch}) {
+        if (bytes > launch) continue;
+        const uint64_t chunk = hostCopyLaunchChunkBytes(bytes, l.copyChunkBytes);
+        EXPECT_EQ(chunk % unit, 0u) << bytes;
+        EXPECT_LE(chunk, l.copyChunkBytes) << bytes;
+        const uint64_t chunks = (bytes + chunk - 1) / chunk;
+        EXPECT_GE(chunks, 1u);
+        EXPECT_LE(chunks, static_cast<uint64_t>(kMaxCopyChunks)) << bytes;
+        EXPECT_LE(chunks, std::max<uint64_t>(4, (launch + l.copyChunkBytes - 1) / l.copyChunkBytes))
+            << bytes << ": more chunks than the communicator has events for";
+        EXPECT_LE(chunks * chunk, l.copyBytes) << bytes;
+        const uint64_t vecs = (bytes + 15) / 16, chunkVecs = chunk / 16;
+        const uint64_t lastVecs = hostCopyChunkVecs(chunkVecs, vecs, chunks - 1);
+        EXPECT_GE(lastVecs, 1u);
+        EXPECT_LE(lastVecs, chunkVecs);
+        for (uint64_t e : {4ull, 8ull}) {
+          EXPECT_LE(hostCopyWireBytes(chunkVecs, e), chunk);
+          EXPECT_LE(hostCopyWireBytes(lastVecs, e), chunk);
+        }
+      }
+    }
+  }
+  // A launch of less than four configured chunks is cut into about four (at least 256 KiB).
+  EXPECT_EQ(hostCopyLaunchChunkBytes(16u << 20, 1u << 20), 1u << 20);
+  EXPECT_EQ(hostCopyLaunchChunkBytes(2u << 20, 1u << 20), 512u << 10);
+  EXPECT_EQ(hostCopyLaunchChunkBytes(256u << 10, 1u << 20), 256u << 10);
+  EXPECT_EQ(hostCopyLaunchChunkBytes(16u << 20, 64u << 10), 64u << 10);
+}
+
+// ANYR_HOST_COPY_CHUNK_BYTES: whole 64 KiB units in 64 KiB..64 MiB, anything else named.
+TEST(HostLayout, HostCopyChunkValidation) {
+  EXPECT_EQ(hostCopyChunkError(64u << 10), "");
+  EXPECT_EQ(hostCopyChunkError(1u << 20), "");
+  EXPECT_EQ(hostCopyChunkError(64u << 20), "");
+  for (uint64_t bad : {0ull, 4096ull, (64ull << 10) + 4096, 128ull << 20}) {
+    EXPECT_NE(hostCopyChunkError(bad).find("multiple of 64 KiB"), std::string::npos) << bad;
   }
 }
 

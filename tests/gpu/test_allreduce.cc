@@ -68,7 +68,7 @@ int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   if (allDtypes) dtypes = {anyrBfloat16, anyrFloat16, anyrFloat32};
   for (anyrAlgo_t algo :
        {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoTwoShotPush,
-        anyrAlgoNccl, anyrAlgoAuto, anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
+        anyrAlgoNccl, anyrAlgoAuto, anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy}) {
     if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
       report(std::string("SKIP ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) + "\n");
       continue;

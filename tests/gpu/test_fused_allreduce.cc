@@ -122,6 +122,7 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
     algos.push_back(anyrAlgoTwoShot);
     algos.push_back(anyrAlgoHostOneShot);  // composition: host all-reduce + epilogue kernel
     algos.push_back(anyrAlgoHostTwoShot);
+    algos.push_back(anyrAlgoHostCopy);
   }
   int failures = 0;
   size_t checked = 0;

@@ -3,7 +3,8 @@
 // graph replay, bit-identical ranks) runs the host algorithms with the native wire in
 // test_allreduce.cc and test_fused_allreduce.cc.
 //
-// Wire tests, per wire x algorithm (host-oneshot, host-twoshot, oneshot-pull) x dtype x count:
+// Wire tests, per wire x algorithm (host-oneshot, host-twoshot, host-copy, oneshot-pull) x dtype x
+// count:
 //  - crafted data: small integers times a power of two that changes every 64 elements, so each
 //    wire group holds values that its power-of-two scale represents exactly: the output must be
 //    the exact sum, bit for bit;
@@ -120,7 +121,8 @@ int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyr
   int failures = 0;
   uint32_t seed = 4242;
   // The host algorithms and one peer algorithm (one-shot pull) honour the wire.
-  for (anyrAlgo_t algo : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoOneShotPull}) {
+  for (anyrAlgo_t algo :
+       {anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy, anyrAlgoOneShotPull}) {
     if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
       if (algo != anyrAlgoOneShotPull) {
         ++failures;
@@ -248,9 +250,10 @@ TEST(HostWireGpu, Int8WithinBoundExactOnCraftedBitIdentical) {
   expectRanksPassedWithEqualHashes(results, 2);
 }
 
-// Small launch capacity (64 KiB: every large message takes many launches), the two host
-// algorithms alternating call by call (they share the buffers' parity), eager and graph-captured
-// calls mixed, native and fp8 wire: exact small-integer sums on every rank, every call.
+// Small launch capacity (64 KiB: every large message takes many launches), the three host
+// algorithms taking turns call by call (they share the epoch, the one-shots the buffers' parity,
+// host-copy its launch barrier), eager and graph-captured calls mixed, native and fp8 wire: exact
+// small-integer sums on every rank, every call.
 int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                      anyrWire_t wire) {
   useRankGpu(rank);
@@ -273,7 +276,8 @@ int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& repo
   for (anyrDataType_t dt : {anyrBfloat16, anyrFloat32}) {
     for (uint64_t count : {uint64_t{100}, uint64_t{40000} + 3, maxCount}) {
       for (int rep = 0; rep < 6; ++rep, ++call) {
-        const anyrAlgo_t algo = rep % 2 == 0 ? anyrAlgoHostOneShot : anyrAlgoHostTwoShot;
+        const anyrAlgo_t turns[3] = {anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy};
+        const anyrAlgo_t algo = turns[rep % 3];
         const bool graph = rep >= 4;
         R_ANYR(anyrCommSetAlgorithm(comm, algo), comm);
         ++seed;
@@ -339,8 +343,8 @@ TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
         R_ANYR(anyrCommInitRank(&comm, n, id, rank), nullptr);
         int failures = 0;
         // The seed (select/dispatch.cc, calibrated on this kind of machine): host one-shot for
-        // the smallest messages, NCCL through host memory in the middle, host two-shot for
-        // large ones; without NCCL, host paths everywhere.
+        // the smallest messages, NCCL through host memory in the middle, host-copy (the copy
+        // engines) for large ones; without NCCL, host paths everywhere.
         // The host one-shot's low-latency protocol (up to 16 KiB by default) keeps it up to
         // 16 KiB.
         anyrAlgo_t small = anyrAlgoAuto, ll = anyrAlgoAuto, mid = anyrAlgoAuto,
@@ -363,7 +367,7 @@ TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
           ++failures;
           report(std::string("FAIL 64 KiB chose ") + anyrAlgoName(mid) + "\n");
         }
-        if (large != anyrAlgoHostTwoShot) {
+        if (large != anyrAlgoHostCopy) {
           ++failures;
           report(std::string("FAIL 64 MiB chose ") + anyrAlgoName(large) + "\n");
         }
@@ -409,7 +413,7 @@ TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
         anyrComm_t comm = nullptr;
         R_ANYR(anyrCommInitRank(&comm, n, id, rank), nullptr);
         int failures = 0;
-        for (anyrAlgo_t a : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
+        for (anyrAlgo_t a : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy}) {
           if (anyrCommSetAlgorithm(comm, a) != anyrSuccess) {
             ++failures;
             report(std::string("FAIL ") + anyrAlgoName(a) +
@@ -421,8 +425,9 @@ TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
         const std::string llLimit =
             "\"lowLatencyMaxBytes\": " + std::to_string(env::getInt("ANYR_HOST_LL_BYTES"));
         for (const std::string& must :
-             {std::string("host-oneshot"), std::string("host-twoshot"),
-              std::string("\"hostTransport\""), std::string("segmentBytes"), llLimit}) {
+             {std::string("host-oneshot"), std::string("host-twoshot"), std::string("host-copy"),
+              std::string("\"hostTransport\""), std::string("segmentBytes"),
+              std::string("\"copyChunkBytes\""), llLimit}) {
           if (text.find(must) == std::string::npos) {
             ++failures;
             report(std::string("FAIL explain lacks ") + must + "\n");
@@ -438,13 +443,15 @@ TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
 TEST(HostWireGpu, MissingPeerOnHostPathTimesOutNamingIt) {
   REQUIRE_GPU();
   // host-oneshot at 8 KB takes the low-latency protocol (flag in every line), at 128 KB the
-  // flag protocol; each has its own wait.
+  // flag protocol; each has its own wait. host-copy: one chunk (its first chunk wait), and 1 MiB
+  // in four chunks (the later chunk waits must give up at once after the first failed).
   struct Case {
     anyrAlgo_t algo;
     uint64_t count;
   };
   for (const Case& c : {Case{anyrAlgoHostOneShot, 4096}, Case{anyrAlgoHostOneShot, 65536},
-                        Case{anyrAlgoHostTwoShot, 4096}}) {
+                        Case{anyrAlgoHostTwoShot, 4096}, Case{anyrAlgoHostCopy, 4096},
+                        Case{anyrAlgoHostCopy, 1u << 19}}) {
     const anyrAlgo_t algo = c.algo;
     const uint64_t count = c.count;
     auto results = runRanksCatching(

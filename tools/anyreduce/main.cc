@@ -212,7 +212,9 @@ int main(int argc, char** argv) {
   std::string
       minS = "1K",
       maxS = "256M", dtypesS = "bf16",
-      algosS = "auto,oneshot-push,oneshot-pull,twoshot,twoshot-push,nccl,host-oneshot,host-twoshot";
+      algosS =
+          "auto,oneshot-push,oneshot-pull,twoshot,twoshot-push,nccl,host-oneshot,host-twoshot,"
+          "host-copy";
   bool noGraph = false;
   bench->add_option("-b,--minbytes", minS, "Smallest message (default 1K)");
   bench->add_option("-e,--maxbytes", maxS, "Largest message (default 256M)");
