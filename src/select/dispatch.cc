@@ -158,14 +158,14 @@ constexpr double kEffHost = kEffNccl;  // the link as NCCL's ring through host m
 constexpr double kEffHostOneShot = 0.2 / kEffHost;
 constexpr double kEffHostTwoShot = 0.6 / kEffHost;
 constexpr double kHostStepUs = 3.0;
-// host-copy (host_copy.cu): the copy engines stream the link at about the rate the nominal
-// derated figure above gives for a Gen5 x16 link (measured 2 x H200: 16 MiB device-to-host and
-// host-to-device on both GPUs at once in 391 us, 43 GB/s per direction per GPU; hostGBps is
-// 42.8 there), writes and reads at once: each GPU sends B up and receives (n-1) B down. Per
-// launch: its kernels (barrier, reduction) and two flag steps (barrier, first chunk), plus the
-// pipeline's fill, one chunk crossing one direction alone; per chunk, the wait and signal
-// kernels between copies on the streams' critical path.
-constexpr double kEffHostCopy = 1.0;
+// host-copy (host_copy.cu): each GPU sends B up and receives (n-1) B down through its copy
+// engines, writes and reads at once. Calibrated on 2 x H200 (docs/PERFORMANCE.md, 2026-11-30,
+// NCCL_P2P_DISABLE=1): 34 us at 1 KB, 160 at 4 MB, 548 at 16 MB (two launches), i.e. about
+// 32 us per launch (the barrier, the fork and join, the first chunk's flag) and the link at
+// 0.85 of hostGBps (42.8 there; the copy engines alone reach 43 GB/s each way), plus the wait
+// and signal kernels per chunk.
+constexpr double kEffHostCopy = 0.85;
+constexpr double kHostCopyLaunchUs = 32.0;
 constexpr double kHostCopyChunkUs = 2.0;
 
 double pcieNominalGBps(const GpuInfo& g) {
@@ -367,8 +367,7 @@ double allReduceUs(anyrAlgo_t a, double B, const CostInputs& in) {
         const double chunk = static_cast<double>(
             hostCopyLaunchChunkBytes(static_cast<uint64_t>(b), in.hostCopyChunkBytes));
         const double chunks = std::max(1.0, std::ceil(b / chunk));
-        return 3 * kLaunchUs + 2 * in.hostLatencyUs + std::min(b, chunk) / bw +
-               chunks * kHostCopyChunkUs + std::max(1, n - 1) * b / bw;
+        return kHostCopyLaunchUs + chunks * kHostCopyChunkUs + std::max(1, n - 1) * b / bw;
       };
       return full * launchUs(launch) + (rest > 0 ? launchUs(rest) : 0.0);
     }
