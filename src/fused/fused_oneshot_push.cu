@@ -20,9 +20,9 @@
 // writes that row's outputs, and no other block touches the row.
 #include "algo/algo.h"
 #include "algo/lamport.cuh"
-#include "algo/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
+#include "fused/launch_rows.cuh"
 
 namespace anyr {
 namespace {
@@ -153,60 +153,20 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   dev::finishEpoch(st->pushEpoch, epoch + 1);
 }
 
-template <typename T, int Q, bool kAligned>
-cudaError_t launchQuant(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
-                        int blocks, cudaStream_t stream, bool pdl) {
-  const int threads = fusedThreads(p.hidden);
-  const int vpt = (p.hidden / 8 + threads - 1) / threads;
-  switch (vpt) {
-    case 1:
-      return launchKernel(fusedOneShotPushKernel<T, 1, Q, kAligned>, dim3(blocks), dim3(threads), 0,
-                          stream, pdl, a, p, rowBase, rows);
-    case 2:
-      return launchKernel(fusedOneShotPushKernel<T, 2, Q, kAligned>, dim3(blocks), dim3(threads), 0,
-                          stream, pdl, a, p, rowBase, rows);
-    case 3:
-      return launchKernel(fusedOneShotPushKernel<T, 3, Q, kAligned>, dim3(blocks), dim3(threads), 0,
-                          stream, pdl, a, p, rowBase, rows);
-    case 4:
-      return launchKernel(fusedOneShotPushKernel<T, 4, Q, kAligned>, dim3(blocks), dim3(threads), 0,
-                          stream, pdl, a, p, rowBase, rows);
-    default:
-      return cudaErrorInvalidValue;
+struct OneShotKernels {
+  static constexpr int kMaxVpt = dev::kFusedRegsMaxVpt;
+  template <typename T, int VPT, int Q, bool kAligned>
+  static auto kernel() {
+    return fusedOneShotPushKernel<T, VPT, Q, kAligned>;
   }
-}
-
-template <typename T>
-cudaError_t launchTyped(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
-                        int blocks, cudaStream_t stream, bool pdl) {
-  if (!fusedBuffersAligned(a.input, p)) {
-    return launchQuant<T, dev::kQuantAtRunTime, false>(a, p, rowBase, rows, blocks, stream, pdl);
-  }
-  switch (p.quant) {
-    case anyrQuantNone:
-      return launchQuant<T, anyrQuantNone, true>(a, p, rowBase, rows, blocks, stream, pdl);
-    case anyrQuantFp8:
-      return launchQuant<T, anyrQuantFp8, true>(a, p, rowBase, rows, blocks, stream, pdl);
-    case anyrQuantNvfp4:
-      return launchQuant<T, anyrQuantNvfp4, true>(a, p, rowBase, rows, blocks, stream, pdl);
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
+};
 
 }  // namespace
 
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream, bool pdl) {
-  switch (dtype) {
-    case anyrFloat16:
-      return launchTyped<__half>(a, p, rowBase, rows, blocks, stream, pdl);
-    case anyrBfloat16:
-      return launchTyped<__nv_bfloat16>(a, p, rowBase, rows, blocks, stream, pdl);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return launchRowsInRegisters<OneShotKernels>(dtype, a, p, rowBase, rows, blocks, stream, pdl);
 }
 
 }  // namespace anyr

@@ -21,6 +21,7 @@
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
 #include "fused/launch.cuh"
+#include "fused/launch_rows.cuh"
 
 namespace anyr {
 
@@ -287,40 +288,13 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   dev::finishEpoch(st->tsEpoch, epoch + 1);
 }
 
-template <typename T, int Q, bool kAligned>
-cudaError_t launchRegsQuant(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
-                            int blocks, cudaStream_t stream, bool pdl) {
-  const int threads = fusedThreads(p.hidden);
-  switch ((p.hidden / 8 + threads - 1) / threads) {
-    case 1:
-      return launchKernel(fusedTwoShotPushRegsKernel<T, 1, Q, kAligned>, dim3(blocks),
-                          dim3(threads), 0, stream, pdl, a, p, rowBase, rows);
-    case 2:
-      return launchKernel(fusedTwoShotPushRegsKernel<T, 2, Q, kAligned>, dim3(blocks),
-                          dim3(threads), 0, stream, pdl, a, p, rowBase, rows);
-    default:
-      return cudaErrorInvalidValue;
+struct TwoShotKernels {
+  static constexpr int kMaxVpt = 2;  // fusedTwoShotInRegisters: wider rows take the staged form
+  template <typename T, int VPT, int Q, bool kAligned>
+  static auto kernel() {
+    return fusedTwoShotPushRegsKernel<T, VPT, Q, kAligned>;
   }
-}
-
-template <typename T>
-cudaError_t launchRegs(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
-                       int blocks, cudaStream_t stream, bool pdl) {
-  if (!fusedBuffersAligned(a.input, p)) {
-    return launchRegsQuant<T, dev::kQuantAtRunTime, false>(a, p, rowBase, rows, blocks, stream,
-                                                           pdl);
-  }
-  switch (p.quant) {
-    case anyrQuantNone:
-      return launchRegsQuant<T, anyrQuantNone, true>(a, p, rowBase, rows, blocks, stream, pdl);
-    case anyrQuantFp8:
-      return launchRegsQuant<T, anyrQuantFp8, true>(a, p, rowBase, rows, blocks, stream, pdl);
-    case anyrQuantNvfp4:
-      return launchRegsQuant<T, anyrQuantNvfp4, true>(a, p, rowBase, rows, blocks, stream, pdl);
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
+};
 
 }  // namespace
 
@@ -328,14 +302,7 @@ cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream, bool pdl) {
   if (fusedTwoShotInRegisters(p.hidden)) {
-    switch (dtype) {
-      case anyrFloat16:
-        return launchRegs<__half>(a, p, rowBase, rows, blocks, stream, pdl);
-      case anyrBfloat16:
-        return launchRegs<__nv_bfloat16>(a, p, rowBase, rows, blocks, stream, pdl);
-      default:
-        return cudaErrorInvalidValue;
-    }
+    return launchRowsInRegisters<TwoShotKernels>(dtype, a, p, rowBase, rows, blocks, stream, pdl);
   }
   const size_t smem = fusedSharedBytes(p.hidden);
   const size_t maxSmem = fusedSharedBytes(kFusedMaxHidden);
