@@ -17,6 +17,7 @@
 #include "common/fused_reference.h"
 #include "core/error.h"
 #include "fused/fused.h"
+#include "fused/fused_algo.h"
 
 namespace anyr {
 namespace {
@@ -480,6 +481,27 @@ TEST(FusedValidate, BuffersAlignedForTheVectorKernels) {
   EXPECT_TRUE(fusedBuffersAligned(input, q));
   q.quantOut = at(0x60002);
   EXPECT_FALSE(fusedBuffersAligned(input, q));
+}
+
+// The launch shapes of the fused kernels (fused_algo.h), the same on every rank: rows up to
+// hidden 8192 fit registers (two vectors a thread of 512); there the two-shot spreads its grid
+// like the one-shot (a block per row, at least one per 64 vectors, at most the cap), wider rows
+// take the staged form with a block per owned row.
+TEST(FusedLaunchShape, TwoShotRegisterFormSpreadsOverTheGridUpToHidden8192) {
+  for (int hidden : {128, 4096, 6144, 7168, 8192}) {
+    EXPECT_TRUE(fusedTwoShotInRegisters(hidden)) << hidden;
+  }
+  for (int hidden : {8200, 12288, 16384}) EXPECT_FALSE(fusedTwoShotInRegisters(hidden)) << hidden;
+  EXPECT_EQ(fusedThreads(6144), 512);
+  EXPECT_EQ(fusedThreads(128), 64);
+  // 64 rows of 6144 (49,152 vectors): the whole grid; 2 rows: 24 blocks (64 vectors each).
+  EXPECT_EQ(fusedTwoShotBlocks(64, 2, 6144, 64 * 768, 132), 132);
+  EXPECT_EQ(fusedTwoShotBlocks(2, 2, 6144, 2 * 768, 132), 24);
+  EXPECT_EQ(fusedTwoShotBlocks(2, 2, 6144, 2 * 768, 132), fusedOneShotBlocks(2, 2 * 768, 132));
+  // Staged form: one block per row this rank owns.
+  EXPECT_EQ(fusedTwoShotBlocks(64, 2, 16384, 64 * 2048, 132), 32);
+  EXPECT_EQ(fusedTwoShotBlocks(3, 2, 16384, 3 * 2048, 132), 2);
+  EXPECT_EQ(fusedTwoShotBlocks(1000, 4, 16384, 1000 * 2048, 132), 132);
 }
 
 TEST(FusedCApi, RejectsInvalidArgumentsBeforeTouchingTheGpu) {
