@@ -135,6 +135,8 @@ constexpr double kEffOneShot = 0.5;
 constexpr double kEffTwoShot = 0.8;
 constexpr double kEffNccl = 0.85;
 constexpr double kNcclBaseUs = 10.0;
+constexpr double kNcclViaHostLargeBaseUs = 24.0;
+constexpr double kNcclViaHostSmallBytes = 64.0 * 1024;
 // The fused epilogue reads x, the residual and writes residual and output: 4 bytes of local
 // memory traffic per byte of message. The topology records no local memory bandwidth, so a
 // nominal one is used; it weighs only fused kernel against composition.
@@ -374,10 +376,15 @@ double allReduceUs(anyrAlgo_t a, double B, const CostInputs& in) {
     case anyrAlgoNccl: {
       if (in.ringGBps <= 0) return -1;
       // Through host memory NCCL's per-hop flags are in its base cost (measured: 10 us at 1 KB
-      // on 2 x H200 with NCCL_P2P_DISABLE=1, about its cost with peer access).
+      // on 2 x H200 with NCCL_P2P_DISABLE=1, about its cost with peer access); above 64 KB of
+      // ring traffic its base there is 24 us (same machine, 2026-11-30: 35.7 us at 256 KB,
+      // 62.4 at 1 MB, 168 at 4 MB, where 10 us + the bytes gave 20, 49 and 166).
       const double hop = in.ncclViaHost ? 0.0 : lat;
-      return kNcclBaseUs + 2.0 * (n - 1) * hop +
-             2.0 * (n - 1) / n * B / (in.ringGBps * kEffNccl * 1e3);
+      const double ringBytes = 2.0 * (n - 1) / n * B;
+      const double base = in.ncclViaHost && ringBytes > kNcclViaHostSmallBytes
+                              ? kNcclViaHostLargeBaseUs
+                              : kNcclBaseUs;
+      return base + 2.0 * (n - 1) * hop + ringBytes / (in.ringGBps * kEffNccl * 1e3);
     }
     default:
       return -1;
