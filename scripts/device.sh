@@ -22,6 +22,8 @@
 #                then the one-shot, two-shot and fused benches with it off and on, in one run
 #   fusedpaths   the fused bench with the one-shot and the two-shot push forced (ANYR_ALGO): each
 #                fused kernel against the composition on the same algorithm
+#   worlds       world sizes 3, 4, 5, 8 (WORLDS; those the machine has) on the first W GPUs: GPU
+#                tests, all-reduce and fused benches against NCCL, the doctor's GLM preset at 8
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
 #                instruction; NCU_HIDDEN, default 6144)
 #   all          all of the above (longer than one 10-minute call: split it)
@@ -223,6 +225,39 @@ if want fusedpaths; then
     ANYR_ALGO=$algo timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
       --tokens 1,8,32,64,128,256,512,2048 --samples 11 2>&1 | tee "$OUT/fusedpaths-$algo.txt"
     check "${PIPESTATUS[0]}" "fused bench forced $algo"
+  done
+fi
+
+if want worlds; then
+  # World sizes other than the machine's (3, 4, 5, 8 by default: WORLDS), each on the first W
+  # GPUs (CUDA_VISIBLE_DEVICES): the GPU tests (minus the slow ones, WORLD_TEST_EXCLUDE), the
+  # all-reduce bench 1 KB..256 MB and the fused bench, NCCL in the same runs; the doctor's GLM
+  # preset at 8. Sizes above the GPU count are skipped and said so. `dispatch` (tune, check)
+  # runs at the full width on its own.
+  NGPU=$(nvidia-smi -L | wc -l)
+  for w in ${WORLDS:-3 4 5 8}; do
+    if [ "$w" -gt "$NGPU" ] || [ "$w" -lt 2 ]; then
+      echo "world size $w: this machine has $NGPU GPUs; skipped"
+      continue
+    fi
+    DEVS=$(seq -s, 0 $((w - 1)))
+    step "world size $w (CUDA_VISIBLE_DEVICES=$DEVS)"
+    CUDA_VISIBLE_DEVICES=$DEVS timeout -k 10 "${WORLD_TEST_S:-400}" ctest --test-dir "$BUILD" -L gpu \
+      -E "${WORLD_TEST_EXCLUDE:-FusedKernelMatrix|CreateDestroy200|doctor}" --output-on-failure \
+      --timeout 300 2>&1 | tee "$OUT/world$w-tests.log" | grep -E "tests passed|Failed|\*\*\*"
+    check "${PIPESTATUS[0]}" "GPU tests at world size $w"
+    CUDA_VISIBLE_DEVICES=$DEVS timeout -k 10 400 "$A" bench -b 1K -e 256M -f 4 --samples 7 \
+      --json "$OUT/world$w-bench.json" 2>&1 | tee "$OUT/world$w-bench.txt" | grep -E "auto|#"
+    check "${PIPESTATUS[0]}" "bench at world size $w"
+    CUDA_VISIBLE_DEVICES=$DEVS timeout -k 10 300 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
+      --tokens 1,2,8,32,64,128,512,2048 --samples 7 2>&1 | tee "$OUT/world$w-fused.txt"
+    check "${PIPESTATUS[0]}" "fused bench at world size $w"
+    if [ "$w" -eq 8 ]; then
+      CUDA_VISIBLE_DEVICES=$DEVS timeout -k 10 400 "$A" doctor --preset glm --batch 1,8,32 \
+        --json "$OUT/doctor-glm-tp8.json" --html "$OUT/doctor-glm-tp8.html" 2>&1 |
+        tee "$OUT/doctor-glm-tp8.txt"
+      check "${PIPESTATUS[0]}" "doctor glm at TP 8"
+    fi
   done
 fi
 
