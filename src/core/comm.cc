@@ -738,10 +738,9 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   // Wider, the one-shot spills and the two-shot stages the row in shared memory, and both
   // measured slower than the composition (one-shot, hidden 16384, 1 token: 14.6 vs 9.9 us on
   // 2 x H200, docs/PERFORMANCE.md), so there they run only when forced.
-  const bool rowFitsRegisters = hidden / 8 <= 2 * static_cast<size_t>(fusedThreads(hidden));
   const bool fusedKernel = maxRows > 0 && path.fusedKernel &&
                            fusedKernelOk_[static_cast<size_t>(algo)] &&
-                           (rowFitsRegisters || forced_.load() == algo);
+                           (fusedRowFitsRegisters(p.hidden) || forced_.load() == algo);
   counters_.note(algo, bytes, fusedKernel ? CallKind::FusedKernel : CallKind::FusedComposed,
                  forced_.load() != anyrAlgoAuto, capturing);
   if (fusedKernel) {

@@ -117,8 +117,6 @@ class Communicator {
   void launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);
   LaunchShape shapeFor(anyrAlgo_t algo, uint64_t numVecs) const;
-  // Rows of rowBytes one fused-kernel launch of `algo` carries: a one-shot push slot's worth,
-  // or a two-shot segment slot's worth per rank (rows are 16-byte vectors; 0: not one row).
   // Fills the push receive areas of this rank's workspace with the clear pattern (at init, and
   // after a failed self-test).
   void clearPushAreas(cudaStream_t s);
@@ -129,6 +127,8 @@ class Communicator {
   // timeout.
   WaitControl* newWaitControl(LocalState* state, WorkspaceHeader* ownHeader,
                               WorkspaceHeader* const* peerHeaders);
+  // Rows of rowBytes one fused-kernel launch of `algo` carries: a one-shot push slot's worth,
+  // or a two-shot segment slot's worth per rank (rows are 16-byte vectors; 0: not one row).
   uint64_t fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const;
   // One launch of the fused kernel of `algo` (one-shot or two-shot push) on `rows` rows of
   // p.hidden elements starting at `rowsIn` (output rows rowBase..), with the communicator's

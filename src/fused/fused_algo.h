@@ -21,9 +21,11 @@ inline int fusedThreads(int hidden) {
   return t;
 }
 
-// The fused two-shot holds a row in registers up to two vectors per thread (hidden 8192);
-// wider rows are staged in shared memory (fused_twoshot_push.cu has both forms).
-inline bool fusedTwoShotInRegisters(int hidden) { return hidden / 8 <= 2 * fusedThreads(hidden); }
+// Whether a fused kernel holds a row of `hidden` in registers at two vectors per thread at most
+// (hidden 8192). Wider rows spill in the one-shot kernel and are staged in shared memory by the
+// two-shot one (fused_twoshot_push.cu has both forms); the communicator composes there unless
+// the algorithm is forced.
+inline bool fusedRowFitsRegisters(int hidden) { return hidden / 8 <= 2 * fusedThreads(hidden); }
 
 // Grid of one fused launch of `rows` rows (numVecs 16-byte vectors), at most maxBlocks blocks.
 // One-shot, and the two-shot's register form: a block per row, and at least one per 64 vectors
@@ -35,7 +37,7 @@ inline int fusedOneShotBlocks(int rows, uint64_t numVecs, int maxBlocks) {
   return want < maxBlocks ? want : maxBlocks;
 }
 inline int fusedTwoShotBlocks(int rows, int nranks, int hidden, uint64_t numVecs, int maxBlocks) {
-  if (fusedTwoShotInRegisters(hidden)) return fusedOneShotBlocks(rows, numVecs, maxBlocks);
+  if (fusedRowFitsRegisters(hidden)) return fusedOneShotBlocks(rows, numVecs, maxBlocks);
   const int owned = (rows + nranks - 1) / nranks;
   return owned < maxBlocks ? owned : maxBlocks;
 }

@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
 }
 
 struct TwoShotKernels {
-  static constexpr int kMaxVpt = 2;  // fusedTwoShotInRegisters: wider rows take the staged form
+  static constexpr int kMaxVpt = 2;  // fusedRowFitsRegisters: wider rows take the staged form
   template <typename T, int VPT, int Q, bool kAligned>
   static auto kernel() {
     return fusedTwoShotPushRegsKernel<T, VPT, Q, kAligned>;
@@ -301,7 +301,7 @@ struct TwoShotKernels {
 cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream, bool pdl) {
-  if (fusedTwoShotInRegisters(p.hidden)) {
+  if (fusedRowFitsRegisters(p.hidden)) {
     return launchRowsInRegisters<TwoShotKernels>(dtype, a, p, rowBase, rows, blocks, stream, pdl);
   }
   const size_t smem = fusedSharedBytes(p.hidden);

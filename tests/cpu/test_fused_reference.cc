@@ -489,9 +489,9 @@ TEST(FusedValidate, BuffersAlignedForTheVectorKernels) {
 // take the staged form with a block per owned row.
 TEST(FusedLaunchShape, TwoShotRegisterFormSpreadsOverTheGridUpToHidden8192) {
   for (int hidden : {128, 4096, 6144, 7168, 8192}) {
-    EXPECT_TRUE(fusedTwoShotInRegisters(hidden)) << hidden;
+    EXPECT_TRUE(fusedRowFitsRegisters(hidden)) << hidden;
   }
-  for (int hidden : {8200, 12288, 16384}) EXPECT_FALSE(fusedTwoShotInRegisters(hidden)) << hidden;
+  for (int hidden : {8200, 12288, 16384}) EXPECT_FALSE(fusedRowFitsRegisters(hidden)) << hidden;
   EXPECT_EQ(fusedThreads(6144), 512);
   EXPECT_EQ(fusedThreads(128), 64);
   // 64 rows of 6144 (49,152 vectors): the whole grid; 2 rows: 24 blocks (64 vectors each).
