@@ -124,7 +124,9 @@ typedef struct {
                              reads it); ANYR_TUNING_FILE; default none */
   int tuneBudgetMs;       /* > 0: with no matching table, tune at init within this budget and
                              save to tuningFile if set; ANYR_TUNE_BUDGET_MS; default 0 */
-  int wire; /* anyrWire_t: host-memory algorithms and one-shot pull; ANYR_WIRE; native */
+  int wire;         /* anyrWire_t: host-memory algorithms and one-shot pull; ANYR_WIRE; native */
+  int fusedCluster; /* thread-block cluster size of the fused one-shot all-reduce + RMSNorm
+                       kernel: 1 = off, 2, 4 or 8; ANYR_FUSED_CLUSTER; 0 = automatic */
 } anyrConfig_t;
 #define ANYR_CONFIG_MAGIC 0x414e5952u
 #define ANYR_CONFIG_INITIALIZER                                                        \
@@ -132,7 +134,7 @@ typedef struct {
     sizeof(anyrConfig_t), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, ANYR_CONFIG_UNDEF_INT, \
         ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_SIZE,         \
         ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT, NULL,    \
-        ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT                                   \
+        ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT            \
   }
 
 /* Library version as ANYR_VERSION_CODE. */

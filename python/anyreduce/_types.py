@@ -248,6 +248,7 @@ class anyrConfig_t(ctypes.Structure):  # noqa: N801 (C name)
         ("tuningFile", ctypes.c_void_p),  # const char*; ANYR_TUNING_FILE
         ("tuneBudgetMs", ctypes.c_int),  # ANYR_TUNE_BUDGET_MS
         ("wire", ctypes.c_int),
+        ("fusedCluster", ctypes.c_int),  # ANYR_FUSED_CLUSTER
     ]
 
     @classmethod
@@ -255,7 +256,7 @@ class anyrConfig_t(ctypes.Structure):  # noqa: N801 (C name)
         """ANYR_CONFIG_INITIALIZER: every tunable at its "undefined" value."""
         u_int, u_size = ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE
         return cls(ctypes.sizeof(cls), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, u_int, u_int,
-                   u_size, u_size, u_size, u_int, u_int, None, u_int, u_int)
+                   u_size, u_size, u_size, u_int, u_int, None, u_int, u_int, u_int)
 
 
 class anyrFusedOptions_t(ctypes.Structure):  # noqa: N801 (C name)
@@ -298,6 +299,8 @@ class Config:
     use_nccl: create/keep an NCCL communicator         (ANYR_USE_NCCL; default True)
     max_blocks: cap on thread blocks per kernel, 0=auto (ANYR_MAX_BLOCKS)
     wire: Wire, int or name: 'native', 'fp8', 'int8' (ANYR_WIRE; default native)
+    fused_cluster: thread-block cluster size of the fused one-shot all-reduce + RMSNorm kernel:
+        0=auto, 1=off, 2, 4 or 8 (ANYR_FUSED_CLUSTER; default 0)
     """
 
     algorithm: Optional[Union[Algo, int, str]] = None
@@ -308,6 +311,7 @@ class Config:
     use_nccl: Optional[Union[bool, int]] = None
     max_blocks: Optional[int] = None
     wire: Optional[Union[Wire, int, str]] = None
+    fused_cluster: Optional[int] = None
 
     def to_c(self) -> anyrConfig_t:
         """The anyrConfig_t for this configuration (ANYR_CONFIG_INITIALIZER + set fields)."""
@@ -365,6 +369,8 @@ class Config:
                     raise InvalidArgument(Result.INVALID_ARGUMENT,
                                           f"argument 'config.wire': {e}") from None
             c.wire = int_field("wire", int(wire))
+        if self.fused_cluster is not None:
+            c.fusedCluster = int_field("fused_cluster", self.fused_cluster)
         return c
 
 

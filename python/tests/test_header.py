@@ -205,9 +205,10 @@ def test_config_fields_map_onto_the_struct():
 
     c = Config(algorithm="twoshot", timeout_ms=1234, one_shot_max_bytes=1 << 16,
                two_shot_max_bytes=1 << 20, chunk_bytes=1 << 22, use_nccl=False,
-               max_blocks=7).to_c()
+               max_blocks=7, fused_cluster=4).to_c()
     assert (c.algorithm, c.timeoutMs, c.oneShotMaxBytes, c.twoShotMaxBytes, c.chunkBytes,
-            c.useNccl, c.maxBlocks) == (int(Algo.TWO_SHOT), 1234, 1 << 16, 1 << 20, 1 << 22, 0, 7)
+            c.useNccl, c.maxBlocks, c.fusedCluster) == (int(Algo.TWO_SHOT), 1234, 1 << 16, 1 << 20,
+                                                        1 << 22, 0, 7, 4)
 
 
 def test_config_wire_and_host_algorithms():

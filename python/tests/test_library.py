@@ -80,6 +80,7 @@ def test_from_nccl_null_is_invalid_argument(ar):
     ("chunk_bytes", 1000, "config.chunkBytes"),
     ("use_nccl", 5, "config.useNccl"),
     ("max_blocks", 1000, "config.maxBlocks"),
+    ("fused_cluster", 3, "config.fusedCluster"),
 ])
 def test_each_config_field_reaches_the_library(ar, field, value, c_name):
     """A bad value in one Config field comes back from the library naming that C field:

@@ -202,6 +202,8 @@ def test_config_rejects_values_that_do_not_fit_c():
         Config(algorithm="ring").to_c()
     with pytest.raises(InvalidArgument, match="config.max_blocks"):
         Config(max_blocks=-2**31).to_c()  # the C "undefined" sentinel itself
+    with pytest.raises(InvalidArgument, match="config.fused_cluster"):
+        Config(fused_cluster=2**40).to_c()
 
 
 def test_a_shared_library_without_the_api_is_rejected():

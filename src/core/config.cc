@@ -66,6 +66,7 @@ Config::Wire Config::toWire() const {
   w.twoShotMaxBytes = twoShotMaxBytes;
   w.chunkBytes = chunkBytes;
   w.wire = wire;
+  w.fusedCluster = fusedCluster;
   return w;
 }
 
@@ -79,13 +80,15 @@ Config Config::fromWire(const Wire& w) {
   c.twoShotMaxBytes = w.twoShotMaxBytes;
   c.chunkBytes = w.chunkBytes;
   c.wire = static_cast<anyrWire_t>(w.wire);
+  c.fusedCluster = w.fusedCluster;
   return c;
 }
 
 bool Config::operator==(const Config& o) const {
   return algorithm == o.algorithm && timeoutMs == o.timeoutMs && useNccl == o.useNccl &&
          maxBlocks == o.maxBlocks && oneShotMaxBytes == o.oneShotMaxBytes &&
-         twoShotMaxBytes == o.twoShotMaxBytes && chunkBytes == o.chunkBytes && wire == o.wire;
+         twoShotMaxBytes == o.twoShotMaxBytes && chunkBytes == o.chunkBytes && wire == o.wire &&
+         fusedCluster == o.fusedCluster;
 }
 
 std::string Config::describe() const {
@@ -93,7 +96,7 @@ std::string Config::describe() const {
   os << "algorithm=" << anyrAlgoName(algorithm) << " timeoutMs=" << timeoutMs
      << " oneShotMaxBytes=" << oneShotMaxBytes << " twoShotMaxBytes=" << twoShotMaxBytes
      << " chunkBytes=" << chunkBytes << " useNccl=" << useNccl << " maxBlocks=" << maxBlocks
-     << " wire=" << wireName(wire);
+     << " wire=" << wireName(wire) << " fusedCluster=" << fusedCluster;
   return os.str();
 }
 
@@ -202,6 +205,16 @@ Config resolveConfig(const anyrConfig_t* user) {
                  "environment variable ANYR_WIRE='" + name + "': must be native, fp8 or int8");
     }
   }
+  // cluster size of the fused one-shot all-reduce + RMSNorm kernel. Checked as read (64-bit),
+  // before narrowing, so 4294967298 is refused rather than read as 2.
+  const int64_t cluster = user && user->fusedCluster != ANYR_CONFIG_UNDEF_INT
+                              ? user->fusedCluster
+                              : env::getInt("ANYR_FUSED_CLUSTER");
+  ANYR_REQUIRE_ARG(
+      cluster == 0 || cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8,
+      "config.fusedCluster / ANYR_FUSED_CLUSTER",
+      "must be 0 (automatic), 1 (off), 2, 4 or 8 (got " + std::to_string(cluster) + ")");
+  c.fusedCluster = static_cast<int>(cluster);
   return c;
 }
 

@@ -17,6 +17,9 @@ struct Config {
   uint64_t chunkBytes = 8ull << 20;
   bool useNccl = true;
   int maxBlocks = 0;  // 0: automatic
+  // Thread-block cluster size of the fused one-shot all-reduce + RMSNorm kernel: 0 = automatic,
+  // 1 = off, 2, 4 or 8 (used where the probe admits clusters).
+  int fusedCluster = 0;
   // Dispatch tuning (select/tuning.h). Not part of Wire: rank 0's values are broadcast by the
   // communicator's tuning step, and only rank 0 reads or writes the file.
   std::string tuningFile;            // "" : none
@@ -34,7 +37,7 @@ struct Config {
   struct Wire {
     int32_t algorithm, timeoutMs, useNccl, maxBlocks;
     uint64_t oneShotMaxBytes, twoShotMaxBytes, chunkBytes;
-    int32_t wire, pad;
+    int32_t wire, fusedCluster;
   };
   Wire toWire() const;
   static Config fromWire(const Wire& w);

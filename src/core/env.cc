@@ -70,6 +70,11 @@ const std::vector<Param>& params() {
        "host-copy: bytes per copy-engine chunk, the unit of its pipeline (a multiple of 64 KiB "
        "in 64 KiB..64 MiB; raised if a launch would need more than 1024 chunks; rank 0's value "
        "is used)"},
+      {"ANYR_FUSED_CLUSTER", "0",
+       "thread-block cluster size of the fused one-shot all-reduce + RMSNorm kernel (each row "
+       "spread over one cluster's blocks, which exchange its partial sums of squares through "
+       "distributed shared memory): 0 = automatic, 1 = off, 2, 4 or 8 (where the probe admits "
+       "clusters)"},
   };
   return table;
 }

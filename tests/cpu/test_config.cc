@@ -48,6 +48,7 @@ TEST(Config, DefaultsWithoutEnvironment) {
   EXPECT_EQ(c.chunkBytes, 8ull << 20);
   EXPECT_TRUE(c.useNccl);
   EXPECT_EQ(c.maxBlocks, 0);
+  EXPECT_EQ(c.fusedCluster, 0);
 }
 
 TEST(Config, EnvironmentThenExplicitFieldsWin) {
@@ -116,6 +117,72 @@ TEST(Config, WireRoundTrip) {
   Config d = c;
   d.maxBlocks = 8;
   EXPECT_FALSE(d == c);
+}
+
+TEST(Config, FusedClusterFromFieldOrEnvironment) {
+  for (int k : {0, 1, 2, 4, 8}) {
+    anyrConfig_t u = ANYR_CONFIG_INITIALIZER;
+    u.fusedCluster = k;
+    EXPECT_EQ(resolveConfig(&u).fusedCluster, k) << "config.fusedCluster=" << k;
+    const std::string text = std::to_string(k);
+    EnvGuard g("ANYR_FUSED_CLUSTER", text.c_str());
+    EXPECT_EQ(resolveConfig(nullptr).fusedCluster, k) << "ANYR_FUSED_CLUSTER=" << k;
+    anyrConfig_t undef = ANYR_CONFIG_INITIALIZER;  // the field left undefined: the variable
+    EXPECT_EQ(resolveConfig(&undef).fusedCluster, k) << "ANYR_FUSED_CLUSTER=" << k;
+  }
+  {
+    EnvGuard g("ANYR_FUSED_CLUSTER", "8");
+    anyrConfig_t u = ANYR_CONFIG_INITIALIZER;
+    u.fusedCluster = 2;
+    EXPECT_EQ(resolveConfig(&u).fusedCluster, 2);  // the field wins over the environment
+    u.fusedCluster = 0;
+    EXPECT_EQ(resolveConfig(&u).fusedCluster, 0);  // explicit 0 (automatic) too
+  }
+  {
+    EnvGuard g("ANYR_FUSED_CLUSTER", "3");     // a bad variable is not consulted when the field
+    anyrConfig_t u = ANYR_CONFIG_INITIALIZER;  // is set (as for every other field)
+    u.fusedCluster = 4;
+    EXPECT_EQ(resolveConfig(&u).fusedCluster, 4);
+  }
+}
+
+TEST(Config, FusedClusterBadValuesNameTheArgumentAndRule) {
+  const std::string rule = "must be 0 (automatic), 1 (off), 2, 4 or 8";
+  for (int k : {3, -1, 16, 5, 6, 7, 9, 32}) {
+    anyrConfig_t u = ANYR_CONFIG_INITIALIZER;
+    u.fusedCluster = k;
+    expectInvalid(&u, "config.fusedCluster / ANYR_FUSED_CLUSTER");
+    expectInvalid(&u, rule);
+    expectInvalid(&u, "(got " + std::to_string(k) + ")");
+  }
+  for (const char* text : {"3", "-1", "16", "4294967298", "two", "2x", " "}) {
+    EnvGuard g("ANYR_FUSED_CLUSTER", text);
+    expectInvalid(nullptr, "ANYR_FUSED_CLUSTER");
+    anyrConfig_t undef = ANYR_CONFIG_INITIALIZER;
+    expectInvalid(&undef, "ANYR_FUSED_CLUSTER");
+  }
+  {
+    EnvGuard g("ANYR_FUSED_CLUSTER", "16");
+    expectInvalid(nullptr, rule);
+    expectInvalid(nullptr, "(got 16)");
+  }
+  {
+    EnvGuard g("ANYR_FUSED_CLUSTER", "4294967298");  // 2^32 + 2: would read as 2 after an int cast
+    expectInvalid(nullptr, "(got 4294967298)");
+  }
+}
+
+TEST(Config, FusedClusterCrossesProcesses) {
+  anyrConfig_t u = ANYR_CONFIG_INITIALIZER;
+  u.fusedCluster = 4;
+  Config c = resolveConfig(&u);
+  Config back = Config::fromWire(c.toWire());
+  EXPECT_EQ(back.fusedCluster, 4);
+  EXPECT_TRUE(back == c);
+  Config d = c;
+  d.fusedCluster = 8;
+  EXPECT_FALSE(d == c);
+  EXPECT_NE(c.describe().find("fusedCluster=4"), std::string::npos) << c.describe();
 }
 
 TEST(Config, AlgoNames) {

@@ -5,7 +5,8 @@
 //    argument or the variable, never another exception type;
 //  - an accepted configuration satisfies the documented rules (timeout in 1..86400000 ms,
 //    chunk size a multiple of 4096 in 64 KiB..1 GiB, one-shot maximum <= 64 MiB, maxBlocks in
-//    0..256, a valid algorithm) and survives the wire round trip (Config::toWire/fromWire).
+//    0..256, fusedCluster 0, 1, 2, 4 or 8, a valid algorithm) and survives the wire round trip
+//    (Config::toWire/fromWire).
 // Input layout: [sizeof(anyrConfig_t) bytes of config][flags byte][NUL-separated env values].
 // Build and run: scripts/fuzz.sh (tests/fuzz/corpus/config_env is the seed corpus).
 #include <algorithm>
@@ -33,7 +34,7 @@ void require(bool cond, const char* what, const std::string& detail = "") {
 // The environment variables resolveConfig reads.
 const char* const kVars[] = {
     "ANYR_ALGO",        "ANYR_TIMEOUT_MS", "ANYR_ONESHOT_MAX_BYTES", "ANYR_TWOSHOT_MAX_BYTES",
-    "ANYR_CHUNK_BYTES", "ANYR_USE_NCCL",   "ANYR_MAX_BLOCKS"};
+    "ANYR_CHUNK_BYTES", "ANYR_USE_NCCL",   "ANYR_MAX_BLOCKS",        "ANYR_FUSED_CLUSTER"};
 constexpr size_t kNumVars = sizeof(kVars) / sizeof(kVars[0]);
 
 bool namesSomething(const std::string& msg) {
@@ -101,6 +102,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             "chunkBytes rule");
     require(c.oneShotMaxBytes <= (64ull << 20), "oneShotMaxBytes rule");
     require(c.maxBlocks >= 0 && c.maxBlocks <= 256, "maxBlocks rule");
+    require(c.fusedCluster == 0 || c.fusedCluster == 1 || c.fusedCluster == 2 ||
+                c.fusedCluster == 4 || c.fusedCluster == 8,
+            "fusedCluster rule");
     require(c.algorithm >= 0 && c.algorithm < anyrNumAlgos, "algorithm rule");
     require(Config::fromWire(c.toWire()) == c, "wire round trip");
     (void)c.describe();
@@ -111,7 +115,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     require(false, "non-anyr exception escaped resolveConfig:", e.what());
   }
   // 3. getInt on each variable as set above.
-  for (const char* name : {"ANYR_TIMEOUT_MS", "ANYR_USE_NCCL", "ANYR_MAX_BLOCKS"}) {
+  for (const char* name :
+       {"ANYR_TIMEOUT_MS", "ANYR_USE_NCCL", "ANYR_MAX_BLOCKS", "ANYR_FUSED_CLUSTER"}) {
     try {
       (void)env::getInt(name);
     } catch (const Error& e) {

@@ -65,7 +65,8 @@ write("bootstrap_message", "uid_port0", unique_id(4, 0, bytes([10, 0, 0, 1])))
 
 # ---- config_env: anyrConfig_t (56 bytes) + flags + NUL-separated values ----------------------
 # Variables in order: ANYR_ALGO, ANYR_TIMEOUT_MS, ANYR_ONESHOT_MAX_BYTES, ANYR_TWOSHOT_MAX_BYTES,
-# ANYR_CHUNK_BYTES, ANYR_USE_NCCL, ANYR_MAX_BLOCKS.
+# ANYR_CHUNK_BYTES, ANYR_USE_NCCL, ANYR_MAX_BLOCKS, ANYR_FUSED_CLUSTER (the seeds below set the
+# first seven; values of the eighth come only from the fuzzer's mutations).
 UNDEF_INT = -2147483648
 UNDEF_SIZE = 0xFFFFFFFFFFFFFFFF
 
