@@ -70,6 +70,10 @@ const std::vector<Param>& params() {
        "host-copy: bytes per copy-engine chunk, the unit of its pipeline (a multiple of 64 KiB "
        "in 64 KiB..64 MiB; raised if a launch would need more than 1024 chunks; rank 0's value "
        "is used)"},
+      {"ANYR_HOST_LAUNCH_BYTES", "16M",
+       "host algorithms: most bytes one launch carries (larger messages are several launches; "
+       "sizes the host segment and host-copy's device staging; a multiple of 4096 in 64 KiB..1 "
+       "GiB; rank 0's value is used); independent of ANYR_CHUNK_BYTES"},
   };
   return table;
 }
