@@ -166,10 +166,12 @@ if want host; then
     timeout -k 10 200 env NCCL_P2P_DISABLE=1 ANYR_HOST_COPY_CHUNK_BYTES=$c "$A" bench -a host-copy \
       -b 1M -e 16M -f 4 --samples 11 2>&1 | tee "$OUT/bench-host-copy-chunk-$c.txt"
   done
-  # A 16 MB message is two launches at the default ANYR_CHUNK_BYTES (8M): the pipeline drains
-  # and refills between them. One launch instead shows what that costs.
-  timeout -k 10 200 env NCCL_P2P_DISABLE=1 ANYR_CHUNK_BYTES=16M "$A" bench -a host-copy,host-twoshot,nccl \
-    -b 4M -e 16M -f 4 --samples 11 2>&1 | tee "$OUT/bench-host-copy-launch16M.txt"
+  # A 16 MB message is one launch at the default ANYR_HOST_LAUNCH_BYTES (16M); two 8 MB launches
+  # show what a drain and refill of the pipeline costs, 64 MB what four launches cost.
+  timeout -k 10 200 env NCCL_P2P_DISABLE=1 ANYR_HOST_LAUNCH_BYTES=8M "$A" bench -a host-copy,host-twoshot,nccl \
+    -b 4M -e 16M -f 4 --samples 11 2>&1 | tee "$OUT/bench-host-copy-launch8M.txt"
+  timeout -k 10 300 env NCCL_P2P_DISABLE=1 "$A" bench -a host-copy,host-twoshot,nccl \
+    -b 16M -e 64M -f 4 --samples 11 2>&1 | tee "$OUT/bench-host-copy-launch16M.txt"
   step "as a machine without peer access: ANYR_PEER_MEMORY=0, automatic choice vs NCCL without P2P"
   timeout -k 10 300 env ANYR_PEER_MEMORY=0 NCCL_P2P_DISABLE=1 "$A" bench -a auto,nccl \
     -b 1K -e 64M -f 4 --samples 11 2>&1 | tee "$OUT/bench-nop2p-auto.txt"

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "algo/algo.h"
+#include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -14,32 +15,32 @@
 
 namespace anyr {
 
-HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxBytes,
+HostLayout computeHostLayout(uint64_t launchBytes, int nranks, uint64_t llMaxBytes,
                              uint64_t copyChunkBytes) {
   HostLayout l{};
   const uint64_t page = 4096;
   const uint64_t n = static_cast<uint64_t>(nranks > 0 ? nranks : 1);
-  l.launchBytes = chunkBytes;
+  l.launchBytes = launchBytes;  // every size below follows from it
   // host-copy chunks: whole 64 KiB units, no larger than a launch, and large enough that a
   // launch has at most kMaxCopyChunks of them (one flag word each).
   const uint64_t unit = 64u << 10;
-  const uint64_t fewest = roundUp((chunkBytes + kMaxCopyChunks - 1) / kMaxCopyChunks, unit);
+  const uint64_t fewest = roundUp((launchBytes + kMaxCopyChunks - 1) / kMaxCopyChunks, unit);
   l.copyChunkBytes =
-      std::min(roundUp(chunkBytes, unit), std::max({roundUp(copyChunkBytes, unit), fewest, unit}));
+      std::min(roundUp(launchBytes, unit), std::max({roundUp(copyChunkBytes, unit), fewest, unit}));
   l.headerOffset = 0;
   l.flagsOffset = page;
   l.dataOffset = roundUp(l.flagsOffset + sizeof(HostFlags), page);
-  l.dataBytes = roundUp(chunkBytes, page);
+  l.dataBytes = roundUp(launchBytes, page);
   l.resultOffset = l.dataOffset + 2 * l.dataBytes;
   // One segment (rounded up to whole block quanta, see host_twoshot.cu) plus slack.
-  l.resultBytes = roundUp(chunkBytes / n + (64u << 10), page);
-  l.llMaxBytes = std::min(llMaxBytes, chunkBytes);
+  l.resultBytes = roundUp(launchBytes / n + (64u << 10), page);
+  l.llMaxBytes = std::min(llMaxBytes, launchBytes);
   l.llOffset = l.resultOffset + 2 * l.resultBytes;
   l.llBytes = roundUp(2 * l.llMaxBytes, page);
   l.copyOffset = l.llOffset + 2 * l.llBytes;
   // Chunks of a launch end before launchBytes + one chunk (a small launch's chunks are cut
   // from its own size, and their last may pass the launch's end: hostCopyLaunchChunkBytes).
-  l.copyBytes = roundUp(chunkBytes + l.copyChunkBytes, page);
+  l.copyBytes = roundUp(launchBytes + l.copyChunkBytes, page);
   l.rankBytes = roundUp(l.copyOffset + l.copyBytes, page);
   l.totalBytes = l.rankBytes * n;
   return l;
@@ -57,6 +58,7 @@ void Communicator::initHostTransport() {
     return;
   }
   // Rank 0's choice counts for everyone (the environment may differ between processes).
+  const uint64_t launchBytes = agreeHostLaunchBytes(*bs_, rank_);
   const uint64_t copyChunk = env::getSize("ANYR_HOST_COPY_CHUNK_BYTES");
   int32_t agreed[4] = {env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
                        static_cast<int32_t>(env::getInt("ANYR_HOST_ROUND")),
@@ -83,10 +85,11 @@ void Communicator::initHostTransport() {
     facts_.hostMemoryReason = "disabled by ANYR_HOST_MEMORY=0";
     return;
   }
-  hostLayout_ = computeHostLayout(cfg_.chunkBytes, nranks_, static_cast<uint64_t>(agreed[2]),
+  hostLayout_ = computeHostLayout(launchBytes, nranks_, static_cast<uint64_t>(agreed[2]),
                                   static_cast<uint64_t>(agreed[3]));
   cfg_.hostLowLatencyBytes = hostLayout_.llMaxBytes;
   cfg_.hostCopyChunkBytes = hostLayout_.copyChunkBytes;
+  cfg_.hostLaunchBytes = hostLayout_.launchBytes;
   std::string why;
   host_ = createHostMemory(*bs_, hostLayout_.totalBytes, &why);
   if (!host_) {
@@ -132,9 +135,35 @@ std::string hostCopyChunkError(uint64_t bytes) {
   return "";
 }
 
+std::string hostLaunchBytesError(uint64_t bytes) {
+  if (bytes < (64u << 10) || bytes > (1ull << 30) || bytes % 4096 != 0) {
+    return "must be a multiple of 4096 between 64 KiB and 1 GiB";
+  }
+  return "";
+}
+
+uint64_t agreeHostLaunchBytes(Bootstrap& bs, int rank) {
+  // Its own broadcast, 64 bits wide: a value past 2^31 is reported as given, not clamped.
+  const uint64_t mine = env::getSize("ANYR_HOST_LAUNCH_BYTES");
+  uint64_t agreed = mine;
+  bs.broadcast(&agreed, sizeof(agreed), 0);
+  const std::string error = hostLaunchBytesError(agreed);
+  if (!error.empty()) {
+    throwError(anyrInvalidArgument, "environment variable ANYR_HOST_LAUNCH_BYTES=" +
+                                        std::to_string(agreed) + " (rank 0's): " + error);
+  }
+  if (mine != agreed) {
+    ANYR_LOG(Warn, rank,
+             "this rank's ANYR_HOST_LAUNCH_BYTES=" << mine << " differs from rank 0's; using "
+                                                   << agreed);
+  }
+  return agreed;
+}
+
 void Communicator::initHostCopy() {
   // Device staging of the host-copy algorithm: the own compressed chunks (compressed wire),
-  // and every peer's chunks of one launch, copied in from host memory before the reduction.
+  // and every peer's chunks of one launch, copied in from host memory before the reduction:
+  // n x copyBytes in all (the default 16 MiB launch: 34 MiB at 2 ranks, 136 MiB at 8).
   const uint64_t slot = hostLayout_.copyBytes;
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&copy_.sendStage), slot));
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&copy_.recvStage),
@@ -221,7 +250,8 @@ void Communicator::explainHost(void* json) const {
                         {"reason", facts_.hostMemoryReason},
                         {"wire", wireName(cfg_.wire)},
                         {"lowLatencyMaxBytes", hostLayout_.llMaxBytes},
-                        {"copyChunkBytes", hostLayout_.copyChunkBytes}};
+                        {"copyChunkBytes", hostLayout_.copyChunkBytes},
+                        {"launchBytes", hostLayout_.launchBytes}};
   if (host_) j["hostTransport"]["segmentBytes"] = hostLayout_.totalBytes;
 }
 

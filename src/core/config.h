@@ -32,6 +32,9 @@ struct Config {
   // host-copy's chunk (the layout's copyChunkBytes, from rank 0's ANYR_HOST_COPY_CHUNK_BYTES):
   // set by the host transport, so agreed; 0 until then (or without one). Not part of Wire.
   uint64_t hostCopyChunkBytes = 0;
+  // The host algorithms' launch size (the layout's launchBytes, from rank 0's
+  // ANYR_HOST_LAUNCH_BYTES): set by the host transport, so agreed; 0 until then. Not part of Wire.
+  uint64_t hostLaunchBytes = 0;
 
   // Crosses process boundaries (rank 0's resolved config is broadcast): fixed layout.
   struct Wire {

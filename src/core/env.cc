@@ -71,10 +71,14 @@ const std::vector<Param>& params() {
        "in 64 KiB..64 MiB; raised if a launch would need more than 1024 chunks; rank 0's value "
        "is used)"},
       {"ANYR_FUSED_CLUSTER", "0",
-       "thread-block cluster size of the fused one-shot all-reduce + RMSNorm kernel (each row "
+       "thread-block cluster size of the fused all-reduce + RMSNorm kernels (each row "
        "spread over one cluster's blocks, which exchange its partial sums of squares through "
        "distributed shared memory): 0 = automatic, 1 = off, 2, 4 or 8 (where the probe admits "
        "clusters)"},
+      {"ANYR_HOST_LAUNCH_BYTES", "16M",
+       "host algorithms: most bytes one launch carries (larger messages are several launches; "
+       "sizes the host segment and host-copy's device staging; a multiple of 4096 in 64 KiB..1 "
+       "GiB; rank 0's value is used); independent of ANYR_CHUNK_BYTES"},
   };
   return table;
 }

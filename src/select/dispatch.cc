@@ -149,7 +149,7 @@ constexpr double kFusedTwoShotMaxBytes = 8.0 * (1 << 20);
 // peer), the two crossings one after the other (the one-shot's overlap of writes and reads is
 // not credited), at NCCL's efficiency. What separates them is latency: no NCCL per-call base
 // and fewer steps for small messages, but one more launch (and its steps) per launch buffer
-// (ANYR_CHUNK_BYTES) for large ones. A step is a PCIe round trip plus a flag in host memory
+// (ANYR_HOST_LAUNCH_BYTES) for large ones. A step is a PCIe round trip plus a flag in host memory
 // (one-shot: publish, then poll and read; two-shot: two such steps).
 // Calibrated on 2 x H200 (PCIe Gen5 x16) with ANYR_PEER_MEMORY=0 against NCCL with
 // NCCL_P2P_DISABLE=1 (docs/PERFORMANCE.md, 2026-11-29): the one-shot's writes and reads do not
@@ -162,10 +162,10 @@ constexpr double kEffHostTwoShot = 0.6 / kEffHost;
 constexpr double kHostStepUs = 3.0;
 // host-copy (host_copy.cu): each GPU sends B up and receives (n-1) B down through its copy
 // engines, writes and reads at once. Calibrated on 2 x H200 (docs/PERFORMANCE.md, 2026-11-30,
-// NCCL_P2P_DISABLE=1): 34 us at 1 KB, 160 at 4 MB, 548 at 16 MB (two launches), i.e. about
-// 32 us per launch (the barrier, the fork and join, the first chunk's flag) and the link at
-// 0.85 of hostGBps (42.8 there; the copy engines alone reach 43 GB/s each way), plus the wait
-// and signal kernels per chunk.
+// NCCL_P2P_DISABLE=1): 34 us at 1 KB, 160 at 4 MB, 548 at 16 MB (two 8 MiB launches; 494 in
+// one 16 MiB launch, ANYR_HOST_LAUNCH_BYTES's default since), i.e. about 32 us per launch (the
+// barrier, the fork and join, the first chunk's flag) and the link at 0.85 of hostGBps (42.8 there;
+// the copy engines alone reach 43 GB/s each way), plus the wait and signal kernels per chunk.
 constexpr double kEffHostCopy = 0.85;
 constexpr double kHostCopyLaunchUs = 32.0;
 constexpr double kHostCopyChunkUs = 2.0;
@@ -263,7 +263,9 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   }
   in.hostGBps *= kEffHost;
   in.hostLatencyUs = kHostStepUs;
-  in.hostLaunchBytes = cfg.chunkBytes;
+  // The host transport's own launch size (ANYR_HOST_LAUNCH_BYTES, not ANYR_CHUNK_BYTES): the
+  // agreed value once the transport set it, else the registered default.
+  in.hostLaunchBytes = cfg.hostLaunchBytes != 0 ? cfg.hostLaunchBytes : kHostDefaultLaunchBytes;
   in.hostLowLatencyBytes = cfg.wire == anyrWireNative ? cfg.hostLowLatencyBytes : 0;
   // Before the transport set it (or without one): the registered default of
   // ANYR_HOST_COPY_CHUNK_BYTES, so the model has a number wherever host-copy could be admitted.

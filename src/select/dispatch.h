@@ -77,7 +77,7 @@ struct CostInputs {
   // Host-memory algorithms: every rank's traffic crosses its own PCIe link to host memory
   // (writes up, reads down). Per direction, from the slowest GPU's probed PCIe generation and
   // width (nominal, derated); latency of one PCIe round trip plus a flag. Larger messages than
-  // hostLaunchBytes run as several launches.
+  // hostLaunchBytes (the agreed ANYR_HOST_LAUNCH_BYTES) run as several launches.
   double hostGBps = 0;
   double hostLatencyUs = 0;
   uint64_t hostLaunchBytes = 0;

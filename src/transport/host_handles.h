@@ -134,10 +134,36 @@ constexpr uint64_t hostCopyWireBytes(uint64_t vecs, uint64_t elemsPerVec) {
   return padded * elemsPerVec + padded / kWireGroupVecs * 4;
 }
 
-HostLayout computeHostLayout(uint64_t chunkBytes, int nranks, uint64_t llMaxBytes,
+// The segment's layout for launches of at most `launchBytes` input bytes (the agreed
+// ANYR_HOST_LAUNCH_BYTES, not ANYR_CHUNK_BYTES, which sizes the peer algorithms' staging).
+HostLayout computeHostLayout(uint64_t launchBytes, int nranks, uint64_t llMaxBytes,
                              uint64_t copyChunkBytes);
 
 // "" when `bytes` is a valid ANYR_HOST_COPY_CHUNK_BYTES, else the rule it broke.
 std::string hostCopyChunkError(uint64_t bytes);
+
+// Most input bytes one launch of a host algorithm carries (ANYR_HOST_LAUNCH_BYTES; core/env.cc
+// registers the default as "16M"): a larger message runs as several launches, each paying its
+// fixed costs again (host-copy about 32 us: the launch barrier, the fork and join, the pipeline's
+// fill), so launches are large; the seed model assumes this where the transport has not set the
+// agreed value. Every buffer of the transport is sized from it (computeHostLayout,
+// Communicator::initHostCopy); at 16 MiB and the default 1 MiB copy chunk, per rank:
+//   pinned host region (rankBytes): 2 x 16 MiB contributions + 2 x (16 MiB / n + 64 KiB) reduced
+//     segments + 2 x 64 KiB low-latency lines + 17 MiB copy buffer + 12 KiB header and flags:
+//     65.26 MiB at n = 2 (segment 130.5 MiB), 53.26 MiB at n = 8 (segment 426.1 MiB), which
+//     every process maps whole (8 MiB launches: 33.26 / 27.26 MiB, segment 66.5 / 218.1 MiB);
+//   device staging (host-copy): n x 17 MiB (send + (n - 1) receive slots of copyBytes): 34 MiB at
+//     n = 2, 136 MiB at n = 8 (8 MiB launches: 18 / 72 MiB); 16 events each for copied /
+//     arrived / recv. (tests/cpu/test_host_memory.cc checks these.)
+constexpr uint64_t kHostDefaultLaunchBytes = 16u << 20;
+
+// "" when `bytes` is a valid ANYR_HOST_LAUNCH_BYTES, else the rule it broke (the granularity of
+// ANYR_CHUNK_BYTES: whole pages, so the layout's areas stay page-aligned).
+std::string hostLaunchBytesError(uint64_t bytes);
+
+// Rank 0's ANYR_HOST_LAUNCH_BYTES, validated (anyrInvalidArgument naming the variable and its
+// rule, on every rank); a rank whose own value differs is told in a warning. Collective over `bs`.
+class Bootstrap;
+uint64_t agreeHostLaunchBytes(Bootstrap& bs, int rank);
 
 }  // namespace anyr

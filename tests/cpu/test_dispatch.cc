@@ -338,7 +338,9 @@ TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
   // vs NCCL 10.4 us), NCCL from 16 KB to 64 KB (measured 11.2 / 15.9 us; host-oneshot with the
   // flag protocol 13.4 / 16.2), host two-shot from 128 KB to 4 MB (measured 28.6 us at 256 KB
   // against NCCL's 35.7, and 48.4 / 142.6 us at 1 / 4 MB against host-copy's 79.2 / 159.8),
-  // host-copy from 8 MB (measured 547.6 us at 16 MB, the two-shot 549.4; modelled 557 and 582).
+  // host-copy from 8 MB (measured at 16 MB in two 8 MiB launches 547.6 us, the two-shot 549.4;
+  // in one 16 MiB launch, ANYR_HOST_LAUNCH_BYTES's default, 494.0; modelled in one launch 524
+  // and 569).
   Topology gen5 = firstGpus(fixture("no_p2p"), 2);
   for (GpuInfo& g : gen5.gpus) g.pcieGen = 5;
   Admission adm5 = admit(gen5, factsFor(gen5));
@@ -352,7 +354,7 @@ TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
   for (uint64_t b = 8u << 20; b <= (64u << 20); b *= 2)
     EXPECT_EQ(pathName(Op::AllReduce, t5.lookup(Op::AllReduce, b)), "host-copy") << b;
   const CostInputs in5 = costInputs(gen5, Config(), 2);
-  EXPECT_NEAR(seedTimeUs(Op::AllReduce, Path{anyrAlgoHostCopy, false}, 16u << 20, in5), 557, 5);
+  EXPECT_NEAR(seedTimeUs(Op::AllReduce, Path{anyrAlgoHostCopy, false}, 16u << 20, in5), 524, 5);
   // A smaller chunk pays more per-chunk costs; a message of four chunks or fewer is cut into
   // quarters whatever the chunk (hostCopyLaunchChunkBytes).
   Config small;
@@ -363,6 +365,34 @@ TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
   // With the host one-shot's low-latency protocol up to 16 KB (what a communicator sets from
   // ANYR_HOST_LL_BYTES): host one-shot up to 16 KB (measured 9.8 vs NCCL 11.5 us at 16 KB),
   // NCCL at 32 and 64 KB; a compressed wire does not use the protocol.
+  // Launches of ANYR_HOST_LAUNCH_BYTES (default 16 MiB; not ANYR_CHUNK_BYTES): a 16 MiB host-copy
+  // call is one launch, 64 MiB four equal ones; with 8 MiB launches 16 MiB pays one launch more
+  // (the same 16 chunks of 1 MiB either way).
+  EXPECT_EQ(in5.hostLaunchBytes, 16u << 20);
+  const Path copy{anyrAlgoHostCopy, false};
+  const double t16 = seedTimeUs(Op::AllReduce, copy, 16u << 20, in5);
+  Config huge;
+  huge.hostLaunchBytes = 1u << 30;
+  EXPECT_DOUBLE_EQ(seedTimeUs(Op::AllReduce, copy, 16u << 20, costInputs(gen5, huge, 2)), t16);
+  EXPECT_NEAR(seedTimeUs(Op::AllReduce, copy, 64u << 20, in5), 4 * t16, 1e-6);
+  Config launch8;
+  launch8.hostLaunchBytes = 8u << 20;
+  const CostInputs in8 = costInputs(gen5, launch8, 2);
+  EXPECT_EQ(in8.hostLaunchBytes, 8u << 20);
+  EXPECT_NEAR(seedTimeUs(Op::AllReduce, copy, 16u << 20, in8) - t16, 32.0, 1e-6);
+  EXPECT_NEAR(seedTimeUs(Op::AllReduce, copy, 64u << 20, in8),
+              8 * seedTimeUs(Op::AllReduce, copy, 8u << 20, in8), 1e-6);
+  // ANYR_CHUNK_BYTES (the peer algorithms' staging) leaves the host launch alone.
+  Config chunk1;
+  chunk1.chunkBytes = 1u << 20;
+  EXPECT_EQ(costInputs(gen5, chunk1, 2).hostLaunchBytes, 16u << 20);
+  EXPECT_DOUBLE_EQ(seedTimeUs(Op::AllReduce, copy, 16u << 20, costInputs(gen5, chunk1, 2)), t16);
+  // The host one- and two-shot count launches of the same size.
+  for (anyrAlgo_t a : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot}) {
+    EXPECT_GT(seedTimeUs(Op::AllReduce, Path{a, false}, 16u << 20, in8),
+              seedTimeUs(Op::AllReduce, Path{a, false}, 16u << 20, in5))
+        << anyrAlgoName(a);
+  }
   Config ll;
   ll.hostLowLatencyBytes = 16u << 10;
   DispatchTable t5ll = seedTable(gen5, adm5, ll, 2);

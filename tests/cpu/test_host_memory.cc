@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "core/env.h"
+#include "core/error.h"
 #include "transport/host_handles.h"
 #include "transport/host_memory.h"
 
@@ -122,7 +124,8 @@ namespace {
 // order, disjoint, and large enough for what the kernels write there.
 TEST(HostLayout, AreasArePageAlignedDisjointAndLargeEnough) {
   const uint64_t page = 4096;
-  for (uint64_t chunk : {64ull << 10, 1ull << 20, 8ull << 20}) {
+  for (uint64_t chunk :
+       {uint64_t{64} << 10, uint64_t{1} << 20, uint64_t{8} << 20, kHostDefaultLaunchBytes}) {
     for (int n : {2, 3, 5, 8}) {
       for (uint64_t ll : {0ull, 16ull << 10, 64ull << 10, 1ull << 20}) {
         const HostLayout l = computeHostLayout(chunk, n, ll, 1u << 20);
@@ -134,8 +137,8 @@ TEST(HostLayout, AreasArePageAlignedDisjointAndLargeEnough) {
         }
         EXPECT_GE(l.flagsOffset, l.headerOffset + sizeof(WorkspaceHeader));
         EXPECT_GE(l.dataOffset, l.flagsOffset + sizeof(HostFlags));
-        EXPECT_GE(l.dataBytes, chunk);  // one launch's contribution per parity
-        EXPECT_EQ(l.launchBytes, chunk);
+        EXPECT_GE(l.dataBytes, chunk);    // one launch's contribution per parity
+        EXPECT_EQ(l.launchBytes, chunk);  // the agreed ANYR_HOST_LAUNCH_BYTES, as given
         EXPECT_GE(l.resultOffset, l.dataOffset + 2 * l.dataBytes);
         // The two-shot's reduced segment (host_twoshot.cu): a rank's share of one launch's
         // vectors, rounded up to whole block quanta.
@@ -206,6 +209,128 @@ TEST(HostLayout, HostCopyChunkValidation) {
   for (uint64_t bad : {0ull, 4096ull, (64ull << 10) + 4096, 128ull << 20}) {
     EXPECT_NE(hostCopyChunkError(bad).find("multiple of 64 KiB"), std::string::npos) << bad;
   }
+}
+
+// ANYR_HOST_LAUNCH_BYTES: the host algorithms' own launch size, 16 MiB unless set, whatever
+// ANYR_CHUNK_BYTES says; whole pages in 64 KiB..1 GiB, anything else named.
+TEST(HostLayout, HostLaunchBytesDefaultAndValidation) {
+  unsetenv("ANYR_HOST_LAUNCH_BYTES");
+  EXPECT_EQ(kHostDefaultLaunchBytes, 16u << 20);
+  EXPECT_EQ(env::getSize("ANYR_HOST_LAUNCH_BYTES"), kHostDefaultLaunchBytes)
+      << "core/env.cc's registered default and kHostDefaultLaunchBytes disagree";
+  setenv("ANYR_CHUNK_BYTES", "4M", 1);
+  EXPECT_EQ(env::getSize("ANYR_HOST_LAUNCH_BYTES"), kHostDefaultLaunchBytes);
+  unsetenv("ANYR_CHUNK_BYTES");
+  setenv("ANYR_HOST_LAUNCH_BYTES", "4M", 1);
+  EXPECT_EQ(env::getSize("ANYR_HOST_LAUNCH_BYTES"), 4u << 20);
+  unsetenv("ANYR_HOST_LAUNCH_BYTES");
+  for (uint64_t ok : {64ull << 10, (64ull << 10) + 4096, 16ull << 20, 1ull << 30}) {
+    EXPECT_EQ(hostLaunchBytesError(ok), "") << ok;
+  }
+  for (uint64_t bad :
+       {0ull, 4096ull, (64ull << 10) - 4096, (1ull << 20) + 16, (1ull << 30) + 4096, 1ull << 32}) {
+    EXPECT_EQ(hostLaunchBytesError(bad), "must be a multiple of 4096 between 64 KiB and 1 GiB")
+        << bad;
+  }
+}
+
+// The buffers a 16 MiB launch implies (the figures in host_handles.h's comment on
+// kHostDefaultLaunchBytes), with the default copy chunk (1 MiB) and low-latency limit (32 KiB).
+TEST(HostLayout, DefaultLaunchSizesEveryBuffer) {
+  const uint64_t launch = kHostDefaultLaunchBytes, MiB = 1u << 20, KiB = 1u << 10;
+  for (int n : {2, 8}) {
+    SCOPED_TRACE("ranks " + std::to_string(n));
+    const HostLayout l = computeHostLayout(launch, n, 32u << 10, MiB);
+    EXPECT_EQ(l.launchBytes, launch);
+    EXPECT_EQ(l.dataBytes, launch);
+    EXPECT_EQ(l.resultBytes, launch / static_cast<uint64_t>(n) + 64 * KiB);
+    EXPECT_EQ(l.copyChunkBytes, MiB);
+    EXPECT_EQ(l.copyBytes, launch + MiB);  // device staging: n slots of this (initHostCopy)
+    EXPECT_EQ(l.dataOffset, 12 * KiB);     // header page + HostFlags
+    // rankBytes: 12 KiB + 2 x 16 MiB + 2 x (16 MiB / n + 64 KiB) + 2 x 64 KiB + 17 MiB
+    const uint64_t rank = 12 * KiB + 2 * launch +
+                          2 * (launch / static_cast<uint64_t>(n) + 64 * KiB) + 2 * 64 * KiB +
+                          17 * MiB;
+    EXPECT_EQ(l.rankBytes, rank);
+    EXPECT_EQ(l.rankBytes, n == 2 ? 65 * MiB + 268 * KiB : 53 * MiB + 268 * KiB);
+    EXPECT_EQ(l.totalBytes, rank * static_cast<uint64_t>(n));
+    // A launch of the default size is 16 chunks of 1 MiB (the communicator creates
+    // max(4, launchBytes / copyChunkBytes) events of each kind).
+    EXPECT_EQ(hostCopyLaunchChunkBytes(launch, l.copyChunkBytes), MiB);
+    EXPECT_EQ(launch / l.copyChunkBytes, 16u);
+  }
+}
+
+// agreeHostLaunchBytes across real processes: rank 0's value is every rank's, whatever the
+// others set; rank 0's bad value fails every rank with an error naming the variable and rule.
+constexpr int kAgreeBadValue = 30;
+
+int agreeRank(const anyrUniqueId& id, int rank, int n, const char* value) {
+  if (value != nullptr) {
+    setenv("ANYR_HOST_LAUNCH_BYTES", value, 1);
+  } else {
+    unsetenv("ANYR_HOST_LAUNCH_BYTES");
+  }
+  auto bs = createTcpBootstrap(id, rank, n, 10000);
+  try {
+    const uint64_t agreed = agreeHostLaunchBytes(*bs, rank);
+    return static_cast<int>(agreed >> 20);  // MiB (the cases below are whole MiB, < 64)
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const bool named = e.code() == anyrInvalidArgument &&
+                       what.find("ANYR_HOST_LAUNCH_BYTES") != std::string::npos &&
+                       what.find("multiple of 4096 between 64 KiB and 1 GiB") != std::string::npos;
+    if (!named) std::fprintf(stderr, "rank %d: unexpected error: %s\n", rank, what.c_str());
+    return named ? kAgreeBadValue : kAgreeBadValue + 1;
+  }
+}
+
+std::vector<int> runAgree(const std::vector<const char*>& values) {
+  setenv("ANYR_SOCKET_ADDR", "127.0.0.1", 1);
+  unsetenv("ANYR_SOCKET_IFNAME");
+  unsetenv("ANYR_SOCKET_PORT");
+  anyrUniqueId id;
+  createUniqueId(&id);
+  unsetenv("ANYR_SOCKET_ADDR");
+  const int n = static_cast<int>(values.size());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid < 0) return {};
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      alarm(60);  // bounded even if something hangs
+      int code = 100;
+      try {
+        code = agreeRank(id, r, n, values[static_cast<size_t>(r)]);
+      } catch (...) {
+        code = 101;
+      }
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return {};
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status));
+  }
+  return codes;
+}
+
+TEST(HostLayout, HostLaunchBytesIsRankZeros) {
+  EXPECT_EQ(runAgree({nullptr, "4M", "1M"}), (std::vector<int>{16, 16, 16}));
+  EXPECT_EQ(runAgree({"4M", "8M", nullptr}), (std::vector<int>{4, 4, 4}));
+  EXPECT_EQ(runAgree({"2097152", "2M", "2M"}), (std::vector<int>{2, 2, 2}));
+  // Rank 0's bad value fails every rank; another rank's is overruled (rank 0's is used).
+  for (const char* bad : {"100000", "32K", "2G"}) {
+    EXPECT_EQ(runAgree({bad, "4M", nullptr}),
+              (std::vector<int>{kAgreeBadValue, kAgreeBadValue, kAgreeBadValue}))
+        << bad;
+  }
+  EXPECT_EQ(runAgree({"8M", "100000", "32K"}), (std::vector<int>{8, 8, 8}));
 }
 
 }  // namespace

@@ -1,14 +1,15 @@
 // Multi-process GPU tests of host-copy (src/algo/host_copy.cu), the copy-engine host algorithm,
 // beyond the suites every host algorithm runs (test_allreduce.cc's sweep, test_host_wire.cc's
 // wires, alternation and missing-peer cases, test_fused_allreduce.cc's composition):
-//  - small launches (ANYR_CHUNK_BYTES 1 MiB) and chunks (ANYR_HOST_COPY_CHUNK_BYTES 256 KiB),
+//  - small launches (ANYR_HOST_LAUNCH_BYTES 1 MiB) and chunks (ANYR_HOST_COPY_CHUNK_BYTES 256 KiB),
 //    so messages take several launches of several chunks, with counts that are no multiple of
 //    either (a short last chunk, a partial last vector, a chunk past the last vector's end);
 //    every dtype, in place and out of place (poisoned output, input untouched), exact small
 //    integers and random data (the rank-order fp32 sum, bit for bit), eager calls and a graph
 //    replayed several times (the epoch and the launch barrier advance on the device);
 //  - every rank reports a hash of every output; the parent checks all ranks agree;
-//  - an invalid ANYR_HOST_COPY_CHUNK_BYTES fails init with an error naming it.
+//  - an invalid ANYR_HOST_COPY_CHUNK_BYTES or ANYR_HOST_LAUNCH_BYTES fails init with an error
+//    naming it.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -27,10 +28,11 @@ namespace {
 
 int piecesRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
   setenv("ANYR_HOST_COPY_CHUNK_BYTES", "256K", 1);
+  // The host launch size is its own knob (default 16 MiB): ANYR_CHUNK_BYTES stays at its default.
+  setenv("ANYR_HOST_LAUNCH_BYTES", "1M", 1);
   useRankGpu(rank);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
-  cfg.chunkBytes = 1u << 20;
   anyrComm_t comm = nullptr;
   R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
   R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoHostCopy), comm);
@@ -41,6 +43,10 @@ int piecesRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
                                                                                             << 10) {
     ++failures;
     report("FAIL explain's hostTransport.copyChunkBytes is not 262144: " + j.dump() + "\n");
+  }
+  if (!j.contains("hostTransport") || j["hostTransport"].value("launchBytes", 0u) != 1u << 20) {
+    ++failures;
+    report("FAIL explain's hostTransport.launchBytes is not 1048576: " + j.dump() + "\n");
   }
   cudaStream_t s;
   R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -147,6 +153,28 @@ TEST(HostCopyGpu, InvalidChunkSizeFailsInitNamingIt) {
             msg.find("ANYR_HOST_COPY_CHUNK_BYTES") == std::string::npos ||
             msg.find("64 KiB") == std::string::npos) {
           report("FAIL expected anyrInvalidArgument naming ANYR_HOST_COPY_CHUNK_BYTES, got " +
+                 std::string(anyrGetErrorString(r)) + ": " + msg + "\n");
+          if (r == anyrSuccess) anyrCommDestroy(comm);
+          return 4;
+        }
+        return 0;
+      });
+  std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+}
+
+TEST(HostCopyGpu, InvalidLaunchSizeFailsInitNamingIt) {
+  REQUIRE_GPU();
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        setenv("ANYR_HOST_LAUNCH_BYTES", "100000", 1);  // not a multiple of 4096
+        useRankGpu(rank);
+        anyrComm_t comm = nullptr;
+        const anyrResult_t r = anyrCommInitRank(&comm, n, id, rank);
+        const std::string msg = anyrGetLastError(nullptr);
+        if (r != anyrInvalidArgument || msg.find("ANYR_HOST_LAUNCH_BYTES") == std::string::npos ||
+            msg.find("multiple of 4096") == std::string::npos) {
+          report("FAIL expected anyrInvalidArgument naming ANYR_HOST_LAUNCH_BYTES, got " +
                  std::string(anyrGetErrorString(r)) + ": " + msg + "\n");
           if (r == anyrSuccess) anyrCommDestroy(comm);
           return 4;

@@ -250,12 +250,14 @@ TEST(HostWireGpu, Int8WithinBoundExactOnCraftedBitIdentical) {
   expectRanksPassedWithEqualHashes(results, 2);
 }
 
-// Small launch capacity (64 KiB: every large message takes many launches), the three host
+// Small launch capacity (ANYR_HOST_LAUNCH_BYTES 64 KiB: every large message takes many launches;
+// ANYR_CHUNK_BYTES too, though no host algorithm reads it), the three host
 // algorithms taking turns call by call (they share the epoch, the one-shots the buffers' parity,
 // host-copy its launch barrier), eager and graph-captured calls mixed, native and fp8 wire: exact
 // small-integer sums on every rank, every call.
 int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                      anyrWire_t wire) {
+  setenv("ANYR_HOST_LAUNCH_BYTES", "64K", 1);
   useRankGpu(rank);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
@@ -271,6 +273,12 @@ int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& repo
   R_CUDA(cudaMalloc(&buf, maxCount * 4 + 64));
   R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
   int failures = 0;
+  // The launch size in force must be the one asked for (rank 0's, agreed), or the test tests less.
+  const nlohmann::json j = explainJson(comm);
+  if (!j.contains("hostTransport") || j["hostTransport"].value("launchBytes", 0u) != 64u << 10) {
+    ++failures;
+    report("FAIL explain's hostTransport.launchBytes is not 65536: " + j.dump() + "\n");
+  }
   uint32_t seed = 900;
   int call = 0;
   for (anyrDataType_t dt : {anyrBfloat16, anyrFloat32}) {
