@@ -22,6 +22,8 @@
 #                then the one-shot, two-shot and fused benches with it off and on, in one run
 #   fusedpaths   the fused bench with the one-shot and the two-shot push forced (ANYR_ALGO): each
 #                fused kernel against the composition on the same algorithm
+#   clusters     the fused one-shot's cluster form (ANYR_FUSED_CLUSTER): its GPU tests, then the
+#                fused bench with clusters off (1), automatic (0) and forced to 2, 4, 8, in one run
 #   worlds       world sizes 3, 4, 5, 8 (WORLDS; those the machine has) on the first W GPUs: GPU
 #                tests, all-reduce and fused benches against NCCL, the doctor's GLM preset at 8
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
@@ -227,6 +229,24 @@ if want fusedpaths; then
     ANYR_ALGO=$algo timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
       --tokens 1,8,32,64,128,256,512,2048 --samples 11 2>&1 | tee "$OUT/fusedpaths-$algo.txt"
     check "${PIPESTATUS[0]}" "fused bench forced $algo"
+  done
+fi
+
+if want clusters; then
+  step "fused one-shot in thread-block clusters (ANYR_FUSED_CLUSTER): correctness, then 1/0/2/4/8"
+  timeout -k 10 400 ctest --test-dir "$BUILD" -L gpu -R 'Cluster' --output-on-failure \
+    --timeout 380 2>&1 | tee "$OUT/clusters-tests.log" | grep -E "INFO fused clusters|Passed|Failed|tests passed" | sort -u | head -20
+  check "${PIPESTATUS[0]}" "cluster tests"
+  for c in 1 0 2 4 8; do
+    ANYR_FUSED_CLUSTER=$c timeout -k 10 120 "$A" explain 2>&1 | grep -A3 '"fusedClusters"' | head -4
+    ANYR_FUSED_CLUSTER=$c ANYR_ALGO=oneshot-push timeout -k 10 200 "$A" bench --op add-rmsnorm \
+      --hidden 6144,7168 --tokens 1,2,8,16,32,64 --samples 11 2>&1 | tee "$OUT/clusters-$c-fused.txt"
+    check "${PIPESTATUS[0]}" "fused bench ANYR_FUSED_CLUSTER=$c"
+  done
+  for q in none fp8 nvfp4; do
+    timeout -k 10 200 "$A" bench --op add-rmsnorm --quant "$q" --hidden 6144,7168 \
+      --tokens 1,8,32,64,128 --samples 11 2>&1 | tee "$OUT/clusters-auto-$q.txt"
+    check "${PIPESTATUS[0]}" "fused bench --quant $q"
   done
 fi
 

@@ -165,6 +165,55 @@ __device__ __forceinline__ void waitForPrevious() {
 #endif
 }
 
+// ---- thread-block clusters ------------------------------------------------------------------
+// For kernels launched with a cluster dimension (algo/launch.cuh, launchClusterKernel), which
+// the host does only where a probe launch of clusters worked (probe_kernels.h,
+// launchClusterExchange). One-dimensional clusters: the blocks of cluster k are blockIdx.x
+// k * size .. k * size + size - 1. Without cluster instructions (GPUs before them) these
+// compile to nothing, the probe then reads a wrong value, and no cluster kernel is launched.
+__device__ __forceinline__ unsigned clusterSize() {
+  unsigned v = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(v));
+#endif
+  return v;
+}
+__device__ __forceinline__ unsigned clusterBlockRank() {
+  unsigned v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(v));
+#endif
+  return v;
+}
+// Split cluster barrier: every thread of every block of the cluster arrives (release: its
+// earlier shared-memory writes become visible to the cluster), then waits (acquire). Warp-
+// uniform (.aligned): every thread of a warp executes the same call.
+__device__ __forceinline__ void clusterArrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void clusterWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// The word at the address of `local` (this block's shared memory) in block `block` of the
+// cluster (distributed shared memory).
+__device__ __forceinline__ uint32_t loadClusterShared(const void* local, unsigned block) {
+  uint32_t v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(local));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(a), "r"(block));
+  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
+#else
+  (void)local;
+  (void)block;
+#endif
+  return v;
+}
+
 // ---- bounded waits ------------------------------------------------------------------------
 // A waiter checks, every kCheckEvery spins, the deadline, whether another thread of this
 // communicator already failed, and whether a peer announced a failure: all in device memory,

@@ -30,4 +30,27 @@ cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
 }
 
+// As launchKernel, in one-dimensional clusters of `clusterBlocks` blocks (grid.x a multiple of
+// it). Only where the communicator's cluster probe passed (dev::clusterArrive and friends).
+template <typename... Params, typename... Args>
+cudaError_t launchClusterKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                unsigned clusterBlocks, size_t smem, cudaStream_t stream, bool pdl,
+                                Args&&... args) {
+  cudaLaunchAttribute attr[2] = {};
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = clusterBlocks;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
 }  // namespace anyr

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "algo/algo.h"
@@ -125,6 +126,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   checkTransport();
   initHostTransport();
   probeProgrammaticLaunch();
+  probeClusters();
   decide();
   loadOrTuneAtInit();
   bs_->barrier();
@@ -161,6 +163,58 @@ void Communicator::probeProgrammaticLaunch() {
   } else {
     pdlReason_ = "the probe launch worked";
   }
+}
+
+void Communicator::probeClusters() {
+  // Every rank probes (its GPU may differ), then all agree: a launch shape that differs
+  // between ranks is harmless to the protocol, but every choice is the communicator's.
+  struct Vote {
+    int32_t ok;
+  };
+  Vote mine{0};
+  std::string why;
+  if (cfg_.fusedCluster == 1) {
+    why = "off (config.fusedCluster / ANYR_FUSED_CLUSTER = 1); not probed";
+  } else if (!topo_.gpus.empty() && !topo_.gpus[static_cast<size_t>(rank_)].clusterLaunch) {
+    why = "the GPU has no thread-block clusters (cudaDevAttrClusterLaunch = 0)";
+  } else {
+    unsigned int* out = nullptr;
+    ANYR_CUDA_CHECK(cudaMalloc(&out, 2 * sizeof(unsigned int)));
+    const cudaError_t m = cudaMemsetAsync(out, 0, 2 * sizeof(unsigned int), internalStream_);
+    const cudaError_t e =
+        m == cudaSuccess ? probekernels::launchClusterExchange(out, internalStream_) : cudaSuccess;
+    if (e != cudaSuccess) (void)cudaGetLastError();  // a refused launch leaves no sticky error
+    unsigned int got[2] = {0, 0};
+    const cudaError_t c =
+        cudaMemcpyAsync(got, out, sizeof(got), cudaMemcpyDeviceToHost, internalStream_);
+    const cudaError_t s = cudaStreamSynchronize(internalStream_);
+    (void)cudaFree(out);
+    ANYR_CUDA_CHECK(m);
+    ANYR_CUDA_CHECK(c);
+    ANYR_CUDA_CHECK(s);
+    if (e != cudaSuccess) {
+      why = std::string("the probe's cluster launch was refused: ") + cudaGetErrorString(e);
+    } else if (got[0] != 0x5101u || got[1] != 0x5100u) {
+      std::ostringstream os;
+      os << "the probe's blocks read 0x" << std::hex << got[0] << " and 0x" << got[1]
+         << " through distributed shared memory, not 0x5101 and 0x5100";
+      why = os.str();
+    } else {
+      mine.ok = 1;
+      why = "the probe's cluster launch and distributed shared memory worked";
+    }
+  }
+  const std::vector<Vote> votes = bs_->allGatherValue(mine);
+  clusterOn_ = true;
+  for (size_t r = 0; r < votes.size(); ++r) {
+    if (votes[r].ok == 0) {
+      clusterOn_ = false;
+      if (static_cast<int>(r) != rank_ && mine.ok != 0) {
+        why = "rank " + std::to_string(r) + "'s probe did not pass";
+      }
+    }
+  }
+  clusterReason_ = why;
 }
 
 void Communicator::agreeConfig(const Config& local) {
@@ -782,9 +836,21 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
   a.output = nullptr;
   a.count = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden);
   a.numVecs = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden / 8);
+  // Rows spread over thread-block clusters where admitted (fused_algo.h: for launches of
+  // few rows; the same bits either way).
+  const int clusterBlocks =
+      clusterOn_ ? fusedClusterSize(rows, p.hidden, maxBlocks_, cfg_.fusedCluster) : 1;
   if (algo == anyrAlgoOneShotPush) {
+    if (clusterBlocks > 1) {
+      return launchFusedOneShotPushCluster(dtype, a, p, rowBase, rows, clusterBlocks, maxBlocks_,
+                                           stream, pdlOn_);
+    }
     return launchFusedOneShotPush(dtype, a, p, rowBase, rows,
                                   fusedOneShotBlocks(rows, a.numVecs, maxBlocks_), stream, pdlOn_);
+  }
+  if (clusterBlocks > 1) {
+    return launchFusedTwoShotPushCluster(dtype, a, p, rowBase, rows, clusterBlocks, maxBlocks_,
+                                         stream, pdlOn_);
   }
   return launchFusedTwoShotPush(dtype, a, p, rowBase, rows,
                                 fusedTwoShotBlocks(rows, nranks_, p.hidden, a.numVecs, maxBlocks_),
@@ -913,6 +979,19 @@ std::string Communicator::explainJson() const {
   j["dispatchText"] = explainText();
   j["tuning"] = tuningNote_;
   j["programmaticLaunch"] = {{"enabled", pdlOn_}, {"reason", pdlReason_}};
+  // The fused one-shot's cluster form: the size it takes for 1, 8, 32 rows of 4096 and 8192
+  // (fusedClusterSize; 1 = the block-per-row kernel).
+  nlohmann::json sizes = nlohmann::json::object();
+  for (int hidden : {4096, 8192}) {
+    for (int rows : {1, 8, 32}) {
+      sizes[std::to_string(rows) + "x" + std::to_string(hidden)] =
+          clusterOn_ ? fusedClusterSize(rows, hidden, maxBlocks_, cfg_.fusedCluster) : 1;
+    }
+  }
+  j["fusedClusters"] = {{"enabled", clusterOn_},
+                        {"reason", clusterReason_},
+                        {"setting", cfg_.fusedCluster},
+                        {"sizeByRowsAndHidden", sizes}};
   if (peers_) {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;

@@ -151,6 +151,9 @@ class Communicator {
   // and, where the probe works, used for every kernel the communicator launches on the caller's
   // stream (algorithms, fused kernels, the epilogue). Timing only: ranks need not agree on it.
   void probeProgrammaticLaunch();
+  // Thread-block clusters for the fused one-shot (fused_algo.h): admitted where every rank's
+  // probe launch worked and the agreed config does not turn them off.
+  void probeClusters();
   void launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);
   void explainHost(void* json) const;  // nlohmann::json*
@@ -219,6 +222,8 @@ class Communicator {
   std::string selfTestJson_;
   bool pdlOn_ = false;  // asked for (ANYR_PDL) and the probe launch worked
   std::string pdlReason_;
+  bool clusterOn_ = false;  // every rank's cluster probe passed and config.fusedCluster != 1
+  std::string clusterReason_;
 
   std::mutex failMu_;
   std::atomic<int> failCode_{anyrSuccess};

@@ -429,5 +429,83 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int r
   return true;
 }
 
+// ---- the cluster epilogue ----------------------------------------------------------------
+// The same math and the same bits as fusedRowEpilogueRegs, for a row spread over the C blocks
+// of a one-dimensional thread-block cluster (C = clusterSize(), launched only where the
+// communicator's cluster probe passed): block c of B threads holds vectors c * B .. c * B +
+// B - 1 of every row, one a thread (v = c * B + threadIdx.x), and C * B covers the row, at
+// most kFusedSlots vectors (hidden <= 8192), so slot s is vector s and warp w of block c sums
+// group c * B / 32 + w of the documented order. Each block leaves its warps' group sums and
+// whether any of its threads failed in its `red`; after a cluster barrier every warp reads the
+// (at most 32) group sums from their blocks' shared memory (distributed shared memory) and
+// combines them by the same butterfly as rstdFromGroups. A row's time on one SM is bound by
+// the latency of its instructions (a row of 6144 is 24 instructions deep per element), so
+// spreading it over C SMs shortens a launch of few rows.
+// Rules: B is a multiple of 32 and C * B >= hidden / 8; every thread of every block of the
+// cluster calls it for the same rows in the same order; `pending` starts false, and before the
+// block exits it calls clusterFinish(pending) (a block's shared memory must outlive its
+// peers' reads). `x` holds this thread's all-reduced fp32 vector; `res` and `w` its residual
+// and weight vectors (zeros past the row); `red` holds kClusterRedWords words.
+constexpr int kClusterRedWords = 33;  // 32 group sums at most, then the failure word
+
+template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false>
+__device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p, int row, int v,
+                                                        float (&x)[8], const Vec& res, const Vec& w,
+                                                        float qscale, float* red, bool ok,
+                                                        bool& pending) {
+  const int hidden = p.hidden;
+  const bool active = v < hidden / 8;
+  const int lane = threadIdx.x & 31;
+  const int blocks = static_cast<int>(clusterSize());
+  const int groupsPerBlock = static_cast<int>(blockDim.x) / 32;
+
+  // Phase 1, as fusedRowEpilogueRegs with one vector a thread.
+  float ss = 0.0f;
+  if (active) {
+    roundToT<T>(x);
+    if (p.residualIn != nullptr) addResidual<T>(x, res);
+    ss = addSquares(x, 0.0f);
+  }
+  ss = warpButterfly(ss);
+  if (pending) clusterWait();  // every block is done reading the previous row's red
+  if (lane == 0) red[threadIdx.x / 32] = ss;
+  const int failed = __syncthreads_or(!ok);
+  if (threadIdx.x == 0) red[32] = __int_as_float(failed);
+  clusterArrive();
+  clusterWait();
+  const int groups = blocks * groupsPerBlock < 32 ? blocks * groupsPerBlock : 32;
+  float g = 0.0f;
+  if (lane < groups) {
+    const int owner = lane / groupsPerBlock;
+    g = __uint_as_float(
+        loadClusterShared(red + (lane - owner * groupsPerBlock), static_cast<unsigned>(owner)));
+  }
+  const uint32_t f = lane < blocks ? loadClusterShared(red + 32, static_cast<unsigned>(lane)) : 0u;
+  const bool anyFailed = __any_sync(0xffffffffu, f != 0u);
+  clusterArrive();  // this thread's reads of the cluster's red are done
+  pending = true;
+  if (anyFailed) return false;
+  const float rstd = rsqrtf(warpButterfly(g) / static_cast<float>(hidden) + p.epsilon);
+
+  // Phase 2: residualOut, y, normOut, quantization (warp-uniform: RowOutputs::write's rule;
+  // B is a multiple of 32, so lane parity is vector parity).
+  T* resOut =
+      p.residualOut ? static_cast<T*>(p.residualOut) + static_cast<int64_t>(row) * hidden : nullptr;
+  const bool resOutAligned = kAligned || isAligned(p.residualOut, 16);
+  const RowOutputs<T, kQuant, kAligned> o(p, row, qscale);
+  if (active && resOut != nullptr) storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(x));
+  float y[8] = {};
+  Vec out = {};
+  if (active) out = normalize<T>(x, w, p.weightPlusOne != 0, rstd, y);
+  o.write(v, active, out, y);
+  return true;
+}
+
+// The last cluster barrier of a block that ran fusedRowEpilogueCluster: its peers may still
+// read its red until they arrived.
+__device__ __forceinline__ void clusterFinish(bool pending) {
+  if (pending) clusterWait();
+}
+
 }  // namespace dev
 }  // namespace anyr

@@ -42,6 +42,61 @@ inline int fusedTwoShotBlocks(int rows, int nranks, int hidden, uint64_t numVecs
   return owned < maxBlocks ? owned : maxBlocks;
 }
 
+// ---- the cluster forms (fused_oneshot_push.cu, fused_twoshot_push.cu) --------------------
+// A row spread over the blocks of a thread-block cluster: C blocks of fusedClusterThreads
+// threads, one 16-byte vector of the row each, for rows of at most kFusedSlots vectors (hidden
+// 8192). C is 2, 4 or 8 (8: the portable cluster size of every GPU with clusters).
+constexpr int kFusedMaxClusterBlocks = 8;
+constexpr int kFusedClusterMaxThreads = kFusedSlots / 2;  // C >= 2 blocks cover 1024 vectors
+
+inline bool fusedClusterFits(int hidden) { return hidden / 8 <= kFusedSlots; }
+
+// Threads per block: the row's vectors over C blocks, rounded up to whole warps.
+inline int fusedClusterThreads(int hidden, int clusterBlocks) {
+  const int nvec = hidden / 8;
+  const int per = (nvec + clusterBlocks - 1) / clusterBlocks;
+  const int t = (per + 31) / 32 * 32;
+  return t < 32 ? 32 : t;
+}
+
+// The cluster size of a fused one-shot launch of `rows` rows: 1 (no clusters: the block-per-
+// row kernel) or 2, 4, 8. `setting` is the agreed config (config.fusedCluster /
+// ANYR_FUSED_CLUSTER): 0 automatic, 1 off, 2/4/8 forced (for rows that fit). Automatic: the
+// largest C that leaves a block at least 64 vectors (2 warps) and lets every row of the launch
+// have its own cluster within maxBlocks; rows beyond that keep the block-per-row kernel, whose
+// grid already fills the GPU.
+inline int fusedClusterSize(int rows, int hidden, int maxBlocks, int setting) {
+  if (setting == 1 || !fusedClusterFits(hidden)) return 1;
+  if (setting > 1) return setting;
+  const int nvec = hidden / 8;
+  for (int c = kFusedMaxClusterBlocks; c >= 2; c /= 2) {
+    if (nvec / c >= 64 && static_cast<int64_t>(rows) * c <= maxBlocks) return c;
+  }
+  return 1;
+}
+
+// Clusters in the grid of a cluster launch: one per row (a row's own threads push it), within
+// maxBlocks and within `resident`, how many clusters of the shape the GPU holds at once (every
+// cluster must be resident: blocks poll for data peers push). 0: not even one fits.
+inline int fusedClusterCount(int rows, int clusterBlocks, int maxBlocks, int resident) {
+  int want = rows;
+  const int cap = maxBlocks / clusterBlocks;
+  if (want > cap) want = cap;
+  if (want > resident) want = resident;
+  return want;
+}
+
+// The cluster forms of the fused one-shot push and of the fused two-shot push's register form
+// (rows of at most kFusedSlots vectors; clusterBlocks from fusedClusterSize, 2..8).
+cudaError_t launchFusedTwoShotPushCluster(anyrDataType_t dtype, const AllReduceArgs& a,
+                                          const FusedParams& p, int rowBase, int rows,
+                                          int clusterBlocks, int maxBlocks, cudaStream_t stream,
+                                          bool pdl);
+cudaError_t launchFusedOneShotPushCluster(anyrDataType_t dtype, const AllReduceArgs& a,
+                                          const FusedParams& p, int rowBase, int rows,
+                                          int clusterBlocks, int maxBlocks, cudaStream_t stream,
+                                          bool pdl);
+
 // pdl: programmatic dependent launch (algo/launch.cuh).
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,

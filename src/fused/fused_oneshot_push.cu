@@ -16,12 +16,13 @@
 // Aligned buffers get one kernel per quantization mode; other buffers one kernel that reads
 // the mode at run time and checks each buffer's alignment (the input's too: whether a call
 // runs fused must not depend on a rank's own pointers, or ranks could run different protocols).
-// normOut may alias partial: a block reads a row of partial (push, then reduce) before it
-// writes that row's outputs, and no other block touches the row.
+// normOut may alias partial: then each block pushes its own rows (step 1), so a row of partial
+// is read only by the block that later writes that row's outputs.
 #include "algo/algo.h"
 #include "algo/lamport.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
+#include "fused/launch.cuh"
 #include "fused/launch_rows.cuh"
 
 namespace anyr {
@@ -29,6 +30,42 @@ namespace {
 
 using dev::Elem;
 using dev::Vec;
+
+// Step 1 of the block-per-row kernel: this rank's rows of the launch into slot [rank] of every
+// peer's push buffer, phase at phaseOffset. Every block of the grid takes part, block b the b-th
+// contiguous share of the launch's vectors: one SM injects into the links at a limited rate, so a
+// launch with few rows runs more blocks than rows (the extra ones only push and clear).
+template <typename T>
+__device__ __forceinline__ void pushLaunchRows(const AllReduceArgs& a, const T* in, bool inAligned,
+                                               int rows, int H, uint64_t phaseOffset) {
+  const int rank = a.rank;
+  const int n = a.nranks;
+  const uint64_t slot = a.layout.pushSlotBytes;
+  constexpr int kBatch = 4;
+  const uint64_t total = static_cast<uint64_t>(rows) * H;
+  const uint64_t share = (total + gridDim.x - 1) / gridDim.x;
+  const uint64_t first = blockIdx.x * share;
+  const uint64_t last = first + share < total ? first + share : total;
+  for (uint64_t v0 = first + threadIdx.x; v0 < last; v0 += kBatch * blockDim.x) {
+    Vec x[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
+      x[u] = Vec{};
+      if (v < last) x[u] = dev::loadRowVec(in, v, a.count, inAligned);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
+      if (v >= last) continue;
+      dev::sanitize<T>(x[u]);
+      const uint64_t off = phaseOffset + static_cast<uint64_t>(rank) * slot + v * 16;
+      for (int d = 1; d < n; ++d) {
+        dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, x[u].u);
+      }
+    }
+  }
+}
 
 template <typename T, int VPT, int Q, bool kAligned>
 // (kAlgoThreads, 1): one block per SM may use 128 registers a thread, so the row stays in
@@ -77,37 +114,35 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     for (int k = 0; k < VPT; ++k) dev::sanitize<T>(mine[k]);
   };
 
-  // 1. Push. Every block of the grid takes part, block b the b-th contiguous share of the
-  // launch's vectors: one SM injects into the links at a limited rate, so a launch with few
-  // rows runs more blocks than rows (the extra ones only push and clear).
-  {
-    constexpr int kBatch = 4;
-    const uint64_t total = static_cast<uint64_t>(rows) * H;
-    const uint64_t share = (total + gridDim.x - 1) / gridDim.x;
-    const uint64_t first = blockIdx.x * share;
-    const uint64_t last = first + share < total ? first + share : total;
-    for (uint64_t v0 = first + threadIdx.x; v0 < last; v0 += kBatch * blockDim.x) {
-      Vec x[kBatch];
+  // 1. Push. Spread over the whole grid, unless normOut aliases partial: then a block could
+  // write a row's outputs before another block of this grid read that row to push it (the
+  // block waits for the peers' copies of the row, not for this rank's), so each block pushes
+  // its own rows, the vectors its threads later overwrite.
+  Vec mine[VPT];  // this rank's vectors of the row being reduced
+  if (static_cast<const void*>(static_cast<const T*>(p.normOut) +
+                               static_cast<int64_t>(rowBase) * p.hidden) != a.input) {
+    pushLaunchRows<T>(a, in, inAligned, rows, H, phase * phaseBytes);
+    if (static_cast<int>(blockIdx.x) < rows) loadMine(blockIdx.x, mine);
+  } else {
+    const uint64_t off0 = phase * phaseBytes + static_cast<uint64_t>(rank) * slot;
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+      Vec x[VPT];
+      loadMine(row, x);
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
-        x[u] = Vec{};
-        if (v < last) x[u] = dev::loadRowVec(in, v, a.count, inAligned);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
-        if (v >= last) continue;
-        dev::sanitize<T>(x[u]);
-        const uint64_t off = phase * phaseBytes + static_cast<uint64_t>(rank) * slot + v * 16;
+      for (int k = 0; k < VPT; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j >= H) continue;
+        const uint64_t off = off0 + (static_cast<uint64_t>(row) * H + j) * 16;
         for (int d = 1; d < n; ++d) {
-          dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, x[u].u);
+          dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, x[k].u);
         }
+      }
+      if (row == static_cast<int>(blockIdx.x)) {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) mine[k] = x[k];
       }
     }
   }
-  Vec mine[VPT];  // this rank's vectors of the row being reduced
-  if (static_cast<int>(blockIdx.x) < rows) loadMine(blockIdx.x, mine);
 
   if (a.pushFence) __threadfence_system();
 
@@ -153,6 +188,122 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   dev::finishEpoch(st->pushEpoch, epoch + 1);
 }
 
+// The cluster form (launched in one-dimensional clusters of C = clusterSize() blocks, where the
+// communicator's cluster probe passed; hidden <= 8192): the same protocol, buffers and clears,
+// the same bits, but each row is pushed, reduced and normalized by the C blocks of one cluster,
+// thread t of block c holding vector c * B + t of the row (B = blockDim.x), and the row's sum
+// of squares combined through distributed shared memory (fused/epilogue.cuh,
+// fusedRowEpilogueCluster). Cluster k owns rows k, k + K, ... (K clusters). A launch of few
+// rows then runs each row's instructions on C SMs instead of one.
+template <typename T, int Q, bool kAligned>
+__global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
+    fusedOneShotPushClusterKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
+  __shared__ float red[dev::kClusterRedWords];
+  dev::waitForPrevious();
+  const T* in = static_cast<const T*>(a.input);
+  const int rank = a.rank;
+  const int n = a.nranks;
+  LocalState* st = a.state;
+  const dev::Phases ph = dev::phasesOf(st->pushEpoch);
+  const uint32_t epoch = ph.epoch;
+  const uint64_t slot = a.layout.pushSlotBytes;
+  const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
+  const int H = p.hidden / 8;
+  const bool inAligned = kAligned || dev::isAligned(in, 16);
+  const int blocks = static_cast<int>(dev::clusterSize());
+  const int cluster = static_cast<int>(blockIdx.x) / blocks;
+  const int clusters = static_cast<int>(gridDim.x) / blocks;
+  const int first = static_cast<int>(dev::clusterBlockRank() * blockDim.x);  // block's vectors
+  const int v = first + static_cast<int>(threadIdx.x);                       // thread's vector
+  const bool mineV = v < H;
+
+  // The weight, the scale and the first row's residual first (their latency hides behind the
+  // pushes and the wait).
+  Vec w = {}, res = {};
+  if (mineV) {
+    w = dev::loadRowVec(static_cast<const T*>(p.weight), v, p.hidden,
+                        kAligned || dev::isAligned(p.weight, 16));
+  }
+  const float qscale = dev::quantScale<Q>(p);
+  const bool resAligned = kAligned || dev::isAligned(p.residualIn, 16);
+  auto loadRes = [&](int row) {
+    if (p.residualIn != nullptr && mineV) {
+      res = dev::loadRowVec(
+          static_cast<const T*>(p.residualIn) + static_cast<int64_t>(rowBase + row) * p.hidden, v,
+          p.hidden, resAligned);
+    }
+  };
+  auto loadMine = [&](int row, Vec& mine) {
+    mine = Vec{};
+    if (mineV) mine = dev::loadRowVec(in, static_cast<uint64_t>(row) * H + v, a.count, inAligned);
+    dev::sanitize<T>(mine);
+  };
+  if (cluster < rows) loadRes(cluster);
+
+  // 1. Push, by the rows' own threads: thread (cluster k, block c, t) sends vector v of rows
+  // k, k + K, ... (loads first, then the stores). A vector of partial is read only by the
+  // thread that later writes that vector's outputs, so normOut may alias partial.
+  Vec mine = {};
+  {
+    const uint64_t off0 = ph.cur * phaseBytes + static_cast<uint64_t>(rank) * slot;
+    for (int row = cluster; row < rows; row += clusters) {
+      Vec x;
+      loadMine(row, x);
+      if (mineV) {
+        const uint64_t off = off0 + (static_cast<uint64_t>(row) * H + v) * 16;
+        for (int d = 1; d < n; ++d) {
+          dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, x.u);
+        }
+      }
+      if (row == cluster) mine = x;
+    }
+  }
+  if (a.pushFence) __threadfence_system();
+  char* own = a.peerWorkspace[rank] + a.layout.pushOffset;
+  dev::clearPeerSlots(own + ph.prev * phaseBytes, slot, n, rank, st->pushVecs[ph.prev]);
+
+  dev::Waiter waiter(a.wait);
+  const char* cur = own + ph.cur * phaseBytes;
+  bool pending = false;
+  for (int row = cluster; row < rows; row += clusters) {
+    if (row != cluster) {
+      loadRes(row);
+      loadMine(row, mine);
+    }
+    float acc[8] = {};
+    bool ok = true;
+    for (int s = 0; s < n && ok; ++s) {
+      if (s == rank) {
+        dev::accumulate<T>(acc, mine);
+        continue;
+      }
+      // This block's part of the row: vectors first .. first + B - 1 (pollRowRegs counts from
+      // the pointer it is given).
+      const char* src = cur + static_cast<uint64_t>(s) * slot +
+                        (static_cast<uint64_t>(row) * H + static_cast<uint64_t>(first)) * 16;
+      Vec x[1];
+      ok = dev::pollRowRegs<T, 1>(src, H - first, x, waiter, s, epoch);
+      if (ok) dev::accumulate<T>(acc, x[0]);
+    }
+    // Cluster-uniform: every block learns whether any part of the row failed.
+    if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, v, acc, res, w, qscale, red,
+                                                      ok, pending)) {
+      break;
+    }
+  }
+  dev::clusterFinish(pending);
+
+  if (blockIdx.x == 0 && threadIdx.x == 0) st->pushVecs[ph.cur] = static_cast<uint32_t>(a.numVecs);
+  dev::finishEpoch(st->pushEpoch, epoch + 1);
+}
+
+struct OneShotClusterKernels {
+  template <typename T, int Q, bool kAligned>
+  static auto kernel() {
+    return fusedOneShotPushClusterKernel<T, Q, kAligned>;
+  }
+};
+
 struct OneShotKernels {
   static constexpr int kMaxVpt = dev::kFusedRegsMaxVpt;
   template <typename T, int VPT, int Q, bool kAligned>
@@ -167,6 +318,14 @@ cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream, bool pdl) {
   return launchRowsInRegisters<OneShotKernels>(dtype, a, p, rowBase, rows, blocks, stream, pdl);
+}
+
+cudaError_t launchFusedOneShotPushCluster(anyrDataType_t dtype, const AllReduceArgs& a,
+                                          const FusedParams& p, int rowBase, int rows,
+                                          int clusterBlocks, int maxBlocks, cudaStream_t stream,
+                                          bool pdl) {
+  return launchRowsInClusters<OneShotClusterKernels>(dtype, a, p, rowBase, rows, clusterBlocks,
+                                                     maxBlocks, stream, pdl);
 }
 
 }  // namespace anyr

@@ -149,6 +149,79 @@ __global__ void __launch_bounds__(kAlgoThreads)
   dev::finishEpoch(st->tsEpoch, epoch + 1);
 }
 
+// Steps 1-3 of the register and cluster forms, over the whole grid (thread i of the grid
+// handles vector i of every segment): the scatter, the clear of what peers wrote one launch
+// ago, and the reduction of the own segment into every rank's gather buffer. Returns false
+// when a wait failed.
+template <typename T>
+__device__ __forceinline__ bool scatterAndReduce(const AllReduceArgs& a, const T* in,
+                                                 bool inAligned, int rows, int H,
+                                                 const dev::Phases& ph, dev::Waiter& waiter) {
+  const int rank = a.rank;
+  const int n = a.nranks;
+  LocalState* st = a.state;
+  const uint32_t epoch = ph.epoch;
+  const uint32_t phase = ph.cur;
+  const uint64_t slot = a.layout.tsSlotBytes;
+  const uint64_t areaBytes = slot * static_cast<uint64_t>(n);
+  const int Lr = (rows + n - 1) / n;
+  const uint64_t L = static_cast<uint64_t>(Lr) * H;
+  const uint64_t V = static_cast<uint64_t>(rows) * H;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  auto area = [&](int r, uint32_t ph, int gather) {
+    return a.peerWorkspace[r] + a.layout.tsOffset + (2ull * ph + gather) * areaBytes;
+  };
+
+  // 1. Scatter.
+  for (uint64_t i = first; i < L; i += stride) {
+    for (int k = 1; k < n; ++k) {
+      const int s = (rank + k) % n;
+      const uint64_t v = static_cast<uint64_t>(s) * L + i;
+      if (v >= V) continue;
+      Vec x = dev::loadRowVec(in, v, a.count, inAligned);
+      dev::sanitize<T>(x);
+      dev::storeSys(area(s, phase, 0) + static_cast<uint64_t>(rank) * slot + i * 16, x.u);
+    }
+  }
+
+  if (a.pushFence) __threadfence_system();
+
+  // 2. Clear what peers wrote one launch ago.
+  for (int g = 0; g < 2; ++g) {
+    dev::clearPeerSlots(area(rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
+  }
+
+  // 3. Reduce the own segment; send it to every rank's gather buffer.
+  bool ok = true;
+  const char* scatter = area(rank, phase, 0);
+  for (uint64_t i = first; i < L && ok; i += stride) {
+    const uint64_t v = static_cast<uint64_t>(rank) * L + i;
+    if (v >= V) break;
+    float acc[8] = {};
+    for (int s = 0; s < n && ok; ++s) {
+      Vec x;
+      if (s == rank) {
+        x = dev::loadRowVec(in, v, a.count, inAligned);
+        dev::sanitize<T>(x);
+      } else {
+        ok = dev::pollVec<T>(scatter + static_cast<uint64_t>(s) * slot + i * 16, &x, waiter, s,
+                             epoch);
+      }
+      dev::accumulate<T>(acc, x);
+    }
+    if (!ok) break;
+    Vec y = dev::packVec<T>(acc);
+    dev::sanitize<T>(y);
+    for (int k = 0; k < n; ++k) {
+      const int s = (rank + k) % n;
+      dev::storeSys(area(s, phase, 1) + static_cast<uint64_t>(rank) * slot + i * 16, y.u);
+    }
+  }
+
+  return ok;
+}
+
 // The register form, for rows a block holds in registers (hidden / 8 <= 2 x fusedThreads):
 // the traffic is spread over the whole grid as in twoshot_push.cu, and rows are normalized by
 // blocks as in fused_oneshot_push.cu. Thread i of the grid handles vector i of every segment:
@@ -182,12 +255,6 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const bool inAligned = kAligned || dev::isAligned(in, 16);
   const int Lr = (rows + n - 1) / n;                 // rows per segment
   const uint64_t L = static_cast<uint64_t>(Lr) * H;  // vectors per segment slot
-  const uint64_t V = static_cast<uint64_t>(rows) * H;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  auto area = [&](int r, uint32_t ph, int gather) {
-    return a.peerWorkspace[r] + a.layout.tsOffset + (2ull * ph + gather) * areaBytes;
-  };
 
   Vec w[VPT];
   Vec res[VPT];
@@ -200,56 +267,13 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
                              resAligned, res);
   }
 
-  // 1. Scatter.
-  for (uint64_t i = first; i < L; i += stride) {
-    for (int k = 1; k < n; ++k) {
-      const int s = (rank + k) % n;
-      const uint64_t v = static_cast<uint64_t>(s) * L + i;
-      if (v >= V) continue;
-      Vec x = dev::loadRowVec(in, v, a.count, inAligned);
-      dev::sanitize<T>(x);
-      dev::storeSys(area(s, phase, 0) + static_cast<uint64_t>(rank) * slot + i * 16, x.u);
-    }
-  }
-
-  if (a.pushFence) __threadfence_system();
-
-  // 2. Clear what peers wrote one launch ago.
-  for (int g = 0; g < 2; ++g) {
-    dev::clearPeerSlots(area(rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
-  }
-
-  // 3. Reduce the own segment; send it to every rank's gather buffer.
+  // 1-3. Scatter, clear, reduce the own segment into every rank's gather buffer.
   dev::Waiter waiter(a.wait);
-  bool ok = true;
-  const char* scatter = area(rank, phase, 0);
-  for (uint64_t i = first; i < L && ok; i += stride) {
-    const uint64_t v = static_cast<uint64_t>(rank) * L + i;
-    if (v >= V) break;
-    float acc[8] = {};
-    for (int s = 0; s < n && ok; ++s) {
-      Vec x;
-      if (s == rank) {
-        x = dev::loadRowVec(in, v, a.count, inAligned);
-        dev::sanitize<T>(x);
-      } else {
-        ok = dev::pollVec<T>(scatter + static_cast<uint64_t>(s) * slot + i * 16, &x, waiter, s,
-                             epoch);
-      }
-      dev::accumulate<T>(acc, x);
-    }
-    if (!ok) break;
-    Vec y = dev::packVec<T>(acc);
-    dev::sanitize<T>(y);
-    for (int k = 0; k < n; ++k) {
-      const int s = (rank + k) % n;
-      dev::storeSys(area(s, phase, 1) + static_cast<uint64_t>(rank) * slot + i * 16, y.u);
-    }
-  }
+  bool ok = scatterAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
 
   // 4. Rows: the owner's reduced row, then the epilogue in registers. A failed wait above
   // leaves `ok` false: the first row's barrier then tells the whole block to stop.
-  char* gather = area(rank, phase, 1);
+  char* gather = a.peerWorkspace[rank] + a.layout.tsOffset + (2ull * phase + 1) * areaBytes;
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     if (row != static_cast<int>(blockIdx.x)) {
       __syncthreads();  // the previous row's epilogue has read red
@@ -288,6 +312,88 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   dev::finishEpoch(st->tsEpoch, epoch + 1);
 }
 
+// The cluster form of the register form (hidden <= 8192, where the communicator's cluster
+// probe passed): steps 1-3 as above over the whole grid, then each row is polled and
+// normalized by the C blocks of one cluster, thread t of block c holding vector c * B + t
+// (fused/epilogue.cuh, fusedRowEpilogueCluster). Same buffers, protocol and bits.
+template <typename T, int Q, bool kAligned>
+__global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
+    fusedTwoShotPushClusterKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
+  __shared__ float red[dev::kClusterRedWords];
+  dev::waitForPrevious();
+  const T* in = static_cast<const T*>(a.input);
+  const int rank = a.rank;
+  const int n = a.nranks;
+  LocalState* st = a.state;
+  const dev::Phases ph = dev::phasesOf(st->tsEpoch);
+  const uint32_t epoch = ph.epoch;
+  const uint64_t slot = a.layout.tsSlotBytes;
+  const uint64_t areaBytes = slot * static_cast<uint64_t>(n);
+  const int H = p.hidden / 8;
+  const bool inAligned = kAligned || dev::isAligned(in, 16);
+  const int Lr = (rows + n - 1) / n;
+  const uint64_t L = static_cast<uint64_t>(Lr) * H;
+  const int blocks = static_cast<int>(dev::clusterSize());
+  const int cluster = static_cast<int>(blockIdx.x) / blocks;
+  const int clusters = static_cast<int>(gridDim.x) / blocks;
+  const int first = static_cast<int>(dev::clusterBlockRank() * blockDim.x);  // block's vectors
+  const int v = first + static_cast<int>(threadIdx.x);                       // thread's vector
+  const bool mineV = v < H;
+
+  Vec w = {}, res = {};
+  if (mineV) {
+    w = dev::loadRowVec(static_cast<const T*>(p.weight), v, p.hidden,
+                        kAligned || dev::isAligned(p.weight, 16));
+  }
+  const float qscale = dev::quantScale<Q>(p);
+  const bool resAligned = kAligned || dev::isAligned(p.residualIn, 16);
+  auto loadRes = [&](int row) {
+    if (p.residualIn != nullptr && mineV) {
+      res = dev::loadRowVec(
+          static_cast<const T*>(p.residualIn) + static_cast<int64_t>(rowBase + row) * p.hidden, v,
+          p.hidden, resAligned);
+    }
+  };
+  if (cluster < rows) loadRes(cluster);
+
+  dev::Waiter waiter(a.wait);
+  bool ok = scatterAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
+
+  char* gather = a.peerWorkspace[rank] + a.layout.tsOffset + (2ull * ph.cur + 1) * areaBytes;
+  bool pending = false;
+  for (int row = cluster; row < rows; row += clusters) {
+    if (row != cluster) loadRes(row);
+    const int owner = row / Lr;
+    char* src = gather + static_cast<uint64_t>(owner) * slot +
+                (static_cast<uint64_t>(row - owner * Lr) * H + static_cast<uint64_t>(first)) * 16;
+    Vec x[1] = {};
+    if (ok) ok = dev::pollRowRegs<T, 1>(src, H - first, x, waiter, owner, epoch);
+    if (ok && owner == rank && mineV) {
+      dev::storeRelaxed(src + static_cast<uint64_t>(threadIdx.x) * 16, dev::clearVec());
+    }
+    float acc[8];
+    const T* e = reinterpret_cast<const T*>(&x[0]);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) acc[q] = Elem<T>::toFloat(e[q]);
+    // Cluster-uniform: every block learns whether any part of the row failed.
+    if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, v, acc, res, w, qscale, red,
+                                                      ok, pending)) {
+      break;
+    }
+  }
+  dev::clusterFinish(pending);
+
+  if (blockIdx.x == 0 && threadIdx.x == 0) st->tsVecs[ph.cur] = static_cast<uint32_t>(L);
+  dev::finishEpoch(st->tsEpoch, epoch + 1);
+}
+
+struct TwoShotClusterKernels {
+  template <typename T, int Q, bool kAligned>
+  static auto kernel() {
+    return fusedTwoShotPushClusterKernel<T, Q, kAligned>;
+  }
+};
+
 struct TwoShotKernels {
   static constexpr int kMaxVpt = 2;  // fusedRowFitsRegisters: wider rows take the staged form
   template <typename T, int VPT, int Q, bool kAligned>
@@ -317,6 +423,14 @@ cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+cudaError_t launchFusedTwoShotPushCluster(anyrDataType_t dtype, const AllReduceArgs& a,
+                                          const FusedParams& p, int rowBase, int rows,
+                                          int clusterBlocks, int maxBlocks, cudaStream_t stream,
+                                          bool pdl) {
+  return launchRowsInClusters<TwoShotClusterKernels>(dtype, a, p, rowBase, rows, clusterBlocks,
+                                                     maxBlocks, stream, pdl);
 }
 
 }  // namespace anyr

@@ -1,7 +1,9 @@
 #include "fused/kernel_attrs.h"
 
+#include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace anyr {
@@ -18,6 +20,37 @@ cudaError_t allowDynamicSmem(const void* kernel, size_t bytes) {
                              static_cast<int>(bytes));
   if (err == cudaSuccess) done.insert({kernel, device});
   return err;
+}
+
+cudaError_t residentClusters(const void* kernel, int clusterBlocks, int threads, int* clusters) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, int>, int> known;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const auto key = std::make_tuple(kernel, device, clusterBlocks, threads);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(key);
+  if (it != known.end()) {
+    *clusters = it->second;
+    return cudaSuccess;
+  }
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(clusterBlocks);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(clusterBlocks));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  err = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
+  if (err != cudaSuccess) return err;
+  known.emplace(key, n);
+  *clusters = n;
+  return cudaSuccess;
 }
 
 }  // namespace anyr

@@ -1,9 +1,14 @@
-// Launching a kernel that needs more than 48 KB of dynamic shared memory (CUDA sources only).
+// Launching the fused kernels that need more than a plain launch (CUDA sources only): more
+// than 48 KB of dynamic shared memory, or thread-block clusters.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include "algo/launch.cuh"
+#include "fused/epilogue.cuh"
+#include "fused/fused_algo.h"
 #include "fused/kernel_attrs.h"
 
 namespace anyr {
@@ -17,6 +22,66 @@ cudaError_t launchWithSmem(void (*kernel)(Params...), int blocks, int threads, s
   if (e != cudaSuccess) return e;
   return launchKernel(kernel, dim3(blocks), dim3(threads), smem, stream, pdl,
                       static_cast<Args&&>(args)...);
+}
+
+// A cluster-form fused kernel (rows spread over clusters of `clusterBlocks` blocks,
+// fused_algo.h): fusedClusterThreads threads a block, one cluster per row as far as the block
+// cap and residency allow (every cluster must be resident: blocks poll for data other blocks
+// or peers produce). cudaErrorInvalidConfiguration when not one cluster of the shape fits.
+template <typename... Params>
+cudaError_t launchRowClusters(void (*kernel)(Params...), const AllReduceArgs& a,
+                              const FusedParams& p, int rowBase, int rows, int clusterBlocks,
+                              int maxBlocks, cudaStream_t stream, bool pdl) {
+  const int threads = fusedClusterThreads(p.hidden, clusterBlocks);
+  int resident = 0;
+  const cudaError_t e =
+      residentClusters(reinterpret_cast<const void*>(kernel), clusterBlocks, threads, &resident);
+  if (e != cudaSuccess) return e;
+  const int clusters = fusedClusterCount(rows, clusterBlocks, maxBlocks, resident);
+  if (clusters < 1) return cudaErrorInvalidConfiguration;
+  return launchClusterKernel(kernel, dim3(static_cast<unsigned>(clusters * clusterBlocks)),
+                             dim3(static_cast<unsigned>(threads)),
+                             static_cast<unsigned>(clusterBlocks), 0, stream, pdl, a, p, rowBase,
+                             rows);
+}
+
+// Picks Family::kernel<T, Q, kAligned>() for the buffers (as launch_rows.cuh: one kernel per
+// quantization mode for aligned buffers, one general kernel otherwise) and launches it in
+// clusters. Rows of at most kFusedSlots vectors, clusterBlocks 2..kFusedMaxClusterBlocks.
+template <typename Family>
+cudaError_t launchRowsInClusters(anyrDataType_t dtype, const AllReduceArgs& a, const FusedParams& p,
+                                 int rowBase, int rows, int clusterBlocks, int maxBlocks,
+                                 cudaStream_t stream, bool pdl) {
+  if (clusterBlocks < 2 || clusterBlocks > kFusedMaxClusterBlocks || !fusedClusterFits(p.hidden)) {
+    return cudaErrorInvalidValue;
+  }
+  auto typed = [&](auto t) -> cudaError_t {
+    using T = decltype(t);
+    auto go = [&](auto kernel) {
+      return launchRowClusters(kernel, a, p, rowBase, rows, clusterBlocks, maxBlocks, stream, pdl);
+    };
+    if (!fusedBuffersAligned(a.input, p)) {
+      return go(Family::template kernel<T, dev::kQuantAtRunTime, false>());
+    }
+    switch (p.quant) {
+      case anyrQuantNone:
+        return go(Family::template kernel<T, anyrQuantNone, true>());
+      case anyrQuantFp8:
+        return go(Family::template kernel<T, anyrQuantFp8, true>());
+      case anyrQuantNvfp4:
+        return go(Family::template kernel<T, anyrQuantNvfp4, true>());
+      default:
+        return cudaErrorInvalidValue;
+    }
+  };
+  switch (dtype) {
+    case anyrFloat16:
+      return typed(__half{});
+    case anyrBfloat16:
+      return typed(__nv_bfloat16{});
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace anyr

@@ -191,6 +191,24 @@ __global__ void dependentSecondKernel(int* word) {
 }
 }  // namespace
 
+namespace {
+__global__ void clusterExchangeKernel(unsigned int* out) {
+  __shared__ unsigned int word;
+  const unsigned b = dev::clusterBlockRank();
+  if (threadIdx.x == 0) word = 0x5100u + b;
+  dev::clusterArrive();
+  dev::clusterWait();
+  const unsigned other = dev::loadClusterShared(&word, b ^ 1u);
+  dev::clusterArrive();  // the other block's read of `word` is done before either exits
+  dev::clusterWait();
+  if (threadIdx.x == 0) out[b] = other;
+}
+}  // namespace
+
+cudaError_t launchClusterExchange(unsigned int* out, cudaStream_t stream) {
+  return launchClusterKernel(clusterExchangeKernel, dim3(2), dim3(32), 2, 0, stream, false, out);
+}
+
 cudaError_t launchDependentPair(int* word, cudaStream_t stream) {
   dependentFirstKernel<<<1, 1, 0, stream>>>(word);
   const cudaError_t e = cudaGetLastError();

@@ -57,5 +57,12 @@ cudaError_t launchPingPongResponder(const unsigned int* ping, unsigned int* pong
 // (cudaErrorNotSupported and the like where the GPU or driver has no such launch).
 cudaError_t launchDependentPair(int* word, cudaStream_t stream);
 
+// Thread-block clusters with distributed shared memory: one cluster of two blocks; block b
+// leaves 0x5100 + b in its shared memory, reads the other block's word through the cluster
+// and writes it to out[b]. The host zeroes out[0..1]; {0x5101, 0x5100} after the stream
+// completes means cluster launch, the cluster barrier and distributed shared memory work.
+// Returns a launch error (cudaErrorNotSupported and the like without clusters).
+cudaError_t launchClusterExchange(unsigned int* out, cudaStream_t stream);
+
 }  // namespace probekernels
 }  // namespace anyr

@@ -504,6 +504,61 @@ TEST(FusedLaunchShape, TwoShotRegisterFormSpreadsOverTheGridUpToHidden8192) {
   EXPECT_EQ(fusedTwoShotBlocks(1000, 4, 16384, 1000 * 2048, 132), 132);
 }
 
+// The fused one-shot's cluster form (fused_algo.h): every row of a launch gets a cluster of
+// the largest size that leaves a block at least 64 vectors and keeps rows x size within the
+// block cap; the setting forces a size or turns clusters off; rows wider than 1024 vectors
+// never take it. The block size covers the row in whole warps.
+TEST(FusedLaunchShape, ClusterSizeFollowsRowsHiddenAndSetting) {
+  // hidden 6144 (768 vectors), 132 blocks: 8 up to 16 rows, 4 up to 33, 2 up to 66, then none.
+  EXPECT_EQ(fusedClusterSize(1, 6144, 132, 0), 8);
+  EXPECT_EQ(fusedClusterSize(16, 6144, 132, 0), 8);
+  EXPECT_EQ(fusedClusterSize(17, 6144, 132, 0), 4);
+  EXPECT_EQ(fusedClusterSize(32, 6144, 132, 0), 4);
+  EXPECT_EQ(fusedClusterSize(34, 6144, 132, 0), 2);
+  EXPECT_EQ(fusedClusterSize(66, 6144, 132, 0), 2);
+  EXPECT_EQ(fusedClusterSize(67, 6144, 132, 0), 1);
+  // Narrow rows: a block keeps at least 64 vectors (hidden 1024 = 128 vectors: 2 blocks).
+  EXPECT_EQ(fusedClusterSize(1, 1024, 132, 0), 2);
+  EXPECT_EQ(fusedClusterSize(1, 512, 132, 0), 1);
+  EXPECT_EQ(fusedClusterSize(1, 128, 132, 0), 1);
+  // Wider than 8192: never.
+  EXPECT_EQ(fusedClusterSize(1, 8192, 132, 0), 8);
+  EXPECT_EQ(fusedClusterSize(1, 8200, 132, 0), 1);
+  EXPECT_EQ(fusedClusterSize(1, 16384, 132, 4), 1);
+  // The setting: 1 off, 2/4/8 forced whatever the rows.
+  EXPECT_EQ(fusedClusterSize(1, 6144, 132, 1), 1);
+  EXPECT_EQ(fusedClusterSize(1, 6144, 132, 2), 2);
+  EXPECT_EQ(fusedClusterSize(100, 6144, 132, 8), 8);
+  EXPECT_EQ(fusedClusterSize(1, 128, 132, 4), 4);
+  // A smaller block cap (ANYR_MAX_BLOCKS) moves the thresholds.
+  EXPECT_EQ(fusedClusterSize(4, 6144, 16, 0), 4);
+  EXPECT_EQ(fusedClusterSize(9, 6144, 16, 0), 1);
+
+  EXPECT_EQ(fusedClusterThreads(6144, 8), 96);
+  EXPECT_EQ(fusedClusterThreads(6144, 4), 192);
+  EXPECT_EQ(fusedClusterThreads(7168, 8), 128);  // 896 / 8 = 112 -> 4 warps
+  EXPECT_EQ(fusedClusterThreads(8192, 2), 512);
+  EXPECT_EQ(fusedClusterThreads(128, 8), 32);
+  for (int hidden = 128; hidden <= 8192; hidden += 8) {
+    for (int c : {2, 4, 8}) {
+      const int t = fusedClusterThreads(hidden, c);
+      ASSERT_EQ(t % 32, 0) << hidden << " " << c;
+      ASSERT_GE(t * c, hidden / 8) << hidden << " " << c;
+      ASSERT_LE(t, kFusedClusterMaxThreads) << hidden << " " << c;
+      if (t > 32) {
+        ASSERT_LT(t - 32, (hidden / 8 + c - 1) / c) << hidden << " " << c;  // fewest warps
+      }
+    }
+  }
+
+  // Clusters in the grid: a row each, within the cap and within what the GPU holds at once.
+  EXPECT_EQ(fusedClusterCount(1, 8, 132, 16), 1);
+  EXPECT_EQ(fusedClusterCount(32, 4, 132, 40), 32);
+  EXPECT_EQ(fusedClusterCount(64, 4, 132, 40), 33);  // 132 / 4: clusters loop over rows
+  EXPECT_EQ(fusedClusterCount(32, 4, 132, 20), 20);  // residency caps it
+  EXPECT_EQ(fusedClusterCount(1, 8, 132, 0), 0);     // nothing fits: refused
+}
+
 TEST(FusedCApi, RejectsInvalidArgumentsBeforeTouchingTheGpu) {
   std::vector<uint16_t> host(256 * 4);
   void* p = host.data();

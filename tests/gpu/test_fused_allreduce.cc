@@ -5,7 +5,8 @@
 //    tests check against the fp64 reference;
 //  - for small cases, normOut and residualOut are also checked against the fp64 reference
 //    (tests/common/fused_reference) within the dtype's rounding;
-//  - every rank reports a hash of all its outputs and the parent checks they agree.
+//  - every rank reports a hash of all its outputs and the parent checks they agree;
+//  - without quantization, the call is repeated with normOut over (a copy of) partial.
 // Outputs are poisoned before every call; inputs are fresh small integers per case.
 // One test shifts rank 0's row buffers by one element, so ranks hold differently aligned
 // pointers: every rank must still take the same path (fused kernel or composition), or their
@@ -65,14 +66,17 @@ struct Buffers {
   void* rQuant = nullptr;
   void* rScales = nullptr;
   void* rSwizzled = nullptr;
+  void* inPlace = nullptr;  // partial copied, then normOut written over it
 };
 
 int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<size_t>& hiddens, const std::vector<size_t>& tokensList,
-              bool allAlgos, size_t rank0Shift = 0, int pdlEnv = -1) {
+              bool allAlgos, size_t rank0Shift = 0, int pdlEnv = -1, int clusterEnv = -1) {
   useRankGpu(rank);
-  // ANYR_PDL for this rank's process only (ranks are forked); -1 leaves the default (on).
+  // ANYR_PDL and ANYR_FUSED_CLUSTER for this rank's process only (ranks are forked); -1 leaves
+  // the default (programmatic launch on, automatic cluster size).
   if (pdlEnv >= 0) setenv("ANYR_PDL", std::to_string(pdlEnv).c_str(), 1);
+  if (clusterEnv >= 0) setenv("ANYR_FUSED_CLUSTER", std::to_string(clusterEnv).c_str(), 1);
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   cfg.timeoutMs = 20000;
   anyrComm_t comm = nullptr;
@@ -87,6 +91,20 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
       report("FAIL ANYR_PDL=" + std::to_string(pdlEnv) + " (-1: unset) gave " + pl.dump() + "\n");
       return 4;
     }
+    // Clusters: not probed when turned off; where the GPU has them, the probe must pass (the
+    // forced sizes below then really run the cluster kernel).
+    const nlohmann::json cl = explainJson(comm).at("fusedClusters");
+    report("INFO fused clusters: " + cl.dump() + "\n");
+    int device = 0, hasClusters = 0;
+    R_CUDA(cudaGetDevice(&device));
+    R_CUDA(cudaDeviceGetAttribute(&hasClusters, cudaDevAttrClusterLaunch, device));
+    const bool enabled = cl.at("enabled").get<bool>();
+    if (cl.at("setting").get<int>() != std::max(clusterEnv, 0) ||
+        (clusterEnv == 1 ? enabled : enabled != (hasClusters != 0))) {
+      report("FAIL ANYR_FUSED_CLUSTER=" + std::to_string(clusterEnv) + " (-1: unset) gave " +
+             cl.dump() + " on a GPU with cluster launch " + std::to_string(hasClusters) + "\n");
+      return 4;
+    }
   }
   cudaStream_t s;
   R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -99,7 +117,7 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
       ref::swizzleBytes(static_cast<int64_t>(maxTokens), static_cast<int64_t>(maxHidden / 16)));
   Buffers b;
   for (void** p : {&b.partial, &b.residual, &b.residualOut, &b.norm, &b.quant, &b.x, &b.rNorm,
-                   &b.rResidual, &b.rQuant}) {
+                   &b.rResidual, &b.rQuant, &b.inPlace}) {
     R_CUDA(cudaMalloc(p, maxBytes + 16));
   }
   R_CUDA(cudaMalloc(&b.weight, maxHidden * 2 + 16));
@@ -222,6 +240,16 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                 compare(b.scales, b.rScales, sBytes, "scales");
                 compare(b.swizzled, b.rSwizzled, swz, "swizzled");
               }
+              // normOut over partial (allowed: they may be the same buffer), when the residual
+              // is not updated in place (a second call would start from the updated one).
+              if (quant == 0 && resMode != 2) {
+                R_CUDA(cudaMemcpyAsync(b.inPlace, b.partial, bytes, cudaMemcpyDeviceToDevice, s));
+                R_ANYR(anyrAllReduceAddRmsNorm(b.inPlace, fResIn, resMode ? b.residualOut : nullptr,
+                                               b.weight, 1e-5f, b.inPlace, tokens, hidden, dt, &fo,
+                                               comm, s),
+                       comm);
+                compare(b.inPlace, b.rNorm, bytes, "norm-over-partial");
+              }
               // fp64 reference on a few rows of small cases.
               if (tokens <= 64 && algo == anyrAlgoAuto) {
                 auto norm = toHost(b.norm, bytes, s);
@@ -270,12 +298,14 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
 
 // Runs fusedRank on `n` ranks and requires every rank to pass with bit-identical outputs.
 void runFused(int n, const std::vector<size_t>& hiddens, const std::vector<size_t>& tokens,
-              bool allAlgos, size_t rank0Shift, int pdlEnv, double timeoutSec) {
+              bool allAlgos, size_t rank0Shift, int pdlEnv, double timeoutSec,
+              int clusterEnv = -1) {
   auto results = launch::runRanks(
       n,
       [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         try {
-          return fusedRank(rank, nr, id, report, hiddens, tokens, allAlgos, rank0Shift, pdlEnv);
+          return fusedRank(rank, nr, id, report, hiddens, tokens, allAlgos, rank0Shift, pdlEnv,
+                           clusterEnv);
         } catch (const std::exception& e) {
           report(std::string("FAIL ") + e.what() + "\n");
           return 3;
@@ -302,6 +332,24 @@ TEST(FusedAllReduceGpu, RanksWithDifferentlyAlignedBuffersTakeTheSamePath) {
 TEST(FusedAllReduceGpu, PlainLaunchesWithoutProgrammaticLaunchAreCorrectToo) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   runFused(gpuCount(), {128, 6144}, {1, 3, 64}, false, 0, 0, 600);
+}
+
+// The fused one-shot's cluster form at each forced size (the default test above takes the
+// automatic one), against the composition bit for bit on every rank: hidden 128 at size 8
+// leaves whole blocks without a vector, 8192 at size 2 runs the widest blocks (512 threads),
+// 64 tokens at size 8 loop rows over clusters.
+TEST(FusedAllReduceGpu, ClusterFormAtEveryForcedSizeMatchesTheComposition) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  for (int size : {2, 4, 8}) {
+    SCOPED_TRACE("ANYR_FUSED_CLUSTER=" + std::to_string(size));
+    runFused(gpuCount(), {128, 6144, 8192}, {1, 3, 64}, false, 0, -1, 600, size);
+  }
+}
+
+// Clusters off: the block-per-row kernel for every row count.
+TEST(FusedAllReduceGpu, WithoutClustersTheBlockPerRowKernelIsCorrectToo) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  runFused(gpuCount(), {128, 6144, 7168}, {1, 3, 64}, false, 0, -1, 600, 1);
 }
 
 TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
