@@ -164,7 +164,8 @@ if want host; then
       -b 4M -e 16M -f 4 --samples 11 --wire $w 2>&1 | tee "$OUT/bench-host-wire-$w.txt"
   done
   step "host-copy: copy-engine chunk size (ANYR_HOST_COPY_CHUNK_BYTES) at 1, 4 and 16 MB"
-  for c in 256K 512K 1M 2M 4M; do
+  # HOST_QUICK=1 skips this sweep and the fused compositions at the end.
+  [ -n "${HOST_QUICK:-}" ] || for c in 256K 512K 1M 2M 4M; do
     timeout -k 10 200 env NCCL_P2P_DISABLE=1 ANYR_HOST_COPY_CHUNK_BYTES=$c "$A" bench -a host-copy \
       -b 1M -e 16M -f 4 --samples 11 2>&1 | tee "$OUT/bench-host-copy-chunk-$c.txt"
   done
@@ -178,7 +179,7 @@ if want host; then
   timeout -k 10 300 env ANYR_PEER_MEMORY=0 NCCL_P2P_DISABLE=1 "$A" bench -a auto,nccl \
     -b 1K -e 64M -f 4 --samples 11 2>&1 | tee "$OUT/bench-nop2p-auto.txt"
   step "host-memory transport: fused all-reduce + add + RMSNorm (composition)"
-  for a in host-oneshot host-copy; do
+  [ -n "${HOST_QUICK:-}" ] || for a in host-oneshot host-copy; do
     timeout -k 10 300 env ANYR_ALGO=$a NCCL_P2P_DISABLE=1 "$A" bench --op add-rmsnorm --hidden 6144 \
       --tokens 1,32,128,2048 --samples 11 2>&1 | tee "$OUT/fused-$a.txt"
   done
@@ -237,13 +238,19 @@ if want clusters; then
   timeout -k 10 400 ctest --test-dir "$BUILD" -L gpu -R 'Cluster' --output-on-failure \
     --timeout 380 2>&1 | tee "$OUT/clusters-tests.log" | grep -E "INFO fused clusters|Passed|Failed|tests passed" | sort -u | head -20
   check "${PIPESTATUS[0]}" "cluster tests"
+  ANYR_FUSED_CLUSTER=0 timeout -k 10 120 "$A" explain 2>&1 | grep -A12 '"fusedClusters"' | head -13
   for c in 1 0 2 4 8; do
-    ANYR_FUSED_CLUSTER=$c timeout -k 10 120 "$A" explain 2>&1 | grep -A3 '"fusedClusters"' | head -4
     ANYR_FUSED_CLUSTER=$c ANYR_ALGO=oneshot-push timeout -k 10 200 "$A" bench --op add-rmsnorm \
-      --hidden 6144,7168 --tokens 1,2,8,16,32,64 --samples 11 2>&1 | tee "$OUT/clusters-$c-fused.txt"
+      --hidden 6144,7168 --tokens 1,2,8,16,32 --samples 11 2>&1 | tee "$OUT/clusters-$c-oneshot.txt"
+    check "${PIPESTATUS[0]}" "fused bench one-shot ANYR_FUSED_CLUSTER=$c"
+  done
+  # The dispatched path (one-shot, then the two-shot's register form) with clusters off and on.
+  for c in 1 0; do
+    ANYR_FUSED_CLUSTER=$c timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
+      --tokens 1,8,32,64,128,256,512 --samples 11 2>&1 | tee "$OUT/clusters-$c-auto.txt"
     check "${PIPESTATUS[0]}" "fused bench ANYR_FUSED_CLUSTER=$c"
   done
-  for q in none fp8 nvfp4; do
+  for q in fp8 nvfp4; do
     timeout -k 10 200 "$A" bench --op add-rmsnorm --quant "$q" --hidden 6144,7168 \
       --tokens 1,8,32,64,128 --samples 11 2>&1 | tee "$OUT/clusters-auto-$q.txt"
     check "${PIPESTATUS[0]}" "fused bench --quant $q"
