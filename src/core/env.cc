@@ -66,7 +66,7 @@ const std::vector<Param>& params() {
       {"ANYR_HOST_MEMORY", "1",
        "1: set up the shared host-memory transport (host-oneshot, host-twoshot, host-copy); 0: "
        "do not"},
-      {"ANYR_HOST_COPY_CHUNK_BYTES", "1M",
+      {"ANYR_HOST_COPY_CHUNK_BYTES", "2M",
        "host-copy: bytes per copy-engine chunk, the unit of its pipeline (a multiple of 64 KiB "
        "in 64 KiB..64 MiB; raised if a launch would need more than 1024 chunks; rank 0's value "
        "is used)"},

@@ -163,7 +163,8 @@ constexpr double kHostStepUs = 3.0;
 // host-copy (host_copy.cu): each GPU sends B up and receives (n-1) B down through its copy
 // engines, writes and reads at once. Calibrated on 2 x H200 (docs/PERFORMANCE.md, 2026-11-30,
 // NCCL_P2P_DISABLE=1): 34 us at 1 KB, 160 at 4 MB, 548 at 16 MB (two 8 MiB launches; 494 in
-// one 16 MiB launch, ANYR_HOST_LAUNCH_BYTES's default since), i.e. about 32 us per launch (the
+// one 16 MiB launch, ANYR_HOST_LAUNCH_BYTES's default since; 476 in 2 MiB copy chunks,
+// ANYR_HOST_COPY_CHUNK_BYTES's default since), i.e. about 32 us per launch (the
 // barrier, the fork and join, the first chunk's flag) and the link at 0.85 of hostGBps (42.8 there;
 // the copy engines alone reach 43 GB/s each way), plus the wait and signal kernels per chunk.
 constexpr double kEffHostCopy = 0.85;

@@ -103,9 +103,9 @@ struct HostCopyArgs {
 // kHostCopyMinChunkBytes), so that a small launch still overlaps its two directions. Depends on
 // agreed values only: every rank cuts a launch the same way.
 constexpr uint64_t kHostCopyMinChunkBytes = 256u << 10;
-// The default of ANYR_HOST_COPY_CHUNK_BYTES (core/env.cc registers it as "1M"): what the seed
+// The default of ANYR_HOST_COPY_CHUNK_BYTES (core/env.cc registers it as "2M"): what the seed
 // model assumes where the transport has not set the agreed value.
-constexpr uint64_t kHostCopyDefaultChunkBytes = 1u << 20;
+constexpr uint64_t kHostCopyDefaultChunkBytes = 2u << 20;
 constexpr uint64_t hostCopyLaunchChunkBytes(uint64_t launchBytes, uint64_t copyChunkBytes) {
   const uint64_t unit = 64u << 10;
   const uint64_t quarter = (launchBytes / 4 + unit - 1) / unit * unit;
@@ -147,14 +147,14 @@ std::string hostCopyChunkError(uint64_t bytes);
 // fixed costs again (host-copy about 32 us: the launch barrier, the fork and join, the pipeline's
 // fill), so launches are large; the seed model assumes this where the transport has not set the
 // agreed value. Every buffer of the transport is sized from it (computeHostLayout,
-// Communicator::initHostCopy); at 16 MiB and the default 1 MiB copy chunk, per rank:
+// Communicator::initHostCopy); at 16 MiB and the default 2 MiB copy chunk, per rank:
 //   pinned host region (rankBytes): 2 x 16 MiB contributions + 2 x (16 MiB / n + 64 KiB) reduced
-//     segments + 2 x 64 KiB low-latency lines + 17 MiB copy buffer + 12 KiB header and flags:
-//     65.26 MiB at n = 2 (segment 130.5 MiB), 53.26 MiB at n = 8 (segment 426.1 MiB), which
-//     every process maps whole (8 MiB launches: 33.26 / 27.26 MiB, segment 66.5 / 218.1 MiB);
-//   device staging (host-copy): n x 17 MiB (send + (n - 1) receive slots of copyBytes): 34 MiB at
-//     n = 2, 136 MiB at n = 8 (8 MiB launches: 18 / 72 MiB); 16 events each for copied /
-//     arrived / recv. (tests/cpu/test_host_memory.cc checks these.)
+//     segments + 2 x 64 KiB low-latency lines + 18 MiB copy buffer + 12 KiB header and flags:
+//     66.26 MiB at n = 2 (segment 132.5 MiB), 54.26 MiB at n = 8 (segment 434.1 MiB), which
+//     every process maps whole;
+//   device staging (host-copy): n x 18 MiB (send + (n - 1) receive slots of copyBytes): 36 MiB at
+//     n = 2, 144 MiB at n = 8; 8 events each for copied / arrived / recv.
+//     (tests/cpu/test_host_memory.cc checks these.)
 constexpr uint64_t kHostDefaultLaunchBytes = 16u << 20;
 
 // "" when `bytes` is a valid ANYR_HOST_LAUNCH_BYTES, else the rule it broke (the granularity of

@@ -339,8 +339,9 @@ TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
   // flag protocol 13.4 / 16.2), host two-shot from 128 KB to 4 MB (measured 28.6 us at 256 KB
   // against NCCL's 35.7, and 48.4 / 142.6 us at 1 / 4 MB against host-copy's 79.2 / 159.8),
   // host-copy from 8 MB (measured at 16 MB in two 8 MiB launches 547.6 us, the two-shot 549.4;
-  // in one 16 MiB launch, ANYR_HOST_LAUNCH_BYTES's default, 494.0; modelled in one launch 524
-  // and 569).
+  // in one 16 MiB launch, ANYR_HOST_LAUNCH_BYTES's default, 494.0 in 1 MiB chunks and 475.6 in
+  // 2 MiB chunks, ANYR_HOST_COPY_CHUNK_BYTES's default since; modelled in one launch of 2 MiB
+  // chunks 508).
   Topology gen5 = firstGpus(fixture("no_p2p"), 2);
   for (GpuInfo& g : gen5.gpus) g.pcieGen = 5;
   Admission adm5 = admit(gen5, factsFor(gen5));
@@ -354,7 +355,7 @@ TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
   for (uint64_t b = 8u << 20; b <= (64u << 20); b *= 2)
     EXPECT_EQ(pathName(Op::AllReduce, t5.lookup(Op::AllReduce, b)), "host-copy") << b;
   const CostInputs in5 = costInputs(gen5, Config(), 2);
-  EXPECT_NEAR(seedTimeUs(Op::AllReduce, Path{anyrAlgoHostCopy, false}, 16u << 20, in5), 524, 5);
+  EXPECT_NEAR(seedTimeUs(Op::AllReduce, Path{anyrAlgoHostCopy, false}, 16u << 20, in5), 508, 5);
   // A smaller chunk pays more per-chunk costs; a message of four chunks or fewer is cut into
   // quarters whatever the chunk (hostCopyLaunchChunkBytes).
   Config small;
@@ -367,7 +368,7 @@ TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
   // NCCL at 32 and 64 KB; a compressed wire does not use the protocol.
   // Launches of ANYR_HOST_LAUNCH_BYTES (default 16 MiB; not ANYR_CHUNK_BYTES): a 16 MiB host-copy
   // call is one launch, 64 MiB four equal ones; with 8 MiB launches 16 MiB pays one launch more
-  // (the same 16 chunks of 1 MiB either way).
+  // (the same 8 chunks of 2 MiB either way).
   EXPECT_EQ(in5.hostLaunchBytes, 16u << 20);
   const Path copy{anyrAlgoHostCopy, false};
   const double t16 = seedTimeUs(Op::AllReduce, copy, 16u << 20, in5);

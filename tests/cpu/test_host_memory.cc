@@ -235,29 +235,30 @@ TEST(HostLayout, HostLaunchBytesDefaultAndValidation) {
 }
 
 // The buffers a 16 MiB launch implies (the figures in host_handles.h's comment on
-// kHostDefaultLaunchBytes), with the default copy chunk (1 MiB) and low-latency limit (32 KiB).
+// kHostDefaultLaunchBytes), with the default copy chunk (2 MiB) and low-latency limit (32 KiB).
 TEST(HostLayout, DefaultLaunchSizesEveryBuffer) {
   const uint64_t launch = kHostDefaultLaunchBytes, MiB = 1u << 20, KiB = 1u << 10;
+  EXPECT_EQ(kHostCopyDefaultChunkBytes, 2 * MiB);
   for (int n : {2, 8}) {
     SCOPED_TRACE("ranks " + std::to_string(n));
-    const HostLayout l = computeHostLayout(launch, n, 32u << 10, MiB);
+    const HostLayout l = computeHostLayout(launch, n, 32u << 10, kHostCopyDefaultChunkBytes);
     EXPECT_EQ(l.launchBytes, launch);
     EXPECT_EQ(l.dataBytes, launch);
     EXPECT_EQ(l.resultBytes, launch / static_cast<uint64_t>(n) + 64 * KiB);
-    EXPECT_EQ(l.copyChunkBytes, MiB);
-    EXPECT_EQ(l.copyBytes, launch + MiB);  // device staging: n slots of this (initHostCopy)
-    EXPECT_EQ(l.dataOffset, 12 * KiB);     // header page + HostFlags
-    // rankBytes: 12 KiB + 2 x 16 MiB + 2 x (16 MiB / n + 64 KiB) + 2 x 64 KiB + 17 MiB
+    EXPECT_EQ(l.copyChunkBytes, 2 * MiB);
+    EXPECT_EQ(l.copyBytes, launch + 2 * MiB);  // device staging: n slots of this (initHostCopy)
+    EXPECT_EQ(l.dataOffset, 12 * KiB);         // header page + HostFlags
+    // rankBytes: 12 KiB + 2 x 16 MiB + 2 x (16 MiB / n + 64 KiB) + 2 x 64 KiB + 18 MiB
     const uint64_t rank = 12 * KiB + 2 * launch +
                           2 * (launch / static_cast<uint64_t>(n) + 64 * KiB) + 2 * 64 * KiB +
-                          17 * MiB;
+                          18 * MiB;
     EXPECT_EQ(l.rankBytes, rank);
-    EXPECT_EQ(l.rankBytes, n == 2 ? 65 * MiB + 268 * KiB : 53 * MiB + 268 * KiB);
+    EXPECT_EQ(l.rankBytes, n == 2 ? 66 * MiB + 268 * KiB : 54 * MiB + 268 * KiB);
     EXPECT_EQ(l.totalBytes, rank * static_cast<uint64_t>(n));
-    // A launch of the default size is 16 chunks of 1 MiB (the communicator creates
+    // A launch of the default size is 8 chunks of 2 MiB (the communicator creates
     // max(4, launchBytes / copyChunkBytes) events of each kind).
-    EXPECT_EQ(hostCopyLaunchChunkBytes(launch, l.copyChunkBytes), MiB);
-    EXPECT_EQ(launch / l.copyChunkBytes, 16u);
+    EXPECT_EQ(hostCopyLaunchChunkBytes(launch, l.copyChunkBytes), 2 * MiB);
+    EXPECT_EQ(launch / l.copyChunkBytes, 8u);
   }
 }
 
