@@ -63,7 +63,8 @@ struct HostCopyStreams {
   cudaEvent_t* copied;   // [chunk]: the own chunk is in host memory (recorded on d2h)
   cudaEvent_t* arrived;  // [chunk]: every peer raised its flag (recorded on poll)
   cudaEvent_t* recv;     // [chunk]: every peer's chunk is in device staging (recorded on h2d)
-  uint32_t events;       // entries of copied, arrived and recv
+  cudaEvent_t* packed;   // [chunk]: compressed wire: the own chunk quantized (caller's stream)
+  uint32_t events;       // entries of copied, arrived, recv and packed
 };
 // One launch (a piece of at most layout.launchBytes): `shape` is the reduction kernels' grid.
 cudaError_t launchHostCopy(anyrDataType_t dtype, const HostCopyArgs& a, const LaunchShape& shape,

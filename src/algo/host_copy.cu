@@ -9,8 +9,9 @@
 // region's copyOffset) and in the device staging. The caller's stream forks four side streams,
 // so that each copy engine's copies run back to back, never waiting for a kernel between them:
 //   d2h:  the launch barrier (below), then per chunk c one copy of the own chunk into the own
-//         copy buffer (compressed wire: of its quantized form, which one pack kernel made for
-//         the whole launch on the caller's stream before the fork), and an event;
+//         copy buffer (compressed wire: of its quantized form, which a pack kernel per chunk
+//         made on the caller's stream after the fork, each followed by an event the copy waits
+//         for: packing is fast, so the copies still run back to back), and an event;
 //   sig:  per chunk c, after d2h's chunk-c event, a signal kernel raising the own flag copy[c]
 //         to the epoch;
 //   poll: per chunk c, a wait kernel (bounded, Waiter) for every peer's copy[c], and an event;
@@ -49,8 +50,8 @@
 // kernel acquires the flag, and its host-to-device copy starts after that kernel completed.
 //
 // In place: the reduction of chunk c writes output chunk c, which d2h's copy of chunk c reads
-// (native wire; the pack kernel ran before the fork); when input and output overlap, the
-// reduction of chunk c also waits for d2h's chunk-c event.
+// (native wire; a compressed wire's packs all precede the reductions on the caller's stream);
+// when input and output overlap, the reduction of chunk c also waits for d2h's chunk-c event.
 #include <cstdint>
 
 #include "algo/algo.h"
@@ -107,17 +108,18 @@ __device__ __forceinline__ Vec loadInput(const HostArgs& a, uint64_t v) {
   return x;
 }
 
-// Compressed wire: quantizes every chunk of the launch into the send staging (wire.cuh's groups
-// of kWireGroupVecs vectors). Index j runs over the chunks' padded vectors, chunk c = j /
-// chunkVecs: chunks start at multiples of kHostBlockQuantum vectors, so neither a group nor a
-// warp straddles chunks, and the padded lanes past the input carry zeros. `total` (a multiple
-// of 32) is the padded vectors of the launch.
+// Compressed wire: quantizes chunk c of the launch into the send staging (wire.cuh's groups of
+// kWireGroupVecs vectors). Index j runs over the chunk's padded vectors, from c x chunkVecs:
+// chunks start at multiples of kHostBlockQuantum vectors, so neither a group nor a warp
+// straddles chunks, and the padded lanes past the input carry zeros. `end` (first + a multiple
+// of 32) is where the chunk's padded vectors end.
 template <typename T, bool kAligned, int kWire>
-__global__ void __launch_bounds__(kAlgoThreads) hostCopyPackKernel(HostCopyArgs a, uint64_t total) {
+__global__ void __launch_bounds__(kAlgoThreads)
+    hostCopyPackKernel(HostCopyArgs a, uint64_t first, uint64_t end) {
   constexpr int E = Elem<T>::kPerVec;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  // Warp-uniform: total and the stride are multiples of 32, blocks of whole warps.
-  for (uint64_t j = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < total;
+  // Warp-uniform: the chunk's span and the stride are multiples of 32, blocks of whole warps.
+  for (uint64_t j = first + static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < end;
        j += stride) {
     const uint64_t c = j / a.chunkVecs;
     const uint64_t i = j - c * a.chunkVecs;
@@ -212,31 +214,36 @@ cudaError_t launchHostCopy(anyrDataType_t dtype, const HostCopyArgs& a, const La
     if (e == cudaSuccess && r != cudaSuccess) e = r;
     return e == cudaSuccess;
   };
-  // Compressed wire: quantize every chunk first, on the caller's stream (local memory speed),
-  // so the d2h stream's copies run back to back.
-  if (!native) {
-    const uint64_t lastVecs = hostCopyChunkVecs(a.chunkVecs, h.numVecs, a.chunks - 1);
-    const uint64_t total = (a.chunks - 1) * a.chunkVecs + hostCopyPaddedVecs(lastVecs);
-    const LaunchShape pack = spreadShape(total, static_cast<uint64_t>(shape.blocks));
-    const cudaError_t r = dev::dispatchWire(h.wire, [&](auto wire) {
-      return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
-        using Tag = decltype(tag);
-        constexpr int W = decltype(wire)::value;
-        if constexpr (W != kWireNative) {
-          hostCopyPackKernel<typename Tag::T, Tag::kAligned, W>
-              <<<pack.blocks, pack.threads, 0, stream>>>(a, total);
-        }
-        return cudaGetLastError();
-      });
-    });
-    if (!ok(r)) return e;
-  }
   if (!ok(cudaEventRecord(s.fork, stream))) return e;
   for (cudaStream_t side : {s.d2h, s.sig, s.poll, s.h2d}) {
     if (!ok(cudaStreamWaitEvent(side, s.fork, 0))) return e;
   }
   hostCopyReadyKernel<<<1, 32, 0, s.d2h>>>(h);
   if (!ok(cudaGetLastError())) return e;
+  // Compressed wire: quantize the chunks one by one on the caller's stream (local memory speed,
+  // while the launch barrier runs), each followed by its event, so chunk 0 leaves after its own
+  // quantization rather than the whole launch's, and the d2h stream's later copies find their
+  // chunks ready (they still run back to back). The reductions come after every pack in the
+  // caller's stream, so no pack waits for an exchange.
+  if (!native) {
+    for (uint32_t c = 0; c < a.chunks; ++c) {
+      const uint64_t first = static_cast<uint64_t>(c) * a.chunkVecs;
+      const uint64_t end = first + hostCopyPaddedVecs(hostCopyChunkVecs(a.chunkVecs, h.numVecs, c));
+      const LaunchShape pack = spreadShape(end - first, static_cast<uint64_t>(shape.blocks));
+      const cudaError_t r = dev::dispatchWire(h.wire, [&](auto wire) {
+        return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+          using Tag = decltype(tag);
+          constexpr int W = decltype(wire)::value;
+          if constexpr (W != kWireNative) {
+            hostCopyPackKernel<typename Tag::T, Tag::kAligned, W>
+                <<<pack.blocks, pack.threads, 0, stream>>>(a, first, end);
+          }
+          return cudaGetLastError();
+        });
+      });
+      if (!ok(r) || !ok(cudaEventRecord(s.packed[c], stream))) return e;
+    }
+  }
 
   for (uint32_t c = 0; c < a.chunks; ++c) {
     const bool last = c + 1 == a.chunks;
@@ -248,7 +255,8 @@ cudaError_t launchHostCopy(anyrDataType_t dtype, const HostCopyArgs& a, const La
         native ? (bytes - off < chunkBytes ? bytes - off : chunkBytes) : hostCopyWireBytes(vecs, E);
     // d2h: the own chunk out (copies back to back); sig: its flag once it is out.
     const char* src = native ? in + off : a.sendStage + off;
-    if (!ok(cudaMemcpyAsync(ownHost + off, src, wireBytes, cudaMemcpyDeviceToHost, s.d2h)) ||
+    if ((!native && !ok(cudaStreamWaitEvent(s.d2h, s.packed[c], 0))) ||
+        !ok(cudaMemcpyAsync(ownHost + off, src, wireBytes, cudaMemcpyDeviceToHost, s.d2h)) ||
         !ok(cudaEventRecord(s.copied[c], s.d2h)) ||
         !ok(cudaStreamWaitEvent(s.sig, s.copied[c], 0))) {
       return e;

@@ -197,7 +197,7 @@ class Communicator {
     char* recvStage = nullptr;  // device: (nranks - 1) peers' chunks of one launch
     cudaStream_t d2h = nullptr, sig = nullptr, poll = nullptr, h2d = nullptr;
     cudaEvent_t fork = nullptr, signaled = nullptr;
-    std::vector<cudaEvent_t> copied, arrived, recv;  // one per chunk of a launch
+    std::vector<cudaEvent_t> copied, arrived, recv, packed;  // one per chunk of a launch
   };
   HostCopyResources copy_;
   void* scratch_ = nullptr;  // all-reduce target of the unfused fused-op path

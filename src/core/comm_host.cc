@@ -176,7 +176,7 @@ void Communicator::initHostCopy() {
   // Chunks of one launch: at most a launch's worth of configured chunks, or four smaller ones.
   const uint64_t most = std::max<uint64_t>(
       4, (hostLayout_.launchBytes + hostLayout_.copyChunkBytes - 1) / hostLayout_.copyChunkBytes);
-  for (std::vector<cudaEvent_t>* v : {&copy_.copied, &copy_.arrived, &copy_.recv}) {
+  for (std::vector<cudaEvent_t>* v : {&copy_.copied, &copy_.arrived, &copy_.recv, &copy_.packed}) {
     v->resize(most, nullptr);
     for (cudaEvent_t& e : *v) {
       ANYR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -185,7 +185,7 @@ void Communicator::initHostCopy() {
 }
 
 void Communicator::freeHostCopy() {
-  for (std::vector<cudaEvent_t>* v : {&copy_.copied, &copy_.arrived, &copy_.recv}) {
+  for (std::vector<cudaEvent_t>* v : {&copy_.copied, &copy_.arrived, &copy_.recv, &copy_.packed}) {
     for (cudaEvent_t e : *v) {
       if (e != nullptr) (void)cudaEventDestroy(e);
     }
@@ -210,11 +210,17 @@ void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, si
     t.hostBase = host_->host();
     t.sendStage = copy_.sendStage;
     t.recvStage = copy_.recvStage;
-    const HostCopyStreams streams{copy_.d2h,           copy_.sig,
-                                  copy_.poll,          copy_.h2d,
-                                  copy_.fork,          copy_.signaled,
-                                  copy_.copied.data(), copy_.arrived.data(),
-                                  copy_.recv.data(),   static_cast<uint32_t>(copy_.copied.size())};
+    const HostCopyStreams streams{copy_.d2h,
+                                  copy_.sig,
+                                  copy_.poll,
+                                  copy_.h2d,
+                                  copy_.fork,
+                                  copy_.signaled,
+                                  copy_.copied.data(),
+                                  copy_.arrived.data(),
+                                  copy_.recv.data(),
+                                  copy_.packed.data(),
+                                  static_cast<uint32_t>(copy_.copied.size())};
     launchInPieces(
         algo, hostTemplate_, in, out, count, dtype, hostLayout_.launchBytes,
         [&](const HostArgs& a, const LaunchShape& piece) {
