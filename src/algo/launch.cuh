@@ -10,6 +10,35 @@
 
 namespace anyr {
 
+// cudaLaunchKernelEx with optional programmatic stream serialization (pdl) and a
+// one-dimensional cluster dimension (clusterBlocks > 0).
+template <typename... Params, typename... Args>
+cudaError_t launchKernelEx(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned clusterBlocks,
+                           size_t smem, cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchAttribute attr[2] = {};
+  unsigned n = 0;
+  if (clusterBlocks > 0) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = clusterBlocks;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+}
+
 template <typename... Params, typename... Args>
 cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                          cudaStream_t stream, bool pdl, Args&&... args) {
@@ -17,17 +46,7 @@ cudaError_t launchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
     kernel<<<grid, block, smem, stream>>>(static_cast<Args&&>(args)...);
     return cudaGetLastError();
   }
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+  return launchKernelEx(kernel, grid, block, 0u, smem, stream, true, static_cast<Args&&>(args)...);
 }
 
 // As launchKernel, in one-dimensional clusters of `clusterBlocks` blocks (grid.x a multiple of
@@ -36,21 +55,8 @@ template <typename... Params, typename... Args>
 cudaError_t launchClusterKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
                                 unsigned clusterBlocks, size_t smem, cudaStream_t stream, bool pdl,
                                 Args&&... args) {
-  cudaLaunchAttribute attr[2] = {};
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = clusterBlocks;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+  return launchKernelEx(kernel, grid, block, clusterBlocks, smem, stream, pdl,
+                        static_cast<Args&&>(args)...);
 }
 
 }  // namespace anyr

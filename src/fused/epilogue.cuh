@@ -448,6 +448,44 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int r
 // and weight vectors (zeros past the row); `red` holds kClusterRedWords words.
 constexpr int kClusterRedWords = 33;  // 32 group sums at most, then the failure word
 
+// A thread's place in a cluster-form kernel: its cluster takes rows cluster, cluster +
+// clusters, ...; the thread holds vector v of each (first: its block's first vector), and the
+// row data that does not depend on the all-reduce: the weight vector and the quantization
+// scale (loaded at construction) and the current row's residual vector (loadResidual).
+template <typename T, int kQuant, bool kAligned>
+struct ClusterRowThread {
+  int cluster, clusters, first, v;
+  bool active;  // v < hidden / 8
+  bool resAligned;
+  float qscale;
+  Vec w, res;
+
+  __device__ __forceinline__ explicit ClusterRowThread(const FusedParams& p) {
+    const int blocks = static_cast<int>(clusterSize());
+    cluster = static_cast<int>(blockIdx.x) / blocks;
+    clusters = static_cast<int>(gridDim.x) / blocks;
+    first = static_cast<int>(clusterBlockRank() * blockDim.x);
+    v = first + static_cast<int>(threadIdx.x);
+    active = v < p.hidden / 8;
+    resAligned = kAligned || isAligned(p.residualIn, 16);
+    w = Vec{};
+    res = Vec{};
+    if (active) {
+      w = loadRowVec(static_cast<const T*>(p.weight), v, p.hidden,
+                     kAligned || isAligned(p.weight, 16));
+    }
+    qscale = quantScale<kQuant>(p);
+  }
+
+  // The residual vector of row `row` (of the whole call, rowBase included).
+  __device__ __forceinline__ void loadResidual(const FusedParams& p, int row) {
+    if (p.residualIn != nullptr && active) {
+      res = loadRowVec(static_cast<const T*>(p.residualIn) + static_cast<int64_t>(row) * p.hidden,
+                       v, p.hidden, resAligned);
+    }
+  }
+};
+
 template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false>
 __device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p, int row, int v,
                                                         float (&x)[8], const Vec& res, const Vec& w,

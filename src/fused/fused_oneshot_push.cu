@@ -210,35 +210,17 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
   const int H = p.hidden / 8;
   const bool inAligned = kAligned || dev::isAligned(in, 16);
-  const int blocks = static_cast<int>(dev::clusterSize());
-  const int cluster = static_cast<int>(blockIdx.x) / blocks;
-  const int clusters = static_cast<int>(gridDim.x) / blocks;
-  const int first = static_cast<int>(dev::clusterBlockRank() * blockDim.x);  // block's vectors
-  const int v = first + static_cast<int>(threadIdx.x);                       // thread's vector
-  const bool mineV = v < H;
-
   // The weight, the scale and the first row's residual first (their latency hides behind the
   // pushes and the wait).
-  Vec w = {}, res = {};
-  if (mineV) {
-    w = dev::loadRowVec(static_cast<const T*>(p.weight), v, p.hidden,
-                        kAligned || dev::isAligned(p.weight, 16));
-  }
-  const float qscale = dev::quantScale<Q>(p);
-  const bool resAligned = kAligned || dev::isAligned(p.residualIn, 16);
-  auto loadRes = [&](int row) {
-    if (p.residualIn != nullptr && mineV) {
-      res = dev::loadRowVec(
-          static_cast<const T*>(p.residualIn) + static_cast<int64_t>(rowBase + row) * p.hidden, v,
-          p.hidden, resAligned);
-    }
-  };
+  dev::ClusterRowThread<T, Q, kAligned> me(p);
+  const int cluster = me.cluster, clusters = me.clusters, first = me.first, v = me.v;
+  const bool mineV = me.active;
   auto loadMine = [&](int row, Vec& mine) {
     mine = Vec{};
     if (mineV) mine = dev::loadRowVec(in, static_cast<uint64_t>(row) * H + v, a.count, inAligned);
     dev::sanitize<T>(mine);
   };
-  if (cluster < rows) loadRes(cluster);
+  if (cluster < rows) me.loadResidual(p, rowBase + cluster);
 
   // 1. Push, by the rows' own threads: thread (cluster k, block c, t) sends vector v of rows
   // k, k + K, ... (loads first, then the stores). A vector of partial is read only by the
@@ -267,7 +249,7 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
   bool pending = false;
   for (int row = cluster; row < rows; row += clusters) {
     if (row != cluster) {
-      loadRes(row);
+      me.loadResidual(p, rowBase + row);
       loadMine(row, mine);
     }
     float acc[8] = {};
@@ -286,8 +268,8 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
       if (ok) dev::accumulate<T>(acc, x[0]);
     }
     // Cluster-uniform: every block learns whether any part of the row failed.
-    if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, v, acc, res, w, qscale, red,
-                                                      ok, pending)) {
+    if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, v, acc, me.res, me.w,
+                                                      me.qscale, red, ok, pending)) {
       break;
     }
   }

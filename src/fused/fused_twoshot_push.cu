@@ -333,28 +333,9 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
   const bool inAligned = kAligned || dev::isAligned(in, 16);
   const int Lr = (rows + n - 1) / n;
   const uint64_t L = static_cast<uint64_t>(Lr) * H;
-  const int blocks = static_cast<int>(dev::clusterSize());
-  const int cluster = static_cast<int>(blockIdx.x) / blocks;
-  const int clusters = static_cast<int>(gridDim.x) / blocks;
-  const int first = static_cast<int>(dev::clusterBlockRank() * blockDim.x);  // block's vectors
-  const int v = first + static_cast<int>(threadIdx.x);                       // thread's vector
-  const bool mineV = v < H;
-
-  Vec w = {}, res = {};
-  if (mineV) {
-    w = dev::loadRowVec(static_cast<const T*>(p.weight), v, p.hidden,
-                        kAligned || dev::isAligned(p.weight, 16));
-  }
-  const float qscale = dev::quantScale<Q>(p);
-  const bool resAligned = kAligned || dev::isAligned(p.residualIn, 16);
-  auto loadRes = [&](int row) {
-    if (p.residualIn != nullptr && mineV) {
-      res = dev::loadRowVec(
-          static_cast<const T*>(p.residualIn) + static_cast<int64_t>(rowBase + row) * p.hidden, v,
-          p.hidden, resAligned);
-    }
-  };
-  if (cluster < rows) loadRes(cluster);
+  dev::ClusterRowThread<T, Q, kAligned> me(p);
+  const int cluster = me.cluster, clusters = me.clusters, first = me.first;
+  if (cluster < rows) me.loadResidual(p, rowBase + cluster);
 
   dev::Waiter waiter(a.wait);
   bool ok = scatterAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
@@ -362,13 +343,13 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
   char* gather = a.peerWorkspace[rank] + a.layout.tsOffset + (2ull * ph.cur + 1) * areaBytes;
   bool pending = false;
   for (int row = cluster; row < rows; row += clusters) {
-    if (row != cluster) loadRes(row);
+    if (row != cluster) me.loadResidual(p, rowBase + row);
     const int owner = row / Lr;
     char* src = gather + static_cast<uint64_t>(owner) * slot +
                 (static_cast<uint64_t>(row - owner * Lr) * H + static_cast<uint64_t>(first)) * 16;
     Vec x[1] = {};
     if (ok) ok = dev::pollRowRegs<T, 1>(src, H - first, x, waiter, owner, epoch);
-    if (ok && owner == rank && mineV) {
+    if (ok && owner == rank && me.active) {
       dev::storeRelaxed(src + static_cast<uint64_t>(threadIdx.x) * 16, dev::clearVec());
     }
     float acc[8];
@@ -376,8 +357,8 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
 #pragma unroll
     for (int q = 0; q < 8; ++q) acc[q] = Elem<T>::toFloat(e[q]);
     // Cluster-uniform: every block learns whether any part of the row failed.
-    if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, v, acc, res, w, qscale, red,
-                                                      ok, pending)) {
+    if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, me.v, acc, me.res, me.w,
+                                                      me.qscale, red, ok, pending)) {
       break;
     }
   }

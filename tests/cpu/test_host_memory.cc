@@ -67,13 +67,19 @@ std::vector<std::string> leftovers(const std::string& prefix) {
   return out;
 }
 
-TEST(HostMemory, SameOutcomeOnEveryRankAndNoNameLeftBehind) {
+// A unique id on the loopback interface, whatever the environment says.
+anyrUniqueId loopbackUniqueId() {
   setenv("ANYR_SOCKET_ADDR", "127.0.0.1", 1);
   unsetenv("ANYR_SOCKET_IFNAME");
   unsetenv("ANYR_SOCKET_PORT");
   anyrUniqueId id;
   createUniqueId(&id);
   unsetenv("ANYR_SOCKET_ADDR");
+  return id;
+}
+
+TEST(HostMemory, SameOutcomeOnEveryRankAndNoNameLeftBehind) {
+  const anyrUniqueId id = loopbackUniqueId();
   const int n = 3;
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
@@ -287,12 +293,7 @@ int agreeRank(const anyrUniqueId& id, int rank, int n, const char* value) {
 }
 
 std::vector<int> runAgree(const std::vector<const char*>& values) {
-  setenv("ANYR_SOCKET_ADDR", "127.0.0.1", 1);
-  unsetenv("ANYR_SOCKET_IFNAME");
-  unsetenv("ANYR_SOCKET_PORT");
-  anyrUniqueId id;
-  createUniqueId(&id);
-  unsetenv("ANYR_SOCKET_ADDR");
+  const anyrUniqueId id = loopbackUniqueId();
   const int n = static_cast<int>(values.size());
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {

@@ -140,20 +140,20 @@ TEST(HostCopyGpu, PiecesAndChunksExactEveryDtypeGraphReplayBitIdentical) {
   expectRanksPassedWithEqualHashes(results, 2);
 }
 
-TEST(HostCopyGpu, InvalidChunkSizeFailsInitNamingIt) {
-  REQUIRE_GPU();
+// Both ranks set `var` to `value` and must fail init with anyrInvalidArgument, the message
+// naming the variable and containing `rule`.
+void expectInitRefuses(const char* var, const char* value, const std::string& rule) {
   auto results =
       runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        setenv("ANYR_HOST_COPY_CHUNK_BYTES", "100000", 1);  // not a multiple of 64 KiB
+        setenv(var, value, 1);
         useRankGpu(rank);
         anyrComm_t comm = nullptr;
         const anyrResult_t r = anyrCommInitRank(&comm, n, id, rank);
         const std::string msg = anyrGetLastError(nullptr);
-        if (r != anyrInvalidArgument ||
-            msg.find("ANYR_HOST_COPY_CHUNK_BYTES") == std::string::npos ||
-            msg.find("64 KiB") == std::string::npos) {
-          report("FAIL expected anyrInvalidArgument naming ANYR_HOST_COPY_CHUNK_BYTES, got " +
-                 std::string(anyrGetErrorString(r)) + ": " + msg + "\n");
+        if (r != anyrInvalidArgument || msg.find(var) == std::string::npos ||
+            msg.find(rule) == std::string::npos) {
+          report(std::string("FAIL expected anyrInvalidArgument naming ") + var + ", got " +
+                 anyrGetErrorString(r) + ": " + msg + "\n");
           if (r == anyrSuccess) anyrCommDestroy(comm);
           return 4;
         }
@@ -163,26 +163,14 @@ TEST(HostCopyGpu, InvalidChunkSizeFailsInitNamingIt) {
   EXPECT_TRUE(failures.empty()) << failures;
 }
 
+TEST(HostCopyGpu, InvalidChunkSizeFailsInitNamingIt) {
+  REQUIRE_GPU();
+  expectInitRefuses("ANYR_HOST_COPY_CHUNK_BYTES", "100000", "64 KiB");  // not a multiple of 64 KiB
+}
+
 TEST(HostCopyGpu, InvalidLaunchSizeFailsInitNamingIt) {
   REQUIRE_GPU();
-  auto results =
-      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        setenv("ANYR_HOST_LAUNCH_BYTES", "100000", 1);  // not a multiple of 4096
-        useRankGpu(rank);
-        anyrComm_t comm = nullptr;
-        const anyrResult_t r = anyrCommInitRank(&comm, n, id, rank);
-        const std::string msg = anyrGetLastError(nullptr);
-        if (r != anyrInvalidArgument || msg.find("ANYR_HOST_LAUNCH_BYTES") == std::string::npos ||
-            msg.find("multiple of 4096") == std::string::npos) {
-          report("FAIL expected anyrInvalidArgument naming ANYR_HOST_LAUNCH_BYTES, got " +
-                 std::string(anyrGetErrorString(r)) + ": " + msg + "\n");
-          if (r == anyrSuccess) anyrCommDestroy(comm);
-          return 4;
-        }
-        return 0;
-      });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectInitRefuses("ANYR_HOST_LAUNCH_BYTES", "100000", "multiple of 4096");  // not a multiple
 }
 
 }  // namespace
