@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "fused/fused.h"
+#include "fused/fused_algo.h"
 #include "select/explain.h"
 
 namespace anyr {
@@ -65,6 +66,19 @@ std::string Communicator::explainText() const {
   in.tuned = tuned_.get();
   in.forced = static_cast<anyrAlgo_t>(forced_.load());
   in.tuningNote = tuningNote_;
+  in.launchNotes.push_back(std::string("programmatic launch: ") + (pdlOn_ ? "on" : "off") + " (" +
+                           pdlReason_ + ")");
+  std::string clusters = std::string("fused kernels in thread-block clusters: ") +
+                         (clusterOn_ ? "on" : "off") + " (" + clusterReason_ + ")";
+  if (clusterOn_) {
+    clusters += "; setting " + std::to_string(cfg_.fusedCluster) +
+                " (0 automatic); cluster size by rows of hidden 6144 (1: a block per row)";
+    for (int rows : {1, 8, 16, 32, 64}) {
+      clusters += (rows == 1 ? ": " : ", ") + std::to_string(rows) + " -> " +
+                  std::to_string(fusedClusterSize(rows, 6144, maxBlocks_, cfg_.fusedCluster));
+    }
+  }
+  in.launchNotes.push_back(clusters);
   return explainDispatch(in);
 }
 

@@ -36,6 +36,7 @@ std::string explainDispatch(const ExplainInput& in) {
   const CostInputs ci = costInputs(*in.topo, *in.cfg, in.nranks);
   os << "cost model inputs: " << ci.summary << "\n";
   if (!in.tuningNote.empty()) os << "tuning table: " << in.tuningNote << "\n";
+  for (const std::string& note : in.launchNotes) os << note << "\n";
   if (in.forced != anyrAlgoAuto) {
     os << "FORCED: algorithm " << anyrAlgoName(in.forced)
        << " (configuration / ANYR_ALGO / anyrCommSetAlgorithm) overrides every choice below\n";

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "select/admission.h"
@@ -24,6 +25,8 @@ struct ExplainInput {
   const TuningTable* tuned = nullptr;  // may be null
   anyrAlgo_t forced = anyrAlgoAuto;
   std::string tuningNote;  // "loaded from X", "ignored: ...", "" (none)
+  // Launch features and why (programmatic launch, thread-block clusters): one line each.
+  std::vector<std::string> launchNotes;
   uint64_t minBytes = 1024;
   uint64_t maxBytes = 256ull << 20;
 };

@@ -105,6 +105,13 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
              cl.dump() + " on a GPU with cluster launch " + std::to_string(hasClusters) + "\n");
       return 4;
     }
+    // The text form says it too.
+    const std::string said =
+        std::string("fused kernels in thread-block clusters: ") + (enabled ? "on" : "off");
+    if (explainText(comm).find(said) == std::string::npos) {
+      report("FAIL anyrCommExplain's text lacks '" + said + "'\n");
+      return 4;
+    }
   }
   cudaStream_t s;
   R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
