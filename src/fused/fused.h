@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <array>
 
@@ -77,6 +78,15 @@ __host__ __device__ constexpr int64_t swizzledScaleOffset(int64_t m, int64_t k, 
   return (m / 128) * (swizzledPaddedCols(cols) / 4) * 512 + (k / 4) * 512 + (m % 32) * 16 +
          ((m % 128) / 32) * 4 + (k % 4);
 }
+// The same offset in two parts, for a kernel that writes many columns of one row:
+// swizzledScaleOffset(m, k, cols) == swizzledScaleRowPart(m, cols) + swizzledScaleColPart(k)
+// for m, k >= 0 (a CPU test checks it).
+__host__ __device__ constexpr int64_t swizzledScaleRowPart(int64_t m, int64_t cols) {
+  return (m / 128) * (swizzledPaddedCols(cols) / 4) * 512 + (m % 32) * 16 + ((m % 128) / 32) * 4;
+}
+__host__ __device__ constexpr uint32_t swizzledScaleColPart(uint32_t k) {
+  return ((k >> 2) << 9) | (k & 3u);
+}
 
 // ---- FP4 e2m1 encoding (the kernel's; host-callable so CPU tests check it) ----------------
 // Round to nearest even onto {0, 0.5, 1, 1.5, 2, 3, 4, 6}, |v| above 6 saturates to 6, the sign
@@ -84,12 +94,22 @@ __host__ __device__ constexpr int64_t swizzledScaleOffset(int64_t m, int64_t k, 
 // and of cuda_fp4.h. Comparisons with the grid's midpoints, a tie going to the even code
 // (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4): the same
 // instructions on every architecture, so every GPU gives the same bits.
+__host__ __device__ inline uint32_t floatBits(float v) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(v);
+#else
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+#endif
+}
+
 __host__ __device__ inline uint32_t e2m1Code(float v) {
   const float a = fabsf(v);
   if (a != a) return 0x7u;  // NaN
   const uint32_t c = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
                      (a >= 3.5f) + (a > 5.0f);
-  return c | (copysignf(1.0f, v) < 0.0f ? 0x8u : 0u);
+  return c | ((floatBits(v) >> 28) & 0x8u);  // the sign bit, as copysign would keep it
 }
 
 // ---- host: argument rules -----------------------------------------------------------------

@@ -236,6 +236,10 @@ TEST(FusedSwizzle, BijectionOntoPaddedBuffer) {
           ASSERT_GE(off, 0);
           ASSERT_LT(off, bytes) << rows << "x" << cols << " (" << m << "," << k << ")";
           ASSERT_EQ(off, ref::swizzleOffset(m, k, cols)) << m << "," << k;
+          // The kernels' split form (a row's part once, then a column's).
+          ASSERT_EQ(off, swizzledScaleRowPart(m, cols) +
+                             static_cast<int64_t>(swizzledScaleColPart(static_cast<uint32_t>(k))))
+              << m << "," << k;
           ASSERT_EQ(seen[off], 0) << "offset " << off << " hit twice";
           seen[off] = 1;
         }
