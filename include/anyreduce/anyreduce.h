@@ -125,8 +125,8 @@ typedef struct {
   int tuneBudgetMs;       /* > 0: with no matching table, tune at init within this budget and
                              save to tuningFile if set; ANYR_TUNE_BUDGET_MS; default 0 */
   int wire;         /* anyrWire_t: host-memory algorithms and one-shot pull; ANYR_WIRE; native */
-  int fusedCluster; /* thread-block cluster size of the fused one-shot all-reduce + RMSNorm
-                       kernel: 1 = off, 2, 4 or 8; ANYR_FUSED_CLUSTER; 0 = automatic */
+  int fusedCluster; /* thread-block cluster size of the fused all-reduce + RMSNorm kernels
+                       (one-shot, two-shot): 1 = off, 2, 4 or 8; ANYR_FUSED_CLUSTER; 0 = auto */
 } anyrConfig_t;
 #define ANYR_CONFIG_MAGIC 0x414e5952u
 #define ANYR_CONFIG_INITIALIZER                                                        \

@@ -299,7 +299,7 @@ class Config:
     use_nccl: create/keep an NCCL communicator         (ANYR_USE_NCCL; default True)
     max_blocks: cap on thread blocks per kernel, 0=auto (ANYR_MAX_BLOCKS)
     wire: Wire, int or name: 'native', 'fp8', 'int8' (ANYR_WIRE; default native)
-    fused_cluster: thread-block cluster size of the fused one-shot all-reduce + RMSNorm kernel:
+    fused_cluster: thread-block cluster size of the fused all-reduce + RMSNorm kernels:
         0=auto, 1=off, 2, 4 or 8 (ANYR_FUSED_CLUSTER; default 0)
     """
 

@@ -17,8 +17,8 @@ struct Config {
   uint64_t chunkBytes = 8ull << 20;
   bool useNccl = true;
   int maxBlocks = 0;  // 0: automatic
-  // Thread-block cluster size of the fused one-shot all-reduce + RMSNorm kernel: 0 = automatic,
-  // 1 = off, 2, 4 or 8 (used where the probe admits clusters).
+  // Thread-block cluster size of the fused all-reduce + RMSNorm kernels (one-shot and the
+  // two-shot's register form): 0 = automatic, 1 = off, 2, 4 or 8 (where the probe admits them).
   int fusedCluster = 0;
   // Dispatch tuning (select/tuning.h). Not part of Wire: rank 0's values are broadcast by the
   // communicator's tuning step, and only rank 0 reads or writes the file.
