@@ -8,6 +8,7 @@
 //    0..256, fusedCluster 0, 1, 2, 4 or 8, a valid algorithm) and survives the wire round trip
 //    (Config::toWire/fromWire).
 // Input layout: [sizeof(anyrConfig_t) bytes of config][flags byte][NUL-separated env values].
+// tests/fuzz/make_seeds.py packs the seeds' config with this layout; it must follow the struct.
 // Build and run: scripts/fuzz.sh (tests/fuzz/corpus/config_env is the seed corpus).
 #include <algorithm>
 #include <cstdint>
@@ -21,6 +22,9 @@
 #include "core/config.h"
 #include "core/env.h"
 #include "core/error.h"
+
+static_assert(sizeof(void*) != 8 || sizeof(anyrConfig_t) == 80,
+              "anyrConfig_t changed: update config() in tests/fuzz/make_seeds.py and rerun it");
 
 namespace {
 

@@ -63,18 +63,24 @@ write("bootstrap_message", "uid_ipv6", unique_id(6, 29501, b"\0" * 15 + b"\1"))
 write("bootstrap_message", "uid_ipv6_scope", unique_id(6, 40000, b"\xfe\x80" + b"\0" * 13 + b"\1", 2))
 write("bootstrap_message", "uid_port0", unique_id(4, 0, bytes([10, 0, 0, 1])))
 
-# ---- config_env: anyrConfig_t (56 bytes) + flags + NUL-separated values ----------------------
-# Variables in order: ANYR_ALGO, ANYR_TIMEOUT_MS, ANYR_ONESHOT_MAX_BYTES, ANYR_TWOSHOT_MAX_BYTES,
-# ANYR_CHUNK_BYTES, ANYR_USE_NCCL, ANYR_MAX_BLOCKS, ANYR_FUSED_CLUSTER (the seeds below set the
-# first seven; values of the eighth come only from the fuzzer's mutations).
+# ---- config_env: anyrConfig_t (80 bytes) + flags + NUL-separated values ----------------------
+# anyrConfig_t on a 64-bit target: size, magic, version, algorithm, timeoutMs, oneShotMaxBytes,
+# twoShotMaxBytes, chunkBytes, useNccl, maxBlocks, tuningFile (a pointer: the harness replaces
+# it), tuneBudgetMs, wire, fusedCluster, 4 bytes of padding (fuzz_config_env.cc asserts the
+# size). Variables in order: ANYR_ALGO, ANYR_TIMEOUT_MS, ANYR_ONESHOT_MAX_BYTES,
+# ANYR_TWOSHOT_MAX_BYTES, ANYR_CHUNK_BYTES, ANYR_USE_NCCL, ANYR_MAX_BLOCKS, ANYR_FUSED_CLUSTER.
 UNDEF_INT = -2147483648
 UNDEF_SIZE = 0xFFFFFFFFFFFFFFFF
+CONFIG_BYTES = 80
 
 
 def config(algo=UNDEF_INT, timeout=UNDEF_INT, one=UNDEF_SIZE, two=UNDEF_SIZE, chunk=UNDEF_SIZE,
-           nccl=UNDEF_INT, blocks=UNDEF_INT):
-    return struct.pack("<QIIiiQQQii", 56, 0x414E5952, 100, algo, timeout, one, two, chunk, nccl,
-                       blocks)
+           nccl=UNDEF_INT, blocks=UNDEF_INT, budget=UNDEF_INT, wire=UNDEF_INT,
+           cluster=UNDEF_INT):
+    packed = struct.pack("<QIIiiQQQiiQiii4x", CONFIG_BYTES, 0x414E5952, 100, algo, timeout, one,
+                         two, chunk, nccl, blocks, 0, budget, wire, cluster)
+    assert len(packed) == CONFIG_BYTES
+    return packed
 
 
 def env(*values):
@@ -82,10 +88,12 @@ def env(*values):
 
 
 write("config_env", "defaults", config() + b"\x03")
-write("config_env", "struct_fields", config(1, 5000, 1 << 20, 32 << 20, 8 << 20, 0, 16) + b"\x03")
+write("config_env", "struct_fields",
+      config(1, 5000, 1 << 20, 32 << 20, 8 << 20, 0, 16, 0, 1, 4) + b"\x03")
 write("config_env", "env_values",
-      config() + b"\x02" + env("twoshot", "10000", "256K", "64M", "16M", "1", "32"))
-write("config_env", "bad_env", config() + b"\x00" + env("bogus", "-1", "1Q", "", "1000", "2", "999"))
-write("config_env", "bad_struct", config(99, 0, 1 << 40, 0, 4097, 3, -1) + b"\x03")
+      config() + b"\x02" + env("twoshot", "10000", "256K", "64M", "16M", "1", "32", "8"))
+write("config_env", "bad_env",
+      config() + b"\x00" + env("bogus", "-1", "1Q", "", "1000", "2", "999", "3"))
+write("config_env", "bad_struct", config(99, 0, 1 << 40, 0, 4097, 3, -1, -5, 7, 16) + b"\x03")
 write("config_env", "size_text", b"64KiB")
 write("config_env", "algo_text", b"oneshot-pull")
