@@ -217,6 +217,16 @@ void Communicator::probeClusters() {
   clusterReason_ = why;
 }
 
+std::vector<std::pair<int, int>> Communicator::clusterSizeSamples() const {
+  std::vector<std::pair<int, int>> out;
+  for (int rows : {1, 8, 16, 32, 64}) {
+    out.emplace_back(rows, clusterOn_ ? fusedClusterSize(rows, kClusterSampleHidden, maxBlocks_,
+                                                         cfg_.fusedCluster)
+                                      : 1);
+  }
+  return out;
+}
+
 void Communicator::agreeConfig(const Config& local) {
   // Rank 0's resolved configuration is the communicator's; a rank whose own differs is told.
   Config::Wire w = local.toWire();
@@ -979,19 +989,14 @@ std::string Communicator::explainJson() const {
   j["dispatchText"] = explainText();
   j["tuning"] = tuningNote_;
   j["programmaticLaunch"] = {{"enabled", pdlOn_}, {"reason", pdlReason_}};
-  // The fused one-shot's cluster form: the size it takes for 1, 8, 32 rows of 4096 and 8192
-  // (fusedClusterSize; 1 = the block-per-row kernel).
+  // The fused kernels' cluster form: the size they take by rows (clusterSizeSamples).
   nlohmann::json sizes = nlohmann::json::object();
-  for (int hidden : {4096, 8192}) {
-    for (int rows : {1, 8, 32}) {
-      sizes[std::to_string(rows) + "x" + std::to_string(hidden)] =
-          clusterOn_ ? fusedClusterSize(rows, hidden, maxBlocks_, cfg_.fusedCluster) : 1;
-    }
-  }
+  for (const auto& [rows, size] : clusterSizeSamples()) sizes[std::to_string(rows)] = size;
   j["fusedClusters"] = {{"enabled", clusterOn_},
                         {"reason", clusterReason_},
                         {"setting", cfg_.fusedCluster},
-                        {"sizeByRowsAndHidden", sizes}};
+                        {"hidden", kClusterSampleHidden},
+                        {"sizeByRows", sizes}};
   if (peers_) {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algo/algo.h"
@@ -154,6 +155,11 @@ class Communicator {
   // Thread-block clusters for the fused one-shot (fused_algo.h): admitted where every rank's
   // probe launch worked and the agreed config does not turn them off.
   void probeClusters();
+  // The cluster size the fused kernels take for a few row counts of hidden kClusterSampleHidden
+  // (1: a block per row, and always 1 where clusters are off): what explain reports, in its
+  // JSON and its text alike.
+  static constexpr int kClusterSampleHidden = 6144;
+  std::vector<std::pair<int, int>> clusterSizeSamples() const;
   void launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);
   void explainHost(void* json) const;  // nlohmann::json*

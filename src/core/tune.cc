@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "fused/fused.h"
-#include "fused/fused_algo.h"
 #include "select/explain.h"
 
 namespace anyr {
@@ -72,10 +71,12 @@ std::string Communicator::explainText() const {
                          (clusterOn_ ? "on" : "off") + " (" + clusterReason_ + ")";
   if (clusterOn_) {
     clusters += "; setting " + std::to_string(cfg_.fusedCluster) +
-                " (0 automatic); cluster size by rows of hidden 6144 (1: a block per row)";
-    for (int rows : {1, 8, 16, 32, 64}) {
-      clusters += (rows == 1 ? ": " : ", ") + std::to_string(rows) + " -> " +
-                  std::to_string(fusedClusterSize(rows, 6144, maxBlocks_, cfg_.fusedCluster));
+                " (0 automatic); cluster size by rows of hidden " +
+                std::to_string(kClusterSampleHidden) + " (1: a block per row)";
+    const char* sep = ": ";
+    for (const auto& [rows, size] : clusterSizeSamples()) {
+      clusters += sep + std::to_string(rows) + " -> " + std::to_string(size);
+      sep = ", ";
     }
   }
   in.launchNotes.push_back(clusters);
