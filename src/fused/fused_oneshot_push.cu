@@ -31,6 +31,14 @@ namespace {
 using dev::Elem;
 using dev::Vec;
 
+// Vector x into slot [rank] of every peer's push buffer, `off` bytes into the push area (the
+// phase, the slot and the vector's place included).
+__device__ __forceinline__ void pushToPeers(const AllReduceArgs& a, uint64_t off, const uint4& x) {
+  for (int d = 1; d < a.nranks; ++d) {
+    dev::storeSys(a.peerWorkspace[(a.rank + d) % a.nranks] + a.layout.pushOffset + off, x);
+  }
+}
+
 // Step 1 of the block-per-row kernel: this rank's rows of the launch into slot [rank] of every
 // peer's push buffer, phase at phaseOffset. Every block of the grid takes part, block b the b-th
 // contiguous share of the launch's vectors: one SM injects into the links at a limited rate, so a
@@ -38,9 +46,7 @@ using dev::Vec;
 template <typename T>
 __device__ __forceinline__ void pushLaunchRows(const AllReduceArgs& a, const T* in, bool inAligned,
                                                int rows, int H, uint64_t phaseOffset) {
-  const int rank = a.rank;
-  const int n = a.nranks;
-  const uint64_t slot = a.layout.pushSlotBytes;
+  const uint64_t slotOffset = phaseOffset + static_cast<uint64_t>(a.rank) * a.layout.pushSlotBytes;
   constexpr int kBatch = 4;
   const uint64_t total = static_cast<uint64_t>(rows) * H;
   const uint64_t share = (total + gridDim.x - 1) / gridDim.x;
@@ -59,10 +65,7 @@ __device__ __forceinline__ void pushLaunchRows(const AllReduceArgs& a, const T* 
       const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
       if (v >= last) continue;
       dev::sanitize<T>(x[u]);
-      const uint64_t off = phaseOffset + static_cast<uint64_t>(rank) * slot + v * 16;
-      for (int d = 1; d < n; ++d) {
-        dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, x[u].u);
-      }
+      pushToPeers(a, slotOffset + v * 16, x[u].u);
     }
   }
 }
@@ -132,10 +135,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       for (int k = 0; k < VPT; ++k) {
         const int j = threadIdx.x + k * blockDim.x;
         if (j >= H) continue;
-        const uint64_t off = off0 + (static_cast<uint64_t>(row) * H + j) * 16;
-        for (int d = 1; d < n; ++d) {
-          dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, x[k].u);
-        }
+        pushToPeers(a, off0 + (static_cast<uint64_t>(row) * H + j) * 16, x[k].u);
       }
       if (row == static_cast<int>(blockIdx.x)) {
 #pragma unroll
@@ -231,12 +231,7 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
     for (int row = cluster; row < rows; row += clusters) {
       Vec x;
       loadMine(row, x);
-      if (mineV) {
-        const uint64_t off = off0 + (static_cast<uint64_t>(row) * H + v) * 16;
-        for (int d = 1; d < n; ++d) {
-          dev::storeSys(a.peerWorkspace[(rank + d) % n] + a.layout.pushOffset + off, x.u);
-        }
-      }
+      if (mineV) pushToPeers(a, off0 + (static_cast<uint64_t>(row) * H + v) * 16, x.u);
       if (row == cluster) mine = x;
     }
   }
