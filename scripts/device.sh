@@ -201,7 +201,9 @@ if want profile; then
   timeout -k 10 120 "$BUILD/tools/anyr_fused_floor" --pdl 2>&1 | tee "$OUT/fused-floor.txt"
   check "${PIPESTATUS[0]}" "anyr_fused_floor"
   # Rows (where the 8..32-token time goes) and the quantized epilogues, hidden 6144.
-  for args in "--rows 8" "--rows 32" "--rows 64" "--quant fp8" "--quant nvfp4" "--rows 32 --quant fp8"; do
+  # The cluster form (--cluster 8: each row over the 8 blocks of a cluster) beside each.
+  for args in "--rows 8" "--rows 32" "--rows 64" "--quant fp8" "--quant nvfp4" "--rows 32 --quant fp8" \
+    "--cluster 8" "--rows 8 --cluster 8" "--quant nvfp4 --cluster 8"; do
     timeout -k 10 60 "$BUILD/tools/anyr_fused_floor" --pdl --hidden 6144 $args 2>&1 |
       tee -a "$OUT/fused-floor.txt" | grep -v "^empty"
     check "${PIPESTATUS[0]}" "anyr_fused_floor $args"
@@ -294,11 +296,12 @@ if want ncu; then
   step "ncu: one-token kernels at world size 1 (stall reasons per SASS instruction)"
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -n "$NCU" ]; then
-    for k in addRmsNormKernel fusedOneShotPushKernel oneShotPushKernel; do
+    for k in addRmsNormKernel fusedOneShotPushKernel fusedOneShotPushClusterKernel oneShotPushKernel; do
+      CL=(); [ "$k" = fusedOneShotPushClusterKernel ] && CL=(--cluster 8)
       timeout -k 10 200 "$NCU" --clock-control none --cache-control none -k "regex:$k" \
         --launch-skip 20 --launch-count 1 --warp-sampling-interval 0 --section SpeedOfLight --section LaunchStats \
         --section WarpStateStats --section SourceCounters --metrics gpu__time_duration.sum \
-        -f -o "$OUT/ncu-$k" "$BUILD/tools/anyr_fused_floor" --ranks 1 --hidden "${NCU_HIDDEN:-6144}" \
+        -f -o "$OUT/ncu-$k" "$BUILD/tools/anyr_fused_floor" --ranks 1 --hidden "${NCU_HIDDEN:-6144}" "${CL[@]}" \
         >"$OUT/ncu-$k.log" 2>&1
       check "$?" "ncu $k"
       "$NCU" --import "$OUT/ncu-$k.ncu-rep" --print-summary none >"$OUT/ncu-$k-details.txt" 2>&1

@@ -11,7 +11,8 @@
 // is what fusion adds over the all-reduce; fused(1) - push(1) is the epilogue's own cost.
 // Every wait is bounded by the kernels' own deadline (5 s here). Options: --rows R (1..64),
 // --quant none|fp8|nvfp4 (the epilogue's quantized output, linear NVFP4 scales), --pdl
-// (programmatic dependent launch, as the communicator launches where its probe works).
+// (programmatic dependent launch, as the communicator launches where its probe works),
+// --cluster C (the fused kernel's cluster form, C = 2, 4 or 8 blocks per row).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -198,10 +199,11 @@ double timeRanks(std::vector<Rank>& ranks, int n, const std::function<void(int)>
 
 }  // namespace
 
-// Usage: anyr_fused_floor [--ranks 1] [--hidden N] [--rows R] [--quant none|fp8|nvfp4] [--pdl]:
+// Usage: anyr_fused_floor [--ranks 1] [--hidden N] [--rows R] [--quant none|fp8|nvfp4] [--pdl]
+// [--cluster C]:
 // world size 1 only (no peer waits, e.g. under a profiler that replays kernels), one hidden size.
 int main(int argc, char** argv) {
-  int onlyRanks = 0, onlyHidden = 0, rows = 1, quant = anyrQuantNone;
+  int onlyRanks = 0, onlyHidden = 0, rows = 1, quant = anyrQuantNone, cluster = 1;
   bool pdl = false;
   for (int i = 1; i < argc; i += 2) {
     if (std::strcmp(argv[i], "--pdl") == 0) {
@@ -219,6 +221,12 @@ int main(int argc, char** argv) {
       onlyHidden = std::atoi(argv[i + 1]);
     } else if (std::strcmp(argv[i], "--rows") == 0) {
       rows = std::atoi(argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--cluster") == 0) {
+      cluster = std::atoi(argv[i + 1]);
+      if (cluster != 2 && cluster != 4 && cluster != 8) {
+        std::fprintf(stderr, "anyr_fused_floor: --cluster must be 2, 4 or 8\n");
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--quant") == 0) {
       const char* q = argv[i + 1];
       if (std::strcmp(q, "none") == 0) {
@@ -270,10 +278,14 @@ int main(int argc, char** argv) {
   }
   const int maxBlocks = ranks[0].sms;
   std::printf(
-      "# anyr_fused_floor: bf16, %d row(s), quant %s, %s, graph replay of %d calls, median of %d, "
-      "us/call\n",
+      "# anyr_fused_floor: bf16, %d row(s), quant %s, %s, fused kernel %s, graph replay of %d "
+      "calls, median of %d, us/call\n",
       rows, quant == anyrQuantNone ? "none" : (quant == anyrQuantFp8 ? "fp8" : "nvfp4"),
-      pdl ? "programmatic dependent launch" : "plain launches", kCalls, kSamples);
+      pdl ? "programmatic dependent launch" : "plain launches",
+      cluster > 1 ? (cluster == 2 ? "in clusters of 2"
+                                  : (cluster == 4 ? "in clusters of 4" : "in clusters of 8"))
+                  : "block per row",
+      kCalls, kSamples);
   const double e1 = timeRanks(ranks, 1, [&](int i) { emptyKernel<<<1, 32, 0, ranks[i].s>>>(); });
   std::printf("empty kernel 1x32: %.2f\n", e1);
 
@@ -311,9 +323,14 @@ int main(int argc, char** argv) {
       return [&, n](int i) {
         const anyr::AllReduceArgs a =
             argsFor(ranks[i], ranks, n, i, ranks[i].partial, nullptr, hidden, rows);
-        DIAG_CHECK(anyr::launchFusedOneShotPush(anyrBfloat16, a,
-                                                paramsFor(ranks[i], hidden, rows, quant), 0, rows,
-                                                fBlocks, ranks[i].s, pdl));
+        const anyr::FusedParams p = paramsFor(ranks[i], hidden, rows, quant);
+        if (cluster > 1) {
+          DIAG_CHECK(anyr::launchFusedOneShotPushCluster(anyrBfloat16, a, p, 0, rows, cluster,
+                                                         maxBlocks, ranks[i].s, pdl));
+        } else {
+          DIAG_CHECK(
+              anyr::launchFusedOneShotPush(anyrBfloat16, a, p, 0, rows, fBlocks, ranks[i].s, pdl));
+        }
       };
     };
     double r[7] = {-1, -1, -1, -1, -1, -1, -1};
