@@ -1,33 +1,24 @@
 // Host one-shot: all-reduce through pinned shared host memory, for GPUs without peer access.
 //
 // Each rank writes its contribution once, into its own region of the shared segment (one
-// write over PCIe, whatever the world size), raises a per-range flag there, waits for the same
-// range's flag of every peer, then reads every peer's contribution from host memory and sums
+// write over PCIe, whatever the world size), raises a per-block flag there, waits for the same
+// block's flag of every peer, then reads every peer's contribution from host memory and sums
 // in fp32 in rank order 0..n-1: every rank gets the same bits, and (with the native wire) the
 // bits of every other anyreduce algorithm.
 //
-// Writers and readers. The grid is 2 P blocks for P ranges (P = the launch shape's blocks): block
-// b < P writes range b, block P + b reads and reduces it. A range is cut into rounds (at most
-// ANYR_HOST_ROUND x blockDim vectors each); the writer publishes round k (flag = the range's
-// running round count, kept in LocalState::pushEpoch[b] of this transport's own state, equal on
-// every rank) after a system-scope release, which waits until the round's stores reached host
-// memory. In one block that wait kept the block from reading while its writes drained, and the
-// blocks went in step: writes, then reads, the link's two directions taking turns. Split, the
-// writers' stores and the readers' loads cross the link at once. Writers wait for nothing (the
-// previous kernel aside), and have the lower block indices, so they always run to completion;
-// readers wait only for writers.
+// Flags and buffer reuse follow the one-shot pull protocol (oneshot_pull.cu): block b covers
+// the same vector range on every rank (same grid: computed from agreed values) and waits only
+// for block b of its peers; the data buffer alternates by epoch parity. A rank overwrites
+// buffer (j % 2) only at launch j+2, after its launch j+1 saw a launch-j+1 flag of every peer
+// (block 0 always has work), which each peer raised only after its whole launch-j kernel (and
+// so its reads of this buffer) completed.
 //
-// A reader waits for its own writer's round too: with the output aliasing the input, it must not
-// overwrite a vector before the writer read it; and a finished reader proves its writer read the
-// round counter, so the reader (alone) advances it at its end.
-//
-// Buffer reuse follows the one-shot pull protocol (oneshot_pull.cu): range b covers the same
-// vector range on every rank (same grid: computed from agreed values); the data buffer
-// alternates by epoch parity. A rank overwrites buffer (j % 2) only at launch j+2, after its
-// launch j+1 saw a launch-j+1 flag of every peer (range 0 always has work), which each peer's
-// writer raised only after the peer's whole launch-j kernel (and so its reads of this buffer)
-// completed. The flag only ever grows, so a peer already one launch ahead still satisfies the
-// wait; its next-launch data goes to the other parity buffer.
+// Pipelining: a block's range is cut into rounds (at most ANYR_HOST_ROUND x blockDim vectors);
+// round k is written and published (flag = the block's running round count, kept per block in
+// LocalState::pushEpoch of this transport's own state, equal on every rank) before round k-1
+// is waited for and reduced, so writes to and reads from host memory share the link's two
+// directions instead of taking turns. The flag only ever grows, so a peer already one launch
+// ahead still satisfies the wait; its next-launch data goes to the other parity buffer.
 //
 // With a compressed wire (wire.cuh) the contribution travels as 8-bit values with per-group
 // power-of-two scales; the own contribution is quantized too, so every rank sums the same
@@ -55,31 +46,28 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
   const uint64_t buf = L.dataOffset + (epoch & 1u) * L.dataBytes;
   const uint64_t V = a.numVecs;
-  const uint32_t P = gridDim.x / 2;  // ranges: block b < P writes range b, block P + b reads it
-  const bool writer = blockIdx.x < P;
-  const uint32_t b = writer ? blockIdx.x : blockIdx.x - P;
-  // The range: a multiple of kHostBlockQuantum vectors, so wire groups and warps never straddle
-  // two ranges. Lanes past V carry zeros (wire) and store nothing.
+  // This block's range: a multiple of kHostBlockQuantum vectors, so wire groups and warps
+  // never straddle two blocks. Lanes past V carry zeros (wire) and store nothing.
   const uint64_t q = kHostBlockQuantum;
-  const uint64_t per = ((V + P - 1) / P + q - 1) / q * q;
-  const uint64_t lo = per * b;
+  const uint64_t per = ((V + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
+  const uint64_t lo = per * blockIdx.x;
   const uint64_t vEnd = kWire == kWireNative ? V : (V + q - 1) / q * q;
   const uint64_t hi = min(vEnd, lo + per);
   auto region = [&](int r) { return a.base + static_cast<uint64_t>(r) * L.rankBytes; };
   char* own = region(rank) + buf;
   const uint64_t scaleOff = L.dataBytes / 2;
   // Round size R (vectors, a multiple of 32, computed from values equal on every rank and in
-  // every block): about a quarter of the range, so large messages get several rounds to
-  // overlap; at most roundVecs per thread (ANYR_HOST_ROUND); and at least 128 KiB per round
-  // over all ranges, so small messages keep one round (a round costs a flag round trip).
+  // every block): about a quarter of the block's range, so large messages get several rounds
+  // to overlap; at most roundVecs per thread (ANYR_HOST_ROUND); and at least 128 KiB per round
+  // over the whole grid, so small messages keep one round (a round costs a flag round trip).
   const uint64_t rMax = static_cast<uint64_t>(blockDim.x) * static_cast<uint64_t>(a.roundVecs);
-  const uint64_t rMin = ((128u << 10) / 16 / P + q - 1) / q * q;
+  const uint64_t rMin = ((128u << 10) / 16 / gridDim.x + q - 1) / q * q;
   const uint64_t rQuarter = ((per + 3) / 4 + q - 1) / q * q;
   const uint64_t R = min(rMax, max(rMin, rQuarter));
   const uint64_t rounds = hi > lo ? (hi - lo + R - 1) / R : 0;
-  // Rounds of this range published before this launch (same on every rank: same launches).
-  const uint32_t seq0 = st->pushEpoch[b];
-  const uint64_t flagOff = L.flagsOffset + offsetof(HostFlags, rounds) + b * 4u;
+  // Rounds this block published before this launch (same on every rank: same launches).
+  const uint32_t seq0 = st->pushEpoch[blockIdx.x];
+  const uint64_t flagOff = L.flagsOffset + offsetof(HostFlags, rounds) + blockIdx.x * 4u;
 
   auto loadIn = [&](uint64_t v) {
     Vec x;
@@ -125,8 +113,10 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
     }
   };
 
-  if (writer) {
-    for (uint64_t k = 0; k < rounds; ++k) {
+  // Software pipeline, one round deep: write round k, publish it, then wait for and reduce
+  // round k-1, so this GPU's writes to host memory and its reads from it overlap on the link.
+  for (uint64_t k = 0; k <= rounds; ++k) {
+    if (k < rounds) {
       writeRound(k);
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -134,19 +124,17 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
                              seq0 + static_cast<uint32_t>(k) + 1);
       }
     }
-  } else {
-    for (uint64_t k = 0; k < rounds; ++k) {
+    if (k >= 1) {
       if (!dev::hostWaitFlags(a.base, L.rankBytes, flagOff, rank, n,
-                              seq0 + static_cast<uint32_t>(k) + 1, epoch, a.wait, kWaitHostData,
-                              /*includeSelf=*/true)) {
+                              seq0 + static_cast<uint32_t>(k), epoch, a.wait, kWaitHostData)) {
         break;
       }
-      reduceRound(k);
+      reduceRound(k - 1);
     }
-    __syncthreads();
-    if (threadIdx.x == 0) st->pushEpoch[b] = seq0 + static_cast<uint32_t>(rounds);
   }
 
+  __syncthreads();
+  if (threadIdx.x == 0) st->pushEpoch[blockIdx.x] = seq0 + static_cast<uint32_t>(rounds);
   dev::finishEpoch(st->syncEpoch, epoch);
 }
 
@@ -154,13 +142,11 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
 
 cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
                               cudaStream_t stream) {
-  // Two blocks per range (writer, reader), each with its own epoch slot.
-  if (shape.blocks < 1 || 2 * shape.blocks > kMaxBlocks) return cudaErrorInvalidValue;
   return dev::dispatchWire(a.wire, [&](auto wire) {
     return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
       using Tag = decltype(tag);
       return launchKernel(hostOneShotKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>,
-                          dim3(2 * shape.blocks), dim3(shape.threads), 0, stream, shape.pdl, a);
+                          dim3(shape.blocks), dim3(shape.threads), 0, stream, shape.pdl, a);
     });
   });
 }

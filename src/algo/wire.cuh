@@ -150,18 +150,17 @@ __device__ __forceinline__ void wireGet(const char* pay, const char* scales, uin
   for (int i = 0; i < E; ++i) deq[i] = dequantize1<kWire>(q.b[i], s);
 }
 
-// Waits until the flag word of every peer t (threads t < n, t != rank; with includeSelf, the
-// own word too) reached `target`; the block then reads what those ranks wrote before raising
-// their flags. Returns false, for the whole block, when a wait was abandoned. Every thread of
-// the block must call it (it ends with a barrier whose result every thread gets).
+// Waits until the flag word of every peer t (threads t < n, t != rank) reached `target`; the
+// block then reads what those peers wrote before raising their flags. Returns false, for the
+// whole block, when a wait was abandoned. Every thread of the block must call it (it ends with
+// a barrier whose result every thread gets).
 __device__ __forceinline__ bool hostWaitFlags(const char* base, uint64_t rankBytes,
                                               uint64_t flagWordOffset, int rank, int n,
                                               uint32_t target, uint32_t epoch,
-                                              const WaitControl* wait, int32_t what,
-                                              bool includeSelf = false) {
+                                              const WaitControl* wait, int32_t what) {
   int failed = 0;
   const int t = static_cast<int>(threadIdx.x);
-  if (t < n && (t != rank || includeSelf)) {
+  if (t < n && t != rank) {
     const uint32_t* flag = reinterpret_cast<const uint32_t*>(
         base + static_cast<uint64_t>(t) * rankBytes + flagWordOffset);
     Waiter waiter(wait);

@@ -895,9 +895,6 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
     const uint64_t most = std::max<uint64_t>(1, blocksCap / 2);
     blocksCap = std::min(most, std::max<uint64_t>(std::min<uint64_t>(16, most), byBytes));
   }
-  // The host one-shot runs two blocks per range (a writer and a reader; host_oneshot.cu), and
-  // every block has its own epoch slot.
-  if (algo == anyrAlgoHostOneShot) blocksCap = std::min<uint64_t>(blocksCap, kMaxBlocks / 2);
   LaunchShape shape = spreadShape(work, blocksCap);
   shape.pdl = pdlOn_;
   return shape;
