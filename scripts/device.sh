@@ -23,7 +23,8 @@
 #   fusedpaths   the fused bench with the one-shot and the two-shot push forced (ANYR_ALGO): each
 #                fused kernel against the composition on the same algorithm
 #   clusters     the fused one-shot's cluster form (ANYR_FUSED_CLUSTER): its GPU tests, then the
-#                fused bench with clusters off (1), automatic (0) and forced to 2, 4, 8, in one run
+#                fused bench with clusters off (1), automatic (0) and forced to 2, 4, 8, in one run;
+#                bench --fused-cluster / --max-blocks reach the config (over invalid variables)
 #   worlds       world sizes 3, 4, 5, 8 (WORLDS; those the machine has) on the first W GPUs: GPU
 #                tests, all-reduce and fused benches against NCCL, the doctor's GLM preset at 8
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
@@ -257,6 +258,17 @@ if want clusters; then
       --tokens 1,8,32,64,128 --samples 11 2>&1 | tee "$OUT/clusters-auto-$q.txt"
     check "${PIPESTATUS[0]}" "fused bench --quant $q"
   done
+  # bench --fused-cluster / --max-blocks reach the communicator's config: given, they win over
+  # the (invalid) variables, which are then not read, so the run passes only if they got there;
+  # without them the same variables must fail init, naming ANYR_FUSED_CLUSTER.
+  ANYR_FUSED_CLUSTER=3 ANYR_MAX_BLOCKS=999 timeout -k 10 200 "$A" bench --op add-rmsnorm \
+    --fused-cluster 2 --max-blocks 64 --hidden 6144 --tokens 1,8,32 --samples 5 2>&1 | tee "$OUT/clusters-flags.txt"
+  check "${PIPESTATUS[0]}" "fused bench --fused-cluster 2 --max-blocks 64 over bad variables"
+  ANYR_FUSED_CLUSTER=3 timeout -k 10 120 "$A" bench --op add-rmsnorm --hidden 6144 --tokens 1 \
+    --samples 1 >"$OUT/clusters-flags-control.txt" 2>&1
+  if [ $? -eq 0 ] || ! grep -q "ANYR_FUSED_CLUSTER" "$OUT/clusters-flags-control.txt"; then
+    echo "FAILED: ANYR_FUSED_CLUSTER=3 without --fused-cluster did not fail init naming it"; RC=1
+  fi
 fi
 
 if want worlds; then

@@ -58,35 +58,13 @@ void Communicator::initHostTransport() {
     return;
   }
   // Rank 0's choice counts for everyone (the environment may differ between processes).
-  const uint64_t launchBytes = agreeHostLaunchBytes(*bs_, rank_);
-  const uint64_t copyChunk = env::getSize("ANYR_HOST_COPY_CHUNK_BYTES");
-  int32_t agreed[4] = {env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
-                       static_cast<int32_t>(env::getInt("ANYR_HOST_ROUND")),
-                       static_cast<int32_t>(env::getInt("ANYR_HOST_LL_BYTES")),
-                       static_cast<int32_t>(std::min<uint64_t>(copyChunk, INT32_MAX))};
-  bs_->broadcast(agreed, sizeof(agreed), 0);
-  const int32_t enabled = agreed[0];
-  if (agreed[1] < 1 || agreed[1] > 64) {
-    throwError(anyrInvalidArgument, "environment variable ANYR_HOST_ROUND=" +
-                                        std::to_string(agreed[1]) + " (rank 0's): must be 1..64");
-  }
-  if (agreed[2] < 0 || agreed[2] > (1 << 20) || agreed[2] % 16 != 0) {
-    throwError(anyrInvalidArgument,
-               "environment variable ANYR_HOST_LL_BYTES=" + std::to_string(agreed[2]) +
-                   " (rank 0's): must be a multiple of 16 in 0..1048576");
-  }
-  const std::string copyChunkError = hostCopyChunkError(static_cast<uint64_t>(agreed[3]));
-  if (!copyChunkError.empty()) {
-    throwError(anyrInvalidArgument,
-               "environment variable ANYR_HOST_COPY_CHUNK_BYTES=" + std::to_string(agreed[3]) +
-                   " (rank 0's): " + copyChunkError);
-  }
-  if (!enabled) {
+  const HostSettings agreed = agreeHostSettings(*bs_, rank_);
+  if (!agreed.enabled) {
     facts_.hostMemoryReason = "disabled by ANYR_HOST_MEMORY=0";
     return;
   }
-  hostLayout_ = computeHostLayout(launchBytes, nranks_, static_cast<uint64_t>(agreed[2]),
-                                  static_cast<uint64_t>(agreed[3]));
+  hostLayout_ =
+      computeHostLayout(agreed.launchBytes, nranks_, agreed.llBytes, agreed.copyChunkBytes);
   cfg_.hostLowLatencyBytes = hostLayout_.llMaxBytes;
   cfg_.hostCopyChunkBytes = hostLayout_.copyChunkBytes;
   cfg_.hostLaunchBytes = hostLayout_.launchBytes;
@@ -120,7 +98,7 @@ void Communicator::initHostTransport() {
   hostTemplate_.rank = rank_;
   hostTemplate_.nranks = nranks_;
   hostTemplate_.wire = static_cast<int32_t>(cfg_.wire);
-  hostTemplate_.roundVecs = agreed[1];
+  hostTemplate_.roundVecs = agreed.roundVecs;
   initHostCopy();
   bs_->barrier();  // every header written before any kernel may look at it
   facts_.hostMemory = true;
@@ -142,22 +120,55 @@ std::string hostLaunchBytesError(uint64_t bytes) {
   return "";
 }
 
-uint64_t agreeHostLaunchBytes(Bootstrap& bs, int rank) {
-  // Its own broadcast, 64 bits wide: a value past 2^31 is reported as given, not clamped.
-  const uint64_t mine = env::getSize("ANYR_HOST_LAUNCH_BYTES");
-  uint64_t agreed = mine;
-  bs.broadcast(&agreed, sizeof(agreed), 0);
-  const std::string error = hostLaunchBytesError(agreed);
-  if (!error.empty()) {
-    throwError(anyrInvalidArgument, "environment variable ANYR_HOST_LAUNCH_BYTES=" +
-                                        std::to_string(agreed) + " (rank 0's): " + error);
+HostSettings agreeHostSettings(Bootstrap& bs, int rank) {
+  // One broadcast of rank 0's values (a bootstrap round trip each would add to every init).
+  // The launch size travels 64 bits wide: a value past 2^31 is reported as given, not clamped.
+  struct Wire {
+    int32_t enabled, round, llBytes, copyChunkBytes;
+    uint64_t launchBytes;
+  };
+  static_assert(sizeof(Wire) == 24, "agreeHostSettings' broadcast layout");
+  const uint64_t mineLaunch = env::getSize("ANYR_HOST_LAUNCH_BYTES");
+  const uint64_t copyChunk = env::getSize("ANYR_HOST_COPY_CHUNK_BYTES");
+  Wire w{env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
+         static_cast<int32_t>(env::getInt("ANYR_HOST_ROUND")),
+         static_cast<int32_t>(env::getInt("ANYR_HOST_LL_BYTES")),
+         static_cast<int32_t>(std::min<uint64_t>(copyChunk, INT32_MAX)), mineLaunch};
+  bs.broadcast(&w, sizeof(w), 0);
+  // Every rank checks the same (rank 0's) values, so every rank reaches the same verdict.
+  const std::string launchError = hostLaunchBytesError(w.launchBytes);
+  if (!launchError.empty()) {
+    throwError(anyrInvalidArgument,
+               "environment variable ANYR_HOST_LAUNCH_BYTES=" + std::to_string(w.launchBytes) +
+                   " (rank 0's): " + launchError);
   }
-  if (mine != agreed) {
+  if (mineLaunch != w.launchBytes) {
     ANYR_LOG(Warn, rank,
-             "this rank's ANYR_HOST_LAUNCH_BYTES=" << mine << " differs from rank 0's; using "
-                                                   << agreed);
+             "this rank's ANYR_HOST_LAUNCH_BYTES=" << mineLaunch << " differs from rank 0's; using "
+                                                   << w.launchBytes);
   }
-  return agreed;
+  if (w.round < 1 || w.round > 64) {
+    throwError(anyrInvalidArgument, "environment variable ANYR_HOST_ROUND=" +
+                                        std::to_string(w.round) + " (rank 0's): must be 1..64");
+  }
+  if (w.llBytes < 0 || w.llBytes > (1 << 20) || w.llBytes % 16 != 0) {
+    throwError(anyrInvalidArgument,
+               "environment variable ANYR_HOST_LL_BYTES=" + std::to_string(w.llBytes) +
+                   " (rank 0's): must be a multiple of 16 in 0..1048576");
+  }
+  const std::string copyChunkError = hostCopyChunkError(static_cast<uint64_t>(w.copyChunkBytes));
+  if (!copyChunkError.empty()) {
+    throwError(anyrInvalidArgument, "environment variable ANYR_HOST_COPY_CHUNK_BYTES=" +
+                                        std::to_string(w.copyChunkBytes) +
+                                        " (rank 0's): " + copyChunkError);
+  }
+  HostSettings s;
+  s.enabled = w.enabled != 0;
+  s.roundVecs = w.round;
+  s.llBytes = static_cast<uint64_t>(w.llBytes);
+  s.copyChunkBytes = static_cast<uint64_t>(w.copyChunkBytes);
+  s.launchBytes = w.launchBytes;
+  return s;
 }
 
 void Communicator::initHostCopy() {

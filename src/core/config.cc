@@ -100,6 +100,13 @@ std::string Config::describe() const {
   return os.str();
 }
 
+const char* const kMaxBlocksRule = "must be in 0..256 (0 = automatic)";
+const char* const kFusedClusterRule = "must be 0 (automatic), 1 (off), 2, 4 or 8";
+
+bool maxBlocksValid(int64_t v) { return v >= 0 && v <= 256; }
+
+bool fusedClusterValid(int64_t v) { return v == 0 || v == 1 || v == 2 || v == 4 || v == 8; }
+
 Config resolveConfig(const anyrConfig_t* user) {
   if (user != nullptr) {
     ANYR_REQUIRE_ARG(user->magic == ANYR_CONFIG_MAGIC, "config",
@@ -175,10 +182,10 @@ Config resolveConfig(const anyrConfig_t* user) {
   } else {
     // Range-checked before narrowing, so 4294967297 is refused rather than read as 1.
     const int64_t b = env::getInt("ANYR_MAX_BLOCKS");
-    c.maxBlocks = b >= 0 && b <= 256 ? static_cast<int>(b) : -1;
+    c.maxBlocks = maxBlocksValid(b) ? static_cast<int>(b) : -1;
   }
-  ANYR_REQUIRE_ARG(c.maxBlocks >= 0 && c.maxBlocks <= 256, "config.maxBlocks / ANYR_MAX_BLOCKS",
-                   "must be in 0..256 (0 = automatic)");
+  ANYR_REQUIRE_ARG(maxBlocksValid(c.maxBlocks), "config.maxBlocks / ANYR_MAX_BLOCKS",
+                   kMaxBlocksRule);
   // tuning table and init-time tuning budget
   if (user && user->tuningFile != nullptr) {
     c.tuningFile = user->tuningFile;
@@ -210,10 +217,8 @@ Config resolveConfig(const anyrConfig_t* user) {
   const int64_t cluster = user && user->fusedCluster != ANYR_CONFIG_UNDEF_INT
                               ? user->fusedCluster
                               : env::getInt("ANYR_FUSED_CLUSTER");
-  ANYR_REQUIRE_ARG(
-      cluster == 0 || cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8,
-      "config.fusedCluster / ANYR_FUSED_CLUSTER",
-      "must be 0 (automatic), 1 (off), 2, 4 or 8 (got " + std::to_string(cluster) + ")");
+  ANYR_REQUIRE_ARG(fusedClusterValid(cluster), "config.fusedCluster / ANYR_FUSED_CLUSTER",
+                   std::string(kFusedClusterRule) + " (got " + std::to_string(cluster) + ")");
   c.fusedCluster = static_cast<int>(cluster);
   return c;
 }

@@ -51,6 +51,14 @@ static_assert(sizeof(Config::Wire) == 48, "Config::Wire layout");
 
 Config resolveConfig(const anyrConfig_t* user);
 
+// The rules resolveConfig applies to config.maxBlocks / ANYR_MAX_BLOCKS and to
+// config.fusedCluster / ANYR_FUSED_CLUSTER, and their text: the one place the valid values are
+// listed (the command line's --max-blocks and --fused-cluster check with them too).
+bool maxBlocksValid(int64_t v);
+bool fusedClusterValid(int64_t v);
+extern const char* const kMaxBlocksRule;     // "must be in 0..256 (0 = automatic)"
+extern const char* const kFusedClusterRule;  // "must be 0 (automatic), 1 (off), 2, 4 or 8"
+
 // The short name of an algorithm ("auto", "oneshot-push", ...), NULL outside the enum: the one
 // table behind anyrAlgoName (kept here, with the parsers, so every build that parses names
 // has it).

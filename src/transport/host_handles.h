@@ -161,9 +161,20 @@ constexpr uint64_t kHostDefaultLaunchBytes = 16u << 20;
 // ANYR_CHUNK_BYTES: whole pages, so the layout's areas stay page-aligned).
 std::string hostLaunchBytesError(uint64_t bytes);
 
-// Rank 0's ANYR_HOST_LAUNCH_BYTES, validated (anyrInvalidArgument naming the variable and its
-// rule, on every rank); a rank whose own value differs is told in a warning. Collective over `bs`.
+// The host transport's settings from the environment, rank 0's for every rank.
+struct HostSettings {
+  bool enabled = false;         // ANYR_HOST_MEMORY != 0
+  int32_t roundVecs = 0;        // ANYR_HOST_ROUND: 1..64
+  uint64_t llBytes = 0;         // ANYR_HOST_LL_BYTES: a multiple of 16 in 0..1 MiB
+  uint64_t copyChunkBytes = 0;  // ANYR_HOST_COPY_CHUNK_BYTES (hostCopyChunkError)
+  uint64_t launchBytes = 0;     // ANYR_HOST_LAUNCH_BYTES (hostLaunchBytesError)
+};
+
+// Rank 0's values of every variable above, in one bootstrap broadcast, validated after it on
+// every rank (anyrInvalidArgument naming the variable, rank 0's value and the rule: the same
+// error on every rank), whether or not ANYR_HOST_MEMORY enables the transport. A rank whose own
+// ANYR_HOST_LAUNCH_BYTES differs is told in a warning. Collective over `bs`.
 class Bootstrap;
-uint64_t agreeHostLaunchBytes(Bootstrap& bs, int rank);
+HostSettings agreeHostSettings(Bootstrap& bs, int rank);
 
 }  // namespace anyr

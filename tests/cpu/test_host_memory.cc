@@ -268,33 +268,53 @@ TEST(HostLayout, DefaultLaunchSizesEveryBuffer) {
   }
 }
 
-// agreeHostLaunchBytes across real processes: rank 0's value is every rank's, whatever the
-// others set; rank 0's bad value fails every rank with an error naming the variable and rule.
+// agreeHostSettings across real processes: rank 0's values are every rank's, whatever the
+// others set, in one bootstrap exchange; rank 0's bad value fails every rank with an error
+// naming the variable, rank 0's value and the rule (never some ranks only: no one is left
+// waiting), whether or not ANYR_HOST_MEMORY enables the transport.
 constexpr int kAgreeBadValue = 30;
 
-int agreeRank(const anyrUniqueId& id, int rank, int n, const char* value) {
-  if (value != nullptr) {
-    setenv("ANYR_HOST_LAUNCH_BYTES", value, 1);
-  } else {
-    unsetenv("ANYR_HOST_LAUNCH_BYTES");
+// Counts the bootstrap exchanges (each a round trip through rank 0).
+class CountingBootstrap : public Bootstrap {
+ public:
+  explicit CountingBootstrap(Bootstrap& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  void allGather(const void* in, void* out, size_t bytes) override {
+    ++exchanges;
+    inner_.allGather(in, out, bytes);
   }
-  auto bs = createTcpBootstrap(id, rank, n, 10000);
-  try {
-    const uint64_t agreed = agreeHostLaunchBytes(*bs, rank);
-    return static_cast<int>(agreed >> 20);  // MiB (the cases below are whole MiB, < 64)
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    const bool named = e.code() == anyrInvalidArgument &&
-                       what.find("ANYR_HOST_LAUNCH_BYTES") != std::string::npos &&
-                       what.find("multiple of 4096 between 64 KiB and 1 GiB") != std::string::npos;
-    if (!named) std::fprintf(stderr, "rank %d: unexpected error: %s\n", rank, what.c_str());
-    return named ? kAgreeBadValue : kAgreeBadValue + 1;
+  void barrier() override {
+    ++exchanges;
+    inner_.barrier();
+  }
+  int exchanges = 0;
+
+ private:
+  Bootstrap& inner_;
+};
+
+// One rank's environment: variable -> value (nullptr: unset). Variables not named are unset.
+using RankEnv = std::vector<std::pair<const char*, const char*>>;
+const char* const kHostVars[] = {"ANYR_HOST_MEMORY", "ANYR_HOST_ROUND", "ANYR_HOST_LL_BYTES",
+                                 "ANYR_HOST_COPY_CHUNK_BYTES", "ANYR_HOST_LAUNCH_BYTES"};
+
+void setRankEnv(const RankEnv& env) {
+  for (const char* v : kHostVars) unsetenv(v);
+  for (const auto& [name, value] : env) {
+    if (value != nullptr) setenv(name, value, 1);
   }
 }
 
-std::vector<int> runAgree(const std::vector<const char*>& values) {
+// Runs body(settings, exchanges) on each rank (one process each) after agreeHostSettings with
+// that rank's environment; its result is the rank's exit code. An error from the agreement is
+// kAgreeBadValue when it is anyrInvalidArgument naming `errorVar`, "(rank 0's)" and
+// `errorRule`, else kAgreeBadValue + 1 (printed).
+template <typename Body>
+std::vector<int> runAgreement(const std::vector<RankEnv>& envs, const char* errorVar,
+                              const char* errorRule, Body body) {
   const anyrUniqueId id = loopbackUniqueId();
-  const int n = static_cast<int>(values.size());
+  const int n = static_cast<int>(envs.size());
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     std::fflush(nullptr);
@@ -305,7 +325,24 @@ std::vector<int> runAgree(const std::vector<const char*>& values) {
       alarm(60);  // bounded even if something hangs
       int code = 100;
       try {
-        code = agreeRank(id, r, n, values[static_cast<size_t>(r)]);
+        setRankEnv(envs[static_cast<size_t>(r)]);
+        auto tcp = createTcpBootstrap(id, r, n, 10000);
+        CountingBootstrap bs(*tcp);
+        try {
+          const HostSettings agreed = agreeHostSettings(bs, r);
+          code = body(agreed, bs.exchanges);
+        } catch (const Error& e) {
+          const std::string what = e.what();
+          const bool named = e.code() == anyrInvalidArgument && errorVar != nullptr &&
+                             what.find(errorVar) != std::string::npos &&
+                             what.find("(rank 0's)") != std::string::npos &&
+                             what.find(errorRule) != std::string::npos && bs.exchanges == 1;
+          if (!named) {
+            std::fprintf(stderr, "rank %d: unexpected error (after %d exchanges): %s\n", r,
+                         bs.exchanges, what.c_str());
+          }
+          code = named ? kAgreeBadValue : kAgreeBadValue + 1;
+        }
       } catch (...) {
         code = 101;
       }
@@ -322,6 +359,18 @@ std::vector<int> runAgree(const std::vector<const char*>& values) {
   return codes;
 }
 
+constexpr const char* kLaunchRule = "multiple of 4096 between 64 KiB and 1 GiB";
+
+// The agreed launch size in MiB (the cases below are whole MiB, < 64), per rank, given each
+// rank's ANYR_HOST_LAUNCH_BYTES (nullptr: unset).
+std::vector<int> runAgree(const std::vector<const char*>& values) {
+  std::vector<RankEnv> envs;
+  for (const char* v : values) envs.push_back({{"ANYR_HOST_LAUNCH_BYTES", v}});
+  return runAgreement(envs, "ANYR_HOST_LAUNCH_BYTES", kLaunchRule, [](const HostSettings& s, int) {
+    return static_cast<int>(s.launchBytes >> 20);
+  });
+}
+
 TEST(HostLayout, HostLaunchBytesIsRankZeros) {
   EXPECT_EQ(runAgree({nullptr, "4M", "1M"}), (std::vector<int>{16, 16, 16}));
   EXPECT_EQ(runAgree({"4M", "8M", nullptr}), (std::vector<int>{4, 4, 4}));
@@ -335,5 +384,79 @@ TEST(HostLayout, HostLaunchBytesIsRankZeros) {
   EXPECT_EQ(runAgree({"8M", "100000", "32K"}), (std::vector<int>{8, 8, 8}));
 }
 
+// Every setting is rank 0's, and all of them cross in one bootstrap exchange (the launch size
+// among them: it had a broadcast of its own, one more round trip at every init).
+TEST(HostLayout, HostSettingsAreRankZerosInOneExchange) {
+  const RankEnv rank0 = {{"ANYR_HOST_ROUND", "4"},
+                         {"ANYR_HOST_LL_BYTES", "1024"},
+                         {"ANYR_HOST_COPY_CHUNK_BYTES", "1M"},
+                         {"ANYR_HOST_LAUNCH_BYTES", "8M"}};
+  const RankEnv other = {{"ANYR_HOST_MEMORY", "0"},
+                         {"ANYR_HOST_ROUND", "8"},
+                         {"ANYR_HOST_LL_BYTES", "2048"},
+                         {"ANYR_HOST_COPY_CHUNK_BYTES", "4M"},
+                         {"ANYR_HOST_LAUNCH_BYTES", "2M"}};
+  auto check = [](const HostSettings& s, int exchanges) {
+    const bool ok = s.enabled && s.roundVecs == 4 && s.llBytes == 1024 &&
+                    s.copyChunkBytes == (1u << 20) && s.launchBytes == (8u << 20) && exchanges == 1;
+    if (!ok) {
+      std::fprintf(stderr,
+                   "agreed: enabled %d round %d ll %llu chunk %llu launch %llu, %d exchanges\n",
+                   s.enabled ? 1 : 0, s.roundVecs, static_cast<unsigned long long>(s.llBytes),
+                   static_cast<unsigned long long>(s.copyChunkBytes),
+                   static_cast<unsigned long long>(s.launchBytes), exchanges);
+    }
+    return ok ? 0 : 1;
+  };
+  EXPECT_EQ(runAgreement({rank0, other, {}}, nullptr, "", check), (std::vector<int>{0, 0, 0}));
+  // The defaults, with nothing set anywhere: 2, 32768, 2 MiB, 16 MiB, enabled; one exchange.
+  EXPECT_EQ(runAgreement({{}, {}}, nullptr, "",
+                         [](const HostSettings& s, int exchanges) {
+                           return s.enabled && s.roundVecs == 2 && s.llBytes == 32768 &&
+                                          s.copyChunkBytes == kHostCopyDefaultChunkBytes &&
+                                          s.launchBytes == kHostDefaultLaunchBytes && exchanges == 1
+                                      ? 0
+                                      : 1;
+                         }),
+            (std::vector<int>{0, 0}));
+}
+
+// ANYR_HOST_MEMORY=0 (rank 0's) turns the transport off on every rank, and still every setting
+// is checked: rank 0's bad launch size fails every rank, as with the transport on.
+TEST(HostLayout, HostMemoryOffIsRankZerosAndStillValidates) {
+  auto enabled = [](const HostSettings& s, int exchanges) {
+    return exchanges == 1 ? (s.enabled ? 1 : 0) : 9;
+  };
+  EXPECT_EQ(runAgreement({{{"ANYR_HOST_MEMORY", "0"}}, {}, {{"ANYR_HOST_MEMORY", "1"}}}, nullptr,
+                         "", enabled),
+            (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(runAgreement({{}, {{"ANYR_HOST_MEMORY", "0"}}}, nullptr, "", enabled),
+            (std::vector<int>{1, 1}));
+  EXPECT_EQ(runAgreement({{{"ANYR_HOST_MEMORY", "0"}, {"ANYR_HOST_LAUNCH_BYTES", "32K"}}, {}},
+                         "ANYR_HOST_LAUNCH_BYTES=32768", kLaunchRule, enabled),
+            (std::vector<int>{kAgreeBadValue, kAgreeBadValue}));
+}
+
+// Rank 0's bad value of each other setting fails every rank, naming it (a peer's is overruled).
+TEST(HostLayout, HostSettingsBadValueFailsEveryRank) {
+  struct Case {
+    const char *var, *value, *named, *rule;
+  };
+  const Case cases[] = {
+      {"ANYR_HOST_ROUND", "65", "ANYR_HOST_ROUND=65", "must be 1..64"},
+      {"ANYR_HOST_ROUND", "0", "ANYR_HOST_ROUND=0", "must be 1..64"},
+      {"ANYR_HOST_LL_BYTES", "100", "ANYR_HOST_LL_BYTES=100", "multiple of 16 in 0..1048576"},
+      {"ANYR_HOST_COPY_CHUNK_BYTES", "100K", "ANYR_HOST_COPY_CHUNK_BYTES=102400",
+       "multiple of 64 KiB"},
+  };
+  auto none = [](const HostSettings&, int) { return 0; };
+  for (const Case& c : cases) {
+    EXPECT_EQ(runAgreement({{{c.var, c.value}}, {}, {}}, c.named, c.rule, none),
+              (std::vector<int>{kAgreeBadValue, kAgreeBadValue, kAgreeBadValue}))
+        << c.var << "=" << c.value;
+    EXPECT_EQ(runAgreement({{}, {{c.var, c.value}}}, nullptr, "", none), (std::vector<int>{0, 0}))
+        << "a peer's " << c.var << "=" << c.value << " is overruled";
+  }
+}
 }  // namespace
 }  // namespace anyr

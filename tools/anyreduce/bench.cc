@@ -235,6 +235,8 @@ anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyr
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   if (o.timeoutMs > 0) cfg.timeoutMs = o.timeoutMs;
   if (o.wire >= 0) cfg.wire = o.wire;
+  if (o.maxBlocks >= 0) cfg.maxBlocks = o.maxBlocks;
+  if (o.fusedCluster >= 0) cfg.fusedCluster = o.fusedCluster;
   anyrComm_t comm = nullptr;
   BENCH_ANYR(anyrCommInitRankConfig(&comm, nranks, id, rank, &cfg), nullptr);
   BENCH_ANYR(anyrCommGetNcclComm(comm, nccl), comm);

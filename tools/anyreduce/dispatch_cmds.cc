@@ -38,6 +38,8 @@ int runTune(const TuneCliOptions& t) {
   return runAllRanks(t.nranks, t.timeoutSec, "tune",
                      [&](int rank, int n, const anyrUniqueId& id, int ngpus, const RankReport&) {
                        BenchOptions bo;
+                       bo.maxBlocks = t.maxBlocks;
+                       bo.fusedCluster = t.fusedCluster;
                        void* nccl = nullptr;
                        anyrComm_t comm = openBenchComm(bo, rank, n, id, ngpus, &nccl);
                        Communicator::TuneOptions o;

@@ -12,6 +12,7 @@
 #include "bench.h"
 #include "common/data.h"
 #include "common/launcher.h"
+#include "config_flags.h"
 #include "core/config.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -257,6 +258,7 @@ int main(int argc, char** argv) {
                   "Time every admitted candidate and the dispatched choice (all-reduce over the "
                   "size range, fused op 1..2048 tokens at hidden 6144); fail if dispatch is over "
                   "1.03x the fastest (tuned table) or 1.10x NCCL (seed only)");
+  tool::addConfigFlags(bench, &bo.maxBlocks, &bo.fusedCluster);
 
   auto* tune = app.add_subcommand(
       "tune", "Measure every admitted path per operation and size; write a tuning table");
@@ -279,6 +281,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   tune->add_option("--samples", to.samples, "Timed samples; median used (default 7)")
       ->check(CLI::Range(1, 1000));
+  tool::addConfigFlags(tune, &to.maxBlocks, &to.fusedCluster);  // the table is measured under them
 
   auto* explain =
       app.add_subcommand("explain", "Show admission and the algorithm chosen per message size");

@@ -256,6 +256,8 @@ int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id
                double t0, const std::string& rankFile) {
   tool::BenchOptions bo;
   bo.timeoutMs = o.timeoutMs;
+  bo.maxBlocks = o.maxBlocks;
+  bo.fusedCluster = o.fusedCluster;
   void* ncclVoid = nullptr;
   Step st;
   st.comm = tool::openBenchComm(bo, rank, nranks, id, ngpus, &ncclVoid);

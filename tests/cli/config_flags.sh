@@ -1,0 +1,77 @@
+#!/bin/sh
+# The command line's --max-blocks and --fused-cluster (bench, tune, doctor): a bad value fails
+# parsing (non-zero exit, before any GPU work) with the flag, the config field's rule and the
+# value; every valid value gets past parsing. CPU only: the valid runs hide every GPU, so they
+# stop at "no CUDA GPU is visible", which only a run that parsed its flags reaches.
+# Usage: config_flags.sh path/to/anyreduce
+set -u
+A="$1"
+failures=0
+
+# expect_rejected RULE_TEXT ARGS...: exits non-zero, and stderr has RULE_TEXT (a fixed string).
+expect_rejected() {
+  want="$1"
+  shift
+  out=$("$A" "$@" 2>&1 </dev/null)
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    echo "FAIL: anyreduce $*: exit 0, expected a parse error"
+    failures=$((failures + 1))
+  elif ! printf '%s\n' "$out" | grep -qF -- "$want"; then
+    echo "FAIL: anyreduce $*: exit $rc without '$want'; it said:"
+    printf '%s\n' "$out" | sed 's/^/    /'
+    failures=$((failures + 1))
+  else
+    echo "ok: anyreduce $* -> $want"
+  fi
+}
+
+# expect_parsed ARGS...: gets past parsing (to the GPU count: exit 2, "no CUDA GPU is visible").
+expect_parsed() {
+  out=$(CUDA_VISIBLE_DEVICES= "$A" "$@" 2>&1 </dev/null)
+  rc=$?
+  if [ "$rc" -ne 2 ] || ! printf '%s\n' "$out" | grep -qF "no CUDA GPU is visible"; then
+    echo "FAIL: anyreduce $*: expected to parse and stop at the GPU count (exit 2), got exit $rc:"
+    printf '%s\n' "$out" | sed 's/^/    /'
+    failures=$((failures + 1))
+  else
+    echo "ok: anyreduce $* parsed"
+  fi
+}
+
+MB="must be in 0..256 (0 = automatic)"
+FC="must be 0 (automatic), 1 (off), 2, 4 or 8"
+for cmd in bench tune doctor; do
+  for v in 3 5 6 7 9 16 -1 -2147483648 4294967298 two 2x 2.0; do
+    expect_rejected "--fused-cluster: $FC (got '$v')" $cmd --fused-cluster "$v"
+  done
+  expect_rejected "--fused-cluster: $FC (got '')" $cmd --fused-cluster ""
+  for v in 257 -1 1000 4294967297 all 8.5; do
+    expect_rejected "--max-blocks: $MB (got '$v')" $cmd --max-blocks "$v"
+  done
+  expect_rejected "--max-blocks" $cmd --max-blocks
+  # a bad value among good ones still fails
+  expect_rejected "--fused-cluster: $FC (got '3')" $cmd --max-blocks 8 --fused-cluster 3
+done
+# The help names both flags and their rules.
+for cmd in bench tune doctor; do
+  out=$("$A" $cmd --help 2>&1)
+  for want in "--max-blocks" "--fused-cluster" "$MB" "$FC"; do
+    if ! printf '%s\n' "$out" | grep -qF -- "$want"; then
+      echo "FAIL: anyreduce $cmd --help lacks '$want'"
+      failures=$((failures + 1))
+    fi
+  done
+done
+for cmd in bench tune; do
+  for v in 0 1 2 4 8; do expect_parsed $cmd --fused-cluster "$v"; done
+  for v in 0 1 64 256; do expect_parsed $cmd --max-blocks "$v"; done
+  expect_parsed $cmd --max-blocks 16 --fused-cluster 2
+done
+expect_parsed doctor --preset tiny --max-blocks 32 --fused-cluster 4
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all passed"

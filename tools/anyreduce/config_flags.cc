@@ -1,0 +1,41 @@
+#include "config_flags.h"
+
+#include <string>
+
+#include "core/config.h"
+
+namespace anyr {
+namespace tool {
+
+namespace {
+
+// A CLI11 check for an int flag: `valid` and `rule` are the config field's (core/config.h), so
+// the flag accepts exactly what the field does. The text is read as CLI11 will store it (into
+// an int), so the value checked is the value used.
+CLI::Validator configRule(bool (*valid)(int64_t), const char* rule) {
+  return CLI::Validator(
+      [valid, rule](std::string& text) {
+        int v = 0;
+        if (CLI::detail::lexical_cast(text, v) && valid(v)) return std::string();
+        return std::string(rule) + " (got '" + text + "')";
+      },
+      "");
+}
+
+}  // namespace
+
+void addConfigFlags(CLI::App* cmd, int* maxBlocks, int* fusedCluster) {
+  cmd->add_option("--max-blocks", *maxBlocks,
+                  std::string("Cap on thread blocks per kernel (config.maxBlocks; overrides "
+                              "ANYR_MAX_BLOCKS): ") +
+                      kMaxBlocksRule)
+      ->check(configRule(maxBlocksValid, kMaxBlocksRule));
+  cmd->add_option("--fused-cluster", *fusedCluster,
+                  std::string("Thread-block cluster size of the fused all-reduce + RMSNorm "
+                              "kernels (config.fusedCluster; overrides ANYR_FUSED_CLUSTER): ") +
+                      kFusedClusterRule)
+      ->check(configRule(fusedClusterValid, kFusedClusterRule));
+}
+
+}  // namespace tool
+}  // namespace anyr
