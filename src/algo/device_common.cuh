@@ -214,6 +214,97 @@ __device__ __forceinline__ uint32_t loadClusterShared(const void* local, unsigne
   return v;
 }
 
+// Relaxed arrive: no ordering of this thread's earlier memory accesses (no wait for them to
+// complete); for barriers that only say "this block got this far".
+__device__ __forceinline__ void clusterArriveRelaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+
+// ---- mbarriers and asynchronous stores into a cluster peer's shared memory -----------------
+// A block's mbarrier completes a phase when its pending arrivals reach zero and the bytes it
+// was told to expect (arrive.expect_tx) have landed; st.async writes a register value into a
+// block of the cluster and counts its bytes on that block's mbarrier, with no fence on the
+// sender's side (a release barrier would wait for every store the thread still has in flight,
+// its pushes to peer GPUs included). The waiter's acquire makes the data visible.
+__device__ __forceinline__ uint32_t sharedAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t clusterSharedAddr(const void* local, unsigned block) {
+  uint32_t remote = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(sharedAddr(local)), "r"(block));
+#else
+  (void)local;
+  (void)block;
+#endif
+  return remote;
+}
+__device__ __forceinline__ void mbarrierInit(unsigned long long* bar, uint32_t arrivals) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sharedAddr(bar)), "r"(arrivals)
+               : "memory");
+#else
+  (void)bar;
+  (void)arrivals;
+#endif
+}
+// After mbarrierInit, before the cluster barrier that tells the peers they may use it.
+__device__ __forceinline__ void fenceMbarrierInitCluster() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrierArriveExpectTx(unsigned long long* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .b64 state;\n"
+      " mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}" ::"r"(sharedAddr(bar)),
+      "r"(bytes)
+      : "memory");
+#else
+  (void)bar;
+  (void)bytes;
+#endif
+}
+// True once the phase of parity `parity` completed (acquire at cluster scope).
+__device__ __forceinline__ bool mbarrierTryWait(unsigned long long* bar, uint32_t parity) {
+  uint32_t done = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n"
+      " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(done)
+      : "r"(sharedAddr(bar)), "r"(parity)
+      : "memory");
+#else
+  (void)bar;
+  (void)parity;
+#endif
+  return done != 0;
+}
+// Two words into shared-memory address `remote` of a cluster peer (clusterSharedAddr), counted
+// on that peer's mbarrier at `remoteBar`. 8-byte aligned.
+__device__ __forceinline__ void stAsyncPair(uint32_t remote, uint32_t a, uint32_t b,
+                                            uint32_t remoteBar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(
+          remote),
+      "r"(a), "r"(b), "r"(remoteBar)
+      : "memory");
+#else
+  (void)remote;
+  (void)a;
+  (void)b;
+  (void)remoteBar;
+#endif
+}
+
 // ---- bounded waits ------------------------------------------------------------------------
 // A waiter checks, every kCheckEvery spins, the deadline, whether another thread of this
 // communicator already failed, and whether a peer announced a failure: all in device memory,

@@ -179,12 +179,12 @@ void Communicator::probeClusters() {
     why = "the GPU has no thread-block clusters (cudaDevAttrClusterLaunch = 0)";
   } else {
     unsigned int* out = nullptr;
-    ANYR_CUDA_CHECK(cudaMalloc(&out, 2 * sizeof(unsigned int)));
-    const cudaError_t m = cudaMemsetAsync(out, 0, 2 * sizeof(unsigned int), internalStream_);
+    ANYR_CUDA_CHECK(cudaMalloc(&out, 4 * sizeof(unsigned int)));
+    const cudaError_t m = cudaMemsetAsync(out, 0, 4 * sizeof(unsigned int), internalStream_);
     const cudaError_t e =
         m == cudaSuccess ? probekernels::launchClusterExchange(out, internalStream_) : cudaSuccess;
     if (e != cudaSuccess) (void)cudaGetLastError();  // a refused launch leaves no sticky error
-    unsigned int got[2] = {0, 0};
+    unsigned int got[4] = {0, 0, 0, 0};
     const cudaError_t c =
         cudaMemcpyAsync(got, out, sizeof(got), cudaMemcpyDeviceToHost, internalStream_);
     const cudaError_t s = cudaStreamSynchronize(internalStream_);
@@ -199,9 +199,17 @@ void Communicator::probeClusters() {
       os << "the probe's blocks read 0x" << std::hex << got[0] << " and 0x" << got[1]
          << " through distributed shared memory, not 0x5101 and 0x5100";
       why = os.str();
+    } else if (got[2] != 0x5201u || got[3] != 0x5200u) {
+      std::ostringstream os;
+      os << "the probe's blocks received 0x" << std::hex << got[2] << " and 0x" << got[3]
+         << " by asynchronous stores into each other's shared memory (st.async with an "
+            "mbarrier), not 0x5201 and 0x5200";
+      why = os.str();
     } else {
       mine.ok = 1;
-      why = "the probe's cluster launch and distributed shared memory worked";
+      why =
+          "the probe's cluster launch, distributed shared memory and asynchronous stores "
+          "into a peer block's shared memory worked";
     }
   }
   const std::vector<Vote> votes = bs_->allGatherValue(mine);

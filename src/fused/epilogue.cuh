@@ -438,18 +438,28 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int r
 // communicator's cluster probe passed): block c of B threads holds vectors c * B .. c * B +
 // B - 1 of every row, one a thread (v = c * B + threadIdx.x), and C * B covers the row, at
 // most kFusedSlots vectors (hidden <= 8192), so slot s is vector s and warp w of block c sums
-// group c * B / 32 + w of the documented order. Each block leaves its warps' group sums and
-// whether any of its threads failed in its `red`; after a cluster barrier every warp reads the
-// (at most 32) group sums from their blocks' shared memory (distributed shared memory) and
-// combines them by the same butterfly as rstdFromGroups. A row's time on one SM is bound by
-// the latency of its instructions (a row of 6144 is 24 instructions deep per element), so
-// spreading it over C SMs shortens a launch of few rows.
+// group c * B / 32 + w of the documented order (C * B / 32 <= 32 groups). Each warp sends its
+// group sum and whether any of its threads failed to every block of the cluster (st.async into
+// the block's ClusterExchange, counted on its mbarrier); every block waits for the row's
+// groups on its own mbarrier and every warp combines them by the same butterfly as
+// rstdFromGroups. A row's time on one SM is bound by the latency of its instructions (a row of
+// 6144 is 24 instructions deep per element), so spreading it over C SMs shortens a launch of
+// few rows. No release barrier sits on a row's path: a release waits until every store the
+// thread has in flight completed, its pushes to peer GPUs included.
+//
+// Reuse: rows alternate two slot arrays and two mbarriers (row parity). A block sends row i + 2
+// into a peer's array i % 2 only after it received row i + 1 from that peer, which the peer
+// sent after reading its row-i array; so no barrier is needed between rows.
+//
 // Rules: B is a multiple of 32 and C * B >= hidden / 8; every thread of every block of the
-// cluster calls it for the same rows in the same order; `pending` starts false, and before the
-// block exits it calls clusterFinish(pending) (a block's shared memory must outlive its
-// peers' reads). `x` holds this thread's all-reduced fp32 vector; `res` and `w` its residual
-// and weight vectors (zeros past the row); `red` holds kClusterRedWords words.
-constexpr int kClusterRedWords = 33;  // 32 group sums at most, then the failure word
+// cluster calls clusterExchangeBegin once, then fusedRowEpilogueCluster for the same rows in
+// the same order (one count `rowsDone`, starting at 0), then clusterExchangeEnd (a block's
+// shared memory must outlive its peers' stores into it). `x` holds this thread's all-reduced
+// fp32 vector; `res` and `w` its residual and weight vectors (zeros past the row).
+struct ClusterExchange {
+  uint2 slot[2][32];  // [row parity][group]: the group's sum of squares (bits), whether it failed
+  unsigned long long bar[2];  // [row parity]: one arrival (thread 0, expecting the bytes) a phase
+};
 
 // A thread's place in a cluster-form kernel: its cluster takes rows cluster, cluster +
 // clusters, ...; the thread holds vector v of each (first: its block's first vector), and the
@@ -489,16 +499,33 @@ struct ClusterRowThread {
   }
 };
 
+// Sets up the block's mbarriers and arrives on the cluster barrier that tells the peers they
+// may send; the first row waits for it (fusedRowEpilogueCluster), so the kernel's first loads
+// overlap it.
+__device__ __forceinline__ void clusterExchangeBegin(ClusterExchange& xch) {
+  if (threadIdx.x == 0) {
+    mbarrierInit(&xch.bar[0], 1);
+    mbarrierInit(&xch.bar[1], 1);
+    fenceMbarrierInitCluster();
+  }
+  clusterArriveRelaxed();
+}
+
 template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false>
 __device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p, int row, int v,
                                                         float (&x)[8], const Vec& res, const Vec& w,
-                                                        float qscale, float* red, bool ok,
-                                                        bool& pending) {
+                                                        float qscale, ClusterExchange& xch,
+                                                        uint32_t& rowsDone, bool ok, Waiter& waiter,
+                                                        int rank, uint32_t epoch) {
   const int hidden = p.hidden;
   const bool active = v < hidden / 8;
   const int lane = threadIdx.x & 31;
-  const int blocks = static_cast<int>(clusterSize());
+  const unsigned blocks = clusterSize();
   const int groupsPerBlock = static_cast<int>(blockDim.x) / 32;
+  const int groups = static_cast<int>(blocks) * groupsPerBlock;  // <= 32 (rules above)
+  const int group =
+      static_cast<int>(clusterBlockRank()) * groupsPerBlock + static_cast<int>(threadIdx.x) / 32;
+  const uint32_t par = rowsDone & 1u;
 
   // Phase 1, as fusedRowEpilogueRegs with one vector a thread.
   float ss = 0.0f;
@@ -508,25 +535,27 @@ __device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p, in
     ss = addSquares(x, 0.0f);
   }
   ss = warpButterfly(ss);
-  if (pending) clusterWait();  // every block is done reading the previous row's red
-  if (lane == 0) red[threadIdx.x / 32] = ss;
-  const int failed = __syncthreads_or(!ok);
-  if (threadIdx.x == 0) red[32] = __int_as_float(failed);
-  clusterArrive();
-  clusterWait();
-  const int groups = blocks * groupsPerBlock < 32 ? blocks * groupsPerBlock : 32;
-  float g = 0.0f;
-  if (lane < groups) {
-    const int owner = lane / groupsPerBlock;
-    g = __uint_as_float(
-        loadClusterShared(red + (lane - owner * groupsPerBlock), static_cast<unsigned>(owner)));
+  const uint32_t warpFailed = __any_sync(0xffffffffu, !ok) ? 1u : 0u;
+  if (rowsDone == 0) clusterWait();  // every block's mbarriers are initialized
+  if (static_cast<unsigned>(lane) < blocks) {
+    stAsyncPair(clusterSharedAddr(&xch.slot[par][group], static_cast<unsigned>(lane)),
+                __float_as_uint(ss), warpFailed,
+                clusterSharedAddr(&xch.bar[par], static_cast<unsigned>(lane)));
   }
-  const uint32_t f = lane < blocks ? loadClusterShared(red + 32, static_cast<unsigned>(lane)) : 0u;
-  const bool anyFailed = __any_sync(0xffffffffu, f != 0u);
-  clusterArrive();  // this thread's reads of the cluster's red are done
-  pending = true;
+  if (threadIdx.x == 0) mbarrierArriveExpectTx(&xch.bar[par], static_cast<uint32_t>(groups) * 8u);
+  bool gaveUp = false;
+  while (!mbarrierTryWait(&xch.bar[par], (rowsDone >> 1) & 1u)) {
+    if (!waiter.keepWaiting(rank, kWaitClusterRow, epoch)) {
+      gaveUp = true;
+      break;
+    }
+  }
+  ++rowsDone;
+  const uint2 mine = lane < groups ? xch.slot[par][lane] : make_uint2(0u, 0u);
+  const bool anyFailed = __any_sync(0xffffffffu, gaveUp || mine.y != 0u);
   if (anyFailed) return false;
-  const float rstd = rsqrtf(warpButterfly(g) / static_cast<float>(hidden) + p.epsilon);
+  const float rstd =
+      rsqrtf(warpButterfly(__uint_as_float(mine.x)) / static_cast<float>(hidden) + p.epsilon);
 
   // Phase 2: residualOut, y, normOut, quantization (warp-uniform: RowOutputs::write's rule;
   // B is a multiple of 32, so lane parity is vector parity).
@@ -542,10 +571,13 @@ __device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p, in
   return true;
 }
 
-// The last cluster barrier of a block that ran fusedRowEpilogueCluster: its peers may still
-// read its red until they arrived.
-__device__ __forceinline__ void clusterFinish(bool pending) {
-  if (pending) clusterWait();
+// The last cluster barrier of a block of a cluster-form kernel: no block exits while a peer
+// may still send into its shared memory (or before the barrier clusterExchangeBegin arrived
+// on completed, where no row was exchanged).
+__device__ __forceinline__ void clusterExchangeEnd(uint32_t rowsDone) {
+  if (rowsDone == 0) clusterWait();
+  clusterArriveRelaxed();
+  clusterWait();
 }
 
 }  // namespace dev

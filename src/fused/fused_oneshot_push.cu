@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
 template <typename T, int Q, bool kAligned>
 __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
     fusedOneShotPushClusterKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
-  __shared__ float red[dev::kClusterRedWords];
+  __shared__ dev::ClusterExchange xch;
   dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);
   const int rank = a.rank;
@@ -221,6 +221,7 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
     dev::sanitize<T>(mine);
   };
   if (cluster < rows) me.loadResidual(p, rowBase + cluster);
+  dev::clusterExchangeBegin(xch);
 
   // 1. Push, by the rows' own threads: thread (cluster k, block c, t) sends vector v of rows
   // k, k + K, ... (loads first, then the stores). A vector of partial is read only by the
@@ -241,7 +242,7 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
 
   dev::Waiter waiter(a.wait);
   const char* cur = own + ph.cur * phaseBytes;
-  bool pending = false;
+  uint32_t rowsDone = 0;
   for (int row = cluster; row < rows; row += clusters) {
     if (row != cluster) {
       me.loadResidual(p, rowBase + row);
@@ -264,11 +265,12 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
     }
     // Cluster-uniform: every block learns whether any part of the row failed.
     if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, v, acc, me.res, me.w,
-                                                      me.qscale, red, ok, pending)) {
+                                                      me.qscale, xch, rowsDone, ok, waiter, rank,
+                                                      epoch)) {
       break;
     }
   }
-  dev::clusterFinish(pending);
+  dev::clusterExchangeEnd(rowsDone);
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->pushVecs[ph.cur] = static_cast<uint32_t>(a.numVecs);
   dev::finishEpoch(st->pushEpoch, epoch + 1);

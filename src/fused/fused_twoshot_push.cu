@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
 template <typename T, int Q, bool kAligned>
 __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
     fusedTwoShotPushClusterKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
-  __shared__ float red[dev::kClusterRedWords];
+  __shared__ dev::ClusterExchange xch;
   dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);
   const int rank = a.rank;
@@ -336,12 +336,13 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
   dev::ClusterRowThread<T, Q, kAligned> me(p);
   const int cluster = me.cluster, clusters = me.clusters, first = me.first;
   if (cluster < rows) me.loadResidual(p, rowBase + cluster);
+  dev::clusterExchangeBegin(xch);
 
   dev::Waiter waiter(a.wait);
   bool ok = scatterAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
 
   char* gather = a.peerWorkspace[rank] + a.layout.tsOffset + (2ull * ph.cur + 1) * areaBytes;
-  bool pending = false;
+  uint32_t rowsDone = 0;
   for (int row = cluster; row < rows; row += clusters) {
     if (row != cluster) me.loadResidual(p, rowBase + row);
     const int owner = row / Lr;
@@ -358,11 +359,12 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
     for (int q = 0; q < 8; ++q) acc[q] = Elem<T>::toFloat(e[q]);
     // Cluster-uniform: every block learns whether any part of the row failed.
     if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, me.v, acc, me.res, me.w,
-                                                      me.qscale, red, ok, pending)) {
+                                                      me.qscale, xch, rowsDone, ok, waiter, rank,
+                                                      epoch)) {
       break;
     }
   }
-  dev::clusterFinish(pending);
+  dev::clusterExchangeEnd(rowsDone);
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->tsVecs[ph.cur] = static_cast<uint32_t>(L);
   dev::finishEpoch(st->tsEpoch, epoch + 1);

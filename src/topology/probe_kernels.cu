@@ -194,14 +194,35 @@ __global__ void dependentSecondKernel(int* word) {
 namespace {
 __global__ void clusterExchangeKernel(unsigned int* out) {
   __shared__ unsigned int word;
+  __shared__ uint2 received;
+  __shared__ unsigned long long bar;
   const unsigned b = dev::clusterBlockRank();
-  if (threadIdx.x == 0) word = 0x5100u + b;
+  if (threadIdx.x == 0) {
+    word = 0x5100u + b;
+    received = make_uint2(0u, 0u);
+    dev::mbarrierInit(&bar, 1);
+    dev::fenceMbarrierInitCluster();
+  }
   dev::clusterArrive();
   dev::clusterWait();
   const unsigned other = dev::loadClusterShared(&word, b ^ 1u);
-  dev::clusterArrive();  // the other block's read of `word` is done before either exits
+  // The fused cluster kernels' exchange: an asynchronous store into the other block's shared
+  // memory, counted on its mbarrier (a bounded wait: a probe must not hang).
+  unsigned got = 0;
+  if (threadIdx.x == 0) {
+    dev::stAsyncPair(dev::clusterSharedAddr(&received, b ^ 1u), 0x5200u + b, 0x5300u + b,
+                     dev::clusterSharedAddr(&bar, b ^ 1u));
+    dev::mbarrierArriveExpectTx(&bar, 8u);
+    bool done = false;
+    for (int spin = 0; spin < (1 << 22) && !done; ++spin) done = dev::mbarrierTryWait(&bar, 0u);
+    if (done && received.y == received.x + 0x100u) got = received.x;
+  }
+  dev::clusterArrive();  // the other block's accesses to this block's memory are done
   dev::clusterWait();
-  if (threadIdx.x == 0) out[b] = other;
+  if (threadIdx.x == 0) {
+    out[b] = other;
+    out[2 + b] = got;
+  }
 }
 }  // namespace
 

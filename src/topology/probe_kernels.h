@@ -59,8 +59,11 @@ cudaError_t launchDependentPair(int* word, cudaStream_t stream);
 
 // Thread-block clusters with distributed shared memory: one cluster of two blocks; block b
 // leaves 0x5100 + b in its shared memory, reads the other block's word through the cluster
-// and writes it to out[b]. The host zeroes out[0..1]; {0x5101, 0x5100} after the stream
-// completes means cluster launch, the cluster barrier and distributed shared memory work.
+// and writes it to out[b]; each block also stores the pair {0x5200 + b, 0x5300 + b} into the
+// other block's shared memory with st.async, counted on that block's mbarrier (the fused
+// cluster kernels' exchange), and writes the first word it received to out[2 + b]. The host
+// zeroes out[0..3]; {0x5101, 0x5100, 0x5201, 0x5200} after the stream completes means cluster
+// launch, the cluster barrier, distributed shared memory and asynchronous stores work.
 // Returns a launch error (cudaErrorNotSupported and the like without clusters).
 cudaError_t launchClusterExchange(unsigned int* out, cudaStream_t stream);
 

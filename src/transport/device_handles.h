@@ -66,6 +66,7 @@ enum WaitWhat : int32_t {
   kWaitHostData = 4,    // host memory: a peer's "my contribution is in host memory" flag
   kWaitHostResult = 5,  // host two-shot: a peer's "my reduced segment is in host memory" flag
   kWaitHostReady = 6,   // host-copy: a peer's "I finished the previous launch" flag
+  kWaitClusterRow = 7,  // fused cluster form: the row sums of the other blocks of a cluster
 };
 // Words for a WaitWhat in error messages and the self-test's reasons.
 inline const char* waitWhatName(int32_t w) {
@@ -82,6 +83,8 @@ inline const char* waitWhatName(int32_t w) {
       return "host-memory result flag";
     case kWaitHostReady:
       return "host-memory ready flag (host-copy launch barrier)";
+    case kWaitClusterRow:
+      return "row sums of its own thread-block cluster";
     default:
       return "nothing";
   }
