@@ -64,14 +64,13 @@ inline int fusedClusterThreads(int hidden, int clusterBlocks) {
 // ANYR_FUSED_CLUSTER): 0 automatic, 1 off, 2/4/8 forced (for rows that fit). Automatic: the
 // largest C that leaves a block at least 64 vectors (2 warps) and lets every row of the launch
 // have its own cluster within maxBlocks; rows beyond that keep the block-per-row kernel, whose
-// grid already fills the GPU. Launches of 9 to 16 rows keep it too: there every cluster size
-// measured slower than the block-per-row kernel (2 x H200, hidden 6144 x 16 rows: 6.0-6.2 us
-// against 5.5), where 1-8 rows and 17-66 rows gained (1 row 4.70 against 4.90, 32 rows 6.95
-// against 7.20, the two-shot's 64 rows 8.91 against 9.44; docs/PERFORMANCE.md).
+// grid already fills the GPU. Measured on 2 x H200, hidden 6144, each size forced
+// (docs/PERFORMANCE.md, "cluster exchange by st.async"): the one-shot 1 row 3.92 us at C = 8
+// against 4.89 without, 16 rows 5.19 against 5.45, 32 rows 6.22 at C = 4 against 7.30; the two-shot
+// 64 rows 8.35 at C = 2 against 9.52, 96 rows 10.20 at C = 2 and 10.18 without.
 inline int fusedClusterSize(int rows, int hidden, int maxBlocks, int setting) {
   if (setting == 1 || !fusedClusterFits(hidden)) return 1;
   if (setting > 1) return setting;
-  if (rows > 8 && rows <= 16) return 1;
   const int nvec = hidden / 8;
   for (int c = kFusedMaxClusterBlocks; c >= 2; c /= 2) {
     if (nvec / c >= 64 && static_cast<int64_t>(rows) * c <= maxBlocks) return c;

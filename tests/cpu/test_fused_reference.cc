@@ -513,12 +513,11 @@ TEST(FusedLaunchShape, TwoShotRegisterFormSpreadsOverTheGridUpToHidden8192) {
 // block cap; the setting forces a size or turns clusters off; rows wider than 1024 vectors
 // never take it. The block size covers the row in whole warps.
 TEST(FusedLaunchShape, ClusterSizeFollowsRowsHiddenAndSetting) {
-  // hidden 6144 (768 vectors), 132 blocks: 8 up to 8 rows, none from 9 to 16 (measured
-  // slower there), 4 up to 33, 2 up to 66, then none.
+  // hidden 6144 (768 vectors), 132 blocks: 8 up to 16 rows, 4 up to 33, 2 up to 66, then none.
   EXPECT_EQ(fusedClusterSize(1, 6144, 132, 0), 8);
   EXPECT_EQ(fusedClusterSize(8, 6144, 132, 0), 8);
-  EXPECT_EQ(fusedClusterSize(9, 6144, 132, 0), 1);
-  EXPECT_EQ(fusedClusterSize(16, 6144, 132, 0), 1);
+  EXPECT_EQ(fusedClusterSize(9, 6144, 132, 0), 8);
+  EXPECT_EQ(fusedClusterSize(16, 6144, 132, 0), 8);
   EXPECT_EQ(fusedClusterSize(17, 6144, 132, 0), 4);
   EXPECT_EQ(fusedClusterSize(32, 6144, 132, 0), 4);
   EXPECT_EQ(fusedClusterSize(34, 6144, 132, 0), 2);
