@@ -16,11 +16,13 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
@@ -357,6 +359,83 @@ TEST(FusedAllReduceGpu, ClusterFormAtEveryForcedSizeMatchesTheComposition) {
 TEST(FusedAllReduceGpu, WithoutClustersTheBlockPerRowKernelIsCorrectToo) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   runFused(gpuCount(), {128, 6144, 7168}, {1, 3, 64}, false, 0, -1, 600, 1);
+}
+
+// A rank that skips a fused call: the other rank's kernel gives up after the timeout and names
+// it, on each fused form (the cluster forms included: their blocks still exchange the row's sums
+// and the failure, so none waits on another block), and the wait is bounded.
+TEST(FusedAllReduceGpu, MissingPeerInEachFusedFormTimesOutNamingIt) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  struct Form {
+    anyrAlgo_t algo;
+    int cluster;  // config.fusedCluster: 1 off, 2/4/8 forced
+    size_t tokens;
+  };
+  const Form forms[] = {{anyrAlgoOneShotPush, 8, 1},
+                        {anyrAlgoOneShotPush, 1, 1},
+                        {anyrAlgoTwoShotPush, 2, 64},
+                        {anyrAlgoTwoShotPush, 1, 64}};
+  constexpr size_t kHidden = 6144;
+  for (const Form& f : forms) {
+    const std::string name = std::string(anyrAlgoName(f.algo)) + ", fusedCluster " +
+                             std::to_string(f.cluster) + ", " + std::to_string(f.tokens) +
+                             " tokens";
+    SCOPED_TRACE(name);
+    auto results = runRanksCatching(
+        2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+          useRankGpu(rank);
+          anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+          cfg.timeoutMs = 1500;
+          cfg.fusedCluster = f.cluster;
+          anyrComm_t comm = nullptr;
+          R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+          R_ANYR(anyrCommSetAlgorithm(comm, f.algo), comm);
+          const size_t bytes = f.tokens * kHidden * 2;
+          void *partial = nullptr, *residual = nullptr, *weight = nullptr, *norm = nullptr;
+          for (void** q : {&partial, &residual, &norm}) R_CUDA(cudaMalloc(q, bytes));
+          R_CUDA(cudaMalloc(&weight, kHidden * 2));
+          for (void* q : {partial, residual, norm}) R_CUDA(cudaMemset(q, 0, bytes));
+          R_CUDA(cudaMemset(weight, 0, kHidden * 2));
+          cudaStream_t s;
+          R_CUDA(cudaStreamCreate(&s));
+          auto call = [&] {
+            return anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, norm,
+                                           f.tokens, kHidden, anyrBfloat16, nullptr, comm, s);
+          };
+          int failures = 0;
+          R_ANYR(call(), comm);
+          R_CUDA(cudaStreamSynchronize(s));
+          if (rank == 0) {
+            const auto t0 = std::chrono::steady_clock::now();
+            R_ANYR(call(), comm);
+            R_CUDA(waitStream(s, 30.0));
+            const double sec =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            anyrResult_t async = anyrSuccess;
+            R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+            const std::string msg = anyrGetLastError(comm);
+            if (async != anyrTimeout || msg.find("rank 1") == std::string::npos) {
+              ++failures;
+              report("FAIL " + name + ": expected a timeout naming rank 1, got " +
+                     anyrGetErrorString(async) + ": " + msg + "\n");
+            }
+            if (sec > 1.5 + 5.0) {
+              ++failures;
+              report("FAIL " + name + ": the wait took " + std::to_string(sec) +
+                     " s for a 1.5 s timeout\n");
+            }
+            report("NOTE " + name + ": " + msg + "\n");
+          } else {
+            // Wait until rank 0 has given up, then leave.
+            std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+          }
+          anyrCommDestroy(comm);
+          return failures ? 4 : 0;
+        });
+    const std::string failures = launch::describeFailures(results);
+    EXPECT_TRUE(failures.empty()) << failures;
+    std::printf("[ info ] %s", results[0].message.c_str());
+  }
 }
 
 TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
