@@ -160,6 +160,9 @@ class Communicator {
   // JSON and its text alike.
   static constexpr int kClusterSampleHidden = 6144;
   std::vector<std::pair<int, int>> clusterSizeSamples() const;
+  // The settings a tuning table records beside the machine (select/tuning.h): the agreed ones
+  // that shape kernels, hence the times a table holds.
+  std::vector<std::string> tuningSettings() const;
   void launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                       anyrDataType_t dtype, cudaStream_t stream);
   void explainHost(void* json) const;  // nlohmann::json*

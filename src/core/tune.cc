@@ -92,6 +92,15 @@ void Communicator::installTuning(const TuningTable& table, const char* what,
   tuningNote_ = note;
 }
 
+std::vector<std::string> Communicator::tuningSettings() const {
+  return {"maxBlocks " + std::to_string(maxBlocks_),
+          "fusedCluster " + std::to_string(cfg_.fusedCluster) + (clusterOn_ ? " on" : " off"),
+          std::string("programmaticLaunch ") + (pdlOn_ ? "on" : "off"),
+          std::string("wire ") + wireName(cfg_.wire),
+          "chunkBytes " + std::to_string(cfg_.chunkBytes),
+          "hostLaunchBytes " + std::to_string(cfg_.hostLaunchBytes)};
+}
+
 void Communicator::loadOrTuneAtInit() {
   // Only rank 0 reads the file; it sends its verdict and the table (or the reason it was not
   // used) to everyone, so every rank installs the same table.
@@ -105,7 +114,7 @@ void Communicator::loadOrTuneAtInit() {
   if (rank_ == 0 && !cfg_.tuningFile.empty()) {
     TuningTable t;
     std::string why;
-    if (loadTuningFor(cfg_.tuningFile, fingerprintOf(topo_, nranks_), &t, &why)) {
+    if (loadTuningFor(cfg_.tuningFile, fingerprintOf(topo_, nranks_, tuningSettings()), &t, &why)) {
       h.ok = 1;
       text = tuningToJson(t);
     } else {
@@ -298,7 +307,7 @@ TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& pro
     ANYR_CUDA_CHECK(cudaMemcpyAsync(bufs[7], &one, sizeof(one), cudaMemcpyHostToDevice, s));
     ANYR_CUDA_CHECK(cudaStreamSynchronize(s));
 
-    table.fingerprint = fingerprintOf(topo_, nranks_);
+    table.fingerprint = fingerprintOf(topo_, nranks_, tuningSettings());
     table.hidden = o.hidden;
     table.method = "cuda-graph replay of " + std::to_string(o.calls) + " calls, median of " +
                    std::to_string(o.samples) + " samples, bf16, slowest rank";

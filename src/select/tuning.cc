@@ -71,7 +71,7 @@ std::vector<std::string> needStrings(const json& j, const char* key, const std::
 
 bool Fingerprint::operator==(const Fingerprint& o) const {
   return library == o.library && worldSize == o.worldSize && gpus == o.gpus && driver == o.driver &&
-         links == o.links;
+         links == o.links && settings == o.settings;
 }
 
 std::string Fingerprint::firstDifference(const Fingerprint& mine) const {
@@ -87,11 +87,15 @@ std::string Fingerprint::firstDifference(const Fingerprint& mine) const {
     if (links[i] != mine.links[i]) return diff("link", links[i], mine.links[i]);
   }
   if (links.size() != mine.links.size()) return "link matrix sizes differ";
+  if (!settings.empty() && settings != mine.settings) {
+    return diff("settings", joinList(settings), joinList(mine.settings));
+  }
   return "";
 }
 
-Fingerprint fingerprintOf(const Topology& t, int nranks) {
+Fingerprint fingerprintOf(const Topology& t, int nranks, std::vector<std::string> settings) {
   Fingerprint f;
+  f.settings = std::move(settings);
   f.library = ANYR_VERSION_STRING;
   f.worldSize = nranks;
   for (const GpuInfo& g : t.gpus) f.gpus.push_back(g.name);
@@ -116,11 +120,9 @@ std::string tuningToJson(const TuningTable& t) {
   json j;
   j["format"] = kFormatName;
   j["version"] = TuningTable::kFormatVersion;
-  j["fingerprint"] = {{"library", t.fingerprint.library},
-                      {"worldSize", t.fingerprint.worldSize},
-                      {"gpus", t.fingerprint.gpus},
-                      {"driver", t.fingerprint.driver},
-                      {"links", t.fingerprint.links}};
+  j["fingerprint"] = {{"library", t.fingerprint.library}, {"worldSize", t.fingerprint.worldSize},
+                      {"gpus", t.fingerprint.gpus},       {"driver", t.fingerprint.driver},
+                      {"links", t.fingerprint.links},     {"settings", t.fingerprint.settings}};
   j["hidden"] = t.hidden;
   j["method"] = t.method;
   json ops = json::object();
@@ -155,6 +157,7 @@ TuningTable tuningFromJson(const std::string& text) {
   t.fingerprint.gpus = needStrings(fp, "gpus", "fingerprint");
   t.fingerprint.driver = needString(fp, "driver", "fingerprint");
   t.fingerprint.links = needStrings(fp, "links", "fingerprint");
+  if (fp.contains("settings")) t.fingerprint.settings = needStrings(fp, "settings", "fingerprint");
   t.hidden = static_cast<int>(needInt(j, "hidden", "document", 1, 1 << 20));
   t.method = needString(j, "method", "document");
   const json ops = need(j, "ops", "document");

@@ -22,11 +22,16 @@ struct Fingerprint {
   std::vector<std::string> gpus;   // model names, rank order
   std::string driver;              // driver version text and CUDA driver API version
   std::vector<std::string> links;  // "0->1 nvlink x18 numa write+ read+" per ordered pair
+  // The communicator settings that shape kernels and so the times ("maxBlocks 132", "wire
+  // native", ...; Communicator::tuningSettings). Empty in tables written before they were
+  // recorded: those are compared on the machine alone.
+  std::vector<std::string> settings;
   bool operator==(const Fingerprint& o) const;
   // "" if equal, else the first difference ("worldSize: file 8, this machine 2").
   std::string firstDifference(const Fingerprint& mine) const;
 };
-Fingerprint fingerprintOf(const Topology& rankTopo, int nranks);
+Fingerprint fingerprintOf(const Topology& rankTopo, int nranks,
+                          std::vector<std::string> settings = {});
 
 struct TunedPoint {
   int bucket = 0;

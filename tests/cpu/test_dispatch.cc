@@ -705,6 +705,52 @@ TEST(Tuning, FingerprintMismatchIsReportedAndIgnored) {
   std::remove(path.c_str());
 }
 
+// A table records the settings it was measured under (maxBlocks, the cluster setting, ...); a
+// communicator with other settings ignores it and says which, and a table written before the
+// settings were recorded is still compared on the machine alone.
+TEST(Tuning, TablesMeasuredUnderOtherSettingsAreIgnoredNamingThem) {
+  Topology pair = fixture("nvlink_pair");
+  const std::vector<std::string> tuned = {"maxBlocks 64", "fusedCluster 0 on", "wire native"};
+  TuningTable table = sampleTable(pair);
+  table.fingerprint = fingerprintOf(pair, 2, tuned);
+  const std::string path = tempPath("settings");
+  saveTuningFile(table, path);
+  TuningTable out;
+  std::string why;
+  // The same settings: loaded, and they survive the round trip through the file.
+  ASSERT_TRUE(loadTuningFor(path, fingerprintOf(pair, 2, tuned), &out, &why)) << why;
+  EXPECT_EQ(out.fingerprint.settings, tuned);
+  // Another block cap: ignored, naming both settings lists.
+  const std::vector<std::string> other = {"maxBlocks 132", "fusedCluster 0 on", "wire native"};
+  EXPECT_FALSE(loadTuningFor(path, fingerprintOf(pair, 2, other), &out, &why));
+  EXPECT_TRUE(mentions(why, "settings")) << why;
+  EXPECT_TRUE(mentions(why, "maxBlocks 64")) << why;
+  EXPECT_TRUE(mentions(why, "maxBlocks 132")) << why;
+  // A table without settings (written before they were recorded): the machine decides.
+  TuningTable old = sampleTable(pair);
+  old.fingerprint = fingerprintOf(pair, 2);
+  saveTuningFile(old, path);
+  EXPECT_TRUE(loadTuningFor(path, fingerprintOf(pair, 2, other), &out, &why)) << why;
+  EXPECT_TRUE(out.fingerprint.settings.empty());
+  // Settings that are not a list of strings: a clear error naming the field.
+  std::string text = tuningToJson(table);
+  const std::string key = "\"settings\": [";
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, key.size(), "\"settings\": [7, ");
+  EXPECT_THROW(
+      {
+        try {
+          (void)tuningFromJson(text);
+        } catch (const Error& e) {
+          EXPECT_TRUE(mentions(e.what(), "fingerprint.settings[0]")) << e.what();
+          throw;
+        }
+      },
+      Error);
+  std::remove(path.c_str());
+}
+
 TEST(Tuning, CorruptTruncatedOrForeignFilesGiveAClearReasonNotACrash) {
   Topology t = fixture("nvlink_pair");
   const Fingerprint fp = fingerprintOf(t, 2);
