@@ -1,7 +1,7 @@
 #!/bin/sh
-# The command line's --max-blocks and --fused-cluster (bench, tune, doctor): a bad value fails
-# parsing (non-zero exit, before any GPU work) with the flag, the config field's rule and the
-# value; every valid value gets past parsing. CPU only: the valid runs hide every GPU, so they
+# The command line's --max-blocks and --fused-cluster (bench, tune, doctor) and --timeout-ms
+# (bench, tune): a bad value fails parsing (non-zero exit, before any GPU work) with the flag,
+# the config field's rule and the value; every valid value gets past parsing. CPU only: the valid runs hide every GPU, so they
 # stop at "no CUDA GPU is visible", which only a run that parsed its flags reaches.
 # Usage: config_flags.sh path/to/anyreduce
 set -u
@@ -69,6 +69,12 @@ for cmd in bench tune; do
   expect_parsed $cmd --max-blocks 16 --fused-cluster 2
 done
 expect_parsed doctor --preset tiny --max-blocks 32 --fused-cluster 4
+# --timeout-ms (bench, tune, doctor): a bound in milliseconds, at least 1.
+for cmd in bench tune; do
+  expect_rejected "--timeout-ms" $cmd --timeout-ms 0
+  expect_rejected "--timeout-ms" $cmd --timeout-ms soon
+  expect_parsed $cmd --timeout-ms 2500
+done
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"

@@ -48,6 +48,7 @@ struct TuneCliOptions {
   int budgetMs = 0;
   int calls = 10, samples = 7;
   double timeoutSec = 1800;
+  int timeoutMs = 0;                      // as BenchOptions': 0 the library default
   int maxBlocks = -1, fusedCluster = -1;  // as BenchOptions': the communicator's config
 };
 int runTune(const TuneCliOptions& t);

@@ -38,6 +38,7 @@ int runTune(const TuneCliOptions& t) {
   return runAllRanks(t.nranks, t.timeoutSec, "tune",
                      [&](int rank, int n, const anyrUniqueId& id, int ngpus, const RankReport&) {
                        BenchOptions bo;
+                       bo.timeoutMs = t.timeoutMs;
                        bo.maxBlocks = t.maxBlocks;
                        bo.fusedCluster = t.fusedCluster;
                        void* nccl = nullptr;

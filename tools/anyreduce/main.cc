@@ -281,6 +281,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   tune->add_option("--samples", to.samples, "Timed samples; median used (default 7)")
       ->check(CLI::Range(1, 1000));
+  tune->add_option("--timeout-ms", to.timeoutMs, "Bound on every wait inside anyreduce")
+      ->check(CLI::Range(1, 86400000));
   tool::addConfigFlags(tune, &to.maxBlocks, &to.fusedCluster);  // the table is measured under them
 
   auto* explain =
