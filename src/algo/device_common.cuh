@@ -193,27 +193,6 @@ __device__ __forceinline__ void clusterArrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void clusterWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-// The word at the address of `local` (this block's shared memory) in block `block` of the
-// cluster (distributed shared memory).
-__device__ __forceinline__ uint32_t loadClusterShared(const void* local, unsigned block) {
-  uint32_t v = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(local));
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(a), "r"(block));
-  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
-#else
-  (void)local;
-  (void)block;
-#endif
-  return v;
-}
-
 // Relaxed arrive: no ordering of this thread's earlier memory accesses (no wait for them to
 // complete); for barriers that only say "this block got this far".
 __device__ __forceinline__ void clusterArriveRelaxed() {
@@ -221,13 +200,12 @@ __device__ __forceinline__ void clusterArriveRelaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 #endif
 }
-
-// ---- mbarriers and asynchronous stores into a cluster peer's shared memory -----------------
-// A block's mbarrier completes a phase when its pending arrivals reach zero and the bytes it
-// was told to expect (arrive.expect_tx) have landed; st.async writes a register value into a
-// block of the cluster and counts its bytes on that block's mbarrier, with no fence on the
-// sender's side (a release barrier would wait for every store the thread still has in flight,
-// its pushes to peer GPUs included). The waiter's acquire makes the data visible.
+__device__ __forceinline__ void clusterWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// Shared-memory addresses: this block's, and the same place in block `block` of the cluster.
 __device__ __forceinline__ uint32_t sharedAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -243,6 +221,28 @@ __device__ __forceinline__ uint32_t clusterSharedAddr(const void* local, unsigne
 #endif
   return remote;
 }
+// The word at the address of `local` (this block's shared memory) in block `block` of the
+// cluster (distributed shared memory).
+__device__ __forceinline__ uint32_t loadClusterShared(const void* local, unsigned block) {
+  uint32_t v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.u32 %0, [%1];"
+               : "=r"(v)
+               : "r"(clusterSharedAddr(local, block))
+               : "memory");
+#else
+  (void)local;
+  (void)block;
+#endif
+  return v;
+}
+
+// ---- mbarriers and asynchronous stores into a cluster peer's shared memory -----------------
+// A block's mbarrier completes a phase when its pending arrivals reach zero and the bytes it
+// was told to expect (arrive.expect_tx) have landed; st.async writes a register value into a
+// block of the cluster and counts its bytes on that block's mbarrier, with no fence on the
+// sender's side (a release barrier would wait for every store the thread still has in flight,
+// its pushes to peer GPUs included). The waiter's acquire makes the data visible.
 __device__ __forceinline__ void mbarrierInit(unsigned long long* bar, uint32_t arrivals) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sharedAddr(bar)), "r"(arrivals)
