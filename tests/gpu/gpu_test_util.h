@@ -111,6 +111,43 @@ inline int abortAWaitingAllReduce(anyrComm_t comm, void* buf, cudaStream_t s,
          "\n");
   return 1;
 }
+// Rank 0's side of a missing-peer test: `call` enqueues on `s` a collective that rank 1 never
+// joins. The stream must finish (within 30 s: the kernel gives up), and the communicator must
+// report anyrTimeout with a message naming rank 1 and, where not empty, `mentions`; where
+// boundSec > 0, within boundSec of the call. Returns the failures, each with a FAIL line
+// starting with `what`; the message itself goes out as a NOTE line.
+inline int expectTimeoutNamingRank1(anyrComm_t comm, cudaStream_t s,
+                                    const std::function<anyrResult_t()>& call,
+                                    const std::string& what, const std::string& mentions,
+                                    double boundSec, const Report& report) {
+  int failures = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  R_ANYR(call(), comm);
+  const cudaError_t e = waitStream(s, 30);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (e != cudaSuccess) {
+    ++failures;
+    report("FAIL " + what + ": the stream did not finish: " + cudaGetErrorString(e) + "\n");
+  }
+  anyrResult_t async = anyrSuccess;
+  R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+  const std::string msg = anyrGetLastError(comm);
+  if (async != anyrTimeout || msg.find("rank 1") == std::string::npos ||
+      (!mentions.empty() && msg.find(mentions) == std::string::npos)) {
+    ++failures;
+    report("FAIL " + what + ": expected a timeout naming rank 1" +
+           (mentions.empty() ? std::string() : " and '" + mentions + "'") + ", got " +
+           anyrGetErrorString(async) + ": " + msg + "\n");
+  }
+  if (boundSec > 0 && sec > boundSec) {
+    ++failures;
+    report("FAIL " + what + ": the wait took " + std::to_string(sec) + " s (bound " +
+           std::to_string(boundSec) + " s)\n");
+  }
+  report("NOTE " + what + ": " + msg + "\n");
+  return failures;
+}
+
 using RankBody = std::function<int(int rank, int nranks, const anyrUniqueId& id, const Report&)>;
 
 // 1 (and a "FAIL async error" line) when the communicator recorded an asynchronous error, else 0.

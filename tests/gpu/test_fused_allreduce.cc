@@ -406,25 +406,7 @@ TEST(FusedAllReduceGpu, MissingPeerInEachFusedFormTimesOutNamingIt) {
           R_ANYR(call(), comm);
           R_CUDA(cudaStreamSynchronize(s));
           if (rank == 0) {
-            const auto t0 = std::chrono::steady_clock::now();
-            R_ANYR(call(), comm);
-            R_CUDA(waitStream(s, 30.0));
-            const double sec =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            anyrResult_t async = anyrSuccess;
-            R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
-            const std::string msg = anyrGetLastError(comm);
-            if (async != anyrTimeout || msg.find("rank 1") == std::string::npos) {
-              ++failures;
-              report("FAIL " + name + ": expected a timeout naming rank 1, got " +
-                     anyrGetErrorString(async) + ": " + msg + "\n");
-            }
-            if (sec > 1.5 + 5.0) {
-              ++failures;
-              report("FAIL " + name + ": the wait took " + std::to_string(sec) +
-                     " s for a 1.5 s timeout\n");
-            }
-            report("NOTE " + name + ": " + msg + "\n");
+            failures += expectTimeoutNamingRank1(comm, s, call, name, "", 1.5 + 5.0, report);
           } else {
             // Wait until rank 0 has given up, then leave.
             std::this_thread::sleep_for(std::chrono::milliseconds(3000));

@@ -478,18 +478,10 @@ TEST(HostWireGpu, MissingPeerOnHostPathTimesOutNamingIt) {
           R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);
           R_CUDA(cudaStreamSynchronize(s));
           if (rank == 0) {
-            R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);
-            R_CUDA(cudaStreamSynchronize(s));
-            anyrResult_t async = anyrSuccess;
-            R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
-            std::string msg = anyrGetLastError(comm);
-            if (async != anyrTimeout || msg.find("rank 1") == std::string::npos ||
-                msg.find("host-memory") == std::string::npos) {
-              ++failures;
-              report("FAIL expected a host-memory timeout naming rank 1, got " +
-                     std::string(anyrGetErrorString(async)) + ": " + msg + "\n");
-            }
-            report("INFO " + msg + "\n");
+            failures += expectTimeoutNamingRank1(
+                comm, s,
+                [&] { return anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s); },
+                anyrAlgoName(algo), "host-memory", 0, report);
           } else {
             std::this_thread::sleep_for(std::chrono::milliseconds(3000));
           }
