@@ -251,9 +251,11 @@ struct RowOutputs {
         storeBytes(quantRow + 8 * static_cast<int64_t>(v), packed, 8, quantAligned);
       }
     } else if (quant == anyrQuantNvfp4) {
-      float amax = 0.0f;  // inactive lanes hold zeros
-#pragma unroll
-      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(y[i]));
+      // max over {0, |y[i]|} (inactive lanes hold zeros) as a tree: fmaxf ignores NaN and is
+      // exact, so the order does not change the bits, only the dependency depth.
+      float amax = fmaxf(
+          fmaxf(fmaxf(fabsf(y[0]), fabsf(y[1])), fmaxf(fabsf(y[2]), fabsf(y[3]))),
+          fmaxf(fmaxf(fabsf(y[4]), fabsf(y[5])), fmaxf(fmaxf(fabsf(y[6]), fabsf(y[7])), 0.0f)));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the block's other half
       if (active) {
         const uint32_t s = e4m3Code(amax * qinv);

@@ -91,9 +91,15 @@ __host__ __device__ constexpr uint32_t swizzledScaleColPart(uint32_t k) {
 // ---- FP4 e2m1 encoding (the kernel's; host-callable so CPU tests check it) ----------------
 // Round to nearest even onto {0, 0.5, 1, 1.5, 2, 3, 4, 6}, |v| above 6 saturates to 6, the sign
 // bit is kept (also on zero), NaN -> +6 (code 0x7): the semantics of cvt.rn.satfinite.e2m1x2.f32
-// and of cuda_fp4.h. Comparisons with the grid's midpoints, a tie going to the even code
-// (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4): the same
-// instructions on every architecture, so every GPU gives the same bits.
+// and of cuda_fp4.h, ties going to the even code (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2,
+// 2.5 -> 2, 3.5 -> 4, 5 -> 4). Integer and fp32 arithmetic only, the same instructions on every
+// architecture, so every GPU gives the same bits:
+//   |v| < 1: the code is rint(2 |v|) (0, 1 or 2), from one fmaf: 2 |v| + 2^23 rounds once, to an
+//            integer, RNE; the integer is the sum's low mantissa bits;
+//   |v| >= 1: e2m1's normal codes are fp32's exponent and top mantissa bit, so the code is the
+//            bits rounded RNE to one mantissa bit (add 2^21 - 1 plus the kept bit) >> 22, less
+//            the exponent bias difference (252), saturated at 7; NaN and infinities land above
+//            the cap.
 __host__ __device__ inline uint32_t floatBits(float v) {
 #ifdef __CUDA_ARCH__
   return __float_as_uint(v);
@@ -106,9 +112,11 @@ __host__ __device__ inline uint32_t floatBits(float v) {
 
 __host__ __device__ inline uint32_t e2m1Code(float v) {
   const float a = fabsf(v);
-  if (a != a) return 0x7u;  // NaN
-  const uint32_t c = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
-                     (a >= 3.5f) + (a > 5.0f);
+  const uint32_t b = floatBits(a);
+  const uint32_t small = floatBits(fmaf(a, 2.0f, 8388608.0f)) - 0x4B000000u;
+  const uint32_t top = (b + 0x1FFFFFu + ((b >> 22) & 1u)) >> 22;
+  const uint32_t c = a < 1.0f ? small : (top < 259u ? top : 259u) - 252u;
+  if (a != a) return 0x7u;                   // NaN: +6, no sign
   return c | ((floatBits(v) >> 28) & 0x8u);  // the sign bit, as copysign would keep it
 }
 

@@ -96,13 +96,21 @@ TEST(FusedReference, E2m1GridTiesSignAndSaturation) {
 }
 
 // The reference and the kernel's encoder agree with CUDA's host conversion everywhere that
-// matters: around every grid point and midpoint, over every bf16 value, and at random.
+// matters: around every grid point and midpoint, over every bf16 value, at random, and across
+// fp32's bit patterns.
 TEST(FusedReference, E2m1MatchesCudaFp4) {
   std::vector<float> probes = probesAround({0, 0.5, 1, 1.5, 2, 3, 4, 6, 8});
   for (float v : allBf16()) probes.push_back(v);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
   for (int i = 0; i < 200000; ++i) probes.push_back(dist(rng));
+  // Bit patterns across the whole fp32 range (every exponent, subnormals, infinities, NaNs).
+  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4099) {
+    const uint32_t bits = static_cast<uint32_t>(u);
+    float v;
+    std::memcpy(&v, &bits, sizeof(v));
+    probes.push_back(v);
+  }
   for (float v : probes) {
     const uint8_t want = cudaE2m1(v);
     ASSERT_EQ(ref::e2m1Encode(v), want) << "v=" << v << " bits=" << std::hex << bitsOf(v);
@@ -150,6 +158,13 @@ TEST(FusedReference, E4m3MatchesCudaFp8) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> dist(-500.0f, 500.0f);
   for (int i = 0; i < 200000; ++i) probes.push_back(dist(rng));
+  // Bit patterns across the whole fp32 range (every exponent, subnormals, infinities, NaNs).
+  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4099) {
+    const uint32_t bits = static_cast<uint32_t>(u);
+    float v;
+    std::memcpy(&v, &bits, sizeof(v));
+    probes.push_back(v);
+  }
   for (float v : probes) {
     ASSERT_EQ(ref::e4m3Encode(v), cudaE4m3(v)) << "v=" << v << " bits=" << std::hex << bitsOf(v);
   }
