@@ -28,7 +28,8 @@
 #   worlds       world sizes 3, 4, 5, 8 (WORLDS; those the machine has) on the first W GPUs: GPU
 #                tests, all-reduce and fused benches against NCCL, the doctor's GLM preset at 8
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
-#                instruction; NCU_HIDDEN, default 6144)
+#                instruction; NCU_HIDDEN, default 6144; NCU_QUANT: none|fp8|nvfp4; NCU_KERNELS:
+#                the kernel names, space-separated)
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -308,12 +309,13 @@ if want ncu; then
   step "ncu: one-token kernels at world size 1 (stall reasons per SASS instruction)"
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -n "$NCU" ]; then
-    for k in addRmsNormKernel fusedOneShotPushKernel fusedOneShotPushClusterKernel oneShotPushKernel; do
+    for k in ${NCU_KERNELS:-addRmsNormKernel fusedOneShotPushKernel fusedOneShotPushClusterKernel oneShotPushKernel}; do
       CL=(); [ "$k" = fusedOneShotPushClusterKernel ] && CL=(--cluster 8)
+      Q=(); [ -n "${NCU_QUANT:-}" ] && Q=(--quant "$NCU_QUANT")
       timeout -k 10 200 "$NCU" --clock-control none --cache-control none -k "regex:$k" \
         --launch-skip 20 --launch-count 1 --warp-sampling-interval 0 --section SpeedOfLight --section LaunchStats \
         --section WarpStateStats --section SourceCounters --metrics gpu__time_duration.sum \
-        -f -o "$OUT/ncu-$k" "$BUILD/tools/anyr_fused_floor" --ranks 1 --hidden "${NCU_HIDDEN:-6144}" "${CL[@]}" \
+        -f -o "$OUT/ncu-$k" "$BUILD/tools/anyr_fused_floor" --ranks 1 --hidden "${NCU_HIDDEN:-6144}" "${CL[@]}" "${Q[@]}" \
         >"$OUT/ncu-$k.log" 2>&1
       check "$?" "ncu $k"
       "$NCU" --import "$OUT/ncu-$k.ncu-rep" --print-summary none >"$OUT/ncu-$k-details.txt" 2>&1
