@@ -15,6 +15,8 @@
 #   reliability  full-size stress (100,000 calls), 20 kill -9 trials, self-test injection, ...
 #   dispatch     bench --check-dispatch (seed), anyreduce tune, explain, check again (tuned)
 #   host         host-memory transport vs NCCL through host memory; compressed wire
+#   hostphases   anyr_host_phases alone (built alone): where a 1..256 KiB all-reduce through host
+#                memory spends its time (write, flag release, flag seen, read) on 2 GPUs
 #   doctor       anyreduce doctor (synthetic decode step, power) for the GLM-like presets
 #   profile      anyr_fused_floor: the fused one-shot (1..64 rows, quantized or not) against an
 #                empty kernel, the standalone epilogue and the plain one-shot push (where the us go)
@@ -54,7 +56,8 @@ nvidia-smi topo -m 2>&1 | tee -a "$OUT/gpus.txt" | head -12
 step "build (CUDA architectures: $ARCH)"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
   -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build "$BUILD" -j"$JOBS" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
+ONLY=(); [ "${SECTIONS[*]}" = hostphases ] && ONLY=(--target anyr_host_phases)
+cmake --build "$BUILD" -j"$JOBS" "${ONLY[@]}" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
 
 if want tests; then
@@ -157,6 +160,8 @@ if want host; then
   step "host-memory link: copy engines, SM stores/loads, flag round trip (the transport's ceiling)"
   timeout -k 10 120 "$BUILD/tools/anyr_host_link_bw" 2>&1 | tee "$OUT/host-link-bw.txt"
   check "${PIPESTATUS[0]}" "host link bandwidth"
+  timeout -k 10 180 "$BUILD/tools/anyr_host_phases" 2>&1 | tee "$OUT/host-phases.txt"
+  check "${PIPESTATUS[0]}" "host phases"
   timeout -k 10 500 env NCCL_P2P_DISABLE=1 "$A" bench -a host-oneshot,host-twoshot,host-copy,nccl \
     -b 1K -e 16M -f 4 --samples 11 --json "$OUT/bench-host.json" 2>&1 | tee "$OUT/bench-host.txt"
   check "${PIPESTATUS[0]}" "host bench"
@@ -185,6 +190,12 @@ if want host; then
     timeout -k 10 300 env ANYR_ALGO=$a NCCL_P2P_DISABLE=1 "$A" bench --op add-rmsnorm --hidden 6144 \
       --tokens 1,32,128,2048 --samples 11 2>&1 | tee "$OUT/fused-$a.txt"
   done
+fi
+
+if want hostphases && ! want host; then
+  step "host-memory all-reduce phases: write, flag release, flag seen, read (anyr_host_phases)"
+  timeout -k 10 180 "$BUILD/tools/anyr_host_phases" 2>&1 | tee "$OUT/host-phases.txt"
+  check "${PIPESTATUS[0]}" "host phases"
 fi
 
 if want doctor; then
