@@ -76,14 +76,15 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
         }
       } else {
         const char* src = lines(s);
-        // One lane per warp polls first (the warp's last line of this pass), with a pause
-        // between polls; the other lanes read once it landed. Every lane polling at once
-        // floods the link with reads that return stale lines and delays the very writes
-        // they wait for (measured on 2 x H200 at 16 KB / 64 KB: 45 / 336 us with every lane
-        // polling, 9.4 / 21 us probing first; every lane reading once before the probe: 25
-        // us at 16 KB).
+        // A large launch: one lane per warp polls first (the warp's last line of this pass),
+        // with a pause between polls; the other lanes read once it landed. Every lane polling
+        // at once floods the link with reads that return stale lines and delays the very
+        // writes they wait for (measured on 2 x H200 at 16 KB / 64 KB: 45 / 336 us with every
+        // lane polling, 9.4 / 21 us probing first; every lane reading once before the probe:
+        // 25 us at 16 KB). A small launch (a.llEager) has few lines: every lane polls its own,
+        // which saves the round trip of the reads after the probe.
         const unsigned active = __activemask();
-        if (static_cast<int>(threadIdx.x % 32) == 31 - __clz(active)) {
+        if (!a.llEager && static_cast<int>(threadIdx.x % 32) == 31 - __clz(active)) {
           uint4 probe = dev::loadVolatile(src + v0 * 32 + 16);
           while (probe.y != epoch || probe.w != epoch) {
             if (!waiter.keepWaiting(s, kWaitHostData, epoch)) {
@@ -96,7 +97,8 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
         }
         if (__any_sync(active, !ok)) ok = false;
         if (!ok) break;
-        // The rest of the warp's lines were written with the probe's: most have landed.
+        // The rest of the warp's lines were written with the probe's: most have landed (or,
+        // eager, every lane's first poll).
         uint4 lo[kLLVecsPerPass], hi[kLLVecsPerPass];
 #pragma unroll
         for (int k = 0; k < kLLVecsPerPass; ++k) {

@@ -66,6 +66,7 @@ void Communicator::initHostTransport() {
   hostLayout_ =
       computeHostLayout(agreed.launchBytes, nranks_, agreed.llBytes, agreed.copyChunkBytes);
   cfg_.hostLowLatencyBytes = hostLayout_.llMaxBytes;
+  cfg_.hostLowLatencyEagerBytes = std::min(agreed.llEagerBytes, hostLayout_.llMaxBytes);
   cfg_.hostCopyChunkBytes = hostLayout_.copyChunkBytes;
   cfg_.hostLaunchBytes = hostLayout_.launchBytes;
   std::string why;
@@ -126,14 +127,18 @@ HostSettings agreeHostSettings(Bootstrap& bs, int rank) {
   struct Wire {
     int32_t enabled, round, llBytes, copyChunkBytes;
     uint64_t launchBytes;
+    int32_t llEagerBytes, pad;
   };
-  static_assert(sizeof(Wire) == 24, "agreeHostSettings' broadcast layout");
+  static_assert(sizeof(Wire) == 32, "agreeHostSettings' broadcast layout");
   const uint64_t mineLaunch = env::getSize("ANYR_HOST_LAUNCH_BYTES");
   const uint64_t copyChunk = env::getSize("ANYR_HOST_COPY_CHUNK_BYTES");
   Wire w{env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
          static_cast<int32_t>(env::getInt("ANYR_HOST_ROUND")),
          static_cast<int32_t>(env::getInt("ANYR_HOST_LL_BYTES")),
-         static_cast<int32_t>(std::min<uint64_t>(copyChunk, INT32_MAX)), mineLaunch};
+         static_cast<int32_t>(std::min<uint64_t>(copyChunk, INT32_MAX)),
+         mineLaunch,
+         static_cast<int32_t>(env::getInt("ANYR_HOST_LL_EAGER_BYTES")),
+         0};
   bs.broadcast(&w, sizeof(w), 0);
   // Every rank checks the same (rank 0's) values, so every rank reaches the same verdict.
   const std::string launchError = hostLaunchBytesError(w.launchBytes);
@@ -151,10 +156,14 @@ HostSettings agreeHostSettings(Bootstrap& bs, int rank) {
     throwError(anyrInvalidArgument, "environment variable ANYR_HOST_ROUND=" +
                                         std::to_string(w.round) + " (rank 0's): must be 1..64");
   }
-  if (w.llBytes < 0 || w.llBytes > (1 << 20) || w.llBytes % 16 != 0) {
-    throwError(anyrInvalidArgument,
-               "environment variable ANYR_HOST_LL_BYTES=" + std::to_string(w.llBytes) +
-                   " (rank 0's): must be a multiple of 16 in 0..1048576");
+  for (const auto& [name, value] :
+       {std::pair<const char*, int32_t>{"ANYR_HOST_LL_BYTES", w.llBytes},
+        {"ANYR_HOST_LL_EAGER_BYTES", w.llEagerBytes}}) {
+    if (value < 0 || value > (1 << 20) || value % 16 != 0) {
+      throwError(anyrInvalidArgument, std::string("environment variable ") + name + "=" +
+                                          std::to_string(value) +
+                                          " (rank 0's): must be a multiple of 16 in 0..1048576");
+    }
   }
   const std::string copyChunkError = hostCopyChunkError(static_cast<uint64_t>(w.copyChunkBytes));
   if (!copyChunkError.empty()) {
@@ -166,6 +175,7 @@ HostSettings agreeHostSettings(Bootstrap& bs, int rank) {
   s.enabled = w.enabled != 0;
   s.roundVecs = w.round;
   s.llBytes = static_cast<uint64_t>(w.llBytes);
+  s.llEagerBytes = static_cast<uint64_t>(w.llEagerBytes);
   s.copyChunkBytes = static_cast<uint64_t>(w.copyChunkBytes);
   s.launchBytes = w.launchBytes;
   return s;
@@ -251,11 +261,19 @@ void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, si
   // One-shot messages of at most llMaxBytes with the native wire take the low-latency protocol
   // (one PCIe round trip instead of two); the decision depends only on agreed values and the
   // call's count, so every rank takes the same one.
+  const uint64_t bytes = count * dtypeSize(dtype);
   const bool ll = algo == anyrAlgoHostOneShot && hostTemplate_.wire == kWireNative &&
-                  count * dtypeSize(dtype) <= hostLayout_.llMaxBytes;
+                  bytes <= hostLayout_.llMaxBytes;
   launchInPieces(algo, hostTemplate_, in, out, count, dtype, hostLayout_.launchBytes,
                  [&](const HostArgs& a, const LaunchShape& shape) {
-                   if (ll) return launchHostOneShotLL(dtype, a, shape, stream);
+                   if (ll) {
+                     HostArgs l = a;
+                     l.llEager = bytes <= cfg_.hostLowLatencyEagerBytes ? 1 : 0;
+                     LaunchShape s = hostLowLatencyShape(a.numVecs, maxBlocks_);
+                     s.aligned = shape.aligned;
+                     s.pdl = shape.pdl;
+                     return launchHostOneShotLL(dtype, l, s, stream);
+                   }
                    return algo == anyrAlgoHostOneShot ? launchHostOneShot(dtype, a, shape, stream)
                                                       : launchHostTwoShot(dtype, a, shape, stream);
                  });
@@ -267,6 +285,7 @@ void Communicator::explainHost(void* json) const {
                         {"reason", facts_.hostMemoryReason},
                         {"wire", wireName(cfg_.wire)},
                         {"lowLatencyMaxBytes", hostLayout_.llMaxBytes},
+                        {"lowLatencyEagerMaxBytes", cfg_.hostLowLatencyEagerBytes},
                         {"copyChunkBytes", hostLayout_.copyChunkBytes},
                         {"launchBytes", hostLayout_.launchBytes}};
   if (host_) j["hostTransport"]["segmentBytes"] = hostLayout_.totalBytes;

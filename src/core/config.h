@@ -29,6 +29,9 @@ struct Config {
   // set by the host transport from rank 0's ANYR_HOST_LL_BYTES, so agreed; 0 until then. Not
   // part of Wire; read by the dispatch cost model.
   uint64_t hostLowLatencyBytes = 0;
+  // Low-latency launches of at most this many bytes poll every line from every thread (rank 0's
+  // ANYR_HOST_LL_EAGER_BYTES, set by the host transport). Not part of Wire.
+  uint64_t hostLowLatencyEagerBytes = 0;
   // host-copy's chunk (the layout's copyChunkBytes, from rank 0's ANYR_HOST_COPY_CHUNK_BYTES):
   // set by the host transport, so agreed; 0 until then (or without one). Not part of Wire.
   uint64_t hostCopyChunkBytes = 0;

@@ -59,10 +59,15 @@ const std::vector<Param>& params() {
       {"ANYR_HOST_ROUND", "2",
        "host one-shot: most 16-byte vectors per thread in one pipelined round (1..64; rank "
        "0's value is used)"},
-      {"ANYR_HOST_LL_BYTES", "32768",
+      {"ANYR_HOST_LL_BYTES", "65536",
        "host one-shot: messages of at most this many bytes (native wire) use the low-latency "
        "protocol, flag in every line (0 = never; a multiple of 16 up to 1048576; rank 0's "
        "value is used)"},
+      {"ANYR_HOST_LL_EAGER_BYTES", "65536",
+       "host one-shot, low-latency protocol: launches of at most this many bytes poll every "
+       "line from every thread (one PCIe round trip after the data landed); larger ones poll "
+       "one line a warp first, then read the rest (0 = never; a multiple of 16 up to 1048576; "
+       "rank 0's value is used)"},
       {"ANYR_HOST_MEMORY", "1",
        "1: set up the shared host-memory transport (host-oneshot, host-twoshot, host-copy); 0: "
        "do not"},

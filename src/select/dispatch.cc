@@ -160,6 +160,11 @@ constexpr double kEffHost = kEffNccl;  // the link as NCCL's ring through host m
 constexpr double kEffHostOneShot = 0.2 / kEffHost;
 constexpr double kEffHostTwoShot = 0.6 / kEffHost;
 constexpr double kHostStepUs = 3.0;
+// The one-shot's low-latency protocol (host_oneshot_ll.cu): one step, twice the bytes, writes
+// and reads overlapping, in small launches spread over many SMs. Calibrated on the same machine
+// (docs/PERFORMANCE.md, 2026-11-30, every thread polling its own lines): 1 KB 5.0-5.5 us, 16 KB
+// 7.4-7.6, 32 KB 9.1-9.4, 64 KB 12.1 (NCCL 10.0, 11.3, 12.1, 15.6), i.e. about 0.47 of hostGBps.
+constexpr double kEffHostLowLatency = 0.4 / kEffHost;
 // host-copy (host_copy.cu): each GPU sends B up and receives (n-1) B down through its copy
 // engines, writes and reads at once. Calibrated on 2 x H200 (docs/PERFORMANCE.md, 2026-11-30,
 // NCCL_P2P_DISABLE=1): 34 us at 1 KB, 160 at 4 MB, 548 at 16 MB (two 8 MiB launches; 494 in
@@ -351,11 +356,10 @@ double allReduceUs(anyrAlgo_t a, double B, const CostInputs& in) {
       const double wrote = one ? B : 2.0 * B * (n - 1) / n;
       const double read = one ? (n - 1) * B : 2.0 * B * (n - 1) / n;
       if (one && B <= static_cast<double>(in.hostLowLatencyBytes)) {
-        // Low-latency protocol: one step (the flag rides in every line), twice the bytes;
-        // small enough that writes and reads overlap as in the two-shot (measured 2 x H200:
-        // 1 KB 5.7 us, 16 KB 9.8 us against NCCL's 10.1 and 11.5).
+        // Low-latency protocol: one step (the flag rides in every line), twice the bytes,
+        // writes and reads overlapping (kEffHostLowLatency).
         return kLaunchUs + in.hostLatencyUs +
-               2.0 * std::max(wrote, read) / (in.hostGBps * kEffHostTwoShot * 1e3);
+               2.0 * std::max(wrote, read) / (in.hostGBps * kEffHostLowLatency * 1e3);
       }
       const double data = one ? (wrote + read) / (in.hostGBps * kEffHostOneShot * 1e3)
                               : std::max(wrote, read) / (in.hostGBps * kEffHostTwoShot * 1e3);

@@ -82,6 +82,8 @@ struct HostArgs {
   int32_t nranks;
   int32_t wire;       // kWire*
   int32_t roundVecs;  // host one-shot: vectors per thread per pipelined round (ANYR_HOST_ROUND)
+  int32_t llEager;    // low-latency protocol: 1 = every thread polls its own lines (a small
+                      // launch, ANYR_HOST_LL_EAGER_BYTES); 0 = one line a warp first
 };
 
 // Arguments of the host-copy kernels (host_copy.cu) for one launch: the host algorithms' own
@@ -166,6 +168,7 @@ struct HostSettings {
   bool enabled = false;         // ANYR_HOST_MEMORY != 0
   int32_t roundVecs = 0;        // ANYR_HOST_ROUND: 1..64
   uint64_t llBytes = 0;         // ANYR_HOST_LL_BYTES: a multiple of 16 in 0..1 MiB
+  uint64_t llEagerBytes = 0;    // ANYR_HOST_LL_EAGER_BYTES: a multiple of 16 in 0..1 MiB
   uint64_t copyChunkBytes = 0;  // ANYR_HOST_COPY_CHUNK_BYTES (hostCopyChunkError)
   uint64_t launchBytes = 0;     // ANYR_HOST_LAUNCH_BYTES (hostLaunchBytesError)
 };

@@ -296,7 +296,8 @@ class CountingBootstrap : public Bootstrap {
 
 // One rank's environment: variable -> value (nullptr: unset). Variables not named are unset.
 using RankEnv = std::vector<std::pair<const char*, const char*>>;
-const char* const kHostVars[] = {"ANYR_HOST_MEMORY", "ANYR_HOST_ROUND", "ANYR_HOST_LL_BYTES",
+const char* const kHostVars[] = {"ANYR_HOST_MEMORY",           "ANYR_HOST_ROUND",
+                                 "ANYR_HOST_LL_BYTES",         "ANYR_HOST_LL_EAGER_BYTES",
                                  "ANYR_HOST_COPY_CHUNK_BYTES", "ANYR_HOST_LAUNCH_BYTES"};
 
 void setRankEnv(const RankEnv& env) {
@@ -389,30 +390,36 @@ TEST(HostLayout, HostLaunchBytesIsRankZeros) {
 TEST(HostLayout, HostSettingsAreRankZerosInOneExchange) {
   const RankEnv rank0 = {{"ANYR_HOST_ROUND", "4"},
                          {"ANYR_HOST_LL_BYTES", "1024"},
+                         {"ANYR_HOST_LL_EAGER_BYTES", "512"},
                          {"ANYR_HOST_COPY_CHUNK_BYTES", "1M"},
                          {"ANYR_HOST_LAUNCH_BYTES", "8M"}};
   const RankEnv other = {{"ANYR_HOST_MEMORY", "0"},
                          {"ANYR_HOST_ROUND", "8"},
                          {"ANYR_HOST_LL_BYTES", "2048"},
+                         {"ANYR_HOST_LL_EAGER_BYTES", "0"},
                          {"ANYR_HOST_COPY_CHUNK_BYTES", "4M"},
                          {"ANYR_HOST_LAUNCH_BYTES", "2M"}};
   auto check = [](const HostSettings& s, int exchanges) {
-    const bool ok = s.enabled && s.roundVecs == 4 && s.llBytes == 1024 &&
+    const bool ok = s.enabled && s.roundVecs == 4 && s.llBytes == 1024 && s.llEagerBytes == 512 &&
                     s.copyChunkBytes == (1u << 20) && s.launchBytes == (8u << 20) && exchanges == 1;
     if (!ok) {
       std::fprintf(stderr,
-                   "agreed: enabled %d round %d ll %llu chunk %llu launch %llu, %d exchanges\n",
+                   "agreed: enabled %d round %d ll %llu eager %llu chunk %llu launch %llu, %d "
+                   "exchanges\n",
                    s.enabled ? 1 : 0, s.roundVecs, static_cast<unsigned long long>(s.llBytes),
+                   static_cast<unsigned long long>(s.llEagerBytes),
                    static_cast<unsigned long long>(s.copyChunkBytes),
                    static_cast<unsigned long long>(s.launchBytes), exchanges);
     }
     return ok ? 0 : 1;
   };
   EXPECT_EQ(runAgreement({rank0, other, {}}, nullptr, "", check), (std::vector<int>{0, 0, 0}));
-  // The defaults, with nothing set anywhere: 2, 32768, 2 MiB, 16 MiB, enabled; one exchange.
+  // The defaults, with nothing set anywhere: 2, 65536, 65536, 2 MiB, 16 MiB, enabled; one
+  // exchange.
   EXPECT_EQ(runAgreement({{}, {}}, nullptr, "",
                          [](const HostSettings& s, int exchanges) {
-                           return s.enabled && s.roundVecs == 2 && s.llBytes == 32768 &&
+                           return s.enabled && s.roundVecs == 2 && s.llBytes == 65536 &&
+                                          s.llEagerBytes == 65536 &&
                                           s.copyChunkBytes == kHostCopyDefaultChunkBytes &&
                                           s.launchBytes == kHostDefaultLaunchBytes && exchanges == 1
                                       ? 0
@@ -446,6 +453,8 @@ TEST(HostLayout, HostSettingsBadValueFailsEveryRank) {
       {"ANYR_HOST_ROUND", "65", "ANYR_HOST_ROUND=65", "must be 1..64"},
       {"ANYR_HOST_ROUND", "0", "ANYR_HOST_ROUND=0", "must be 1..64"},
       {"ANYR_HOST_LL_BYTES", "100", "ANYR_HOST_LL_BYTES=100", "multiple of 16 in 0..1048576"},
+      {"ANYR_HOST_LL_EAGER_BYTES", "2000000", "ANYR_HOST_LL_EAGER_BYTES=2000000",
+       "multiple of 16 in 0..1048576"},
       {"ANYR_HOST_COPY_CHUNK_BYTES", "100K", "ANYR_HOST_COPY_CHUNK_BYTES=102400",
        "multiple of 64 KiB"},
   };
