@@ -98,7 +98,9 @@ std::vector<std::string> Communicator::tuningSettings() const {
           std::string("programmaticLaunch ") + (pdlOn_ ? "on" : "off"),
           std::string("wire ") + wireName(cfg_.wire),
           "chunkBytes " + std::to_string(cfg_.chunkBytes),
-          "hostLaunchBytes " + std::to_string(cfg_.hostLaunchBytes)};
+          "hostLaunchBytes " + std::to_string(cfg_.hostLaunchBytes),
+          "hostLowLatencyBytes " + std::to_string(cfg_.hostLowLatencyBytes) + " eager " +
+              std::to_string(cfg_.hostLowLatencyEagerBytes)};
 }
 
 void Communicator::loadOrTuneAtInit() {
