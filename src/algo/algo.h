@@ -23,10 +23,11 @@ struct LaunchShape {
 };
 
 // `work` vectors spread over as many blocks as possible (at most blocksCap) before blocks grow:
-// 128..kAlgoThreads threads, a multiple of 32. Small messages then inject from many SMs.
-inline LaunchShape spreadShape(uint64_t work, uint64_t blocksCap) {
+// minThreads..kAlgoThreads threads, a multiple of 32. Small messages then inject from many SMs.
+inline LaunchShape spreadShape(uint64_t work, uint64_t blocksCap, uint64_t minThreads = 128) {
   uint64_t threads = (work + blocksCap - 1) / blocksCap;
-  threads = std::min<uint64_t>(kAlgoThreads, std::max<uint64_t>(128, (threads + 31) / 32 * 32));
+  threads =
+      std::min<uint64_t>(kAlgoThreads, std::max<uint64_t>(minThreads, (threads + 31) / 32 * 32));
   LaunchShape shape;
   shape.threads = static_cast<int>(threads);
   shape.blocks = static_cast<int>(
@@ -36,18 +37,12 @@ inline LaunchShape spreadShape(uint64_t work, uint64_t blocksCap) {
 
 // The host one-shot's low-latency launches: one vector a thread, in blocks of 32 threads or
 // more over as many SMs as possible (at most 64 blocks and blocksCap), threads growing only
-// past that. A block's polls and reads of host memory go out from its own SM; spread over many SMs
-// they land sooner (measured on 2 x H200, anyr_host_phases: 16 KiB in 32 blocks of 32 threads
-// 6.8 us, in 8 of 128 7.9 us; 64 KiB in 64 blocks of 64 threads 11.5 us, in 16 of 256 19.1 us).
+// past that. A block's polls and reads of host memory go out from its own SM; spread over many
+// SMs they land sooner (measured on 2 x H200, anyr_host_phases: 16 KiB in 32 blocks of 32
+// threads 6.8 us, in 8 of 128 7.9 us; 64 KiB in 64 blocks of 64 threads 11.5 us, in 16 of 256
+// 19.1 us).
 inline LaunchShape hostLowLatencyShape(uint64_t numVecs, uint64_t blocksCap) {
-  const uint64_t most = std::max<uint64_t>(1, std::min<uint64_t>(64, blocksCap));
-  uint64_t threads = (numVecs + most - 1) / most;
-  threads = std::min<uint64_t>(kAlgoThreads, std::max<uint64_t>(32, (threads + 31) / 32 * 32));
-  LaunchShape shape;
-  shape.threads = static_cast<int>(threads);
-  shape.blocks = static_cast<int>(
-      std::max<uint64_t>(1, std::min<uint64_t>((numVecs + threads - 1) / threads, most)));
-  return shape;
+  return spreadShape(numVecs, std::max<uint64_t>(1, std::min<uint64_t>(64, blocksCap)), 32);
 }
 
 cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,

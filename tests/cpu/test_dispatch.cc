@@ -394,24 +394,26 @@ TEST(Dispatch, SeedWithoutPeerAccessTakesHostPathsThenNccl) {
               seedTimeUs(Op::AllReduce, Path{a, false}, 16u << 20, in5))
         << anyrAlgoName(a);
   }
+  // The all-reduce choice of `t` for every power of two from lo to hi.
+  auto expectChoice = [](const DispatchTable& t, uint64_t lo, uint64_t hi, const char* name) {
+    for (uint64_t b = lo; b <= hi; b *= 2) {
+      EXPECT_EQ(pathName(Op::AllReduce, t.lookup(Op::AllReduce, b)), name) << b;
+    }
+  };
   Config ll;
   ll.hostLowLatencyBytes = 16u << 10;
   DispatchTable t5ll = seedTable(gen5, adm5, ll, 2);
-  for (uint64_t b = 1024; b <= (16u << 10); b *= 2)
-    EXPECT_EQ(pathName(Op::AllReduce, t5ll.lookup(Op::AllReduce, b)), "host-oneshot") << b;
-  for (uint64_t b = 32u << 10; b <= (64u << 10); b *= 2)
-    EXPECT_EQ(pathName(Op::AllReduce, t5ll.lookup(Op::AllReduce, b)), "nccl") << b;
-  EXPECT_EQ(pathName(Op::AllReduce, t5ll.lookup(Op::AllReduce, 256u << 10)), "host-twoshot");
+  expectChoice(t5ll, 1024, 16u << 10, "host-oneshot");
+  expectChoice(t5ll, 32u << 10, 64u << 10, "nccl");
+  expectChoice(t5ll, 256u << 10, 256u << 10, "host-twoshot");
   // At the default ANYR_HOST_LL_BYTES (64 KiB, in small launches over many SMs, every thread
   // polling its own lines): host one-shot up to 64 KB (measured 12.1 us against NCCL's 15.6),
   // host two-shot from 128 KB.
   Config ll64;
   ll64.hostLowLatencyBytes = 64u << 10;
   DispatchTable t5ll64 = seedTable(gen5, adm5, ll64, 2);
-  for (uint64_t b = 1024; b <= (64u << 10); b *= 2)
-    EXPECT_EQ(pathName(Op::AllReduce, t5ll64.lookup(Op::AllReduce, b)), "host-oneshot") << b;
-  for (uint64_t b = 128u << 10; b <= (4u << 20); b *= 2)
-    EXPECT_EQ(pathName(Op::AllReduce, t5ll64.lookup(Op::AllReduce, b)), "host-twoshot") << b;
+  expectChoice(t5ll64, 1024, 64u << 10, "host-oneshot");
+  expectChoice(t5ll64, 128u << 10, 4u << 20, "host-twoshot");
   EXPECT_LT(seedTimeUs(Op::AllReduce, Path{anyrAlgoHostOneShot, false}, 16u << 10,
                        costInputs(gen5, ll, 2)),
             seedTimeUs(Op::AllReduce, Path{anyrAlgoHostOneShot, false}, 16u << 10,
