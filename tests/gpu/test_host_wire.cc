@@ -1,7 +1,7 @@
-// Multi-process GPU tests of the host-memory transport's compressed wire formats (fp8, int8)
-// and of its bounded waits. The plain correctness suite (every dtype, count, in/out of place,
-// graph replay, bit-identical ranks) runs the host algorithms with the native wire in
-// test_allreduce.cc and test_fused_allreduce.cc.
+// Multi-process GPU tests of the host-memory transport's compressed wire formats (fp8, int8),
+// of the host one-shot's low-latency protocol in both polling modes, and of its bounded waits. The
+// plain correctness suite (every dtype, count, in/out of place, graph replay, bit-identical ranks)
+// runs the host algorithms with the native wire in test_allreduce.cc and test_fused_allreduce.cc.
 //
 // Wire tests, per wire x algorithm (host-oneshot, host-twoshot, host-copy, oneshot-pull) x dtype x
 // count:
@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -335,6 +336,108 @@ TEST(HostWireGpu, ChunkedAlternatingAlgorithmsExact) {
           return chunkedMixedRank(rank, n, id, report, wire);
         });
     expectRanksPassedWithEqualHashes(results, 2);
+  }
+}
+
+// The host one-shot's low-latency protocol in both of its polling modes (every thread polling
+// its own lines, ANYR_HOST_LL_EAGER_BYTES at its default; one lane a warp first, 0), at every
+// size it carries (up to ANYR_HOST_LL_BYTES, 64 KiB) and one above (the flag protocol): fresh
+// small-integer and random inputs, poisoned outputs, in place and out of place, graph replays
+// (both buffer parities), every rank's output checked bit for bit against the expected sum.
+int lowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& report,
+                   const char* eagerBytes) {
+  setenv("ANYR_HOST_LL_EAGER_BYTES", eagerBytes, 1);
+  unsetenv("ANYR_HOST_LL_BYTES");
+  useRankGpu(rank);
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+  cfg.timeoutMs = 20000;
+  anyrComm_t comm = nullptr;
+  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  int failures = 0;
+  // The settings in force must be the ones asked for, or the test tests less.
+  const nlohmann::json j = explainJson(comm);
+  const uint64_t eager = std::strtoull(eagerBytes, nullptr, 10);
+  if (!j.contains("hostTransport") ||
+      j["hostTransport"].value("lowLatencyMaxBytes", 0ull) != 65536ull ||
+      j["hostTransport"].value("lowLatencyEagerMaxBytes", ~0ull) != eager) {
+    ++failures;
+    report("FAIL explain's hostTransport low-latency settings: " + j.dump() + "\n");
+  }
+  R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoHostOneShot), comm);
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const uint64_t maxCount = 40000;
+  char* in = nullptr;
+  char* out = nullptr;
+  unsigned long long* bad = nullptr;
+  R_CUDA(cudaMalloc(&in, maxCount * 4 + 64));
+  R_CUDA(cudaMalloc(&out, maxCount * 4 + 64));
+  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  uint32_t seed = 7000;
+  const struct {
+    anyrDataType_t dt;
+    uint64_t count;
+  } cases[] = {{anyrBfloat16, 1},     {anyrBfloat16, 7},     {anyrBfloat16, 257},
+               {anyrBfloat16, 1023},  {anyrBfloat16, 4099},  {anyrBfloat16, 16384},
+               {anyrBfloat16, 32768}, {anyrBfloat16, 32769}, {anyrFloat32, 3},
+               {anyrFloat32, 16384},  {anyrFloat16, 12345}};
+  for (const auto& c : cases) {
+    const size_t es = data::dtypeBytes(c.dt);
+    for (int inPlace = 0; inPlace < 2; ++inPlace) {
+      for (int mode : {data::kSmallInts, data::kRandom}) {
+        char* dst = inPlace ? in : out;
+        cudaGraph_t g;
+        cudaGraphExec_t exec;
+        R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        R_ANYR(anyrAllReduce(in, dst, c.count, c.dt, anyrSum, comm, s), comm);
+        R_CUDA(cudaStreamEndCapture(s, &g));
+        R_CUDA(cudaGraphInstantiate(&exec, g, 0));
+        // An eager call, then three replays: both buffer parities, twice.
+        for (int call = 0; call < 4; ++call) {
+          ++seed;
+          R_CUDA(data::fillInput(c.dt, in, c.count, rank, seed, mode, s));
+          if (!inPlace) R_CUDA(cudaMemsetAsync(out, 0xff, c.count * es, s));
+          if (call == 0) {
+            R_ANYR(anyrAllReduce(in, dst, c.count, c.dt, anyrSum, comm, s), comm);
+          } else {
+            R_CUDA(cudaGraphLaunch(exec, s));
+          }
+          R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+          R_CUDA(data::countMismatches(c.dt, dst, c.count, n, seed, mode, bad, s));
+          unsigned long long hbad = 0;
+          R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
+          R_CUDA(cudaStreamSynchronize(s));
+          if (hbad != 0) {
+            ++failures;
+            report(std::string("FAIL eager<=") + eagerBytes + " " + data::dtypeName(c.dt) +
+                   " n=" + std::to_string(c.count) + (inPlace ? " in place" : "") +
+                   (mode == data::kRandom ? " random" : " ints") + " call " + std::to_string(call) +
+                   ": " + std::to_string(hbad) + " wrong\n");
+          }
+        }
+        R_CUDA(cudaGraphExecDestroy(exec));
+        R_CUDA(cudaGraphDestroy(g));
+      }
+    }
+  }
+  failures += asyncErrorFailures(comm, report);
+  R_CUDA(cudaFree(in));
+  R_CUDA(cudaFree(out));
+  R_CUDA(cudaFree(bad));
+  R_CUDA(cudaStreamDestroy(s));
+  R_ANYR(anyrCommDestroy(comm), nullptr);
+  return failures ? 4 : 0;
+}
+
+TEST(HostWireGpu, LowLatencyProtocolBothPollingModesExact) {
+  REQUIRE_GPU();
+  for (const char* eager : {"65536", "0"}) {
+    auto results = runRanksCatching(
+        2, 300, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+          return lowLatencyRank(rank, n, id, report, eager);
+        });
+    std::string failures = launch::describeFailures(results);
+    EXPECT_TRUE(failures.empty()) << "ANYR_HOST_LL_EAGER_BYTES=" << eager << ": " << failures;
   }
 }
 
