@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/algo.h"
 #include "bootstrap/bootstrap.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -467,5 +468,37 @@ TEST(HostLayout, HostSettingsBadValueFailsEveryRank) {
         << "a peer's " << c.var << "=" << c.value << " is overruled";
   }
 }
+// The host one-shot's low-latency launches: one vector a thread over as many blocks as possible
+// (at most 64 and the block cap), 32 threads a block or more, threads growing only past that;
+// every shape covers the launch (the kernel's grid-stride loop would cover any rest anyway).
+TEST(HostLaunchShape, LowLatencySpreadsOverManySmallBlocks) {
+  struct Case {
+    uint64_t vecs, cap;
+    int blocks, threads;
+  } cases[] = {
+      {64, 132, 2, 32},        // 1 KiB
+      {256, 132, 8, 32},       // 4 KiB
+      {1024, 132, 32, 32},     // 16 KiB
+      {2048, 132, 64, 32},     // 32 KiB
+      {4096, 132, 64, 64},     // 64 KiB
+      {4096, 16, 16, 256},     // 64 KiB under ANYR_MAX_BLOCKS-like caps
+      {1, 132, 1, 32},         // one vector
+      {100000, 132, 64, 512},  // more than one pass (the kernel strides)
+      {64, 0, 1, 64},          // a cap of 0 counts as 1 (no division by zero)
+  };
+  for (const Case& c : cases) {
+    const LaunchShape s = hostLowLatencyShape(c.vecs, c.cap);
+    EXPECT_EQ(s.blocks, c.blocks) << c.vecs << " vectors, cap " << c.cap;
+    EXPECT_EQ(s.threads, c.threads) << c.vecs << " vectors, cap " << c.cap;
+    EXPECT_EQ(s.threads % 32, 0);
+    EXPECT_TRUE(static_cast<uint64_t>(s.blocks) * s.threads >= c.vecs || s.threads == 512)
+        << c.vecs;
+  }
+  // The general rule keeps its 128-thread floor.
+  const LaunchShape g = spreadShape(64, 132);
+  EXPECT_EQ(g.threads, 128);
+  EXPECT_EQ(g.blocks, 1);
+}
+
 }  // namespace
 }  // namespace anyr
