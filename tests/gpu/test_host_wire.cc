@@ -305,11 +305,8 @@ int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& repo
         } else {
           R_ANYR(anyrAllReduce(buf, buf, count, dt, anyrSum, comm, s), comm);
         }
-        R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
-        R_CUDA(data::countMismatches(dt, buf, count, n, seed, data::kSmallInts, bad, s));
         unsigned long long hbad = 0;
-        R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
-        R_CUDA(cudaStreamSynchronize(s));
+        R_CUDA(data::mismatchesNow(dt, buf, count, n, seed, data::kSmallInts, bad, s, &hbad));
         if (hbad != 0) {
           ++failures;
           report("FAIL call " + std::to_string(call) + " " + anyrAlgoName(algo) + " " +
@@ -402,11 +399,8 @@ int lowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& report
           } else {
             R_CUDA(cudaGraphLaunch(exec, s));
           }
-          R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
-          R_CUDA(data::countMismatches(c.dt, dst, c.count, n, seed, mode, bad, s));
           unsigned long long hbad = 0;
-          R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
-          R_CUDA(cudaStreamSynchronize(s));
+          R_CUDA(data::mismatchesNow(c.dt, dst, c.count, n, seed, mode, bad, s, &hbad));
           if (hbad != 0) {
             ++failures;
             report(std::string("FAIL eager<=") + eagerBytes + " " + data::dtypeName(c.dt) +
@@ -498,11 +492,9 @@ TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
         for (uint64_t count : {uint64_t{1}, uint64_t{5000}, uint64_t{1} << 20}) {
           R_CUDA(data::fillInput(anyrBfloat16, buf, count, rank, 31, data::kSmallInts, s));
           R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);
-          R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
-          R_CUDA(data::countMismatches(anyrBfloat16, buf, count, n, 31, data::kSmallInts, bad, s));
           unsigned long long hbad = 0;
-          R_CUDA(cudaMemcpyAsync(&hbad, bad, sizeof(hbad), cudaMemcpyDeviceToHost, s));
-          R_CUDA(cudaStreamSynchronize(s));
+          R_CUDA(data::mismatchesNow(anyrBfloat16, buf, count, n, 31, data::kSmallInts, bad, s,
+                                     &hbad));
           if (hbad) {
             ++failures;
             report("FAIL auto all-reduce of " + std::to_string(count) + ": " +

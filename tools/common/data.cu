@@ -147,6 +147,18 @@ cudaError_t countMismatches(anyrDataType_t t, const void* out, uint64_t count, i
   return cudaGetLastError();
 }
 
+cudaError_t mismatchesNow(anyrDataType_t t, const void* out, uint64_t count, int nranks,
+                          uint32_t seed, int mode, unsigned long long* dScratch, cudaStream_t s,
+                          unsigned long long* wrong) {
+  cudaError_t e = cudaMemsetAsync(dScratch, 0, sizeof(*dScratch), s);
+  if (e == cudaSuccess) e = countMismatches(t, out, count, nranks, seed, mode, dScratch, s);
+  if (e == cudaSuccess) {
+    e = cudaMemcpyAsync(wrong, dScratch, sizeof(*wrong), cudaMemcpyDeviceToHost, s);
+  }
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  return e;
+}
+
 cudaError_t countInputChanges(anyrDataType_t t, const void* in, uint64_t count, int rank,
                               uint32_t seed, int mode, unsigned long long* bad, cudaStream_t s) {
   switch (t) {

@@ -48,6 +48,11 @@ cudaError_t fillInput(anyrDataType_t t, void* p, uint64_t count, int rank, uint3
 cudaError_t countMismatches(anyrDataType_t t, const void* out, uint64_t count, int nranks,
                             uint32_t seed, int mode, unsigned long long* dMismatches,
                             cudaStream_t s);
+// countMismatches counted afresh (the device word `dScratch` zeroed first), and the count in
+// *wrong once the stream got there (synchronizes `s`).
+cudaError_t mismatchesNow(anyrDataType_t t, const void* out, uint64_t count, int nranks,
+                          uint32_t seed, int mode, unsigned long long* dScratch, cudaStream_t s,
+                          unsigned long long* wrong);
 // Adds to *dMismatches the elements of `in` that differ from rank's generated input.
 cudaError_t countInputChanges(anyrDataType_t t, const void* in, uint64_t count, int rank,
                               uint32_t seed, int mode, unsigned long long* dMismatches,
