@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "algo/algo.h"
@@ -277,15 +278,13 @@ int main(int argc, char** argv) {
     DIAG_CHECK(cudaDeviceEnablePeerAccess(0, 0));
   }
   const int maxBlocks = ranks[0].sms;
+  const std::string form =
+      cluster > 1 ? "in clusters of " + std::to_string(cluster) : std::string("block per row");
   std::printf(
       "# anyr_fused_floor: bf16, %d row(s), quant %s, %s, fused kernel %s, graph replay of %d "
       "calls, median of %d, us/call\n",
       rows, quant == anyrQuantNone ? "none" : (quant == anyrQuantFp8 ? "fp8" : "nvfp4"),
-      pdl ? "programmatic dependent launch" : "plain launches",
-      cluster > 1 ? (cluster == 2 ? "in clusters of 2"
-                                  : (cluster == 4 ? "in clusters of 4" : "in clusters of 8"))
-                  : "block per row",
-      kCalls, kSamples);
+      pdl ? "programmatic dependent launch" : "plain launches", form.c_str(), kCalls, kSamples);
   const double e1 = timeRanks(ranks, 1, [&](int i) { emptyKernel<<<1, 32, 0, ranks[i].s>>>(); });
   std::printf("empty kernel 1x32: %.2f\n", e1);
 
