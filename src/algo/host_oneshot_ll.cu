@@ -76,13 +76,14 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
         }
       } else {
         const char* src = lines(s);
-        // A large launch: one lane per warp polls first (the warp's last line of this pass),
-        // with a pause between polls; the other lanes read once it landed. Every lane polling
-        // at once floods the link with reads that return stale lines and delays the very
-        // writes they wait for (measured on 2 x H200 at 16 KB / 64 KB: 45 / 336 us with every
-        // lane polling, 9.4 / 21 us probing first; every lane reading once before the probe:
-        // 25 us at 16 KB). A small launch (a.llEager) has few lines: every lane polls its own,
-        // which saves the round trip of the reads after the probe.
+        // Eager (a.llEager: launches up to ANYR_HOST_LL_EAGER_BYTES, by default every
+        // low-latency launch): every lane polls its own lines, which saves the round trip of
+        // the reads after a probe. Otherwise one lane per warp polls first (the warp's last
+        // line of this pass), with a pause between polls, and the other lanes read once it
+        // landed: in the earlier shape (blocks of 128 threads, 8 at 16 KB) every lane polling
+        // flooded the link with reads that returned stale lines and delayed the very writes
+        // they waited for (2 x H200, 16 KB / 64 KB: 45 / 336 us against 9.4 / 21 us probing
+        // first); in today's shape it did not (docs/WIRE.md).
         const unsigned active = __activemask();
         if (!a.llEager && static_cast<int>(threadIdx.x % 32) == 31 - __clz(active)) {
           uint4 probe = dev::loadVolatile(src + v0 * 32 + 16);
