@@ -7,6 +7,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "anyreduce/anyreduce.h"
 #include "transport/device_handles.h"
 
@@ -99,20 +101,53 @@ __device__ __forceinline__ void storeVec(T* out, uint64_t v, uint64_t count, con
   }
 }
 
+// Element i of a vector as fp32 (i a constant after unrolling): a 16-bit element is one shift,
+// mask or conversion of its 32-bit word, not an extraction followed by a conversion.
+template <typename T>
+__device__ __forceinline__ float vecElem(const Vec& x, int i) {
+  if constexpr (Elem<T>::kPerVec == 4) {
+    return __uint_as_float(x.w[i]);
+  } else {
+    const uint32_t w = x.w[i >> 1];
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      return __uint_as_float((i & 1) ? (w & 0xFFFF0000u) : (w << 16));
+    } else {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>((i & 1) ? (w >> 16) : w)));
+    }
+  }
+}
+
+// Two fp32 values rounded (RNE) to T and packed, a in the low half: one conversion instruction
+// for the pair, the bits of converting each alone (Elem<T>::fromFloat).
+template <typename T>
+__device__ __forceinline__ uint32_t packPair(float a, float b) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
 // Fixed-order accumulation: acc += vector x, elementwise in fp32.
 template <typename T>
 __device__ __forceinline__ void accumulate(float (&acc)[Elem<T>::kPerVec], const Vec& x) {
-  const T* e = reinterpret_cast<const T*>(&x);
 #pragma unroll
-  for (int i = 0; i < Elem<T>::kPerVec; ++i) acc[i] += Elem<T>::toFloat(e[i]);
+  for (int i = 0; i < Elem<T>::kPerVec; ++i) acc[i] += vecElem<T>(x, i);
 }
 
+// The values rounded (RNE) to T, packed in order.
 template <typename T>
 __device__ __forceinline__ Vec packVec(const float (&acc)[Elem<T>::kPerVec]) {
   Vec r;
-  T* e = reinterpret_cast<T*>(&r);
+  if constexpr (Elem<T>::kPerVec == 4) {
 #pragma unroll
-  for (int i = 0; i < Elem<T>::kPerVec; ++i) e[i] = Elem<T>::fromFloat(acc[i]);
+    for (int i = 0; i < 4; ++i) r.w[i] = __float_as_uint(acc[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.w[i] = packPair<T>(acc[2 * i], acc[2 * i + 1]);
+  }
   return r;
 }
 

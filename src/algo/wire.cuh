@@ -86,12 +86,11 @@ template <typename T, int kWire>
 __device__ __forceinline__ void wirePut(const Vec& x, char* pay, char* scales, uint64_t v,
                                         bool store, float (&deq)[Elem<T>::kPerVec]) {
   constexpr int E = Elem<T>::kPerVec;
-  const T* e = reinterpret_cast<const T*>(&x);
   float f[E];
   float amax = 0.f;
 #pragma unroll
   for (int i = 0; i < E; ++i) {
-    f[i] = Elem<T>::toFloat(e[i]);
+    f[i] = vecElem<T>(x, i);
     amax = fmaxf(amax, fabsf(f[i]));
   }
 #pragma unroll

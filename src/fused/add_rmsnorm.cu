@@ -47,10 +47,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1) addRmsNormKernel(const T* x, F
     const T* xr = x + static_cast<int64_t>(row) * hidden;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
       const dev::Vec xv = dev::loadRowVec(xr, v, hidden, aligned);
-      const T* e = reinterpret_cast<const T*>(&xv);
       float f[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] = dev::Elem<T>::toFloat(e[i]);
+      for (int i = 0; i < 8; ++i) f[i] = dev::vecElem<T>(xv, i);
       dev::storeXs8(xs, v, f);
     }
     __syncthreads();
@@ -83,9 +82,8 @@ __global__ void __launch_bounds__(kAlgoThreads, 2) addRmsNormRegsKernel(const T*
     float acc[VPT][8];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const T* e = reinterpret_cast<const T*>(&xv[k]);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[k][i] = dev::Elem<T>::toFloat(e[i]);
+      for (int i = 0; i < 8; ++i) acc[k][i] = dev::vecElem<T>(xv[k], i);
     }
     dev::fusedRowEpilogueRegs<T, VPT>(p, row, acc, res, w, qscale, red, true);
   }

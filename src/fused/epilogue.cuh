@@ -132,18 +132,17 @@ __device__ __forceinline__ void storeXs8(float* xs, int v, const float (&f)[8]) 
 // r = round_T(r), in place (the all-reduced x rounded to T).
 template <typename T>
 __device__ __forceinline__ void roundToT(float (&r)[8]) {
+  const Vec t = packVec<T>(r);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) r[i] = Elem<T>::toFloat(Elem<T>::fromFloat(r[i]));
+  for (int i = 0; i < 8; ++i) r[i] = vecElem<T>(t, i);
 }
 
 // r = round_T(r + residual), in place.
 template <typename T>
 __device__ __forceinline__ void addResidual(float (&r)[8], const Vec& res) {
-  const T* re = reinterpret_cast<const T*>(&res);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    r[i] = Elem<T>::toFloat(Elem<T>::fromFloat(r[i] + Elem<T>::toFloat(re[i])));
-  }
+  for (int i = 0; i < 8; ++i) r[i] += vecElem<T>(res, i);
+  roundToT<T>(r);
 }
 
 // acc + r[0]^2 + ... + r[7]^2, in that order, with fmaf.
@@ -157,16 +156,16 @@ __device__ __forceinline__ float addSquares(const float (&r)[8], float acc) {
 template <typename T>
 __device__ __forceinline__ Vec normalize(const float (&r)[8], const Vec& weight, bool plusOne,
                                          float rstd, float (&y)[8]) {
-  const T* we = reinterpret_cast<const T*>(&weight);
-  Vec out;
-  T* oe = reinterpret_cast<T*>(&out);
+  float f[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const float wf = Elem<T>::toFloat(we[i]);
+    const float wf = vecElem<T>(weight, i);
     const float w = plusOne ? 1.0f + wf : wf;
-    oe[i] = Elem<T>::fromFloat((r[i] * rstd) * w);
-    y[i] = Elem<T>::toFloat(oe[i]);
+    f[i] = (r[i] * rstd) * w;
   }
+  const Vec out = packVec<T>(f);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) y[i] = vecElem<T>(out, i);
   return out;
 }
 

@@ -114,9 +114,8 @@ __global__ void __launch_bounds__(kAlgoThreads)
         }
         // The epilogue starts from round_T(x): keep the rounded (and sanitized) values, so
         // this rank normalizes exactly what its peers receive.
-        const T* e = reinterpret_cast<const T*>(&y);
 #pragma unroll
-        for (int q = 0; q < 8; ++q) xs[8 * j + q] = Elem<T>::toFloat(e[q]);
+        for (int q = 0; q < 8; ++q) xs[8 * j + q] = dev::vecElem<T>(y, q);
       }
       if (!ok) blockFailed = 1;
       __syncthreads();
@@ -133,9 +132,8 @@ __global__ void __launch_bounds__(kAlgoThreads)
         ok = dev::pollVec<T>(
             gather + static_cast<uint64_t>(s) * slot + (static_cast<uint64_t>(i) * H + j) * 16, &x,
             waiter, s, epoch);
-        const T* e = reinterpret_cast<const T*>(&x);
 #pragma unroll
-        for (int q = 0; q < 8; ++q) xs[8 * j + q] = Elem<T>::toFloat(e[q]);
+        for (int q = 0; q < 8; ++q) xs[8 * j + q] = dev::vecElem<T>(x, q);
       }
       if (!ok) blockFailed = 1;
       __syncthreads();
@@ -297,9 +295,8 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     float acc[VPT][8];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const T* e = reinterpret_cast<const T*>(&x[k]);
 #pragma unroll
-      for (int q = 0; q < 8; ++q) acc[k][q] = Elem<T>::toFloat(e[q]);
+      for (int q = 0; q < 8; ++q) acc[k][q] = dev::vecElem<T>(x[k], q);
     }
     // Uniform: the epilogue's barrier tells every thread whether any part failed.
     if (!dev::fusedRowEpilogueRegs<T, VPT, Q, kAligned>(p, rowBase + row, acc, res, w, qscale, red,
@@ -354,9 +351,8 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
       dev::storeRelaxed(src + static_cast<uint64_t>(threadIdx.x) * 16, dev::clearVec());
     }
     float acc[8];
-    const T* e = reinterpret_cast<const T*>(&x[0]);
 #pragma unroll
-    for (int q = 0; q < 8; ++q) acc[q] = Elem<T>::toFloat(e[q]);
+    for (int q = 0; q < 8; ++q) acc[q] = dev::vecElem<T>(x[0], q);
     // Cluster-uniform: every block learns whether any part of the row failed.
     if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, me.v, acc, me.res, me.w,
                                                       me.qscale, xch, rowsDone, ok, waiter, rank,
