@@ -59,6 +59,13 @@ namespace anyr {
 namespace dev {
 
 // ---- scalar encodings ---------------------------------------------------------------------
+// max(a, b), NaN if either is NaN (fmaxf returns the other operand).
+__device__ __forceinline__ float maxNaN(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 __device__ __forceinline__ uint32_t e4m3Code(float v) {
   return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 }
@@ -250,30 +257,51 @@ struct RowOutputs {
         storeBytes(quantRow + 8 * static_cast<int64_t>(v), packed, 8, quantAligned);
       }
     } else if (quant == anyrQuantNvfp4) {
-      // max over {0, |y[i]|} (inactive lanes hold zeros) as a tree: fmaxf ignores NaN and is
-      // exact, so the order does not change the bits, only the dependency depth.
-      float amax = fmaxf(
-          fmaxf(fmaxf(fabsf(y[0]), fabsf(y[1])), fmaxf(fabsf(y[2]), fabsf(y[3]))),
-          fmaxf(fmaxf(fabsf(y[4]), fabsf(y[5])), fmaxf(fmaxf(fabsf(y[6]), fabsf(y[7])), 0.0f)));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the block's other half
-      if (active) {
-        const uint32_t s = e4m3Code(amax * qinv);
-        const float d = e4m3Value(s) * qscale;
-        uint32_t packed = 0;
-        if (d > 0.0f) {
-          const float dinv = __frcp_rn(d);  // IEEE 1 / d, as the division (cheaper)
+      // max over {0, |y[i]|} (inactive lanes hold zeros) as a tree, exact, so the order does
+      // not change the bits, only the dependency depth. First with NaN propagating: a NaN
+      // anywhere in the warp sends the whole warp (the shuffle below needs it whole) to the
+      // general form, whose maximum ignores NaN (fmaxf) and whose encoder tests every element;
+      // otherwise the encoder leaves the per-element NaN test out. Same bits either way.
+      float amax = maxNaN(
+          maxNaN(maxNaN(fabsf(y[0]), fabsf(y[1])), maxNaN(fabsf(y[2]), fabsf(y[3]))),
+          maxNaN(maxNaN(fabsf(y[4]), fabsf(y[5])), maxNaN(maxNaN(fabsf(y[6]), fabsf(y[7])), 0.0f)));
+      if (__any_sync(0xffffffffu, amax != amax)) {
+        amax = fmaxf(
+            fmaxf(fmaxf(fabsf(y[0]), fabsf(y[1])), fmaxf(fabsf(y[2]), fabsf(y[3]))),
+            fmaxf(fmaxf(fabsf(y[4]), fabsf(y[5])), fmaxf(fmaxf(fabsf(y[6]), fabsf(y[7])), 0.0f)));
+        writeNvfp4<true>(v, active, amax, y);
+      } else {
+        writeNvfp4<false>(v, active, amax, y);
+      }
+    }
+  }
+
+  // One vector's NVFP4 codes and, from the even lane of each 16-element block, its scale.
+  // `amax`: this lane's maximum |y| (NaN ignored); combined here with the block's other half.
+  template <bool kMayHoldNaN>
+  __device__ __forceinline__ void writeNvfp4(int v, bool active, float amax,
+                                             const float (&y)[8]) const {
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the block's other half
+    if (!active) return;
+    const uint32_t s = e4m3Code(amax * qinv);
+    const float d = e4m3Value(s) * qscale;
+    uint32_t packed = 0;
+    if (d > 0.0f) {
+      const float dinv = __frcp_rn(d);  // IEEE 1 / d, as the division (cheaper)
 #pragma unroll
-          for (int i = 0; i < 8; ++i) packed |= e2m1Code(y[i] * dinv) << (4 * i);
-        }
-        storeBytes(quantRow + 4 * static_cast<int64_t>(v), make_uint2(packed, 0u), 4, quantAligned);
-        if ((v & 1) == 0) {
-          const int b = v >> 1;
-          if (linear != nullptr) linear[b] = static_cast<unsigned char>(s);
-          if (swizzled != nullptr) {
-            swizzled[swizzledScaleColPart(static_cast<uint32_t>(b))] =
-                static_cast<unsigned char>(s);
-          }
-        }
+      for (int i = 0; i < 8; ++i) {
+        // Without a NaN in y, y * dinv is NaN only as 0 * inf or inf * 0, the GPU's positive
+        // canonical NaN, which both encoders take to 0x7.
+        const float q = y[i] * dinv;
+        packed |= (kMayHoldNaN ? e2m1Code(q) : e2m1CodeNotNaN(q)) << (4 * i);
+      }
+    }
+    storeBytes(quantRow + 4 * static_cast<int64_t>(v), make_uint2(packed, 0u), 4, quantAligned);
+    if ((v & 1) == 0) {
+      const int b = v >> 1;
+      if (linear != nullptr) linear[b] = static_cast<unsigned char>(s);
+      if (swizzled != nullptr) {
+        swizzled[swizzledScaleColPart(static_cast<uint32_t>(b))] = static_cast<unsigned char>(s);
       }
     }
   }

@@ -110,14 +110,19 @@ __host__ __device__ inline uint32_t floatBits(float v) {
 #endif
 }
 
-__host__ __device__ inline uint32_t e2m1Code(float v) {
+// e2m1Code of a value known not to be NaN (the kernels test a whole vector at once).
+__host__ __device__ inline uint32_t e2m1CodeNotNaN(float v) {
   const float a = fabsf(v);
   const uint32_t b = floatBits(a);
   const uint32_t small = floatBits(fmaf(a, 2.0f, 8388608.0f)) - 0x4B000000u;
   const uint32_t top = (b + 0x1FFFFFu + ((b >> 22) & 1u)) >> 22;
   const uint32_t c = a < 1.0f ? small : (top < 259u ? top : 259u) - 252u;
-  if (a != a) return 0x7u;                   // NaN: +6, no sign
   return c | ((floatBits(v) >> 28) & 0x8u);  // the sign bit, as copysign would keep it
+}
+
+__host__ __device__ inline uint32_t e2m1Code(float v) {
+  if (v != v) return 0x7u;  // NaN: +6, no sign
+  return e2m1CodeNotNaN(v);
 }
 
 // ---- host: argument rules -----------------------------------------------------------------

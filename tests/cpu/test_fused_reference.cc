@@ -115,6 +115,17 @@ TEST(FusedReference, E2m1MatchesCudaFp4) {
     const uint8_t want = cudaE2m1(v);
     ASSERT_EQ(ref::e2m1Encode(v), want) << "v=" << v << " bits=" << std::hex << bitsOf(v);
     ASSERT_EQ(e2m1Code(v), want) << "v=" << v << " bits=" << std::hex << bitsOf(v);
+    // The kernels' encoder for vectors without NaN: the same code for every value but NaN.
+    if (v == v) {
+      ASSERT_EQ(e2m1CodeNotNaN(v), want) << "v=" << v << " bits=" << std::hex << bitsOf(v);
+    }
+  }
+  // ... and for the positive NaNs GPU arithmetic produces (0 * inf), the same code too.
+  for (uint32_t bits : {0x7FFFFFFFu, 0x7FC00000u}) {
+    float v;
+    std::memcpy(&v, &bits, sizeof(v));
+    EXPECT_EQ(e2m1CodeNotNaN(v), 7u) << std::hex << bits;
+    EXPECT_EQ(e2m1Code(v), 7u) << std::hex << bits;
   }
 }
 
