@@ -31,7 +31,8 @@
 #                tests, all-reduce and fused benches against NCCL, the doctor's GLM preset at 8
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
 #                instruction; NCU_HIDDEN, default 6144; NCU_QUANT: none|fp8|nvfp4; NCU_KERNELS:
-#                the kernel names, space-separated)
+#                the kernel names, space-separated; NCU_ARGS: more anyr_fused_floor arguments,
+#                e.g. "--twoshot --rows 128")
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -56,7 +57,12 @@ nvidia-smi topo -m 2>&1 | tee -a "$OUT/gpus.txt" | head -12
 step "build (CUDA architectures: $ARCH)"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
   -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-ONLY=(); [ "${SECTIONS[*]}" = hostphases ] && ONLY=(--target anyr_host_phases)
+# A section that runs one diagnostic alone builds only that tool.
+ONLY=()
+case "${SECTIONS[*]}" in
+  hostphases) ONLY=(--target anyr_host_phases) ;;
+  ncu | profile) ONLY=(--target anyr_fused_floor) ;;
+esac
 cmake --build "$BUILD" -j"$JOBS" "${ONLY[@]}" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
 
@@ -323,6 +329,8 @@ if want ncu; then
     for k in ${NCU_KERNELS:-addRmsNormKernel fusedOneShotPushKernel fusedOneShotPushClusterKernel oneShotPushKernel}; do
       CL=(); [ "$k" = fusedOneShotPushClusterKernel ] && CL=(--cluster 8)
       Q=(); [ -n "${NCU_QUANT:-}" ] && Q=(--quant "$NCU_QUANT")
+      # shellcheck disable=SC2206 # NCU_ARGS: more anyr_fused_floor arguments, word-split
+      Q+=(${NCU_ARGS:-})
       timeout -k 10 200 "$NCU" --clock-control none --cache-control none -k "regex:$k" \
         --launch-skip 20 --launch-count 1 --warp-sampling-interval 0 --section SpeedOfLight --section LaunchStats \
         --section WarpStateStats --section SourceCounters --metrics gpu__time_duration.sum \

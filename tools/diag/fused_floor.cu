@@ -12,7 +12,9 @@
 // Every wait is bounded by the kernels' own deadline (5 s here). Options: --rows R (1..64),
 // --quant none|fp8|nvfp4 (the epilogue's quantized output, linear NVFP4 scales), --pdl
 // (programmatic dependent launch, as the communicator launches where its probe works),
-// --cluster C (the fused kernel's cluster form, C = 2, 4 or 8 blocks per row).
+// --cluster C (the fused kernel's cluster form, C = 2, 4 or 8 blocks per row), --twoshot (the
+// fused two-shot push kernel for fused(n) and the plain two-shot push for push(n), as the
+// communicator runs from about 64 tokens).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,14 +44,18 @@ __global__ void fillWords(uint32_t* p, size_t n, uint32_t v) {
 }
 
 constexpr uint64_t kSlotBytes = 1u << 20;  // 64 rows of hidden 8192
-constexpr int kMaxRows = 64;
+constexpr int kMaxRows = 128;
+// Workspace: the one-shot push area (3 phases x 2 slots), then the two-shot push area (3 phases
+// x {scatter, gather} x 2 slots), every slot kSlotBytes.
+constexpr uint64_t kTwoShotOffset = 3 * 2 * kSlotBytes;
+constexpr uint64_t kWorkspaceBytes = kTwoShotOffset + 3 * 2 * 2 * kSlotBytes;
 constexpr int kCalls = 200;
 constexpr int kSamples = 15;
 
 struct Rank {
   int dev = 0;
   cudaStream_t s{};
-  char* ws = nullptr;  // push area only: 3 phases x n slots x kSlotBytes
+  char* ws = nullptr;  // kWorkspaceBytes: the one-shot and two-shot push areas
   anyr::LocalState* state = nullptr;
   anyr::WaitControl* wait = nullptr;
   anyr::WorkspaceHeader* header = nullptr;
@@ -68,7 +74,7 @@ void setup(Rank& r, int dev) {
   cudaDeviceProp prop{};
   DIAG_CHECK(cudaGetDeviceProperties(&prop, dev));
   r.sms = std::min(prop.multiProcessorCount, anyr::kMaxBlocks);
-  const size_t wsBytes = 3 * 2 * kSlotBytes;
+  const size_t wsBytes = kWorkspaceBytes;
   DIAG_CHECK(cudaMalloc(&r.ws, wsBytes));
   fillWords<<<64, 256, 0, r.s>>>(reinterpret_cast<uint32_t*>(r.ws), wsBytes / 4,
                                  anyr::kPushClearWord);
@@ -120,6 +126,8 @@ anyr::AllReduceArgs argsFor(const Rank& r, const std::vector<Rank>& all, int n, 
   for (int p = 0; p < n; ++p) a.peerWorkspace[p] = all[p].ws;
   a.layout.pushOffset = 0;
   a.layout.pushSlotBytes = kSlotBytes;
+  a.layout.tsOffset = kTwoShotOffset;
+  a.layout.tsSlotBytes = kSlotBytes;
   a.wait = r.wait;
   a.state = r.state;
   a.rank = rank;
@@ -201,14 +209,19 @@ double timeRanks(std::vector<Rank>& ranks, int n, const std::function<void(int)>
 }  // namespace
 
 // Usage: anyr_fused_floor [--ranks 1] [--hidden N] [--rows R] [--quant none|fp8|nvfp4] [--pdl]
-// [--cluster C]:
+// [--cluster C] [--twoshot]:
 // world size 1 only (no peer waits, e.g. under a profiler that replays kernels), one hidden size.
 int main(int argc, char** argv) {
   int onlyRanks = 0, onlyHidden = 0, rows = 1, quant = anyrQuantNone, cluster = 1;
-  bool pdl = false;
+  bool pdl = false, twoShot = false;
   for (int i = 1; i < argc; i += 2) {
     if (std::strcmp(argv[i], "--pdl") == 0) {
       pdl = true;
+      --i;
+      continue;
+    }
+    if (std::strcmp(argv[i], "--twoshot") == 0) {
+      twoShot = true;
       --i;
       continue;
     }
@@ -279,7 +292,8 @@ int main(int argc, char** argv) {
   }
   const int maxBlocks = ranks[0].sms;
   const std::string form =
-      cluster > 1 ? "in clusters of " + std::to_string(cluster) : std::string("block per row");
+      std::string(twoShot ? "two-shot push " : "one-shot push ") +
+      (cluster > 1 ? "in clusters of " + std::to_string(cluster) : std::string("block per row"));
   std::printf(
       "# anyr_fused_floor: bf16, %d row(s), quant %s, %s, fused kernel %s, graph replay of %d "
       "calls, median of %d, us/call\n",
@@ -294,7 +308,9 @@ int main(int argc, char** argv) {
   if (onlyHidden != 0) hiddens = {onlyHidden};
   for (int hidden : hiddens) {
     const uint64_t vecs = static_cast<uint64_t>(hidden) / 8 * static_cast<uint64_t>(rows);
-    if (vecs * 16 > kSlotBytes) {
+    // The one-shot holds the whole message in a slot, the two-shot one segment of ceil(rows / 2).
+    const uint64_t slotRows = twoShot ? (static_cast<uint64_t>(rows) + 1) / 2 : rows;
+    if (static_cast<uint64_t>(hidden) / 8 * slotRows * 16 > kSlotBytes) {
       std::printf("%7d: %d rows exceed the %llu-byte slot; skipped\n", hidden, rows,
                   static_cast<unsigned long long>(kSlotBytes));
       continue;
@@ -315,7 +331,15 @@ int main(int argc, char** argv) {
       return [&, n](int i) {
         const anyr::AllReduceArgs a =
             argsFor(ranks[i], ranks, n, i, ranks[i].partial, ranks[i].x, hidden, rows);
-        DIAG_CHECK(anyr::launchOneShotPush(anyrBfloat16, a, shape, ranks[i].s));
+        if (twoShot) {
+          // The two-shot's shape: the segment's vectors spread (Communicator::shapeFor).
+          anyr::LaunchShape ts = anyr::spreadShape((vecs + n - 1) / n, maxBlocks);
+          ts.aligned = true;
+          ts.pdl = pdl;
+          DIAG_CHECK(anyr::launchTwoShotPush(anyrBfloat16, a, ts, ranks[i].s));
+        } else {
+          DIAG_CHECK(anyr::launchOneShotPush(anyrBfloat16, a, shape, ranks[i].s));
+        }
       };
     };
     auto fused = [&](int n) {
@@ -323,7 +347,14 @@ int main(int argc, char** argv) {
         const anyr::AllReduceArgs a =
             argsFor(ranks[i], ranks, n, i, ranks[i].partial, nullptr, hidden, rows);
         const anyr::FusedParams p = paramsFor(ranks[i], hidden, rows, quant);
-        if (cluster > 1) {
+        if (twoShot && cluster > 1) {
+          DIAG_CHECK(anyr::launchFusedTwoShotPushCluster(anyrBfloat16, a, p, 0, rows, cluster,
+                                                         maxBlocks, ranks[i].s, pdl));
+        } else if (twoShot) {
+          const int blocks = anyr::fusedTwoShotBlocks(rows, n, hidden, vecs, maxBlocks);
+          DIAG_CHECK(
+              anyr::launchFusedTwoShotPush(anyrBfloat16, a, p, 0, rows, blocks, ranks[i].s, pdl));
+        } else if (cluster > 1) {
           DIAG_CHECK(anyr::launchFusedOneShotPushCluster(anyrBfloat16, a, p, 0, rows, cluster,
                                                          maxBlocks, ranks[i].s, pdl));
         } else {
@@ -347,7 +378,7 @@ int main(int argc, char** argv) {
       for (auto& rk : ranks) {
         DIAG_CHECK(cudaSetDevice(rk.dev));
         DIAG_CHECK(cudaMemset(rk.state, 0, sizeof(anyr::LocalState)));
-        fillWords<<<64, 256>>>(reinterpret_cast<uint32_t*>(rk.ws), 3 * 2 * kSlotBytes / 4,
+        fillWords<<<64, 256>>>(reinterpret_cast<uint32_t*>(rk.ws), kWorkspaceBytes / 4,
                                anyr::kPushClearWord);
         DIAG_CHECK(cudaDeviceSynchronize());
       }
