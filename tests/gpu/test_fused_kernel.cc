@@ -886,6 +886,89 @@ TEST(FusedKernel, CraftedRowsAreExact) {
   });
 }
 
+// A NaN weight makes one element of y NaN while its NVFP4 block has a finite maximum: the
+// warp holding it takes the encoder that tests every element (NaN -> code 0x7, the maximum
+// ignoring NaN), the other warps the one without the test. Every code and scale of every row
+// is compared with the reference exactly, NaN block or not; normOut too (NaN where y is).
+TEST(FusedKernel, NanInOneNvfp4BlockIsEncodedExactly) {
+  REQUIRE_GPU();
+  inChild([&] {
+    const int hidden = 1024, K = hidden / 16;
+    const int nanAt = 16 * 32 + 9;  // block 32, odd element: the odd lane of a pair, warp 2
+    const double g = 1.0 / 16;
+    for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
+      Inputs in;
+      in.dtype = t;
+      in.hidden = hidden;
+      const double cs[] = {1.0, -2.0, 0.5};
+      for (double c : cs) {
+        for (int i = 0; i < hidden; ++i) in.x.push_back(ref::dtypeBits(c, t));
+        for (int i = 0; i < hidden; ++i) in.x.push_back(ref::dtypeBits(i % 3 == 1 ? -c : c, t));
+      }
+      in.tokens = static_cast<int>(in.x.size()) / hidden;
+      in.res.assign(in.x.size(), ref::dtypeBits(0.0, t));
+      for (int i = 0; i < hidden; ++i) {
+        in.weight.push_back(ref::dtypeBits(std::ldexp(1.0 + (i % 37) / 64.0, (i % 9) - 6), t));
+      }
+      in.weight[nanAt] = ref::dtypeBits(std::nan(""), t);
+      RunSpec spec;
+      spec.residual = kSeparate;
+      spec.quant = anyrQuantNvfp4;
+      spec.scale = static_cast<float>(g);
+      upload(in, spec);
+      Outputs out;
+      run(in, spec, &out);
+      if (HasFatalFailure()) return;
+      Checker ck(describe(in, spec) + " (NaN weight)");
+      ref::RowSpec rs;
+      rs.dtype = t;
+      rs.hidden = hidden;
+      rs.epsilon = spec.epsilon;
+      ref::RowResult res;
+      std::vector<double> w(hidden), zeros(hidden, 0.0), x(hidden);
+      for (int i = 0; i < hidden; ++i) w[i] = ref::dtypeValue(in.weight[i], t);
+      std::vector<uint8_t> q(hidden / 2), sc(K);
+      for (int row = 0; row < in.tokens; ++row) {
+        for (int i = 0; i < hidden; ++i) x[i] = ref::dtypeValue(in.x[row * hidden + i], t);
+        ref::referenceRow(rs, x.data(), zeros.data(), w.data(), &res);
+        ASSERT_TRUE(std::isnan(res.y[nanAt]));
+        for (int i = 0; i < hidden; ++i) {
+          const uint16_t got = out.norm[row * hidden + i];
+          const bool ok =
+              i == nanAt ? std::isnan(ref::dtypeValue(got, t)) : got == ref::dtypeBits(res.y[i], t);
+          ck.expect(ok, [&] {
+            std::ostringstream os;
+            os << "normOut[" << row << "][" << i << "] bits 0x" << std::hex << got;
+            return os.str();
+          });
+        }
+        ref::quantizeNvfp4Exact(res.y.data(), hidden, g, q.data(), sc.data());
+        for (int b = 0; b < K; ++b) {
+          ck.expect(
+              out.scales[row * K + b] == sc[b] && out.swz[swizzledScaleOffset(row, b, K)] == sc[b],
+              [&] {
+                std::ostringstream os;
+                os << "scale[" << row << "][" << b << "] = 0x" << std::hex
+                   << int(out.scales[row * K + b]) << ", expected 0x" << int(sc[b]);
+                return os.str();
+              });
+        }
+        for (int i = 0; i < hidden / 2; ++i) {
+          ck.expect(out.quant[row * hidden / 2 + i] == q[i], [&] {
+            std::ostringstream os;
+            os << "nvfp4 byte [" << row << "][" << i << "] = 0x" << std::hex
+               << int(out.quant[row * hidden / 2 + i]) << ", expected 0x" << int(q[i]);
+            return os.str();
+          });
+        }
+        // The NaN element's code: +6 whatever the row's sign; its partner keeps its own.
+        EXPECT_EQ(out.quant[row * hidden / 2 + nanAt / 2] >> 4, 0x7) << "row " << row;
+        EXPECT_NE(out.scales[row * K + nanAt / 16], 0) << "row " << row;
+      }
+    }
+  });
+}
+
 // Invalid arguments come back as anyrInvalidArgument without a launch.
 TEST(FusedKernel, RejectsInvalidArguments) {
   REQUIRE_GPU();
