@@ -761,6 +761,32 @@ std::vector<double> craftedWeights(int hidden, double g) {
   return w;
 }
 
+// Row `row` of an NVFP4 run against the reference's codes `q` (hidden / 2 bytes) and block
+// scales `sc` (hidden / 16): every linear scale, swizzled scale and code byte, exactly.
+void expectNvfp4RowExact(Checker& ck, const Outputs& out, int row, int hidden, const uint8_t* q,
+                         const uint8_t* sc) {
+  const int K = hidden / 16;
+  for (int b = 0; b < K; ++b) {
+    ck.expect(out.scales[row * K + b] == sc[b], [&] {
+      std::ostringstream os;
+      os << "scale[" << row << "][" << b << "] = 0x" << std::hex << int(out.scales[row * K + b])
+         << ", expected 0x" << int(sc[b]);
+      return os.str();
+    });
+    ck.expect(out.swz[swizzledScaleOffset(row, b, K)] == sc[b], [&] {
+      return "swizzled scale [" + std::to_string(row) + "][" + std::to_string(b) + "]";
+    });
+  }
+  for (int i = 0; i < hidden / 2; ++i) {
+    ck.expect(out.quant[row * hidden / 2 + i] == q[i], [&] {
+      std::ostringstream os;
+      os << "nvfp4 byte [" << row << "][" << i << "] = 0x" << std::hex
+         << int(out.quant[row * hidden / 2 + i]) << ", expected 0x" << int(q[i]);
+      return os.str();
+    });
+  }
+}
+
 TEST(FusedKernel, CraftedRowsAreExact) {
   REQUIRE_GPU();
   inChild([&] {
@@ -831,24 +857,7 @@ TEST(FusedKernel, CraftedRowsAreExact) {
               }
             } else {
               ref::quantizeNvfp4Exact(res.y.data(), hidden, g, q.data(), sc.data());
-              for (int b = 0; b < K; ++b) {
-                ck.expect(out.scales[row * K + b] == sc[b], [&] {
-                  std::ostringstream os;
-                  os << "scale[" << row << "][" << b << "] = 0x" << std::hex
-                     << int(out.scales[row * K + b]) << ", expected 0x" << int(sc[b]);
-                  return os.str();
-                });
-                ck.expect(out.swz[swizzledScaleOffset(row, b, K)] == sc[b],
-                          [&] { return "swizzled scale " + std::to_string(b); });
-              }
-              for (int i = 0; i < hidden / 2; ++i) {
-                ck.expect(out.quant[row * hidden / 2 + i] == q[i], [&] {
-                  std::ostringstream os;
-                  os << "nvfp4 byte [" << row << "][" << i << "] = 0x" << std::hex
-                     << int(out.quant[row * hidden / 2 + i]) << ", expected 0x" << int(q[i]);
-                  return os.str();
-                });
-              }
+              expectNvfp4RowExact(ck, out, row, hidden, q.data(), sc.data());
             }
           }
           // Spot checks of what the crafted blocks are for (row 0: c = 1, all positive).
@@ -943,24 +952,7 @@ TEST(FusedKernel, NanInOneNvfp4BlockIsEncodedExactly) {
           });
         }
         ref::quantizeNvfp4Exact(res.y.data(), hidden, g, q.data(), sc.data());
-        for (int b = 0; b < K; ++b) {
-          ck.expect(
-              out.scales[row * K + b] == sc[b] && out.swz[swizzledScaleOffset(row, b, K)] == sc[b],
-              [&] {
-                std::ostringstream os;
-                os << "scale[" << row << "][" << b << "] = 0x" << std::hex
-                   << int(out.scales[row * K + b]) << ", expected 0x" << int(sc[b]);
-                return os.str();
-              });
-        }
-        for (int i = 0; i < hidden / 2; ++i) {
-          ck.expect(out.quant[row * hidden / 2 + i] == q[i], [&] {
-            std::ostringstream os;
-            os << "nvfp4 byte [" << row << "][" << i << "] = 0x" << std::hex
-               << int(out.quant[row * hidden / 2 + i]) << ", expected 0x" << int(q[i]);
-            return os.str();
-          });
-        }
+        expectNvfp4RowExact(ck, out, row, hidden, q.data(), sc.data());
         // The NaN element's code: +6 whatever the row's sign; its partner keeps its own.
         EXPECT_EQ(out.quant[row * hidden / 2 + nanAt / 2] >> 4, 0x7) << "row " << row;
         EXPECT_NE(out.scales[row * K + nanAt / 16], 0) << "row " << row;
