@@ -262,18 +262,21 @@ struct RowOutputs {
       // anywhere in the warp sends the whole warp (the shuffle below needs it whole) to the
       // general form, whose maximum ignores NaN (fmaxf) and whose encoder tests every element;
       // otherwise the encoder leaves the per-element NaN test out. Same bits either way.
-      float amax = maxNaN(
-          maxNaN(maxNaN(fabsf(y[0]), fabsf(y[1])), maxNaN(fabsf(y[2]), fabsf(y[3]))),
-          maxNaN(maxNaN(fabsf(y[4]), fabsf(y[5])), maxNaN(maxNaN(fabsf(y[6]), fabsf(y[7])), 0.0f)));
+      float amax = absMax(y, maxNaN);
       if (__any_sync(0xffffffffu, amax != amax)) {
-        amax = fmaxf(
-            fmaxf(fmaxf(fabsf(y[0]), fabsf(y[1])), fmaxf(fabsf(y[2]), fabsf(y[3]))),
-            fmaxf(fmaxf(fabsf(y[4]), fabsf(y[5])), fmaxf(fmaxf(fabsf(y[6]), fabsf(y[7])), 0.0f)));
+        amax = absMax(y, [](float a, float b) { return fmaxf(a, b); });
         writeNvfp4<true>(v, active, amax, y);
       } else {
         writeNvfp4<false>(v, active, amax, y);
       }
     }
+  }
+
+  // max over {0, |y[i]|} by `max`, as a tree of depth 3.
+  template <typename Max>
+  __device__ __forceinline__ static float absMax(const float (&y)[8], Max max) {
+    return max(max(max(fabsf(y[0]), fabsf(y[1])), max(fabsf(y[2]), fabsf(y[3]))),
+               max(max(fabsf(y[4]), fabsf(y[5])), max(max(fabsf(y[6]), fabsf(y[7])), 0.0f)));
   }
 
   // One vector's NVFP4 codes and, from the even lane of each 16-element block, its scale.
