@@ -33,7 +33,9 @@ using dev::Vec;
 // Vectors each thread handles per pass: their lines are all requested before any is checked,
 // so a thread has several PCIe reads in flight.
 constexpr int kLLVecsPerPass = 2;
-// Pause between two polls of a line that has not landed yet (a PCIe round trip is ~1.5 us).
+// Pause between two polls of a line that has not landed yet (a PCIe round trip is ~1.5 us),
+// where one lane a warp probes first. Eager launches poll again at once: on 2 x H200 a pause
+// of 200 ns there cost up to 0.7 us at 1 KB and never helped (docs/PERFORMANCE.md).
 constexpr unsigned kLLPollPauseNs = 200;
 
 template <typename T, bool kAligned>
@@ -118,7 +120,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
               ok = false;
               break;
             }
-            __nanosleep(kLLPollPauseNs);
+            if (!a.llEager) __nanosleep(kLLPollPauseNs);
             lo[k] = dev::loadVolatile(src + v * 32);
             hi[k] = dev::loadVolatile(src + v * 32 + 16);
           }
