@@ -14,6 +14,12 @@
 namespace anyr {
 
 constexpr int kAlgoThreads = 512;
+// Blocks of kAlgoThreads threads per SM the peer all-reduce kernels (one-shot push and pull,
+// two-shot and two-shot push) are built for (__launch_bounds__: at most 64 registers a thread)
+// and launched with where every variant's occupancy allows it on every rank
+// (Communicator::peerBlocks_). Two measured faster than one from 4 MB up on 2 x H200 (two-shot
+// push 4 MB 14.69 against 15.56 us, 256 MB 880 against 928; docs/PERFORMANCE.md).
+constexpr int kPeerBlocksPerSm = 2;
 
 struct LaunchShape {
   int blocks = 1;
@@ -53,6 +59,12 @@ cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream);
 cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                           cudaStream_t stream);
+// The fewest blocks of kAlgoThreads threads of each peer algorithm's kernel (every dtype,
+// alignment and wire variant) that one SM of the current device holds at once.
+cudaError_t oneShotPushResidentPerSm(int* blocks);
+cudaError_t oneShotPullResidentPerSm(int* blocks);
+cudaError_t twoShotPushResidentPerSm(int* blocks);
+cudaError_t twoShotResidentPerSm(int* blocks);
 // Host-memory transport (host_oneshot.cu, host_twoshot.cu); a.wire selects the wire format.
 // host_oneshot_ll.cu: the one-shot's low-latency protocol (native wire, small launches).
 cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,

@@ -37,6 +37,28 @@ cudaError_t dispatch(anyrDataType_t dtype, bool aligned, F&& f) {
   }
 }
 
+// The fewest blocks of `threads` threads that one SM of the current device holds at once
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor, no dynamic shared memory) over the kernels
+// kernelOf(tag) names for every dtype and alignment, into *blocks.
+template <typename F>
+cudaError_t leastResidentPerSm(int threads, F&& kernelOf, int* blocks) {
+  int least = 1 << 30;
+  for (anyrDataType_t t : {anyrFloat32, anyrFloat16, anyrBfloat16}) {
+    for (bool aligned : {false, true}) {
+      const cudaError_t e = dispatch(t, aligned, [&](auto tag) {
+        int n = 0;
+        const cudaError_t err =
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernelOf(tag), threads, 0);
+        if (err == cudaSuccess && n < least) least = n;
+        return err;
+      });
+      if (e != cudaSuccess) return e;
+    }
+  }
+  *blocks = least;
+  return cudaSuccess;
+}
+
 // ---- element types ------------------------------------------------------------------------
 template <typename T>
 struct Elem;

@@ -25,7 +25,8 @@ using dev::Elem;
 using dev::Vec;
 
 template <typename T, bool kAligned, int kWire>
-__global__ void __launch_bounds__(kAlgoThreads) oneShotPullKernel(AllReduceArgs a) {
+__global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
+    oneShotPullKernel(AllReduceArgs a) {
   dev::waitForPrevious();
   constexpr int E = Elem<T>::kPerVec;
   const T* in = static_cast<const T*>(a.input);
@@ -131,6 +132,27 @@ cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
                           dim3(shape.blocks), dim3(shape.threads), 0, stream, shape.pdl, a);
     });
   });
+}
+
+cudaError_t oneShotPullResidentPerSm(int* blocks) {
+  int least = 1 << 30;
+  for (int w : {kWireNative, kWireFp8, kWireInt8}) {
+    const cudaError_t e = dev::dispatchWire(w, [&](auto wire) {
+      int n = 0;
+      const cudaError_t err = dev::leastResidentPerSm(
+          kAlgoThreads,
+          [](auto tag) {
+            using Tag = decltype(tag);
+            return oneShotPullKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>;
+          },
+          &n);
+      if (err == cudaSuccess && n < least) least = n;
+      return err;
+    });
+    if (e != cudaSuccess) return e;
+  }
+  *blocks = least;
+  return cudaSuccess;
 }
 
 }  // namespace anyr

@@ -27,7 +27,8 @@ using dev::sanitize;
 using dev::Vec;
 
 template <typename T, bool kAligned>
-__global__ void __launch_bounds__(kAlgoThreads) oneShotPushKernel(AllReduceArgs a) {
+__global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
+    oneShotPushKernel(AllReduceArgs a) {
   dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
@@ -94,6 +95,16 @@ cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
     return launchKernel(oneShotPushKernel<typename Tag::T, Tag::kAligned>, dim3(shape.blocks),
                         dim3(shape.threads), 0, stream, shape.pdl, a);
   });
+}
+
+cudaError_t oneShotPushResidentPerSm(int* blocks) {
+  return dev::leastResidentPerSm(
+      kAlgoThreads,
+      [](auto tag) {
+        using Tag = decltype(tag);
+        return oneShotPushKernel<typename Tag::T, Tag::kAligned>;
+      },
+      blocks);
 }
 
 }  // namespace anyr

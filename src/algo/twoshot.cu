@@ -67,7 +67,7 @@ __device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd,
 }
 
 template <typename T, bool kAligned>
-__global__ void __launch_bounds__(kAlgoThreads) twoShotKernel(AllReduceArgs a) {
+__global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(AllReduceArgs a) {
   dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
@@ -137,6 +137,16 @@ cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const La
     return launchKernel(twoShotKernel<typename Tag::T, Tag::kAligned>, dim3(shape.blocks),
                         dim3(shape.threads), 0, stream, shape.pdl, a);
   });
+}
+
+cudaError_t twoShotResidentPerSm(int* blocks) {
+  return dev::leastResidentPerSm(
+      kAlgoThreads,
+      [](auto tag) {
+        using Tag = decltype(tag);
+        return twoShotKernel<typename Tag::T, Tag::kAligned>;
+      },
+      blocks);
 }
 
 }  // namespace anyr

@@ -29,7 +29,8 @@ using dev::Elem;
 using dev::Vec;
 
 template <typename T, bool kAligned>
-__global__ void __launch_bounds__(kAlgoThreads) twoShotPushKernel(AllReduceArgs a) {
+__global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
+    twoShotPushKernel(AllReduceArgs a) {
   dev::waitForPrevious();
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
@@ -124,6 +125,16 @@ cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
     return launchKernel(twoShotPushKernel<typename Tag::T, Tag::kAligned>, dim3(shape.blocks),
                         dim3(shape.threads), 0, stream, shape.pdl, a);
   });
+}
+
+cudaError_t twoShotPushResidentPerSm(int* blocks) {
+  return dev::leastResidentPerSm(
+      kAlgoThreads,
+      [](auto tag) {
+        using Tag = decltype(tag);
+        return twoShotPushKernel<typename Tag::T, Tag::kAligned>;
+      },
+      blocks);
 }
 
 }  // namespace anyr

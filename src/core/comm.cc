@@ -115,12 +115,27 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   scratchBytes_ = std::max<size_t>(cfg_.chunkBytes, 128ull * 16384 * 4);
   ANYR_CUDA_CHECK(cudaMalloc(&scratch_, scratchBytes_));
   exchangeDeviceInfo();
-  // Blocks of every peer and host kernel: at most one per SM of the smallest GPU, so every
-  // block of every rank is resident at once (blocks wait on the same-index block of peers).
+  // Every block of a launch must be resident at once on every rank (blocks wait on the
+  // same-index block of peers). Fused and host kernels: at most one block per SM of the
+  // smallest GPU. The peer all-reduce kernels (small blocks, few registers): as many per SM as
+  // the occupancy of every variant allows on every rank, at most kPeerBlocksPerSm.
   int minSm = 1 << 30;
   for (const GpuInfo& g : topo_.gpus) minSm = std::min(minSm, g.smCount > 0 ? g.smCount : 1);
   maxBlocks_ = std::min(minSm, kMaxBlocks);
-  if (cfg_.maxBlocks > 0) maxBlocks_ = std::min(maxBlocks_, cfg_.maxBlocks);
+  int perSm = kPeerBlocksPerSm;
+  for (auto query : {oneShotPushResidentPerSm, oneShotPullResidentPerSm, twoShotPushResidentPerSm,
+                     twoShotResidentPerSm}) {
+    int n = 0;
+    ANYR_CUDA_CHECK(query(&n));
+    perSm = std::min(perSm, n);
+  }
+  for (int n : bs_->allGatherValue(perSm)) perSm = std::min(perSm, n);
+  peerPerSm_ = std::max(1, perSm);
+  peerBlocks_ = std::min(minSm * peerPerSm_, kMaxBlocks);
+  if (cfg_.maxBlocks > 0) {
+    maxBlocks_ = std::min(maxBlocks_, cfg_.maxBlocks);
+    peerBlocks_ = std::min(peerBlocks_, cfg_.maxBlocks);
+  }
   initNccl(externalNccl);
   initTransport();
   checkTransport();
@@ -891,7 +906,7 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
   const bool twoShot =
       algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush || algo == anyrAlgoHostTwoShot;
   const uint64_t work = twoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
-  uint64_t blocksCap = static_cast<uint64_t>(maxBlocks_);
+  uint64_t blocksCap = static_cast<uint64_t>(isHostAlgo(algo) ? maxBlocks_ : peerBlocks_);
   if (isHostAlgo(algo) && cfg_.wire == anyrWireNative) {
     // The host paths are bound by each GPU's PCIe link, not by its SMs, and every block polls
     // its own flags across that link: about one block per 64 KiB of message, at least 16 and
@@ -903,7 +918,13 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
     const uint64_t most = std::max<uint64_t>(1, blocksCap / 2);
     blocksCap = std::min(most, std::max<uint64_t>(std::min<uint64_t>(16, most), byBytes));
   }
-  LaunchShape shape = spreadShape(work, blocksCap);
+  // Up to one block per SM first. Past that (the peer kernels' second block per SM), only once
+  // every thread of the wider grid still has two vectors: on 2 x H200 the second block gained
+  // 5-7% from 16 MB up, about 1% at 4 MB, and cost the flag-based pull algorithms 12-19% at
+  // 1 MB, where it halved the threads a block (docs/PERFORMANCE.md).
+  const uint64_t oneBlockPerSm = std::min<uint64_t>(blocksCap, static_cast<uint64_t>(maxBlocks_));
+  LaunchShape shape = work >= 2 * blocksCap * kAlgoThreads ? spreadShape(work, blocksCap)
+                                                           : spreadShape(work, oneBlockPerSm);
   shape.pdl = pdlOn_;
   return shape;
 }
@@ -997,6 +1018,16 @@ std::string Communicator::explainJson() const {
   j["dispatchText"] = explainText();
   j["tuning"] = tuningNote_;
   j["programmaticLaunch"] = {{"enabled", pdlOn_}, {"reason", pdlReason_}};
+  // Grid caps: every block of a launch is resident at once on every rank.
+  j["blocks"] = {{"fusedAndHost", maxBlocks_},
+                 {"peer", peerBlocks_},
+                 {"peerPerSm", peerPerSm_},
+                 {"reason",
+                  "fused and host kernels: one block per SM of the smallest GPU; peer "
+                  "all-reduce kernels: the fewest blocks per SM any of their variants "
+                  "holds on any rank, at most " +
+                      std::to_string(kPeerBlocksPerSm) +
+                      "; both capped by config.maxBlocks and at " + std::to_string(kMaxBlocks)}};
   // The fused kernels' cluster form: the size they take by rows (clusterSizeSamples).
   nlohmann::json sizes = nlohmann::json::object();
   for (const auto& [rows, size] : clusterSizeSamples()) sizes[std::to_string(rows)] = size;

@@ -217,7 +217,9 @@ class Communicator {
   ErrorRecord* dError_ = nullptr;
   const int32_t* dAbort_ = nullptr;
   AllReduceArgs argsTemplate_{};
-  int maxBlocks_ = 1;
+  int maxBlocks_ = 1;   // fused and host kernels: one block per SM of the smallest GPU
+  int peerBlocks_ = 1;  // peer all-reduce kernels: up to kPeerBlocksPerSm per SM (occupancy)
+  int peerPerSm_ = 1;   // the agreed blocks per SM of the peer kernels
   cudaStream_t internalStream_ = nullptr;
   cudaEvent_t lastWork_ = nullptr;  // recorded after eager launches (not during capture)
   bool haveLastWork_ = false;

@@ -93,7 +93,7 @@ void Communicator::installTuning(const TuningTable& table, const char* what,
 }
 
 std::vector<std::string> Communicator::tuningSettings() const {
-  return {"maxBlocks " + std::to_string(maxBlocks_),
+  return {"maxBlocks " + std::to_string(maxBlocks_) + " peer " + std::to_string(peerBlocks_),
           "fusedCluster " + std::to_string(cfg_.fusedCluster) + (clusterOn_ ? " on" : " off"),
           std::string("programmaticLaunch ") + (pdlOn_ ? "on" : "off"),
           std::string("wire ") + wireName(cfg_.wire),

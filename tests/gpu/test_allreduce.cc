@@ -394,5 +394,77 @@ TEST(AllReduceGpu, ChoiceAndExplain) {
   EXPECT_TRUE(failures.empty()) << failures;
 }
 
+// Grid caps (explain's "blocks"): the fused and host kernels one block per SM of the smaller
+// GPU; the peer all-reduce kernels as many per SM as their occupancy allows, 1 or 2 (their
+// launch bounds promise 2 on any GPU with 64 K registers and 1024 threads an SM), within 256;
+// config.maxBlocks caps both. Each peer algorithm is exact on a message that takes the widest
+// grid (with the cap: the capped one).
+TEST(AllReduceGpu, GridCapsFollowOccupancyAndConfig) {
+  REQUIRE_GPU();
+  for (int cap : {0, 8}) {
+    auto results = runRanksCatching(
+        2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+          int failures = 0;
+          const std::string tag = "maxBlocks " + std::to_string(cap) + ": ";
+          auto expectEq = [&](const std::string& what, long got, long want) {
+            if (got != want) {
+              ++failures;
+              report("FAIL " + tag + what + " " + std::to_string(got) + ", expected " +
+                     std::to_string(want) + "\n");
+            }
+          };
+          useRankGpu(rank);
+          anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+          cfg.timeoutMs = 10000;
+          cfg.maxBlocks = cap;
+          anyrComm_t comm = nullptr;
+          R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+          const nlohmann::json j = explainJson(comm);
+          long sm = 1 << 30;
+          for (const auto& g : j.at("topology").at("gpus")) {
+            sm = std::min(sm, g.at("smCount").get<long>());
+          }
+          const nlohmann::json& b = j.at("blocks");
+          const long perSm = b.at("peerPerSm").get<long>();
+          if (perSm < 1 || perSm > 2) {
+            ++failures;
+            report("FAIL " + tag + "peerPerSm " + std::to_string(perSm) + " outside 1..2\n");
+          }
+          const long fused = std::min(sm, 256L), peer = std::min(sm * perSm, 256L);
+          expectEq("fusedAndHost", b.at("fusedAndHost").get<long>(),
+                   cap > 0 ? std::min<long>(fused, cap) : fused);
+          expectEq("peer", b.at("peer").get<long>(), cap > 0 ? std::min<long>(peer, cap) : peer);
+          if (rank == 0) std::printf("[ info ] %s%s\n", tag.c_str(), b.dump().c_str());
+          // A message large enough for the widest grid (every thread two vectors or more),
+          // exact on every peer algorithm.
+          const uint64_t count = (5u << 20) + 3;
+          void *in = nullptr, *out = nullptr;
+          unsigned long long* dWrong = nullptr;
+          cudaStream_t s;
+          R_CUDA(cudaStreamCreate(&s));
+          R_CUDA(cudaMalloc(&in, count * 2));
+          R_CUDA(cudaMalloc(&out, count * 2));
+          R_CUDA(cudaMalloc(&dWrong, sizeof(*dWrong)));
+          R_CUDA(data::fillInput(anyrBfloat16, in, count, rank, 77, data::kSmallInts, s));
+          for (anyrAlgo_t a :
+               {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoTwoShotPush}) {
+            R_ANYR(anyrCommSetAlgorithm(comm, a), comm);
+            R_CUDA(cudaMemsetAsync(out, 0xff, count * 2, s));
+            R_ANYR(anyrAllReduce(in, out, count, anyrBfloat16, anyrSum, comm, s), comm);
+            unsigned long long wrong = 0;
+            R_CUDA(data::mismatchesNow(anyrBfloat16, out, count, n, 77, data::kSmallInts, dWrong, s,
+                                       &wrong));
+            expectEq(std::string(anyrAlgoName(a)) + " mismatches", static_cast<long>(wrong), 0);
+          }
+          failures += asyncErrorFailures(comm, report);
+          for (void* p : {in, out, static_cast<void*>(dWrong)}) R_CUDA(cudaFree(p));
+          R_CUDA(cudaStreamDestroy(s));
+          R_ANYR(anyrCommDestroy(comm), nullptr);
+          return failures ? 4 : 0;
+        });
+    expectRanksPassed(results);
+  }
+}
+
 }  // namespace
 }  // namespace anyr
