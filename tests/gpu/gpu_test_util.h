@@ -63,6 +63,19 @@ inline void useRankGpu(int rank) {
   R_CUDA(cudaSetDevice(rank % ngpus));
 }
 
+// The calling rank's communicator, on its GPU (useRankGpu): the default config with every wait
+// bounded by timeoutMs, then whatever `configure` sets.
+inline anyrComm_t initRankComm(int rank, int n, const anyrUniqueId& id, int timeoutMs,
+                               const std::function<void(anyrConfig_t&)>& configure = {}) {
+  useRankGpu(rank);
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+  cfg.timeoutMs = timeoutMs;
+  if (configure) configure(cfg);
+  anyrComm_t comm = nullptr;
+  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  return comm;
+}
+
 // The communicator's anyrCommExplain text, and the same parsed.
 inline std::string explainText(anyrComm_t comm) {
   size_t need = 0;

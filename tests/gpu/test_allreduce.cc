@@ -23,12 +23,7 @@ namespace anyr {
 namespace {
 
 anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs) {
-  useRankGpu(rank);
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = timeoutMs;
-  anyrComm_t comm = nullptr;
-  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
-  return comm;
+  return initRankComm(rank, n, id, timeoutMs);
 }
 
 struct Case {
@@ -413,12 +408,8 @@ TEST(AllReduceGpu, GridCapsFollowOccupancyAndConfig) {
                      std::to_string(want) + "\n");
             }
           };
-          useRankGpu(rank);
-          anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-          cfg.timeoutMs = 10000;
-          cfg.maxBlocks = cap;
-          anyrComm_t comm = nullptr;
-          R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+          anyrComm_t comm =
+              initRankComm(rank, n, id, 10000, [&](anyrConfig_t& c) { c.maxBlocks = cap; });
           const nlohmann::json j = explainJson(comm);
           long sm = 1 << 30;
           for (const auto& g : j.at("topology").at("gpus")) {

@@ -32,11 +32,7 @@ unsigned long long allCalls(const anyrCounters_t& c) {
 }
 
 int countersRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
-  useRankGpu(rank);
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = 20000;
-  anyrComm_t comm = nullptr;
-  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  anyrComm_t comm = initRankComm(rank, n, id, 20000);
   int fails = 0;
   auto expect = [&](bool ok, const std::string& what) {
     if (!ok) {

@@ -30,13 +30,10 @@ std::string tmpFile(const std::string& tag) {
 }
 
 anyrComm_t openComm(int rank, int n, const anyrUniqueId& id, const char* tuningFile, int budgetMs) {
-  useRankGpu(rank);
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = 30000;
-  cfg.tuningFile = tuningFile;
-  if (budgetMs > 0) cfg.tuneBudgetMs = budgetMs;
-  anyrComm_t comm = nullptr;
-  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  anyrComm_t comm = initRankComm(rank, n, id, 30000, [&](anyrConfig_t& c) {
+    c.tuningFile = tuningFile;
+    if (budgetMs > 0) c.tuneBudgetMs = budgetMs;
+  });
   return comm;
 }
 

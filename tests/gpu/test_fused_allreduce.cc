@@ -74,15 +74,11 @@ struct Buffers {
 int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<size_t>& hiddens, const std::vector<size_t>& tokensList,
               bool allAlgos, size_t rank0Shift = 0, int pdlEnv = -1, int clusterEnv = -1) {
-  useRankGpu(rank);
   // ANYR_PDL and ANYR_FUSED_CLUSTER for this rank's process only (ranks are forked); -1 leaves
   // the default (programmatic launch on, automatic cluster size).
   if (pdlEnv >= 0) setenv("ANYR_PDL", std::to_string(pdlEnv).c_str(), 1);
   if (clusterEnv >= 0) setenv("ANYR_FUSED_CLUSTER", std::to_string(clusterEnv).c_str(), 1);
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = 20000;
-  anyrComm_t comm = nullptr;
-  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  anyrComm_t comm = initRankComm(rank, n, id, 20000);
   {
     // ANYR_PDL=0 skips the probe; otherwise the communicator probes programmatic launch (and
     // uses it where it works).
@@ -383,12 +379,8 @@ TEST(FusedAllReduceGpu, MissingPeerInEachFusedFormTimesOutNamingIt) {
     SCOPED_TRACE(name);
     auto results = runRanksCatching(
         2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-          useRankGpu(rank);
-          anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-          cfg.timeoutMs = 1500;
-          cfg.fusedCluster = f.cluster;
-          anyrComm_t comm = nullptr;
-          R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+          anyrComm_t comm =
+              initRankComm(rank, n, id, 1500, [&](anyrConfig_t& c) { c.fusedCluster = f.cluster; });
           R_ANYR(anyrCommSetAlgorithm(comm, f.algo), comm);
           const size_t bytes = f.tokens * kHidden * 2;
           void *partial = nullptr, *residual = nullptr, *weight = nullptr, *norm = nullptr;

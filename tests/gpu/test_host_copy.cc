@@ -30,11 +30,7 @@ int piecesRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
   setenv("ANYR_HOST_COPY_CHUNK_BYTES", "256K", 1);
   // The host launch size is its own knob (default 16 MiB): ANYR_CHUNK_BYTES stays at its default.
   setenv("ANYR_HOST_LAUNCH_BYTES", "1M", 1);
-  useRankGpu(rank);
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = 20000;
-  anyrComm_t comm = nullptr;
-  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  anyrComm_t comm = initRankComm(rank, n, id, 20000);
   R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoHostCopy), comm);
   // The chunk in force must be the one asked for (rank 0's, agreed), or the test tests less.
   const nlohmann::json j = explainJson(comm);

@@ -104,12 +104,7 @@ double quantErr(anyrWire_t w, double x, double a) {
 }
 
 int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyrWire_t wire) {
-  useRankGpu(rank);
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = 20000;
-  cfg.wire = wire;
-  anyrComm_t comm = nullptr;
-  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  anyrComm_t comm = initRankComm(rank, n, id, 20000, [&](anyrConfig_t& c) { c.wire = wire; });
   cudaStream_t s;
   R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const std::vector<uint64_t> counts = {1, 9, 1023, 65536 + 5, (1u << 20) + 3};
@@ -259,13 +254,10 @@ TEST(HostWireGpu, Int8WithinBoundExactOnCraftedBitIdentical) {
 int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                      anyrWire_t wire) {
   setenv("ANYR_HOST_LAUNCH_BYTES", "64K", 1);
-  useRankGpu(rank);
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = 20000;
-  cfg.chunkBytes = 64u << 10;
-  cfg.wire = wire;
-  anyrComm_t comm = nullptr;
-  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  anyrComm_t comm = initRankComm(rank, n, id, 20000, [&](anyrConfig_t& c) {
+    c.chunkBytes = 64u << 10;
+    c.wire = wire;
+  });
   cudaStream_t s;
   R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const uint64_t maxCount = (1u << 19) + 11;
@@ -345,11 +337,7 @@ int lowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& report
                    const char* eagerBytes) {
   setenv("ANYR_HOST_LL_EAGER_BYTES", eagerBytes, 1);
   unsetenv("ANYR_HOST_LL_BYTES");
-  useRankGpu(rank);
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = 20000;
-  anyrComm_t comm = nullptr;
-  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  anyrComm_t comm = initRankComm(rank, n, id, 20000);
   int failures = 0;
   // The settings in force must be the ones asked for, or the test tests less.
   const nlohmann::json j = explainJson(comm);
@@ -561,11 +549,7 @@ TEST(HostWireGpu, MissingPeerOnHostPathTimesOutNamingIt) {
     const uint64_t count = c.count;
     auto results = runRanksCatching(
         2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-          useRankGpu(rank);
-          anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-          cfg.timeoutMs = 1500;
-          anyrComm_t comm = nullptr;
-          R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+          anyrComm_t comm = initRankComm(rank, n, id, 1500);
           char* buf = nullptr;
           R_CUDA(cudaMalloc(&buf, 1 << 20));
           cudaStream_t s;

@@ -83,12 +83,8 @@ int envInt(const char* name, int dflt) {
 }
 
 anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs, int useNccl = 1) {
-  useRankGpu(rank);
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = timeoutMs;
-  cfg.useNccl = useNccl;
-  anyrComm_t comm = nullptr;
-  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
+  anyrComm_t comm =
+      initRankComm(rank, n, id, timeoutMs, [&](anyrConfig_t& c) { c.useNccl = useNccl; });
   return comm;
 }
 

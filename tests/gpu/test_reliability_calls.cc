@@ -38,12 +38,7 @@ anyrComm_t initComm(int rank, int n, const anyrUniqueId& id, int timeoutMs, bool
   } else {
     unsetenv("ANYR_VALIDATE_CALLS");
   }
-  useRankGpu(rank);
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  cfg.timeoutMs = timeoutMs;
-  anyrComm_t comm = nullptr;
-  R_ANYR(anyrCommInitRankConfig(&comm, n, id, rank, &cfg), nullptr);
-  return comm;
+  return initRankComm(rank, n, id, timeoutMs);
 }
 
 // expectRanksPassed, and stricter: no "FAIL" anywhere in a rank's report.
@@ -509,12 +504,8 @@ TEST(ReliabilityCallsGpu, FusedRowWiderThanATwoShotSlotFallsBackInsteadOfLooping
   auto results =
       runRanksCatching(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         unsetenv("ANYR_VALIDATE_CALLS");
-        useRankGpu(rank);
-        anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-        cfg.timeoutMs = 20000;
-        cfg.chunkBytes = 64 << 10;
-        anyrComm_t comm = nullptr;
-        R_ANYR(anyrCommInitRankConfig(&comm, nr, id, rank, &cfg), nullptr);
+        anyrComm_t comm =
+            initRankComm(rank, nr, id, 20000, [&](anyrConfig_t& c) { c.chunkBytes = 64 << 10; });
         if (anyrCommSetAlgorithm(comm, anyrAlgoTwoShotPush) != anyrSuccess) {
           report(std::string("SKIP twoshot-push not admitted: ") + anyrGetLastError(comm) + "\n");
           anyrCommDestroy(comm);
