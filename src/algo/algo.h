@@ -41,6 +41,16 @@ inline LaunchShape spreadShape(uint64_t work, uint64_t blocksCap, uint64_t minTh
   return shape;
 }
 
+// The peer all-reduce kernels' launches: spreadShape over at most one block per SM (perSmCap)
+// first; over the wider peerCap (a second block per SM, Communicator::peerBlocks_) only once
+// every thread of that grid still has two vectors. On 2 x H200 the second block gained 5-7%
+// from 16 MB up, about 1% at 4 MB, and cost the flag-based pull algorithms 12-19% at 1 MB, where
+// it halved the threads a block (docs/PERFORMANCE.md).
+inline LaunchShape peerLaunchShape(uint64_t work, uint64_t perSmCap, uint64_t peerCap) {
+  if (peerCap > perSmCap && work >= 2 * peerCap * kAlgoThreads) return spreadShape(work, peerCap);
+  return spreadShape(work, std::min(perSmCap, peerCap));
+}
+
 // The host one-shot's low-latency launches: one vector a thread, in blocks of 32 threads or
 // more over as many SMs as possible (at most 64 blocks and blocksCap), threads growing only
 // past that. A block's polls and reads of host memory go out from its own SM; spread over many

@@ -918,13 +918,8 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
     const uint64_t most = std::max<uint64_t>(1, blocksCap / 2);
     blocksCap = std::min(most, std::max<uint64_t>(std::min<uint64_t>(16, most), byBytes));
   }
-  // Up to one block per SM first. Past that (the peer kernels' second block per SM), only once
-  // every thread of the wider grid still has two vectors: on 2 x H200 the second block gained
-  // 5-7% from 16 MB up, about 1% at 4 MB, and cost the flag-based pull algorithms 12-19% at
-  // 1 MB, where it halved the threads a block (docs/PERFORMANCE.md).
-  const uint64_t oneBlockPerSm = std::min<uint64_t>(blocksCap, static_cast<uint64_t>(maxBlocks_));
-  LaunchShape shape = work >= 2 * blocksCap * kAlgoThreads ? spreadShape(work, blocksCap)
-                                                           : spreadShape(work, oneBlockPerSm);
+  // One block per SM first; the peer kernels' second block only for large messages.
+  LaunchShape shape = peerLaunchShape(work, static_cast<uint64_t>(maxBlocks_), blocksCap);
   shape.pdl = pdlOn_;
   return shape;
 }
