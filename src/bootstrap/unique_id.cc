@@ -10,30 +10,10 @@
 #include <cstring>
 #include <string>
 
+#include "bootstrap/byte_order.h"
 #include "core/error.h"
 
 namespace anyr {
-
-static void putU16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
-
-static void putU32(uint8_t* p, uint32_t v) {
-  p[0] = static_cast<uint8_t>(v >> 24);
-  p[1] = static_cast<uint8_t>(v >> 16);
-  p[2] = static_cast<uint8_t>(v >> 8);
-  p[3] = static_cast<uint8_t>(v);
-}
-
-static uint16_t getU16(const uint8_t* p) {
-  return static_cast<uint16_t>((static_cast<uint16_t>(p[0]) << 8) | p[1]);
-}
-
-static uint32_t getU32(const uint8_t* p) {
-  return (static_cast<uint32_t>(p[0]) << 24) | (static_cast<uint32_t>(p[1]) << 16) |
-         (static_cast<uint32_t>(p[2]) << 8) | static_cast<uint32_t>(p[3]);
-}
 
 // FNV-1a: catches ids truncated or mangled in transit. Not a security measure: the secret is.
 static uint32_t fnv1a(const uint8_t* p, size_t n) {
