@@ -339,15 +339,18 @@ class Config:
                                       f"argument 'config.{name}': {value} is not a valid size")
             return value
 
-        if self.algorithm is not None:
-            algo = self.algorithm
-            if isinstance(algo, str):
+        def enum_field(name, value, kind):
+            # A name (parsed by the enum: "twoshot-push", "fp8") or the enum's value.
+            if isinstance(value, str):
                 try:
-                    algo = Algo.parse(algo)
+                    value = kind.parse(value)
                 except ValueError as e:
                     raise InvalidArgument(Result.INVALID_ARGUMENT,
-                                          f"argument 'config.algorithm': {e}") from None
-            c.algorithm = int_field("algorithm", int(algo))
+                                          f"argument 'config.{name}': {e}") from None
+            return int_field(name, int(value))
+
+        if self.algorithm is not None:
+            c.algorithm = enum_field("algorithm", self.algorithm, Algo)
         if self.timeout_ms is not None:
             c.timeoutMs = int_field("timeout_ms", self.timeout_ms)
         if self.one_shot_max_bytes is not None:
@@ -361,14 +364,7 @@ class Config:
         if self.max_blocks is not None:
             c.maxBlocks = int_field("max_blocks", self.max_blocks)
         if self.wire is not None:
-            wire = self.wire
-            if isinstance(wire, str):
-                try:
-                    wire = Wire.parse(wire)
-                except ValueError as e:
-                    raise InvalidArgument(Result.INVALID_ARGUMENT,
-                                          f"argument 'config.wire': {e}") from None
-            c.wire = int_field("wire", int(wire))
+            c.wire = enum_field("wire", self.wire, Wire)
         if self.fused_cluster is not None:
             c.fusedCluster = int_field("fused_cluster", self.fused_cluster)
         return c
