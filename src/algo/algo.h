@@ -17,8 +17,9 @@ constexpr int kAlgoThreads = 512;
 // Blocks of kAlgoThreads threads per SM the peer all-reduce kernels (one-shot push and pull,
 // two-shot and two-shot push) are built for (__launch_bounds__: at most 64 registers a thread)
 // and launched with where every variant's occupancy allows it on every rank
-// (Communicator::peerBlocks_). Two measured faster than one from 4 MB up on 2 x H200 (two-shot
-// push 4 MB 14.69 against 15.56 us, 256 MB 880 against 928; docs/PERFORMANCE.md).
+// (Communicator::peerBlocks_) for large messages (peerLaunchShape). Two measured 5-7% faster
+// than one from 16 MB up on 2 x H200 (two-shot push 16 MB 54.2 against 57.2 us, 256 MB 860
+// against 924; docs/PERFORMANCE.md).
 constexpr int kPeerBlocksPerSm = 2;
 
 struct LaunchShape {
