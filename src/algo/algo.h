@@ -70,12 +70,12 @@ cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream);
 cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                           cudaStream_t stream);
-// The fewest blocks of kAlgoThreads threads of each peer algorithm's kernel (every dtype,
-// alignment and wire variant) that one SM of the current device holds at once.
-cudaError_t oneShotPushResidentPerSm(int* blocks);
-cudaError_t oneShotPullResidentPerSm(int* blocks);
-cudaError_t twoShotPushResidentPerSm(int* blocks);
-cudaError_t twoShotResidentPerSm(int* blocks);
+// Each lowers *least to the fewest blocks of kAlgoThreads threads of its peer algorithm's
+// kernel (every dtype, alignment and wire variant) that one SM of the current device holds.
+cudaError_t oneShotPushResidentPerSm(int* least);
+cudaError_t oneShotPullResidentPerSm(int* least);
+cudaError_t twoShotPushResidentPerSm(int* least);
+cudaError_t twoShotResidentPerSm(int* least);
 // Host-memory transport (host_oneshot.cu, host_twoshot.cu); a.wire selects the wire format.
 // host_oneshot_ll.cu: the one-shot's low-latency protocol (native wire, small launches).
 cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,

@@ -37,25 +37,23 @@ cudaError_t dispatch(anyrDataType_t dtype, bool aligned, F&& f) {
   }
 }
 
-// The fewest blocks of `threads` threads that one SM of the current device holds at once
-// (cudaOccupancyMaxActiveBlocksPerMultiprocessor, no dynamic shared memory) over the kernels
-// kernelOf(tag) names for every dtype and alignment, into *blocks.
+// Lowers *least to the fewest blocks of `threads` threads that one SM of the current device
+// holds at once (cudaOccupancyMaxActiveBlocksPerMultiprocessor, no dynamic shared memory) of
+// the kernels kernelOf(tag) names for every dtype and alignment.
 template <typename F>
-cudaError_t leastResidentPerSm(int threads, F&& kernelOf, int* blocks) {
-  int least = 1 << 30;
+cudaError_t lowerResidentPerSm(int threads, F&& kernelOf, int* least) {
   for (anyrDataType_t t : {anyrFloat32, anyrFloat16, anyrBfloat16}) {
     for (bool aligned : {false, true}) {
       const cudaError_t e = dispatch(t, aligned, [&](auto tag) {
         int n = 0;
         const cudaError_t err =
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernelOf(tag), threads, 0);
-        if (err == cudaSuccess && n < least) least = n;
+        if (err == cudaSuccess && n < *least) *least = n;
         return err;
       });
       if (e != cudaSuccess) return e;
     }
   }
-  *blocks = least;
   return cudaSuccess;
 }
 

@@ -134,24 +134,19 @@ cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
   });
 }
 
-cudaError_t oneShotPullResidentPerSm(int* blocks) {
-  int least = 1 << 30;
+cudaError_t oneShotPullResidentPerSm(int* least) {
   for (int w : {kWireNative, kWireFp8, kWireInt8}) {
     const cudaError_t e = dev::dispatchWire(w, [&](auto wire) {
-      int n = 0;
-      const cudaError_t err = dev::leastResidentPerSm(
+      return dev::lowerResidentPerSm(
           kAlgoThreads,
           [](auto tag) {
             using Tag = decltype(tag);
             return oneShotPullKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>;
           },
-          &n);
-      if (err == cudaSuccess && n < least) least = n;
-      return err;
+          least);
     });
     if (e != cudaSuccess) return e;
   }
-  *blocks = least;
   return cudaSuccess;
 }
 

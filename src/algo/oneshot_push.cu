@@ -97,14 +97,14 @@ cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
   });
 }
 
-cudaError_t oneShotPushResidentPerSm(int* blocks) {
-  return dev::leastResidentPerSm(
+cudaError_t oneShotPushResidentPerSm(int* least) {
+  return dev::lowerResidentPerSm(
       kAlgoThreads,
       [](auto tag) {
         using Tag = decltype(tag);
         return oneShotPushKernel<typename Tag::T, Tag::kAligned>;
       },
-      blocks);
+      least);
 }
 
 }  // namespace anyr

@@ -139,14 +139,14 @@ cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const La
   });
 }
 
-cudaError_t twoShotResidentPerSm(int* blocks) {
-  return dev::leastResidentPerSm(
+cudaError_t twoShotResidentPerSm(int* least) {
+  return dev::lowerResidentPerSm(
       kAlgoThreads,
       [](auto tag) {
         using Tag = decltype(tag);
         return twoShotKernel<typename Tag::T, Tag::kAligned>;
       },
-      blocks);
+      least);
 }
 
 }  // namespace anyr

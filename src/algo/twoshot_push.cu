@@ -127,14 +127,14 @@ cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
   });
 }
 
-cudaError_t twoShotPushResidentPerSm(int* blocks) {
-  return dev::leastResidentPerSm(
+cudaError_t twoShotPushResidentPerSm(int* least) {
+  return dev::lowerResidentPerSm(
       kAlgoThreads,
       [](auto tag) {
         using Tag = decltype(tag);
         return twoShotPushKernel<typename Tag::T, Tag::kAligned>;
       },
-      blocks);
+      least);
 }
 
 }  // namespace anyr

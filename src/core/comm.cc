@@ -123,11 +123,9 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   for (const GpuInfo& g : topo_.gpus) minSm = std::min(minSm, g.smCount > 0 ? g.smCount : 1);
   maxBlocks_ = std::min(minSm, kMaxBlocks);
   int perSm = kPeerBlocksPerSm;
-  for (auto query : {oneShotPushResidentPerSm, oneShotPullResidentPerSm, twoShotPushResidentPerSm,
+  for (auto lower : {oneShotPushResidentPerSm, oneShotPullResidentPerSm, twoShotPushResidentPerSm,
                      twoShotResidentPerSm}) {
-    int n = 0;
-    ANYR_CUDA_CHECK(query(&n));
-    perSm = std::min(perSm, n);
+    ANYR_CUDA_CHECK(lower(&perSm));
   }
   for (int n : bs_->allGatherValue(perSm)) perSm = std::min(perSm, n);
   peerPerSm_ = std::max(1, perSm);
