@@ -496,14 +496,15 @@ struct ClusterExchange {
 // A thread's place in a cluster-form kernel: its cluster takes rows cluster, cluster +
 // clusters, ...; the thread holds vector v of each (first: its block's first vector), and the
 // row data that does not depend on the all-reduce: the weight vector and the quantization
-// scale (loaded at construction) and the current row's residual vector (loadResidual).
+// scale (loadConstants) and the current row's residual vector (loadResidual). Kernels call
+// both after their own pushes (see fused_oneshot_push.cu: the peers wait for those).
 template <typename T, int kQuant, bool kAligned>
 struct ClusterRowThread {
   int cluster, clusters, first, v;
   bool active;  // v < hidden / 8
   bool resAligned;
-  float qscale;
-  Vec w, res;
+  float qscale = 0.0f;
+  Vec w = {}, res = {};
 
   __device__ __forceinline__ explicit ClusterRowThread(const FusedParams& p) {
     const int blocks = static_cast<int>(clusterSize());
@@ -513,8 +514,10 @@ struct ClusterRowThread {
     v = first + static_cast<int>(threadIdx.x);
     active = v < p.hidden / 8;
     resAligned = kAligned || isAligned(p.residualIn, 16);
-    w = Vec{};
-    res = Vec{};
+  }
+
+  // The weight vector and the quantization scale.
+  __device__ __forceinline__ void loadConstants(const FusedParams& p) {
     if (active) {
       w = loadRowVec(static_cast<const T*>(p.weight), v, p.hidden,
                      kAligned || isAligned(p.weight, 16));

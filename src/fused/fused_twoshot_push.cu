@@ -148,28 +148,26 @@ __global__ void __launch_bounds__(kAlgoThreads)
 }
 
 // Steps 1-3 of the register and cluster forms, over the whole grid (thread i of the grid
-// handles vector i of every segment): the scatter, the clear of what peers wrote one launch
-// ago, and the reduction of the own segment into every rank's gather buffer. Returns false
-// when a wait failed.
+// handles vector i of every segment): scatterRows() sends, clearAndReduce() clears what peers
+// wrote one launch ago and reduces the own segment into every rank's gather buffer (false
+// when a wait failed). Kernels load their rows' weight and residual between the two: the
+// peers wait for the scatter, and the loads' latency hides behind the reduce's wait.
+__device__ __forceinline__ char* twoShotArea(const AllReduceArgs& a, int r, uint32_t phase,
+                                             int gather) {
+  return a.peerWorkspace[r] + a.layout.tsOffset +
+         (2ull * phase + gather) * a.layout.tsSlotBytes * static_cast<uint64_t>(a.nranks);
+}
+
 template <typename T>
-__device__ __forceinline__ bool scatterAndReduce(const AllReduceArgs& a, const T* in,
-                                                 bool inAligned, int rows, int H,
-                                                 const dev::Phases& ph, dev::Waiter& waiter) {
+__device__ __forceinline__ void scatterRows(const AllReduceArgs& a, const T* in, bool inAligned,
+                                            int rows, int H, const dev::Phases& ph) {
   const int rank = a.rank;
   const int n = a.nranks;
-  LocalState* st = a.state;
-  const uint32_t epoch = ph.epoch;
-  const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
-  const uint64_t areaBytes = slot * static_cast<uint64_t>(n);
-  const int Lr = (rows + n - 1) / n;
-  const uint64_t L = static_cast<uint64_t>(Lr) * H;
+  const uint64_t L = static_cast<uint64_t>((rows + n - 1) / n) * H;
   const uint64_t V = static_cast<uint64_t>(rows) * H;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  auto area = [&](int r, uint32_t ph, int gather) {
-    return a.peerWorkspace[r] + a.layout.tsOffset + (2ull * ph + gather) * areaBytes;
-  };
 
   // 1. Scatter.
   for (uint64_t i = first; i < L; i += stride) {
@@ -179,11 +177,29 @@ __device__ __forceinline__ bool scatterAndReduce(const AllReduceArgs& a, const T
       if (v >= V) continue;
       Vec x = dev::loadRowVec(in, v, a.count, inAligned);
       dev::sanitize<T>(x);
-      dev::storeSys(area(s, phase, 0) + static_cast<uint64_t>(rank) * slot + i * 16, x.u);
+      dev::storeSys(twoShotArea(a, s, ph.cur, 0) + static_cast<uint64_t>(rank) * slot + i * 16,
+                    x.u);
     }
   }
 
   if (a.pushFence) __threadfence_system();
+}
+
+template <typename T>
+__device__ __forceinline__ bool clearAndReduce(const AllReduceArgs& a, const T* in, bool inAligned,
+                                               int rows, int H, const dev::Phases& ph,
+                                               dev::Waiter& waiter) {
+  const int rank = a.rank;
+  const int n = a.nranks;
+  LocalState* st = a.state;
+  const uint32_t epoch = ph.epoch;
+  const uint32_t phase = ph.cur;
+  const uint64_t slot = a.layout.tsSlotBytes;
+  const uint64_t L = static_cast<uint64_t>((rows + n - 1) / n) * H;
+  const uint64_t V = static_cast<uint64_t>(rows) * H;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  auto area = [&](int r, uint32_t p, int gather) { return twoShotArea(a, r, p, gather); };
 
   // 2. Clear what peers wrote one launch ago.
   for (int g = 0; g < 2; ++g) {
@@ -254,6 +270,9 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const int Lr = (rows + n - 1) / n;                 // rows per segment
   const uint64_t L = static_cast<uint64_t>(Lr) * H;  // vectors per segment slot
 
+  // 1. Scatter; then the weight and the block's first residual row (the peers wait for the
+  // scatter; the loads' latency hides behind the reduce's wait).
+  scatterRows<T>(a, in, inAligned, rows, H, ph);
   Vec w[VPT];
   Vec res[VPT];
   dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, p.hidden,
@@ -265,9 +284,9 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
                              resAligned, res);
   }
 
-  // 1-3. Scatter, clear, reduce the own segment into every rank's gather buffer.
+  // 2-3. Clear, reduce the own segment into every rank's gather buffer.
   dev::Waiter waiter(a.wait);
-  bool ok = scatterAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
+  bool ok = clearAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
 
   // 4. Rows: the owner's reduced row, then the epilogue in registers. A failed wait above
   // leaves `ok` false: the first row's barrier then tells the whole block to stop.
@@ -332,11 +351,14 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
   const uint64_t L = static_cast<uint64_t>(Lr) * H;
   dev::ClusterRowThread<T, Q, kAligned> me(p);
   const int cluster = me.cluster, clusters = me.clusters, first = me.first;
+
+  // Scatter; the weight, the first residual row and the exchange's setup; clear and reduce.
+  scatterRows<T>(a, in, inAligned, rows, H, ph);
+  me.loadConstants(p);
   if (cluster < rows) me.loadResidual(p, rowBase + cluster);
   dev::clusterExchangeBegin(xch);
-
   dev::Waiter waiter(a.wait);
-  bool ok = scatterAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
+  bool ok = clearAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
 
   char* gather = a.peerWorkspace[rank] + a.layout.tsOffset + (2ull * ph.cur + 1) * areaBytes;
   uint32_t rowsDone = 0;
