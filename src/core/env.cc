@@ -18,7 +18,8 @@ const std::vector<Param>& params() {
       {"ANYR_TIMEOUT_MS", "30000",
        "bound on every wait, host and device, in milliseconds (bootstrap, flags, data)"},
       {"ANYR_ONESHOT_MAX_BYTES", "",
-       "largest message for one-shot algorithms (default: 512 KiB / (ranks - 1), at least 64 KiB)"},
+       "largest message for one-shot algorithms (default: 1 MiB for 2 ranks, else 512 KiB / (ranks "
+       "- 1), at least 64 KiB)"},
       {"ANYR_TWOSHOT_MAX_BYTES", "",
        "largest message the automatic choice gives two-shot before NCCL (default 32 MiB)"},
       {"ANYR_CHUNK_BYTES", "8M",

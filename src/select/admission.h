@@ -59,7 +59,8 @@ struct Thresholds {
   std::string hostWhy;
 };
 
-// Bytes a one-shot message may have by default for `nranks`: one-shot moves (n-1) x bytes per
+// Bytes a one-shot message may have by default for `nranks`: 1 MiB for two ranks (where the
+// one-shot moves no more bytes than the two-shot); above, one-shot moves (n-1) x bytes per
 // rank, so the limit keeps that near 512 KiB (at least 64 KiB). Shared by the workspace layout
 // and the thresholds, so they agree.
 uint64_t defaultOneShotMaxBytes(int nranks);

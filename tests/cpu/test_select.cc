@@ -46,10 +46,10 @@ TEST(Select, NvlinkPairAdmitsEverythingAndPushesBySize) {
   }
   EXPECT_EQ(d.th.oneShot, anyrAlgoOneShotPush);
   EXPECT_EQ(d.th.twoShot, anyrAlgoTwoShotPush);
-  EXPECT_EQ(d.th.oneShotMaxBytes, 512u << 10);  // 512 KiB / (2 - 1)
+  EXPECT_EQ(d.th.oneShotMaxBytes, 1u << 20);  // two ranks: 1 MiB
   EXPECT_EQ(chooseAlgo(d.adm, d.th, 1024, anyrAlgoAuto), anyrAlgoOneShotPush);
-  EXPECT_EQ(chooseAlgo(d.adm, d.th, 512u << 10, anyrAlgoAuto), anyrAlgoOneShotPush);
-  EXPECT_EQ(chooseAlgo(d.adm, d.th, (512u << 10) + 2, anyrAlgoAuto), anyrAlgoTwoShotPush);
+  EXPECT_EQ(chooseAlgo(d.adm, d.th, 1u << 20, anyrAlgoAuto), anyrAlgoOneShotPush);
+  EXPECT_EQ(chooseAlgo(d.adm, d.th, (1u << 20) + 2, anyrAlgoAuto), anyrAlgoTwoShotPush);
   EXPECT_EQ(chooseAlgo(d.adm, d.th, 32u << 20, anyrAlgoAuto), anyrAlgoTwoShotPush);
   EXPECT_EQ(chooseAlgo(d.adm, d.th, (32u << 20) + 2, anyrAlgoAuto), anyrAlgoNccl);
   EXPECT_EQ(chooseAlgo(d.adm, d.th, 1024, anyrAlgoTwoShot), anyrAlgoTwoShot);  // forced wins
