@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -67,6 +68,35 @@ double timeCalls(F fn, cudaStream_t s, bool graph, int calls, int samples, int w
   BENCH_CUDA(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
   return 1000.0 * ms[ms.size() / 2] / calls;
+}
+
+// The communicator's counters.
+inline anyrCounters_t readCounters(anyrComm_t comm) {
+  anyrCounters_t c;
+  std::memset(&c, 0, sizeof(c));
+  c.size = sizeof(c);
+  c.magic = ANYR_COUNTERS_MAGIC;
+  BENCH_ANYR(anyrCommGetCounters(comm, &c), comm);
+  return c;
+}
+
+// Which path the anyreduce calls between two counter readings took, from the library's
+// counters: the algorithms that ran, and whether fused calls ran as one fused kernel or
+// composed (all-reduce + the separate add + RMSNorm kernel).
+inline std::string pathOf(const anyrCounters_t& before, const anyrCounters_t& after) {
+  std::string p;
+  for (int a = 1; a < anyrNumAlgos; ++a) {
+    unsigned long long n = 0;
+    for (int b = 0; b < ANYR_COUNTER_BUCKETS; ++b) n += after.calls[a][b] - before.calls[a][b];
+    if (n > 0)
+      p += (p.empty() ? "" : " + ") + std::string(anyrAlgoName(static_cast<anyrAlgo_t>(a)));
+  }
+  const auto fk = after.fusedKernelCalls - before.fusedKernelCalls;
+  const auto fc = after.fusedComposedCalls - before.fusedComposedCalls;
+  if (fk > 0 && fc == 0) p += " (fused kernel)";
+  if (fc > 0 && fk == 0) p += " + add+RMSNorm kernel (composed)";
+  if (fc > 0 && fk > 0) p += " (fused kernel and composed)";
+  return p.empty() ? "none" : p;
 }
 
 }  // namespace tool

@@ -29,6 +29,8 @@ namespace doctor {
 namespace {
 
 using nlohmann::json;
+using tool::pathOf;
+using tool::readCounters;
 
 #define DOC_CUBLAS(expr)                                                                       \
   do {                                                                                         \
@@ -187,33 +189,7 @@ struct Step {
     BENCH_CUDA(cudaStreamSynchronize(s));
     return static_cast<int>(f);
   }
-
-  // Which path the anyreduce calls of `body` took, from the library's counters.
-  std::string pathOf(const anyrCounters_t& before, const anyrCounters_t& after) {
-    std::string p;
-    for (int a = 1; a < anyrNumAlgos; ++a) {
-      unsigned long long n = 0;
-      for (int b = 0; b < ANYR_COUNTER_BUCKETS; ++b) n += after.calls[a][b] - before.calls[a][b];
-      if (n > 0)
-        p += (p.empty() ? "" : " + ") + std::string(anyrAlgoName(static_cast<anyrAlgo_t>(a)));
-    }
-    const auto fk = after.fusedKernelCalls - before.fusedKernelCalls;
-    const auto fc = after.fusedComposedCalls - before.fusedComposedCalls;
-    if (fk > 0 && fc == 0) p += " (fused kernel)";
-    if (fc > 0 && fk == 0) p += " + add+RMSNorm kernel (composed)";
-    if (fc > 0 && fk > 0) p += " (fused kernel and composed)";
-    return p.empty() ? "none" : p;
-  }
 };
-
-anyrCounters_t readCounters(anyrComm_t comm) {
-  anyrCounters_t c;
-  std::memset(&c, 0, sizeof(c));
-  c.size = sizeof(c);
-  c.magic = ANYR_COUNTERS_MAGIC;
-  BENCH_ANYR(anyrCommGetCounters(comm, &c), comm);
-  return c;
-}
 
 json countersJson(const anyrCounters_t& c) {
   static const char* kBuckets[ANYR_COUNTER_BUCKETS] = {"<4K",     "4K-16K", "16K-64K", "64K-256K",
@@ -402,7 +378,7 @@ int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id
           {"computeUs", computeUs},
           {"commOnlyUs", commUs},
           {"perAllReduceUs", commUs / (2.0 * L)},
-          {"path", baseline ? std::string("nccl + add+RMSNorm kernel") : st.pathOf(c0, c1)}};
+          {"path", baseline ? std::string("nccl + add+RMSNorm kernel") : pathOf(c0, c1)}};
     }
     batches.push_back(
         {{"batch", B}, {"messageBytes", static_cast<double>(B) * H * 2}, {"modes", modes}});
@@ -421,7 +397,7 @@ int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id
       const double us = st.timeGraph(g, o.samples, o.warmup) / calls;
       BENCH_CUDA(cudaGraphExecDestroy(g));
       row[baseline ? "baselineUs" : "anyreduceUs"] = us;
-      if (!baseline) row["path"] = st.pathOf(c0, c1);
+      if (!baseline) row["path"] = pathOf(c0, c1);
     }
     sweep.push_back(row);
   }
