@@ -8,16 +8,16 @@
 // reduced by blocks: block b owns rows b, b + G, ...; for each it sums the n contributions in
 // rank order (fp32) in registers and runs the register-resident row epilogue
 // (fused/epilogue.cuh), so the outputs carry exactly the bits of "all-reduce, then the
-// standalone add + RMSNorm kernel". The weight and the residual row are loaded after this
-// rank's push (the peers wait for it) and before the wait, which hides their latency. Threads per
-// block: fusedThreads(hidden); VPT, the vectors per thread (1..4), the quantization mode and
-// whether every buffer allows whole vectors (fusedBuffersAligned) are template parameters: a launch
-// of one row is bound by the latency of its instructions, and fetching code it never runs costs
-// instruction-cache misses. Aligned buffers get one kernel per quantization mode; other buffers one
-// kernel that reads the mode at run time and checks each buffer's alignment (the input's too:
-// whether a call runs fused must not depend on a rank's own pointers, or ranks could run different
-// protocols). normOut may alias partial: then each block pushes its own rows (step 1), so a row of
-// partial is read only by the block that later writes that row's outputs.
+// standalone add + RMSNorm kernel". The weight and the residual row are loaded before the
+// wait, so their latency overlaps it. Threads per block: fusedThreads(hidden); VPT, the
+// vectors per thread (1..4), the quantization mode and whether every buffer allows whole
+// vectors (fusedBuffersAligned) are template parameters: a launch of one row is bound by the
+// latency of its instructions, and fetching code it never runs costs instruction-cache misses.
+// Aligned buffers get one kernel per quantization mode; other buffers one kernel that reads
+// the mode at run time and checks each buffer's alignment (the input's too: whether a call
+// runs fused must not depend on a rank's own pointers, or ranks could run different protocols).
+// normOut may alias partial: then each block pushes its own rows (step 1), so a row of partial
+// is read only by the block that later writes that row's outputs.
 #include "algo/algo.h"
 #include "algo/lamport.cuh"
 #include "fused/epilogue.cuh"
@@ -89,6 +89,22 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const int H = p.hidden / 8;  // 16-byte vectors per row; thread t owns t + k * blockDim.x
   const bool inAligned = kAligned || dev::isAligned(in, 16);
 
+  // The weight, the quantization scale and the residual of this block's first row are loaded
+  // first: their latency hides behind the pushes and the wait for the peers' data. (The cluster
+  // form below loads them after its push instead; this kernel, whose pushes are spread over the
+  // whole grid, measured faster this way on 2 x H200: 1 / 16 rows of 6144 4.41 / 5.04 us against
+  // 4.68 / 5.20 loaded after, in two runs; docs/PERFORMANCE.md.)
+  Vec w[VPT];
+  Vec res[VPT];
+  dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, p.hidden,
+                           kAligned || dev::isAligned(p.weight, 16), w);
+  const float qscale = dev::quantScale<Q>(p);
+  const bool resAligned = kAligned || dev::isAligned(p.residualIn, 16);
+  if (p.residualIn != nullptr && static_cast<int>(blockIdx.x) < rows) {
+    dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + blockIdx.x, p.hidden,
+                             resAligned, res);
+  }
+
   // Loads are issued in batches (all of a thread's vectors, then their uses): a load placed
   // after a volatile store or poll would wait for it, one round trip per vector.
   auto loadMine = [&](int row, Vec(&mine)[VPT]) {
@@ -131,19 +147,6 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   }
 
   if (a.pushFence) __threadfence_system();
-
-  // The weight, the quantization scale and the residual of this block's first row: after the
-  // push, which the peers wait for (their latency hides behind the wait for the peers' data).
-  Vec w[VPT];
-  Vec res[VPT];
-  dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, p.hidden,
-                           kAligned || dev::isAligned(p.weight, 16), w);
-  const float qscale = dev::quantScale<Q>(p);
-  const bool resAligned = kAligned || dev::isAligned(p.residualIn, 16);
-  if (p.residualIn != nullptr && static_cast<int>(blockIdx.x) < rows) {
-    dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.residualIn), rowBase + blockIdx.x, p.hidden,
-                             resAligned, res);
-  }
 
   // 2. Clear what peers wrote one launch ago.
   char* own = a.peerWorkspace[rank] + a.layout.pushOffset;
