@@ -158,16 +158,26 @@ __device__ __forceinline__ char* twoShotArea(const AllReduceArgs& a, int r, uint
          (2ull * phase + gather) * a.layout.tsSlotBytes * static_cast<uint64_t>(a.nranks);
 }
 
+// A launch's vectors as the register and cluster forms' steps 1-3 cut them: segments of L
+// vectors (V in all); thread `first` of the grid takes vectors first, first + stride, ... of
+// every segment.
+struct SegmentGrid {
+  uint64_t L, V, stride, first;
+  __device__ __forceinline__ SegmentGrid(int rows, int n, int H)
+      : L(static_cast<uint64_t>((rows + n - 1) / n) * H),
+        V(static_cast<uint64_t>(rows) * H),
+        stride(static_cast<uint64_t>(gridDim.x) * blockDim.x),
+        first(static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) {}
+};
+
 template <typename T>
 __device__ __forceinline__ void scatterRows(const AllReduceArgs& a, const T* in, bool inAligned,
                                             int rows, int H, const dev::Phases& ph) {
   const int rank = a.rank;
   const int n = a.nranks;
   const uint64_t slot = a.layout.tsSlotBytes;
-  const uint64_t L = static_cast<uint64_t>((rows + n - 1) / n) * H;
-  const uint64_t V = static_cast<uint64_t>(rows) * H;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const SegmentGrid seg(rows, n, H);
+  const uint64_t L = seg.L, V = seg.V, stride = seg.stride, first = seg.first;
 
   // 1. Scatter.
   for (uint64_t i = first; i < L; i += stride) {
@@ -195,10 +205,8 @@ __device__ __forceinline__ bool clearAndReduce(const AllReduceArgs& a, const T* 
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
-  const uint64_t L = static_cast<uint64_t>((rows + n - 1) / n) * H;
-  const uint64_t V = static_cast<uint64_t>(rows) * H;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const SegmentGrid seg(rows, n, H);
+  const uint64_t L = seg.L, V = seg.V, stride = seg.stride, first = seg.first;
   auto area = [&](int r, uint32_t p, int gather) { return twoShotArea(a, r, p, gather); };
 
   // 2. Clear what peers wrote one launch ago.
