@@ -207,16 +207,15 @@ __device__ __forceinline__ bool clearAndReduce(const AllReduceArgs& a, const T* 
   const uint64_t slot = a.layout.tsSlotBytes;
   const SegmentGrid seg(rows, n, H);
   const uint64_t L = seg.L, V = seg.V, stride = seg.stride, first = seg.first;
-  auto area = [&](int r, uint32_t p, int gather) { return twoShotArea(a, r, p, gather); };
 
   // 2. Clear what peers wrote one launch ago.
   for (int g = 0; g < 2; ++g) {
-    dev::clearPeerSlots(area(rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
+    dev::clearPeerSlots(twoShotArea(a, rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
   }
 
   // 3. Reduce the own segment; send it to every rank's gather buffer.
   bool ok = true;
-  const char* scatter = area(rank, phase, 0);
+  const char* scatter = twoShotArea(a, rank, phase, 0);
   for (uint64_t i = first; i < L && ok; i += stride) {
     const uint64_t v = static_cast<uint64_t>(rank) * L + i;
     if (v >= V) break;
@@ -237,7 +236,7 @@ __device__ __forceinline__ bool clearAndReduce(const AllReduceArgs& a, const T* 
     dev::sanitize<T>(y);
     for (int k = 0; k < n; ++k) {
       const int s = (rank + k) % n;
-      dev::storeSys(area(s, phase, 1) + static_cast<uint64_t>(rank) * slot + i * 16, y.u);
+      dev::storeSys(twoShotArea(a, s, phase, 1) + static_cast<uint64_t>(rank) * slot + i * 16, y.u);
     }
   }
 
