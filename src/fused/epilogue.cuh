@@ -380,10 +380,12 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
 // The same math and the same bits as fusedRowEpilogue, for kernels that hold the row in
 // registers: thread t of a block of B threads owns vectors v = t + k * B, k < VPT, so callers
 // can load the residual and the weight before the all-reduced values arrive and hide their
-// latency behind the wait. Rules: every thread calls it with the same row; B is a multiple of
-// 32 with B * VPT >= hidden / 8; when VPT > 1, B == kFusedSlots / 2 (then vector v = t + k * B
-// belongs to slot t + (k & 1) * B, which keeps the documented slot order); when VPT == 1,
-// B <= kFusedSlots. `qscale` is quantScale(p), loaded early by the caller. `x` holds the
+// latency behind the wait. Rules: every thread calls it with the same row; B is a power of two
+// from 32 to kFusedSlots / 2 with B * VPT >= hidden / 8. Vector v belongs to slot v mod
+// kFusedSlots, and B divides kFusedSlots, so a thread's vectors k and k + kFusedSlots / B share
+// a slot: the thread sums them in that order, which keeps the documented slot order (B = 512
+// holds slots t and t + 512; B = 256, slots t, t + 256, t + 512, t + 768). `qscale` is
+// quantScale(p), loaded early by the caller. `x` holds the
 // all-reduced fp32 row on entry. `ok`: this thread's part of the row arrived; when any thread
 // of the block passes false, nothing is written and every thread returns false (the block's
 // one barrier decides it). `red` (shared) holds kFusedRedFloats floats; the caller places a
@@ -417,31 +419,37 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int r
   const int B = blockDim.x;
   const int lane = t & 31;
 
-  // Phase 1: r = round_T(round_T(x) + residual); slot sums (slot t and, with VPT > 1, slot
-  // t + B: vectors ascending within each, as in fusedRowEpilogue), each warp's 32 slots
-  // combined into their group's sum.
+  // Phase 1: r = round_T(round_T(x) + residual); slot sums (vectors ascending within each
+  // slot, as in fusedRowEpilogue): ss[k] continues the sum of vector k - m (m = kFusedSlots / B,
+  // the same slot) and ends it when k + m >= VPT; each warp's 32 slots combined into their
+  // group's sum.
   const bool haveRes = p.residualIn != nullptr;
-  float ss[VPT > 1 ? 2 : 1] = {};
+  const int m = kFusedSlots / B;
+  float ss[VPT];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
+    float prev = 0.0f;
+#pragma unroll
+    for (int j = 1; j <= k; ++j) {
+      if (j == m) prev = ss[k - j];
+    }
+    ss[k] = prev;
     const int v = t + k * B;
     if (v >= nvec) continue;
     roundToT<T>(x[k]);
     if (haveRes) addResidual<T>(x[k], res[k]);
-    if (VPT > 1 && (k & 1)) {
-      ss[VPT > 1 ? 1 : 0] = addSquares(x[k], ss[VPT > 1 ? 1 : 0]);
-    } else {
-      ss[0] = addSquares(x[k], ss[0]);
-    }
+    ss[k] = addSquares(x[k], prev);
   }
-  ss[0] = warpButterfly(ss[0]);
-  if (lane == 0) red[t / 32] = ss[0];
-  if constexpr (VPT > 1) {
-    ss[1] = warpButterfly(ss[1]);
-    if (lane == 0) red[(t + B) / 32] = ss[1];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    if (k + m < VPT) continue;  // the slot's sum goes on in ss[k + m]
+    const float g = warpButterfly(ss[k]);
+    // Slot (t + k * B) mod kFusedSlots, whose group is this warp's part of the row.
+    if (lane == 0) red[((t + k * B) % kFusedSlots) / 32] = g;
   }
   if (__syncthreads_or(!ok)) return false;
-  const float rstd = rstdFromGroups(p, (VPT > 1 ? 2 * B : B) / 32, red);
+  const int slotsUsed = (VPT < m ? VPT : m) * B;
+  const float rstd = rstdFromGroups(p, slotsUsed / 32, red);
 
   // Phase 2: residualOut, y, normOut, quantization; k runs warp-uniformly (RowOutputs::write's
   // rule).
