@@ -122,17 +122,29 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   int minSm = 1 << 30;
   for (const GpuInfo& g : topo_.gpus) minSm = std::min(minSm, g.smCount > 0 ? g.smCount : 1);
   maxBlocks_ = std::min(minSm, kMaxBlocks);
-  int perSm = kPeerBlocksPerSm;
+  // The fused two-shot's register form likewise (at most kFusedDensePerSm) in blocks of
+  // kFusedDenseThreads threads, for launches of more rows than SMs (fusedTwoShotShape). One
+  // gather agrees on both.
+  struct PerSm {
+    int32_t peer, fused;
+  };
+  PerSm perSm{kPeerBlocksPerSm, kFusedDensePerSm};
   for (auto lower : {oneShotPushResidentPerSm, oneShotPullResidentPerSm, twoShotPushResidentPerSm,
                      twoShotResidentPerSm}) {
-    ANYR_CUDA_CHECK(lower(&perSm));
+    ANYR_CUDA_CHECK(lower(&perSm.peer));
   }
-  for (int n : bs_->allGatherValue(perSm)) perSm = std::min(perSm, n);
-  peerPerSm_ = std::max(1, perSm);
+  ANYR_CUDA_CHECK(fusedTwoShotDenseResidentPerSm(&perSm.fused));
+  for (const PerSm& o : bs_->allGatherValue(perSm)) {
+    perSm.peer = std::min(perSm.peer, o.peer);
+    perSm.fused = std::min(perSm.fused, o.fused);
+  }
+  peerPerSm_ = std::max(1, static_cast<int>(perSm.peer));
   peerBlocks_ = std::min(minSm * peerPerSm_, kMaxBlocks);
+  fusedDenseBlocks_ = std::min(minSm * std::max(1, static_cast<int>(perSm.fused)), kMaxBlocks);
   if (cfg_.maxBlocks > 0) {
     maxBlocks_ = std::min(maxBlocks_, cfg_.maxBlocks);
     peerBlocks_ = std::min(peerBlocks_, cfg_.maxBlocks);
+    fusedDenseBlocks_ = std::min(fusedDenseBlocks_, cfg_.maxBlocks);
   }
   initNccl(externalNccl);
   initTransport();
@@ -883,9 +895,10 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
     return launchFusedTwoShotPushCluster(dtype, a, p, rowBase, rows, clusterBlocks, maxBlocks_,
                                          stream, pdlOn_);
   }
-  return launchFusedTwoShotPush(dtype, a, p, rowBase, rows,
-                                fusedTwoShotBlocks(rows, nranks_, p.hidden, a.numVecs, maxBlocks_),
-                                stream, pdlOn_);
+  const FusedLaunchShape shape =
+      fusedTwoShotShape(rows, nranks_, p.hidden, a.numVecs, maxBlocks_, fusedDenseBlocks_);
+  return launchFusedTwoShotPush(dtype, a, p, rowBase, rows, shape.blocks, stream, pdlOn_,
+                                shape.threads);
 }
 
 uint64_t Communicator::fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const {
@@ -1012,15 +1025,22 @@ std::string Communicator::explainJson() const {
   j["tuning"] = tuningNote_;
   j["programmaticLaunch"] = {{"enabled", pdlOn_}, {"reason", pdlReason_}};
   // Grid caps: every block of a launch is resident at once on every rank.
-  j["blocks"] = {{"fusedAndHost", maxBlocks_},
-                 {"peer", peerBlocks_},
-                 {"peerPerSm", peerPerSm_},
-                 {"reason",
-                  "fused and host kernels: one block per SM of the smallest GPU; peer "
-                  "all-reduce kernels: the fewest blocks per SM any of their variants "
-                  "holds on any rank, at most " +
-                      std::to_string(kPeerBlocksPerSm) +
-                      "; both capped by config.maxBlocks and at " + std::to_string(kMaxBlocks)}};
+  j["blocks"] = {
+      {"fusedAndHost", maxBlocks_},
+      {"peer", peerBlocks_},
+      {"peerPerSm", peerPerSm_},
+      {"fusedTwoShotDense", fusedDenseBlocks_},
+      {"reason",
+       "fused and host kernels: one block per SM of the smallest GPU; peer "
+       "all-reduce kernels: the fewest blocks per SM any of their variants "
+       "holds on any rank, at most " +
+           std::to_string(kPeerBlocksPerSm) + "; the fused two-shot's register form at " +
+           std::to_string(kFusedDenseThreads) +
+           " threads a block, for launches of more rows than fusedAndHost: likewise, "
+           "at most " +
+           std::to_string(kFusedDensePerSm) +
+           " (dense above fusedAndHost); all capped by config.maxBlocks and at " +
+           std::to_string(kMaxBlocks)}};
   // The fused kernels' cluster form: the size they take by rows (clusterSizeSamples).
   nlohmann::json sizes = nlohmann::json::object();
   for (const auto& [rows, size] : clusterSizeSamples()) sizes[std::to_string(rows)] = size;

@@ -220,6 +220,9 @@ class Communicator {
   int maxBlocks_ = 1;   // fused and host kernels: one block per SM of the smallest GPU
   int peerBlocks_ = 1;  // peer all-reduce kernels: up to kPeerBlocksPerSm per SM (occupancy)
   int peerPerSm_ = 1;   // the agreed blocks per SM of the peer kernels
+  // The fused two-shot register form's grid cap at kFusedDenseThreads threads a block
+  // (fusedTwoShotShape): above maxBlocks_ where every rank holds two such blocks per SM.
+  int fusedDenseBlocks_ = 1;
   cudaStream_t internalStream_ = nullptr;
   cudaEvent_t lastWork_ = nullptr;  // recorded after eager launches (not during capture)
   bool haveLastWork_ = false;

@@ -32,6 +32,10 @@ constexpr int kMaxRuns = 8;
 constexpr int kReps = 3;
 constexpr uint64_t kLargeBytes = 1ull << 20;
 constexpr int kFusedHidden = 1024;
+// Rows of the fused runs, at most: the two-shot's dense form runs kMaxBlocks + 1 rows.
+constexpr int kFusedMaxRows = kMaxBlocks + 1;
+static_assert(static_cast<uint64_t>(kFusedMaxRows) * kFusedHidden * 2 <= kLargeBytes,
+              "the fused runs' rows must fit the self-test's buffers");
 
 struct VoteWire {
   int32_t ok;
@@ -139,7 +143,7 @@ void SelfTest::run() {
   maxBytes_ = kLargeBytes + 4096;
   in_ = bufs.alloc(maxBytes_);
   out_ = bufs.alloc(maxBytes_);
-  norm_ = bufs.alloc(static_cast<size_t>(kFusedHidden) * 2 * 64);
+  norm_ = bufs.alloc(static_cast<size_t>(kFusedHidden) * 2 * kFusedMaxRows);
   weight_ = bufs.alloc(static_cast<size_t>(kFusedHidden) * 2);
   results_ = bufs.alloc(sizeof(SelfCheckResult) * kMaxRuns);
   ANYR_CUDA_CHECK(launchSelfTestFill(anyrBfloat16, weight_, kFusedHidden, -1, c.internalStream_));
@@ -262,14 +266,21 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
   Communicator& c = c_;
   const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
   const uint64_t maxRows = c.fusedRowsPerLaunch(algo, static_cast<uint64_t>(kFusedHidden) * 2);
-  const int rowCounts[] = {3, static_cast<int>(std::min<uint64_t>(maxRows, 48))};
+  std::vector<int> rowCounts = {3, static_cast<int>(std::min<uint64_t>(maxRows, 48))};
+  // The two-shot register form's dense launch (fusedTwoShotShape), where it applies: more rows
+  // than one block per SM, once (the results hold kMaxRuns runs).
+  const int denseRows = c.maxBlocks_ + 1;
+  const bool dense = algo == anyrAlgoTwoShotPush && c.fusedDenseBlocks_ > c.maxBlocks_ &&
+                     static_cast<uint64_t>(denseRows) <= maxRows && denseRows <= kFusedMaxRows;
   SelfCheckResult* res = clearResults();
   std::vector<Run> runs;
   int launchFailures = 0;
   std::string launchWhy;
+  if (dense) rowCounts.push_back(denseRows);
   for (int rows : rowCounts) {
     const uint64_t count = static_cast<uint64_t>(rows) * kFusedHidden;
-    for (int rep = 0; rep < kReps; ++rep) {
+    const int reps = rows == denseRows && dense ? 1 : kReps;
+    for (int rep = 0; rep < reps; ++rep) {
       ANYR_CUDA_CHECK(launchSelfTestFill(anyrBfloat16, in_, count, c.rank_, c.internalStream_));
       ANYR_CUDA_CHECK(cudaMemsetAsync(out_, 0xff, count * 2, c.internalStream_));
       // residualIn NULL: residualOut = the all-reduced rows, exact; normOut is written too

@@ -42,6 +42,36 @@ inline int fusedTwoShotBlocks(int rows, int nranks, int hidden, uint64_t numVecs
   return owned < maxBlocks ? owned : maxBlocks;
 }
 
+// ---- the two-shot register form at two blocks per SM -------------------------------------
+// A block of the register form runs its rows one after the other, each bound by the latency of
+// its epilogue. A launch of more rows than maxBlocks (one block per SM) takes the dense shape:
+// kFusedDenseThreads threads a block (VPT up to 4 at hidden 8192) over up to denseBlocks blocks,
+// two per SM where the occupancy of every variant allows it on every rank
+// (Communicator::fusedDenseBlocks_; config.maxBlocks caps it like every grid), so a second block
+// overlaps each block's rows. Measured on 2 x H200 (docs/PERFORMANCE.md, 2026-11-30, session
+// 12): 256 / 512 tokens of hidden 6144 in 15.1 / 25.5 us against 16.6 / 28.4 with one block of
+// 512 threads per SM, 7168 in 16.9 / 30.3 against 17.6 / 33.4.
+constexpr int kFusedDenseThreads = 256;
+constexpr int kFusedDensePerSm = 2;
+
+// Blocks and threads of a fused two-shot launch (the register or the staged form; threads 0:
+// fusedThreads(hidden)).
+struct FusedLaunchShape {
+  int blocks = 1;
+  int threads = 0;
+};
+inline FusedLaunchShape fusedTwoShotShape(int rows, int nranks, int hidden, uint64_t numVecs,
+                                          int maxBlocks, int denseBlocks) {
+  FusedLaunchShape s;
+  if (fusedRowFitsRegisters(hidden) && denseBlocks > maxBlocks && rows > maxBlocks) {
+    s.blocks = fusedOneShotBlocks(rows, numVecs, denseBlocks);
+    s.threads = kFusedDenseThreads;
+    return s;
+  }
+  s.blocks = fusedTwoShotBlocks(rows, nranks, hidden, numVecs, maxBlocks);
+  return s;
+}
+
 // ---- the cluster forms (fused_oneshot_push.cu, fused_twoshot_push.cu) --------------------
 // A row spread over the blocks of a thread-block cluster: C blocks of fusedClusterThreads
 // threads, one 16-byte vector of the row each, for rows of at most kFusedSlots vectors (hidden
@@ -104,8 +134,13 @@ cudaError_t launchFusedOneShotPushCluster(anyrDataType_t dtype, const AllReduceA
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream, bool pdl = false);
+// threads: 0 (fusedThreads) or kFusedDenseThreads (the register form only; fusedTwoShotShape).
 cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
-                                   cudaStream_t stream, bool pdl);
+                                   cudaStream_t stream, bool pdl, int threads = 0);
+
+// The fewest blocks of kFusedDenseThreads threads of the two-shot register form that an SM of
+// this device holds at once, over every variant such a launch can run (lowers *least).
+cudaError_t fusedTwoShotDenseResidentPerSm(int* least);
 
 }  // namespace anyr

@@ -243,7 +243,8 @@ __device__ __forceinline__ bool clearAndReduce(const AllReduceArgs& a, const T* 
   return ok;
 }
 
-// The register form, for rows a block holds in registers (hidden / 8 <= 2 x fusedThreads):
+// The register form, for rows a block holds in registers (hidden / 8 <= 2 x fusedThreads; in
+// the dense shape, fusedTwoShotShape, 256 threads a block with up to four vectors each):
 // the traffic is spread over the whole grid as in twoshot_push.cu, and rows are normalized by
 // blocks as in fused_oneshot_push.cu. Thread i of the grid handles vector i of every segment:
 //   1. scatter: vector i of every peer's segment s into slot [rank] of s's scatter buffer;
@@ -403,30 +404,61 @@ struct TwoShotClusterKernels {
 };
 
 struct TwoShotKernels {
-  static constexpr int kMaxVpt = 2;  // fusedRowFitsRegisters: wider rows take the staged form
+  // Up to 2 at fusedThreads (fusedRowFitsRegisters: wider rows take the staged form), up to 4
+  // at kFusedDenseThreads (hidden 8192).
+  static constexpr int kMaxVpt = 4;
   template <typename T, int VPT, int Q, bool kAligned>
   static auto kernel() {
     return fusedTwoShotPushRegsKernel<T, VPT, Q, kAligned>;
   }
 };
 
+// Lowers *least to the blocks of kFusedDenseThreads an SM holds of each of T's variants with
+// VPT vectors a thread (every quantization mode for aligned buffers, and the general kernel).
+template <typename T, int VPT>
+cudaError_t lowerDenseResident(int* least) {
+  const void* kernels[] = {
+      reinterpret_cast<const void*>(fusedTwoShotPushRegsKernel<T, VPT, anyrQuantNone, true>),
+      reinterpret_cast<const void*>(fusedTwoShotPushRegsKernel<T, VPT, anyrQuantFp8, true>),
+      reinterpret_cast<const void*>(fusedTwoShotPushRegsKernel<T, VPT, anyrQuantNvfp4, true>),
+      reinterpret_cast<const void*>(
+          fusedTwoShotPushRegsKernel<T, VPT, dev::kQuantAtRunTime, false>)};
+  for (const void* k : kernels) {
+    int n = 0;
+    const cudaError_t e =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kFusedDenseThreads, 0);
+    if (e != cudaSuccess) return e;
+    if (n < *least) *least = n;
+  }
+  if constexpr (VPT < TwoShotKernels::kMaxVpt) return lowerDenseResident<T, VPT + 1>(least);
+  return cudaSuccess;
+}
+
 }  // namespace
+
+cudaError_t fusedTwoShotDenseResidentPerSm(int* least) {
+  const cudaError_t e = lowerDenseResident<__half, 1>(least);
+  if (e != cudaSuccess) return e;
+  return lowerDenseResident<__nv_bfloat16, 1>(least);
+}
 
 cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
-                                   cudaStream_t stream, bool pdl) {
+                                   cudaStream_t stream, bool pdl, int threads) {
   if (fusedRowFitsRegisters(p.hidden)) {
-    return launchRowsInRegisters<TwoShotKernels>(dtype, a, p, rowBase, rows, blocks, stream, pdl);
+    return launchRowsInRegisters<TwoShotKernels>(dtype, a, p, rowBase, rows, blocks, stream, pdl,
+                                                 threads);
   }
+  // The staged form: fusedThreads always (the dense shape is the register form's).
   const size_t smem = fusedSharedBytes(p.hidden);
   const size_t maxSmem = fusedSharedBytes(kFusedMaxHidden);
-  const int threads = fusedThreads(p.hidden);
+  const int staged = fusedThreads(p.hidden);
   switch (dtype) {
     case anyrFloat16:
-      return launchWithSmem(fusedTwoShotPushKernel<__half>, blocks, threads, smem, maxSmem, stream,
+      return launchWithSmem(fusedTwoShotPushKernel<__half>, blocks, staged, smem, maxSmem, stream,
                             pdl, a, p, rowBase, rows);
     case anyrBfloat16:
-      return launchWithSmem(fusedTwoShotPushKernel<__nv_bfloat16>, blocks, threads, smem, maxSmem,
+      return launchWithSmem(fusedTwoShotPushKernel<__nv_bfloat16>, blocks, staged, smem, maxSmem,
                             stream, pdl, a, p, rowBase, rows);
     default:
       return cudaErrorInvalidValue;

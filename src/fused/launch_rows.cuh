@@ -2,7 +2,8 @@
 // the fused two-shot push's register form share this dispatch. A kernel family is a struct
 // with `kMaxVpt` and `template <typename T, int VPT, int Q, bool kAligned> static auto kernel()`
 // returning the kernel's address; every kernel takes (AllReduceArgs, FusedParams, rowBase,
-// rows) and runs fusedThreads(hidden) threads a block, each holding VPT vectors of a row.
+// rows) and runs fusedThreads(hidden) threads a block (or the launch's own count: a power of
+// two that divides kFusedSlots, fusedRowEpilogueRegs's rule), each holding VPT vectors of a row.
 // Aligned buffers (fusedBuffersAligned) get one kernel per quantization mode, others one
 // general kernel that reads the mode at run time and checks each buffer's alignment.
 #pragma once
@@ -36,8 +37,8 @@ cudaError_t launchVpt(int vpt, const AllReduceArgs& a, const FusedParams& p, int
 
 template <typename Family, typename T>
 cudaError_t launchTyped(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
-                        int blocks, cudaStream_t stream, bool pdl) {
-  const int threads = fusedThreads(p.hidden);
+                        int blocks, int threadsWanted, cudaStream_t stream, bool pdl) {
+  const int threads = threadsWanted > 0 ? threadsWanted : fusedThreads(p.hidden);
   const int vpt = (p.hidden / 8 + threads - 1) / threads;
   auto go = [&](auto q, auto aligned) {
     return launchVpt<Family, T, decltype(q)::value, decltype(aligned)::value>(
@@ -61,17 +62,18 @@ cudaError_t launchTyped(const AllReduceArgs& a, const FusedParams& p, int rowBas
 
 }  // namespace rowsdetail
 
-// Launches Family's kernel for `dtype` (fp16 or bf16).
+// Launches Family's kernel for `dtype` (fp16 or bf16), `threads` a block (0: fusedThreads).
 template <typename Family>
 cudaError_t launchRowsInRegisters(anyrDataType_t dtype, const AllReduceArgs& a,
                                   const FusedParams& p, int rowBase, int rows, int blocks,
-                                  cudaStream_t stream, bool pdl) {
+                                  cudaStream_t stream, bool pdl, int threads = 0) {
   switch (dtype) {
     case anyrFloat16:
-      return rowsdetail::launchTyped<Family, __half>(a, p, rowBase, rows, blocks, stream, pdl);
+      return rowsdetail::launchTyped<Family, __half>(a, p, rowBase, rows, blocks, threads, stream,
+                                                     pdl);
     case anyrBfloat16:
-      return rowsdetail::launchTyped<Family, __nv_bfloat16>(a, p, rowBase, rows, blocks, stream,
-                                                            pdl);
+      return rowsdetail::launchTyped<Family, __nv_bfloat16>(a, p, rowBase, rows, blocks, threads,
+                                                            stream, pdl);
     default:
       return cudaErrorInvalidValue;
   }

@@ -534,6 +534,38 @@ TEST(FusedLaunchShape, TwoShotRegisterFormSpreadsOverTheGridUpToHidden8192) {
   EXPECT_EQ(fusedTwoShotBlocks(1000, 4, 16384, 1000 * 2048, 132), 132);
 }
 
+// The two-shot register form's dense shape (fused_algo.h): only for launches of more rows than
+// one block per SM, only where two blocks of kFusedDenseThreads fit an SM on every rank
+// (denseBlocks above maxBlocks), only for rows that fit registers; a block per row up to the
+// dense cap, 256 threads holding up to four vectors of hidden 8192.
+TEST(FusedLaunchShape, TwoShotDenseShapeOnlyAboveOneBlockPerSm) {
+  // 128 rows of 6144 on 132 SMs: the 512-thread form, as before.
+  FusedLaunchShape s = fusedTwoShotShape(128, 2, 6144, 128 * 768, 132, 256);
+  EXPECT_EQ(s.blocks, 132);
+  EXPECT_EQ(s.threads, 0);
+  // 133 and 1024 rows: 256 blocks of 256 threads (three vectors each at 6144, four at 8192).
+  s = fusedTwoShotShape(133, 2, 6144, 133 * 768, 132, 256);
+  EXPECT_EQ(s.blocks, 256);
+  EXPECT_EQ(s.threads, kFusedDenseThreads);
+  EXPECT_EQ((6144 / 8 + kFusedDenseThreads - 1) / kFusedDenseThreads, 3);
+  s = fusedTwoShotShape(1024, 2, 8192, 1024 * 1024, 132, 256);
+  EXPECT_EQ(s.blocks, 256);
+  EXPECT_EQ(s.threads, kFusedDenseThreads);
+  EXPECT_LE(8192 / 8, 4 * kFusedDenseThreads);
+  // Not admitted (one block per SM on some rank, or config.maxBlocks at or under the SMs).
+  s = fusedTwoShotShape(1024, 2, 6144, 1024 * 768, 132, 132);
+  EXPECT_EQ(s.blocks, 132);
+  EXPECT_EQ(s.threads, 0);
+  // Rows wider than registers hold: the staged form, a block per owned row.
+  s = fusedTwoShotShape(1024, 2, 16384, 1024 * 2048, 132, 256);
+  EXPECT_EQ(s.blocks, 132);
+  EXPECT_EQ(s.threads, 0);
+  s = fusedTwoShotShape(64, 2, 16384, 64 * 2048, 132, 256);
+  EXPECT_EQ(s.blocks, 32);
+  // kFusedDenseThreads divides the slot count (fusedRowEpilogueRegs's rule).
+  EXPECT_EQ(kFusedSlots % kFusedDenseThreads, 0);
+}
+
 // The fused one-shot's cluster form (fused_algo.h): every row of a launch gets a cluster of
 // the largest size that leaves a block at least 64 vectors and keeps rows x size within the
 // block cap; the setting forces a size or turns clusters off; rows wider than 1024 vectors

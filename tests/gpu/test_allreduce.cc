@@ -392,8 +392,9 @@ TEST(AllReduceGpu, ChoiceAndExplain) {
 // Grid caps (explain's "blocks"): the fused and host kernels one block per SM of the smaller
 // GPU; the peer all-reduce kernels as many per SM as their occupancy allows, 1 or 2 (their
 // launch bounds promise 2 on any GPU with 64 K registers and 1024 threads an SM), within 256;
-// config.maxBlocks caps both. Each peer algorithm is exact on a message that takes the widest
-// grid (with the cap: the capped one).
+// the fused two-shot's dense form 1 or 2 per SM likewise; config.maxBlocks caps them all.
+// Each peer algorithm is exact on a message that takes the widest grid (with the cap: the
+// capped one).
 TEST(AllReduceGpu, GridCapsFollowOccupancyAndConfig) {
   REQUIRE_GPU();
   for (int cap : {0, 8}) {
@@ -425,6 +426,15 @@ TEST(AllReduceGpu, GridCapsFollowOccupancyAndConfig) {
           expectEq("fusedAndHost", b.at("fusedAndHost").get<long>(),
                    cap > 0 ? std::min<long>(fused, cap) : fused);
           expectEq("peer", b.at("peer").get<long>(), cap > 0 ? std::min<long>(peer, cap) : peer);
+          // The fused two-shot's dense form: one block per SM (not admitted) or two, within 256.
+          const long dense = b.at("fusedTwoShotDense").get<long>();
+          if (cap > 0) {
+            expectEq("fusedTwoShotDense", dense, std::min<long>(fused, cap));
+          } else if (dense != fused && dense != std::min(2 * sm, 256L)) {
+            ++failures;
+            report("FAIL " + tag + "fusedTwoShotDense " + std::to_string(dense) + ", expected " +
+                   std::to_string(fused) + " or " + std::to_string(std::min(2 * sm, 256L)) + "\n");
+          }
           if (rank == 0) std::printf("[ info ] %s%s\n", tag.c_str(), b.dump().c_str());
           // A message large enough for the widest grid (every thread two vectors or more),
           // exact on every peer algorithm.

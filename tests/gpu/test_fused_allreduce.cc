@@ -89,6 +89,17 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
       report("FAIL ANYR_PDL=" + std::to_string(pdlEnv) + " (-1: unset) gave " + pl.dump() + "\n");
       return 4;
     }
+    // The fused kernels passed the startup self-test (a failed one would leave every fused
+    // call below to the composition, and the comparisons would prove nothing about them).
+    // (Not run: the algorithm is not admitted here, and the calls below skip it.)
+    const nlohmann::json st = explainJson(comm).at("selfTest").at("results");
+    for (const char* k : {"fused-oneshot-push", "fused-twoshot-push"}) {
+      const std::string got = st.value(k, std::string());
+      if (got != "passed" && got.rfind("not run", 0) != 0) {
+        report(std::string("FAIL self-test ") + k + ": " + st.dump() + "\n");
+        return 4;
+      }
+    }
     // Clusters: not probed when turned off; where the GPU has them, the probe must pass (the
     // forced sizes below then really run the cluster kernel).
     const nlohmann::json cl = explainJson(comm).at("fusedClusters");
@@ -349,6 +360,15 @@ TEST(FusedAllReduceGpu, ClusterFormAtEveryForcedSizeMatchesTheComposition) {
     SCOPED_TRACE("ANYR_FUSED_CLUSTER=" + std::to_string(size));
     runFused(gpuCount(), {128, 6144, 8192}, {1, 3, 64}, false, 0, -1, 600, size);
   }
+}
+
+// More rows than SMs in one two-shot launch: the register form's dense shape (two blocks of
+// 256 threads per SM where every rank holds them, fusedTwoShotShape), two to four vectors a
+// thread at hidden 4096 to 8192, against the composition bit for bit on every rank (the
+// automatic path takes the fused two-shot at these sizes, 1 to 5 MB).
+TEST(FusedAllReduceGpu, DenseTwoShotFormMatchesTheComposition) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  runFused(gpuCount(), {4096, 6144, 7168, 8192}, {133, 300}, false, 0, -1, 600);
 }
 
 // Clusters off: the block-per-row kernel for every row count.
