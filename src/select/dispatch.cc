@@ -142,7 +142,7 @@ constexpr double kNcclViaHostSmallBytes = 64.0 * 1024;
 // nominal one is used; it weighs only fused kernel against composition.
 constexpr double kLocalGBps = 3000.0;
 // Largest message for which the seed expects the fused two-shot kernel to beat the composition.
-constexpr double kFusedTwoShotMaxBytes = 8.0 * (1 << 20);
+constexpr double kFusedTwoShotMaxBytes = 16.0 * (1 << 20);
 // Host-memory algorithms move their bytes the way NCCL's ring does where there is no peer path
 // (SM stores into, and loads from, pinned host memory over each GPU's PCIe link), so they are
 // charged on the same terms: each byte crosses the link twice (written up, read down by a
@@ -414,8 +414,10 @@ double seedTimeUs(Op op, Path p, uint64_t bytes, const CostInputs& in) {
   // The fused two-shot kernel (its register form; wider rows compose, see
   // Communicator::allReduceAddRmsNorm) saves the second launch but reads x back from the
   // gather buffers: measured on 2 x H200 (docs/PERFORMANCE.md, 2026-11-30) 0.8-2.0 us faster
-  // than the composition from 64 to 512 tokens of hidden 6144 and 7168 (0.8 to 7.3 MB), and
-  // 8.6 us slower at 2048 tokens (25 MB), modelled as three times the epilogue's traffic time.
+  // than the composition from 64 to 512 tokens of hidden 6144 and 7168 (0.8 to 7.3 MB); with
+  // the dense shape (two blocks per SM from 133 rows) 6.9-7.0 us faster at 1024 tokens (12.6
+  // and 14.7 MB) and even at 2048 (25 MB, 118.6 against 118.1 us at 6144), where one block per
+  // SM was 8.5 us slower: beyond 16 MB modelled as three times the epilogue's traffic time.
   if (B <= kFusedTwoShotMaxBytes) return ar + local + 0.5 * kLaunchUs;
   return ar + 3.0 * local;
 }
