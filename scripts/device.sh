@@ -106,6 +106,10 @@ if want fused; then
     timeout -k 10 200 "$A" bench --op add-rmsnorm --quant $q --hidden 6144,7168 \
       --tokens 1,8,32,128,2048 --samples 11 2>&1 | tee "$OUT/fused-$q.txt"
     check "${PIPESTATUS[0]}" "fused $q bench"
+    # The quantized output alone (normOut NULL), as a layer feeding an FP8 / NVFP4 GEMM runs it.
+    timeout -k 10 200 "$A" bench --op add-rmsnorm --quant $q --quant-only --hidden 6144,7168 \
+      --tokens 1,8,32,128,256,512 --samples 11 2>&1 | tee "$OUT/fused-$q-only.txt"
+    check "${PIPESTATUS[0]}" "fused $q --quant-only bench"
   done
 fi
 

@@ -1,8 +1,9 @@
 #!/bin/sh
-# The command line's --max-blocks and --fused-cluster (bench, tune, doctor) and --timeout-ms
-# (bench, tune): a bad value fails parsing (non-zero exit, before any GPU work) with the flag,
-# the config field's rule and the value; every valid value gets past parsing. CPU only: the valid runs hide every GPU, so they
-# stop at "no CUDA GPU is visible", which only a run that parsed its flags reaches.
+# The command line's --max-blocks and --fused-cluster (bench, tune, doctor), --timeout-ms
+# (bench, tune) and bench's --quant-only: a bad value fails parsing (non-zero exit, before any
+# GPU work) with the flag, the config field's rule and the value; every valid value gets past
+# parsing. CPU only: the valid runs hide every GPU, so they stop at "no CUDA GPU is visible",
+# which only a run that parsed its flags reaches.
 # Usage: config_flags.sh path/to/anyreduce
 set -u
 A="$1"
@@ -75,6 +76,13 @@ for cmd in bench tune; do
   expect_rejected "--timeout-ms" $cmd --timeout-ms soon
   expect_parsed $cmd --timeout-ms 2500
 done
+
+# --quant-only (bench --op add-rmsnorm): normOut NULL needs a quantized output.
+QO="--quant-only: needs --quant fp8 or nvfp4"
+expect_rejected "$QO" bench --op add-rmsnorm --quant-only
+expect_rejected "$QO" bench --op add-rmsnorm --quant none --quant-only
+expect_parsed bench --op add-rmsnorm --quant nvfp4 --quant-only
+expect_parsed bench --op add-rmsnorm --quant fp8 --quant-only
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"

@@ -256,6 +256,23 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                 compare(b.scales, b.rScales, sBytes, "scales");
                 compare(b.swizzled, b.rSwizzled, swz, "swizzled");
               }
+              // The quantized output alone (normOut NULL, as a layer whose next GEMM reads FP8
+              // or NVFP4 runs it): the same quantized bytes and scales.
+              if (quant && resMode == 1) {
+                R_CUDA(cudaMemsetAsync(b.quant, 0x7b, qBytes, s));
+                if (quant == 2) {
+                  R_CUDA(cudaMemsetAsync(b.scales, 0x7b, sBytes, s));
+                  R_CUDA(cudaMemsetAsync(b.swizzled, 0x7b, swz, s));
+                }
+                R_ANYR(anyrAllReduceAddRmsNorm(b.partial, fResIn, b.residualOut, b.weight, 1e-5f,
+                                               nullptr, tokens, hidden, dt, &fo, comm, s),
+                       comm);
+                compare(b.quant, b.rQuant, qBytes, "quant-only");
+                if (quant == 2) {
+                  compare(b.scales, b.rScales, sBytes, "quant-only-scales");
+                  compare(b.swizzled, b.rSwizzled, swz, "quant-only-swizzled");
+                }
+              }
               // normOut over partial (allowed: they may be the same buffer), when the residual
               // is not updated in place (a second call would start from the updated one).
               if (quant == 0 && resMode != 2) {

@@ -33,6 +33,7 @@ struct BenchOptions {
   // --op add-rmsnorm
   std::string op = "allreduce";
   anyrQuant_t quant = anyrQuantNone;
+  bool quantOnly = false;  // --quant-only: normOut NULL, the quantized output only
   std::vector<size_t> hiddens = {4096, 6144, 7168, 8192};
   std::vector<size_t> tokens = {1, 2, 3, 4, 8, 16, 32, 64, 128, 129, 256, 512, 1024, 2048};
   // --check-dispatch (dispatch_cmds.cc)

@@ -3,7 +3,9 @@
 //   - NCCL all-reduce followed by anyreduce's standalone add+RMSNorm(+quant) kernel, and
 //   - anyreduce's own (unfused) all-reduce followed by the same kernel.
 // Residual updated in place (as a decoder layer does). The fused outputs are compared bit for
-// bit with the unfused ones (#wrong counts differing normOut elements, summed over ranks).
+// bit with the unfused ones (#wrong counts differing normOut elements and quantized-output
+// and scale bytes, summed over ranks). --quant-only leaves normOut NULL in every call: the
+// quantized output alone, as a layer whose next GEMM reads FP8 or NVFP4 runs it.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -11,10 +13,12 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <vector>
 
 #include "bench.h"
 #include "common/data.h"
+#include "fused/fused.h"
 #include "timing.h"
 
 namespace anyr {
@@ -31,15 +35,19 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
     for (size_t t : o.tokens) maxElems = std::max(maxElems, h * t);
   const size_t maxBytes = maxElems * 2;
   void *partial, *residual, *weight, *norm, *x, *refNorm, *quant, *scales, *swz, *quantScratch;
+  void *refQuant, *refScales, *refSwz;
   float* scale;
   // quantScratch: residualOut of the correctness check (not in place, so both runs see the
   // same residual).
-  for (void** p : {&partial, &residual, &norm, &x, &refNorm, &quant, &quantScratch}) {
+  for (void** p : {&partial, &residual, &norm, &x, &refNorm, &quant, &quantScratch, &refQuant}) {
     BENCH_CUDA(cudaMalloc(p, maxBytes));
   }
   BENCH_CUDA(cudaMalloc(&weight, 16384 * 2));
-  BENCH_CUDA(cudaMalloc(&scales, maxElems / 16 + 64));
-  BENCH_CUDA(cudaMalloc(&swz, maxElems / 16 + 128 * 4 * 1024));
+  const size_t scaleBytes = maxElems / 16 + 64, swzBytes = maxElems / 16 + 128 * 4 * 1024;
+  BENCH_CUDA(cudaMalloc(&scales, scaleBytes));
+  BENCH_CUDA(cudaMalloc(&refScales, scaleBytes));
+  BENCH_CUDA(cudaMalloc(&swz, swzBytes));
+  BENCH_CUDA(cudaMalloc(&refSwz, swzBytes));
   BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&scale), sizeof(float)));
   float* dStats;
   BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&dStats), 8 * sizeof(float)));
@@ -61,12 +69,16 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
   const char* quantName = o.quant == anyrQuantFp8     ? "fp8"
                           : o.quant == anyrQuantNvfp4 ? "nvfp4"
                                                       : "none";
+  // normOut of every call: NULL with --quant-only.
+  const bool quantOnly = o.quantOnly && o.quant != anyrQuantNone;
+  void* const normOut = quantOnly ? nullptr : norm;
   if (rank == 0) {
     std::printf(
-        "# anyreduce bench --op add-rmsnorm: %d ranks, %s, quant %s, residual in place, %s, "
+        "# anyreduce bench --op add-rmsnorm: %d ranks, %s, quant %s%s, residual in place, %s, "
         "%d calls x %d samples (median, mean over ranks)\n",
-        nranks, data::dtypeName(dt), quantName, o.graph ? "CUDA graph replay" : "eager", o.calls,
-        o.samples);
+        nranks, data::dtypeName(dt), quantName,
+        quantOnly ? " (quantized output only, normOut NULL)" : "",
+        o.graph ? "CUDA graph replay" : "eager", o.calls, o.samples);
     std::printf(
         "# fused: anyrAllReduceAddRmsNorm (auto). nccl+k: ncclAllReduce + anyrAddRmsNorm. "
         "own+k: anyrAllReduce + anyrAddRmsNorm.\n");
@@ -84,28 +96,69 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       BENCH_CUDA(data::fillInput(dt, partial, elems, rank, seed, data::kSmallInts, s));
       BENCH_CUDA(data::fillInput(dt, residual, elems, 100, seed, data::kSmallInts, s));
       BENCH_CUDA(data::fillInput(dt, weight, hidden, 101, seed, data::kRandom, s));
-      // Correctness: fused vs own unfused, residual not in place for this check.
+      // Correctness: fused vs own unfused, residual not in place for this check, every output
+      // in its own buffer, the fused ones poisoned first.
       anyrFusedOptions_t refo = fo;
+      if (o.quant != anyrQuantNone) refo.quantOut = refQuant;
+      if (o.quant == anyrQuantNvfp4) {
+        refo.blockScales = refScales;
+        refo.blockScalesSwizzled = refSwz;
+      }
+      const size_t qBytes = o.quant == anyrQuantNvfp4 ? elems / 2 : elems;
+      const size_t sBytes = elems / 16;
+      const size_t zBytes =
+          o.quant == anyrQuantNvfp4
+              ? static_cast<size_t>(swizzledScaleBytes(
+                    static_cast<int64_t>(tokens), nvfp4ScaleCols(static_cast<int64_t>(hidden))))
+              : 0;
+      // The outputs compared: {fused, reference, bytes}; the swizzled scales below, on their
+      // written places only (padding is not written, docs/FUSED.md).
+      std::vector<std::tuple<void*, void*, size_t>> outs;
+      if (!quantOnly) outs.emplace_back(norm, refNorm, elems * 2);
+      if (o.quant != anyrQuantNone) outs.emplace_back(quant, refQuant, qBytes);
+      if (o.quant == anyrQuantNvfp4) outs.emplace_back(scales, refScales, sBytes);
+      for (auto& [f, r, nb] : outs) {
+        BENCH_CUDA(cudaMemsetAsync(f, 0xff, nb, s));
+        BENCH_CUDA(cudaMemsetAsync(r, 0x7b, nb, s));
+      }
+      if (zBytes) {
+        BENCH_CUDA(cudaMemsetAsync(swz, 0xff, zBytes, s));
+        BENCH_CUDA(cudaMemsetAsync(refSwz, 0x7b, zBytes, s));
+      }
       BENCH_ANYR(anyrAllReduce(partial, x, elems, dt, anyrSum, comm, s), comm);
-      BENCH_ANYR(anyrAddRmsNorm(x, residual, quantScratch, weight, 1e-6f, refNorm, tokens, hidden,
-                                dt, &refo, s),
+      BENCH_ANYR(anyrAddRmsNorm(x, residual, quantScratch, weight, 1e-6f,
+                                quantOnly ? nullptr : refNorm, tokens, hidden, dt, &refo, s),
                  comm);
-      BENCH_CUDA(cudaMemsetAsync(norm, 0xff, elems * 2, s));
       const anyrCounters_t c0 = readCounters(comm);
-      BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, quantScratch, weight, 1e-6f, norm,
+      BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, quantScratch, weight, 1e-6f, normOut,
                                          tokens, hidden, dt, &fo, comm, s),
                  comm);
       const std::string path = pathOf(c0, readCounters(comm));  // what the fused call ran
-      std::vector<uint16_t> a(elems), b(elems);
-      BENCH_CUDA(cudaMemcpyAsync(a.data(), norm, elems * 2, cudaMemcpyDeviceToHost, s));
-      BENCH_CUDA(cudaMemcpyAsync(b.data(), refNorm, elems * 2, cudaMemcpyDeviceToHost, s));
-      BENCH_CUDA(cudaStreamSynchronize(s));
       size_t wrong = 0;
-      for (size_t i = 0; i < elems; ++i) wrong += a[i] != b[i];
+      for (auto& [f, r, nb] : outs) {
+        std::vector<uint8_t> a(nb), b(nb);
+        BENCH_CUDA(cudaMemcpyAsync(a.data(), f, nb, cudaMemcpyDeviceToHost, s));
+        BENCH_CUDA(cudaMemcpyAsync(b.data(), r, nb, cudaMemcpyDeviceToHost, s));
+        BENCH_CUDA(cudaStreamSynchronize(s));
+        for (size_t i = 0; i < nb; ++i) wrong += a[i] != b[i];
+      }
+      if (zBytes) {
+        std::vector<uint8_t> a(zBytes), b(zBytes);
+        BENCH_CUDA(cudaMemcpyAsync(a.data(), swz, zBytes, cudaMemcpyDeviceToHost, s));
+        BENCH_CUDA(cudaMemcpyAsync(b.data(), refSwz, zBytes, cudaMemcpyDeviceToHost, s));
+        BENCH_CUDA(cudaStreamSynchronize(s));
+        const int64_t cols = nvfp4ScaleCols(static_cast<int64_t>(hidden));
+        for (int64_t m = 0; m < static_cast<int64_t>(tokens); ++m) {
+          for (int64_t k = 0; k < cols; ++k) {
+            const int64_t at = swizzledScaleOffset(m, k, cols);
+            wrong += a[static_cast<size_t>(at)] != b[static_cast<size_t>(at)];
+          }
+        }
+      }
       // Timing (residual in place).
       double fused = timeCalls(
           [&] {
-            BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, norm,
+            BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, normOut,
                                                tokens, hidden, dt, &fo, comm, s),
                        comm);
           },
@@ -113,7 +166,7 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       double own = timeCalls(
           [&] {
             BENCH_ANYR(anyrAllReduce(partial, x, elems, dt, anyrSum, comm, s), comm);
-            BENCH_ANYR(anyrAddRmsNorm(x, residual, residual, weight, 1e-6f, norm, tokens, hidden,
+            BENCH_ANYR(anyrAddRmsNorm(x, residual, residual, weight, 1e-6f, normOut, tokens, hidden,
                                       dt, &fo, s),
                        comm);
           },
@@ -129,8 +182,8 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
               }
               if (r != ncclSuccess)
                 throw std::runtime_error(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
-              BENCH_ANYR(anyrAddRmsNorm(x, residual, residual, weight, 1e-6f, norm, tokens, hidden,
-                                        dt, &fo, s),
+              BENCH_ANYR(anyrAddRmsNorm(x, residual, residual, weight, 1e-6f, normOut, tokens,
+                                        hidden, dt, &fo, s),
                          comm);
             },
             s, o.graph, o.calls, o.samples, o.warmup);
@@ -169,13 +222,17 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
                               : "fused outputs bit-identical to the unfused ones on every rank");
     if (!o.jsonPath.empty()) {
       std::ofstream f(o.jsonPath);
-      nlohmann::json j = {
-          {"op", "add-rmsnorm"}, {"quant", quantName}, {"nranks", nranks}, {"points", rows}};
+      nlohmann::json j = {{"op", "add-rmsnorm"},
+                          {"quant", quantName},
+                          {"normOut", !quantOnly},
+                          {"nranks", nranks},
+                          {"points", rows}};
       f << j.dump(2) << "\n";
     }
   }
   BENCH_CUDA(cudaStreamSynchronize(s));
-  for (void* p : {partial, residual, weight, norm, x, refNorm, quant, scales, swz, quantScratch}) {
+  for (void* p : {partial, residual, weight, norm, x, refNorm, quant, scales, swz, quantScratch,
+                  refQuant, refScales, refSwz}) {
     BENCH_CUDA(cudaFree(p));
   }
   BENCH_CUDA(cudaFree(scale));

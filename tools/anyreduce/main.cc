@@ -249,6 +249,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"allreduce", "add-rmsnorm"}));
   bench->add_option("--quant", quantS, "With --op add-rmsnorm: none, fp8 or nvfp4")
       ->check(CLI::IsMember({"none", "fp8", "nvfp4"}));
+  bench->add_flag("--quant-only", bo.quantOnly,
+                  "With --quant fp8|nvfp4: the quantized output only (normOut NULL), as a layer "
+                  "whose next GEMM reads FP8 or NVFP4 runs it");
   bench->add_option(
       "--hidden", hiddenS,
       "With --op add-rmsnorm: comma-separated hidden sizes (default 4096,6144,7168,8192)");
@@ -344,6 +347,11 @@ int main(int argc, char** argv) {
       bo.quant = quantS == "fp8"     ? anyrQuantFp8
                  : quantS == "nvfp4" ? anyrQuantNvfp4
                                      : anyrQuantNone;
+      if (bo.quantOnly && bo.quant == anyrQuantNone) {
+        throw CLI::ValidationError("--quant-only",
+                                   "needs --quant fp8 or nvfp4 (normOut may be "
+                                   "NULL only with a quantized output)");
+      }
       auto parseList = [](const std::string& text, const char* what, std::vector<size_t>* out) {
         if (text.empty()) return;
         out->clear();
