@@ -381,16 +381,15 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
 // registers: thread t of a block of B threads owns vectors v = t + k * B, k < VPT, so callers
 // can load the residual and the weight before the all-reduced values arrive and hide their
 // latency behind the wait. Rules: every thread calls it with the same row; B is a power of two
-// from 32 to kFusedSlots / 2 with B * VPT >= hidden / 8. Vector v belongs to slot v mod
-// kFusedSlots, and B divides kFusedSlots, so a thread's vectors k and k + kFusedSlots / B share
-// a slot: the thread sums them in that order, which keeps the documented slot order (B = 512
-// holds slots t and t + 512; B = 256, slots t, t + 256, t + 512, t + 768). `qscale` is
-// quantScale(p), loaded early by the caller. `x` holds the
-// all-reduced fp32 row on entry. `ok`: this thread's part of the row arrived; when any thread
-// of the block passes false, nothing is written and every thread returns false (the block's
-// one barrier decides it). `red` (shared) holds kFusedRedFloats floats; the caller places a
-// barrier before the next row reuses it. kQuant / kAligned as for RowOutputs (kAligned: the
-// residual and the weight too).
+// from 32 to kFusedSlots with B * VPT >= hidden / 8. Vector v belongs to slot v mod kFusedSlots,
+// and B divides kFusedSlots, so a thread's vectors k and k + kFusedSlots / B share a slot: the
+// thread sums them in that order, which keeps the documented slot order (B = 512 holds slots t
+// and t + 512; B = 256, slots t, t + 256, t + 512, t + 768). `qscale` is quantScale(p), loaded
+// early by the caller. `x` holds the all-reduced fp32 row on entry. `ok`: this thread's part of the
+// row arrived; when any thread of the block passes false, nothing is written and every thread
+// returns false (the block's one barrier decides it). `red` (shared) holds kFusedRedFloats floats;
+// the caller places a barrier before the next row reuses it. kQuant / kAligned as for RowOutputs
+// (kAligned: the residual and the weight too).
 constexpr int kFusedRegsMaxVpt = 4;  // kFusedMaxHidden / 8 vectors over kFusedSlots / 2 threads
 static_assert(kFusedMaxHidden / 8 <= kFusedRegsMaxVpt * (kFusedSlots / 2), "VPT too small");
 
