@@ -117,14 +117,18 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       if (!quantOnly) outs.emplace_back(norm, refNorm, elems * 2);
       if (o.quant != anyrQuantNone) outs.emplace_back(quant, refQuant, qBytes);
       if (o.quant == anyrQuantNvfp4) outs.emplace_back(scales, refScales, sBytes);
-      for (auto& [f, r, nb] : outs) {
+      auto poison = [&](void* f, void* r, size_t nb) {
         BENCH_CUDA(cudaMemsetAsync(f, 0xff, nb, s));
         BENCH_CUDA(cudaMemsetAsync(r, 0x7b, nb, s));
-      }
-      if (zBytes) {
-        BENCH_CUDA(cudaMemsetAsync(swz, 0xff, zBytes, s));
-        BENCH_CUDA(cudaMemsetAsync(refSwz, 0x7b, zBytes, s));
-      }
+      };
+      auto toHost = [&](const void* p, size_t nb) {
+        std::vector<uint8_t> h(nb);
+        BENCH_CUDA(cudaMemcpyAsync(h.data(), p, nb, cudaMemcpyDeviceToHost, s));
+        BENCH_CUDA(cudaStreamSynchronize(s));
+        return h;
+      };
+      for (auto& [f, r, nb] : outs) poison(f, r, nb);
+      if (zBytes) poison(swz, refSwz, zBytes);
       BENCH_ANYR(anyrAllReduce(partial, x, elems, dt, anyrSum, comm, s), comm);
       BENCH_ANYR(anyrAddRmsNorm(x, residual, quantScratch, weight, 1e-6f,
                                 quantOnly ? nullptr : refNorm, tokens, hidden, dt, &refo, s),
@@ -136,17 +140,11 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       const std::string path = pathOf(c0, readCounters(comm));  // what the fused call ran
       size_t wrong = 0;
       for (auto& [f, r, nb] : outs) {
-        std::vector<uint8_t> a(nb), b(nb);
-        BENCH_CUDA(cudaMemcpyAsync(a.data(), f, nb, cudaMemcpyDeviceToHost, s));
-        BENCH_CUDA(cudaMemcpyAsync(b.data(), r, nb, cudaMemcpyDeviceToHost, s));
-        BENCH_CUDA(cudaStreamSynchronize(s));
+        const std::vector<uint8_t> a = toHost(f, nb), b = toHost(r, nb);
         for (size_t i = 0; i < nb; ++i) wrong += a[i] != b[i];
       }
       if (zBytes) {
-        std::vector<uint8_t> a(zBytes), b(zBytes);
-        BENCH_CUDA(cudaMemcpyAsync(a.data(), swz, zBytes, cudaMemcpyDeviceToHost, s));
-        BENCH_CUDA(cudaMemcpyAsync(b.data(), refSwz, zBytes, cudaMemcpyDeviceToHost, s));
-        BENCH_CUDA(cudaStreamSynchronize(s));
+        const std::vector<uint8_t> a = toHost(swz, zBytes), b = toHost(refSwz, zBytes);
         const int64_t cols = nvfp4ScaleCols(static_cast<int64_t>(hidden));
         for (int64_t m = 0; m < static_cast<int64_t>(tokens); ++m) {
           for (int64_t k = 0; k < cols; ++k) {
