@@ -202,6 +202,17 @@ inline void expectRanksPassed(const std::vector<launch::RankResult>& results) {
   }
 }
 
+// Prints rank 0's "SKIP" lines (algorithms not admitted on this machine) as notes.
+inline void printSkipNotes(const std::vector<launch::RankResult>& results) {
+  for (const auto& r : results) {
+    if (r.rank != 0) continue;
+    std::istringstream is(r.message);
+    for (std::string line; std::getline(is, line);) {
+      if (line.rfind("SKIP", 0) == 0) std::printf("[ note ] %s\n", line.c_str());
+    }
+  }
+}
+
 // expectRanksPassed, and the ranks' outputs bit-identical: every "HASH <key...> <hash>" line
 // (the last word is the hash, the words before it the key) came from all n ranks with the same
 // hash, and at least one output was checked. Rank 0's "SKIP" lines are printed as notes, its
@@ -209,11 +220,11 @@ inline void expectRanksPassed(const std::vector<launch::RankResult>& results) {
 inline void expectRanksPassedWithEqualHashes(const std::vector<launch::RankResult>& results,
                                              int n) {
   expectRanksPassed(results);
+  printSkipNotes(results);
   std::map<std::string, std::vector<std::string>> hashes;
   for (const auto& r : results) {
     std::istringstream is(r.message);
     for (std::string line; std::getline(is, line);) {
-      if (r.rank == 0 && line.rfind("SKIP", 0) == 0) std::printf("[ note ] %s\n", line.c_str());
       if (r.rank == 0 && (line.rfind("INFO", 0) == 0 || line.rfind("CHECKED", 0) == 0)) {
         std::printf("[ info ] %s\n", line.c_str());
       }

@@ -472,12 +472,7 @@ TEST(AllReduceGpu, GridCapsFollowOccupancyAndConfig) {
           return failures ? 4 : 0;
         });
     expectRanksPassed(results);
-    for (const auto& r : results) {
-      std::istringstream is(r.message);
-      for (std::string line; std::getline(is, line);) {
-        if (line.rfind("SKIP", 0) == 0) std::printf("[ note ] %s\n", line.c_str());
-      }
-    }
+    printSkipNotes(results);
   }
 }
 
