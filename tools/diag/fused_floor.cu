@@ -9,12 +9,13 @@
 //   fused(n)         the fused one-shot push kernel, world size n
 // with n = 1 (no peer: launch + local work only) and n = 2 (the two GPUs). fused(n) - push(n)
 // is what fusion adds over the all-reduce; fused(1) - push(1) is the epilogue's own cost.
-// Every wait is bounded by the kernels' own deadline (5 s here). Options: --rows R (1..64),
-// --quant none|fp8|nvfp4 (the epilogue's quantized output, linear NVFP4 scales), --pdl
+// Every wait is bounded by the kernels' own deadline (5 s here). Options: --rows R (1..512),
+// --quant none|fp8|nvfp4 (the epilogue's quantized output; NVFP4 scales linear and swizzled), --pdl
 // (programmatic dependent launch, as the communicator launches where its probe works),
 // --cluster C (the fused kernel's cluster form, C = 2, 4 or 8 blocks per row), --twoshot (the
 // fused two-shot push kernel for fused(n) and the plain two-shot push for push(n), as the
-// communicator runs from about 64 tokens).
+// communicator runs from about 64 tokens), --dense (with --twoshot: above one row per SM, the
+// register form's two-blocks-per-SM shape, as the communicator admits it).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,8 +44,8 @@ __global__ void fillWords(uint32_t* p, size_t n, uint32_t v) {
   }
 }
 
-constexpr uint64_t kSlotBytes = 1u << 20;  // 64 rows of hidden 8192
-constexpr int kMaxRows = 128;
+constexpr uint64_t kSlotBytes = 8u << 20;  // 512 rows of hidden 8192
+constexpr int kMaxRows = 512;
 // Workspace: the one-shot push area (3 phases x 2 slots), then the two-shot push area (3 phases
 // x {scatter, gather} x 2 slots), every slot kSlotBytes.
 constexpr uint64_t kTwoShotOffset = 3 * 2 * kSlotBytes;
@@ -62,7 +63,7 @@ struct Rank {
   int32_t* hostAbort = nullptr;
   anyr::ErrorRecord* error = nullptr;
   void *partial = nullptr, *residual = nullptr, *weight = nullptr, *norm = nullptr, *x = nullptr;
-  void *quant = nullptr, *scales = nullptr;
+  void *quant = nullptr, *scales = nullptr, *swizzled = nullptr;
   float* scale = nullptr;
   int sms = 0;
 };
@@ -88,7 +89,8 @@ void setup(Rank& r, int dev) {
   std::memset(r.hostAbort, 0, 64);
   std::memset(r.error, 0, sizeof(anyr::ErrorRecord));
   const size_t bytes = static_cast<size_t>(kMaxRows) * 16384 * 2;
-  for (void** p : {&r.partial, &r.residual, &r.weight, &r.norm, &r.x, &r.quant, &r.scales}) {
+  for (void** p :
+       {&r.partial, &r.residual, &r.weight, &r.norm, &r.x, &r.quant, &r.scales, &r.swizzled}) {
     DIAG_CHECK(cudaMalloc(p, bytes));
     DIAG_CHECK(
         anyr::data::fillInput(anyrBfloat16, *p, bytes / 2, dev, 7, anyr::data::kSmallInts, r.s));
@@ -148,7 +150,10 @@ anyr::FusedParams paramsFor(const Rank& r, int hidden, int rows, int quant) {
   if (quant != anyrQuantNone) {
     p.scale = r.scale;
     p.quantOut = r.quant;
-    if (quant == anyrQuantNvfp4) p.blockScales = r.scales;
+    if (quant == anyrQuantNvfp4) {
+      p.blockScales = r.scales;
+      p.blockScalesSwizzled = r.swizzled;
+    }
   }
   return p;
 }
@@ -209,11 +214,11 @@ double timeRanks(std::vector<Rank>& ranks, int n, const std::function<void(int)>
 }  // namespace
 
 // Usage: anyr_fused_floor [--ranks 1] [--hidden N] [--rows R] [--quant none|fp8|nvfp4] [--pdl]
-// [--cluster C] [--twoshot]:
+// [--cluster C] [--twoshot] [--dense]:
 // world size 1 only (no peer waits, e.g. under a profiler that replays kernels), one hidden size.
 int main(int argc, char** argv) {
   int onlyRanks = 0, onlyHidden = 0, rows = 1, quant = anyrQuantNone, cluster = 1;
-  bool pdl = false, twoShot = false;
+  bool pdl = false, twoShot = false, dense = false;
   for (int i = 1; i < argc; i += 2) {
     if (std::strcmp(argv[i], "--pdl") == 0) {
       pdl = true;
@@ -222,6 +227,11 @@ int main(int argc, char** argv) {
     }
     if (std::strcmp(argv[i], "--twoshot") == 0) {
       twoShot = true;
+      --i;
+      continue;
+    }
+    if (std::strcmp(argv[i], "--dense") == 0) {
+      dense = true;
       --i;
       continue;
     }
@@ -291,6 +301,16 @@ int main(int argc, char** argv) {
     DIAG_CHECK(cudaDeviceEnablePeerAccess(0, 0));
   }
   const int maxBlocks = ranks[0].sms;
+  // --dense: the two-shot register form's two-blocks-per-SM shape where it applies (rows above
+  // the SM count), as the communicator admits it; otherwise one block per SM at most.
+  int denseBlocks = 0;
+  if (dense) {
+    int perSm = anyr::kFusedDensePerSm;  // lowered to what every variant allows
+    DIAG_CHECK(anyr::fusedTwoShotDenseResidentPerSm(&perSm));
+    denseBlocks = std::min(perSm * maxBlocks, anyr::kMaxBlocks);
+    std::printf("# dense shape: %d blocks of kFusedDenseThreads where rows > %d\n", denseBlocks,
+                maxBlocks);
+  }
   const std::string form =
       std::string(twoShot ? "two-shot push " : "one-shot push ") +
       (cluster > 1 ? "in clusters of " + std::to_string(cluster) : std::string("block per row"));
@@ -351,9 +371,10 @@ int main(int argc, char** argv) {
           DIAG_CHECK(anyr::launchFusedTwoShotPushCluster(anyrBfloat16, a, p, 0, rows, cluster,
                                                          maxBlocks, ranks[i].s, pdl));
         } else if (twoShot) {
-          const int blocks = anyr::fusedTwoShotBlocks(rows, n, hidden, vecs, maxBlocks);
-          DIAG_CHECK(
-              anyr::launchFusedTwoShotPush(anyrBfloat16, a, p, 0, rows, blocks, ranks[i].s, pdl));
+          const anyr::FusedLaunchShape fs =
+              anyr::fusedTwoShotShape(rows, n, hidden, vecs, maxBlocks, denseBlocks);
+          DIAG_CHECK(anyr::launchFusedTwoShotPush(anyrBfloat16, a, p, 0, rows, fs.blocks,
+                                                  ranks[i].s, pdl, fs.threads));
         } else if (cluster > 1) {
           DIAG_CHECK(anyr::launchFusedOneShotPushCluster(anyrBfloat16, a, p, 0, rows, cluster,
                                                          maxBlocks, ranks[i].s, pdl));
