@@ -75,6 +75,15 @@ __device__ __forceinline__ uint32_t e4m3Pair(float a, float b) {
   return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
 }
 
+// 1 / d rounded to nearest even, as __frcp_rn, for d = 0 (any result) or 2^-120 <= |d| <=
+// 2^120 (FUSED.md; checked on the GPU against __frcp_rn for every float of that range): the
+// approximate reciprocal and one fma Newton step, without __frcp_rn's special-case branch.
+__device__ __forceinline__ float reciprocalNormal(float d) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return fmaf(r, fmaf(-d, r, 1.0f), r);
+}
+
 __device__ __forceinline__ float e4m3Value(uint32_t code) {
   __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
   return __half2float(__half(h));
@@ -218,6 +227,9 @@ struct RowOutputs {
   unsigned char* linear;
   unsigned char* swizzled;  // this row's part of the 128x4 layout (swizzledScaleRowPart)
   bool weightAligned, normAligned, quantAligned;
+  // NVFP4: every block scale d = s * g (s an e4m3 value, at most 448) is 0 or within
+  // reciprocalNormal's range, so the reciprocal needs no special-case path.
+  bool fastReciprocal;
 
   // qscale: *p.scale when quantizing (callers may load it early), else unused.
   __device__ __forceinline__ RowOutputs(const FusedParams& params, int r, float scaleValue)
@@ -241,6 +253,7 @@ struct RowOutputs {
     weightAligned = kAligned || isAligned(p.weight, 16);
     normAligned = kAligned || isAligned(p.normOut, 16);
     quantAligned = kAligned || isAligned(p.quantOut, quant == anyrQuantFp8 ? 8 : 4);
+    fastReciprocal = qscale >= 0x1p-100f && qscale <= 0x1p100f;
   }
 
   __device__ __forceinline__ void write(int v, bool active, const Vec& out,
@@ -257,18 +270,71 @@ struct RowOutputs {
         storeBytes(quantRow + 8 * static_cast<int64_t>(v), packed, 8, quantAligned);
       }
     } else if (quant == anyrQuantNvfp4) {
-      // max over {0, |y[i]|} (inactive lanes hold zeros) as a tree, exact, so the order does
-      // not change the bits, only the dependency depth. First with NaN propagating: a NaN
-      // anywhere in the warp sends the whole warp (the shuffle below needs it whole) to the
-      // general form, whose maximum ignores NaN (fmaxf) and whose encoder tests every element;
-      // otherwise the encoder leaves the per-element NaN test out. Same bits either way.
-      float amax = absMax(y, maxNaN);
-      if (__any_sync(0xffffffffu, amax != amax)) {
-        amax = absMax(y, [](float a, float b) { return fmaxf(a, b); });
-        writeNvfp4<true>(v, active, amax, y);
-      } else {
-        writeNvfp4<false>(v, active, amax, y);
+      const int vs[1] = {v};
+      const bool act[1] = {active};
+      const float(&ys)[1][8] = reinterpret_cast<const float(&)[1][8]>(y);
+      writeNvfp4Vecs<1>(vs, act, ys);
+    }
+  }
+
+  // NVFP4 of N vectors of a thread (vs[k], active[k], rounded values y[k]), warp-uniformly.
+  // max over {0, |y[i]|} (inactive lanes hold zeros) as a tree, exact, so the order does not
+  // change the bits, only the dependency depth. First with NaN propagating: a NaN in any of the
+  // warp's vectors sends the whole warp (the shuffles need it whole) to the general form, one
+  // vector at a time, whose maximum ignores NaN (fmaxf) and whose encoder tests every element.
+  // Otherwise all N vectors run in one straight line, without a branch between them, so their
+  // dependency chains interleave, and the encoder leaves the per-element NaN test out. Same
+  // bits either way.
+  template <int N>
+  __device__ __forceinline__ void writeNvfp4Vecs(const int (&vs)[N], const bool (&active)[N],
+                                                 const float (&y)[N][8]) const {
+    float amax[N];
+    bool nan = false;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      amax[k] = absMax(y[k], maxNaN);
+      nan = nan || amax[k] != amax[k];
+    }
+    if (__any_sync(0xffffffffu, nan)) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const float a = absMax(y[k], [](float l, float r) { return fmaxf(l, r); });
+        writeNvfp4<true>(vs[k], active[k], a, y[k]);
       }
+      return;
+    }
+    if (fastReciprocal) {
+      writeNvfp4Straight<N>(vs, active, y, amax, [](float d) { return reciprocalNormal(d); });
+    } else {
+      writeNvfp4Straight<N>(vs, active, y, amax, [](float d) { return __frcp_rn(d); });
+    }
+  }
+
+  // The NaN-free straight line of writeNvfp4Vecs; `rcp` is the IEEE reciprocal of the block
+  // scale d (any value where d is 0: that block's codes are 0).
+  template <int N, typename Rcp>
+  __device__ __forceinline__ void writeNvfp4Straight(const int (&vs)[N], const bool (&active)[N],
+                                                     const float (&y)[N][8], float (&amax)[N],
+                                                     Rcp rcp) const {
+    uint32_t s[N], packed[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xffffffffu, amax[k], 1));  // the other half
+      s[k] = e4m3Code(amax[k] * qinv);
+      const float d = e4m3Value(s[k]) * qscale;
+      const float dinv = rcp(d);
+      packed[k] = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        // Without a NaN in y, y * dinv is NaN only as 0 * inf or inf * 0, the GPU's positive
+        // canonical NaN, which e2m1CodeNotNaN takes to 0x7 like e2m1Code.
+        packed[k] |= e2m1CodeNotNaN(y[k][i] * dinv) << (4 * i);
+      }
+      packed[k] = d > 0.0f ? packed[k] : 0u;
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      if (active[k]) storeNvfp4(vs[k], packed[k], s[k]);
     }
   }
 
@@ -299,6 +365,11 @@ struct RowOutputs {
         packed |= (kMayHoldNaN ? e2m1Code(q) : e2m1CodeNotNaN(q)) << (4 * i);
       }
     }
+    storeNvfp4(v, packed, s);
+  }
+
+  // Vector v's four code bytes and, from the block's even vector, the block scale s.
+  __device__ __forceinline__ void storeNvfp4(int v, uint32_t packed, uint32_t s) const {
     storeBytes(quantRow + 4 * static_cast<int64_t>(v), make_uint2(packed, 0u), 4, quantAligned);
     if ((v & 1) == 0) {
       const int b = v >> 1;
@@ -456,17 +527,39 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int r
   T* resOut = p.residualOut ? static_cast<T*>(p.residualOut) + rowStart : nullptr;
   const bool resOutAligned = kAligned || isAligned(p.residualOut, 16);
   const RowOutputs<T, kQuant, kAligned> o(p, row, qscale);
+  if constexpr (kQuant == anyrQuantNvfp4) {
+    // Every vector normalized first, then the NVFP4 work of all of them in one straight line.
+    int vs[VPT];
+    bool act[VPT];
+    float y[VPT][8];
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int v = t + k * B;
-    const bool active = v < nvec;
-    if (active && resOut != nullptr) {
-      storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(x[k]));
+    for (int k = 0; k < VPT; ++k) {
+      vs[k] = t + k * B;
+      act[k] = vs[k] < nvec;
+      if (act[k] && resOut != nullptr) {
+        storeRowVec(resOut, vs[k], hidden, resOutAligned, packVec<T>(x[k]));
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) y[k][i] = 0.0f;
+      if (act[k]) {
+        const Vec out = normalize<T>(x[k], w[k], p.weightPlusOne != 0, rstd, y[k]);
+        if (o.normOut != nullptr) storeRowVec(o.normOut, vs[k], hidden, o.normAligned, out);
+      }
     }
-    float y[8] = {};
-    Vec out = {};
-    if (active) out = normalize<T>(x[k], w[k], p.weightPlusOne != 0, rstd, y);
-    o.write(v, active, out, y);
+    o.template writeNvfp4Vecs<VPT>(vs, act, y);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int v = t + k * B;
+      const bool active = v < nvec;
+      if (active && resOut != nullptr) {
+        storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(x[k]));
+      }
+      float y[8] = {};
+      Vec out = {};
+      if (active) out = normalize<T>(x[k], w[k], p.weightPlusOne != 0, rstd, y);
+      o.write(v, active, out, y);
+    }
   }
   return true;
 }

@@ -33,6 +33,7 @@
 #include "anyreduce/anyreduce.h"
 #include "common/fused_reference.h"
 #include "fused/fused.h"
+#include "gpu/encoding_kernels.h"
 #include "gpu/gpu_test_util.h"
 
 namespace anyr {
@@ -958,6 +959,58 @@ TEST(FusedKernel, NanInOneNvfp4BlockIsEncodedExactly) {
         EXPECT_NE(out.scales[row * K + nanAt / 16], 0) << "row " << row;
       }
     }
+  });
+}
+
+// NVFP4 block scales d = s * g beyond 2^100 or below 2^-100 take __frcp_rn instead of the
+// branch-free reciprocal (RowOutputs::fastReciprocal); weights of 2^+-105 keep amax / (6 g) in
+// e4m3's normal range, so the codes and scales are not all 0 or saturated. bf16 (fp16 cannot
+// hold those weights). Exact against the reference, and the scales must vary.
+TEST(FusedKernel, Nvfp4OutsideTheFastReciprocalRangeIsExact) {
+  REQUIRE_GPU();
+  inChild([&] {
+    const anyrDataType_t t = anyrBfloat16;
+    const int hidden = 1024, K = hidden / 16;
+    for (const auto& [e, g] : {std::pair<int, double>{105, std::ldexp(1.0, 101)},
+                               std::pair<int, double>{-105, std::ldexp(1.0, -110)}}) {
+      Inputs in = makeInputs(t, 3, hidden, 515 + e);
+      in.weight.resize(hidden);
+      for (int i = 0; i < hidden; ++i) {
+        in.weight[i] = ref::dtypeBits(std::ldexp(1.0 + (i % 37) / 64.0, e + (i % 5) - 2), t);
+      }
+      RunSpec spec;
+      spec.residual = kSeparate;
+      spec.quant = anyrQuantNvfp4;
+      spec.scale = static_cast<float>(g);
+      spec.linearScales = spec.swizzledScales = true;
+      upload(in, spec);
+      Outputs out;
+      run(in, spec, &out);
+      if (HasFatalFailure()) return;
+      const std::string where = describe(in, spec) + " g=2^" + std::to_string(std::ilogb(g));
+      checkRun(in, spec, out, where);
+      int distinct = 0;
+      for (int b = 0; b < K; ++b) distinct += out.scales[b] != out.scales[0];
+      EXPECT_GT(distinct, 0) << where << ": every block scale is 0x" << std::hex
+                             << int(out.scales[0]);
+      EXPECT_NE(out.scales[0], 0) << where;
+      EXPECT_NE(out.scales[0], 0x7E) << where;
+    }
+  });
+}
+
+// dev::reciprocalNormal equals __frcp_rn on every float from 2^-120 to 2^120, the range the
+// NVFP4 encoder uses it on; the comparison does find the denormals it flushes.
+TEST(FusedKernel, BranchFreeReciprocalIsIeeeOverItsRange) {
+  REQUIRE_GPU();
+  inChild([&] {
+    unsigned long long bad = 0;
+    uint32_t first = 0;
+    ASSERT_EQ(enctest::reciprocalMismatches(0x03800000u, 0x7B800000u, &bad, &first), cudaSuccess);
+    EXPECT_EQ(bad, 0u) << "first mismatch at bits 0x" << std::hex << first;
+    ASSERT_EQ(enctest::reciprocalMismatches(0x00000001u, 0x00000100u, &bad, &first), cudaSuccess);
+    EXPECT_EQ(bad, 256u) << "denormals are flushed, so every one should differ";
+    EXPECT_EQ(first, 1u);
   });
 }
 
