@@ -323,14 +323,12 @@ struct RowOutputs {
       s[k] = e4m3Code(amax[k] * qinv);
       const float d = e4m3Value(s[k]) * qscale;
       const float dinv = rcp(d);
-      packed[k] = 0;
+      // Without a NaN in y, y * dinv is NaN only as 0 * inf or inf * 0, that is where d is 0,
+      // whose codes the select below replaces by 0.
+      float q[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        // Without a NaN in y, y * dinv is NaN only as 0 * inf or inf * 0, the GPU's positive
-        // canonical NaN, which e2m1CodeNotNaN takes to 0x7 like e2m1Code.
-        packed[k] |= e2m1CodeNotNaN(y[k][i] * dinv) << (4 * i);
-      }
-      packed[k] = d > 0.0f ? packed[k] : 0u;
+      for (int i = 0; i < 8; ++i) q[i] = y[k][i] * dinv;
+      packed[k] = d > 0.0f ? e2m1Pack8(q) : 0u;
     }
 #pragma unroll
     for (int k = 0; k < N; ++k) {

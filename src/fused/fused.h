@@ -120,6 +120,70 @@ __host__ __device__ inline uint32_t e2m1CodeNotNaN(float v) {
   return c | ((floatBits(v) >> 28) & 0x8u);  // the sign bit, as copysign would keep it
 }
 
+// fma with the result clamped to [0, 1] (fma.rn.sat.f32, one instruction on the GPU). The
+// encoders below use it on non-NaN values only.
+__host__ __device__ inline float fmaSat(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("fma.rn.sat.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));
+  return r;
+#else
+  const float r = fmaf(a, b, c);
+  return r < 0.0f ? 0.0f : (r > 1.0f ? 1.0f : r);
+#endif
+}
+
+// e2m1CodeNotNaN(v) & 7 (the magnitude's code, 0..7) as a float, from fp32 arithmetic only (the
+// GPU's integer and logic pipe is the busier one in the quantizing epilogue; these go to its
+// fma pipe): rint(2 |v|) (one fmaf with 2^23, RNE) capped at 4, plus one for each of |v| > 2.5,
+// |v| >= 3.5 and |v| > 5, each an fmaSat of (|v| - t) times the inverse of the spacing of floats
+// next to t (plus 1 for >=), which is exactly 0 or 1. v must not be NaN.
+__host__ __device__ inline float e2m1MagnitudeF(float v) {
+  const float a = fabsf(v);
+  const float low = fminf(fmaf(a, 2.0f, 8388608.0f) - 8388608.0f, 4.0f);
+  const float above2p5 = fmaSat(a, 4194304.0f, -10485760.0f);  // 2^22 (a - 2.5)
+  const float from3p5 = fmaSat(a, 4194304.0f, -14680063.0f);   // 2^22 (a - 3.5) + 1
+  const float above5 = fmaSat(a, 2097152.0f, -10485760.0f);    // 2^21 (a - 5)
+  return (low + above2p5) + (from3p5 + above5);
+}
+
+// Bit 3 of nibble i: the sign bit of v[i]. On the GPU six byte permutes with sign replication
+// and no per-element shifts.
+__host__ __device__ inline uint32_t signNibbles(const float (&v)[8]) {
+#ifdef __CUDA_ARCH__
+  auto prmt = [](uint32_t x, uint32_t y, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(y), "r"(sel));
+    return r;
+  };
+  // 0x00FB: byte 0 = x's sign bit replicated (byte 3), byte 1 = y's (byte 7).
+  const uint32_t e01 = prmt(__float_as_uint(v[0]), __float_as_uint(v[2]), 0x00FBu);
+  const uint32_t e23 = prmt(__float_as_uint(v[4]), __float_as_uint(v[6]), 0x00FBu);
+  const uint32_t o01 = prmt(__float_as_uint(v[1]), __float_as_uint(v[3]), 0x00FBu);
+  const uint32_t o23 = prmt(__float_as_uint(v[5]), __float_as_uint(v[7]), 0x00FBu);
+  const uint32_t even = prmt(e01, e23, 0x5410u);  // byte j: sign of v[2j], replicated
+  const uint32_t odd = prmt(o01, o23, 0x5410u);   // byte j: sign of v[2j + 1]
+  return (even & 0x08080808u) | (odd & 0x80808080u);
+#else
+  uint32_t s = 0;
+  for (int i = 0; i < 8; ++i) s |= (floatBits(v[i]) >> 31) << (4 * i + 3);
+  return s;
+#endif
+}
+
+// e2m1CodeNotNaN of 8 values packed, element i in bits 4i..4i+3 (quantOut's nibble order), in
+// floating-point arithmetic: the magnitude codes combined by Horner's rule in two halves of
+// four (exact, below 2^16), read from the bits of 2^23 + half. No value may be NaN.
+__host__ __device__ inline uint32_t e2m1Pack8(const float (&q)[8]) {
+  float c[8];
+  for (int i = 0; i < 8; ++i) c[i] = e2m1MagnitudeF(q[i]);
+  const float lo = fmaf(fmaf(fmaf(c[3], 16.0f, c[2]), 16.0f, c[1]), 16.0f, c[0]);
+  const float hi = fmaf(fmaf(fmaf(c[7], 16.0f, c[6]), 16.0f, c[5]), 16.0f, c[4]);
+  const uint32_t codes =
+      (floatBits(lo + 8388608.0f) & 0xFFFFu) | (floatBits(hi + 8388608.0f) << 16);
+  return codes | signNibbles(q);
+}
+
 __host__ __device__ inline uint32_t e2m1Code(float v) {
   if (v != v) return 0x7u;  // NaN: +6, no sign
   return e2m1CodeNotNaN(v);

@@ -118,7 +118,22 @@ TEST(FusedReference, E2m1MatchesCudaFp4) {
     // The kernels' encoder for vectors without NaN: the same code for every value but NaN.
     if (v == v) {
       ASSERT_EQ(e2m1CodeNotNaN(v), want) << "v=" << v << " bits=" << std::hex << bitsOf(v);
+      // The floating-point form (host emulation of fma.rn.sat; the GPU test runs the device's).
+      ASSERT_EQ(e2m1MagnitudeF(v), static_cast<float>(want & 7u))
+          << "v=" << v << " bits=" << std::hex << bitsOf(v);
     }
+  }
+  // e2m1Pack8 over the same probes, eight at a time, signs included (-0.0 too).
+  std::vector<float> finite;
+  for (float v : probes) finite.push_back(v == v ? v : -0.0f);
+  for (size_t i = 0; i + 8 <= finite.size(); i += 3) {
+    float q[8];
+    uint32_t want = 0;
+    for (int k = 0; k < 8; ++k) {
+      q[k] = finite[i + k];
+      want |= static_cast<uint32_t>(cudaE2m1(q[k])) << (4 * k);
+    }
+    ASSERT_EQ(e2m1Pack8(q), want) << "at probe " << i;
   }
   // ... and for the positive NaNs GPU arithmetic produces (0 * inf), the same code too.
   for (uint32_t bits : {0x7FFFFFFFu, 0x7FC00000u}) {

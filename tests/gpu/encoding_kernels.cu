@@ -1,4 +1,5 @@
 #include "fused/epilogue.cuh"
+#include "fused/fused.h"
 #include "gpu/encoding_kernels.h"
 
 namespace anyr {
@@ -21,21 +22,47 @@ __global__ void reciprocalKernel(uint32_t first, uint32_t last, unsigned long lo
   if (local) atomicAdd(count, local);
 }
 
-}  // namespace
+__global__ void e2m1Kernel(unsigned long long* count, uint32_t* firstBad) {
+  unsigned long long local = 0;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < (1ull << 32);
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t bits = static_cast<uint32_t>(i);
+    const float v = __uint_as_float(bits);
+    bool bad = false;
+    if (v == v) bad = e2m1MagnitudeF(v) != static_cast<float>(e2m1CodeNotNaN(v) & 7u);
+    float q[8];
+    uint32_t want = 0;
+    for (int k = 0; k < 8; ++k) {
+      uint32_t b = bits + static_cast<uint32_t>(k) * 0x00010003u;
+      if (k % 4 == 3) b ^= 0x80000000u;
+      q[k] = __uint_as_float(b);
+      if (q[k] != q[k]) q[k] = -0.0f;
+      want |= e2m1CodeNotNaN(q[k]) << (4 * k);
+    }
+    bad = bad || e2m1Pack8(q) != want;
+    if (bad) {
+      ++local;
+      atomicMin(firstBad, bits);
+    }
+  }
+  if (local) atomicAdd(count, local);
+}
 
-cudaError_t reciprocalMismatches(uint32_t firstBits, uint32_t lastBits,
-                                 unsigned long long* mismatches, uint32_t* firstBad) {
-  struct Out {
-    unsigned long long count;
-    uint32_t firstBad;
-  };
+struct Out {
+  unsigned long long count;
+  uint32_t firstBad;
+};
+
+// Runs `launch(count, firstBad)` on fresh counters and copies them back.
+template <typename Launch>
+cudaError_t countMismatches(Launch launch, unsigned long long* mismatches, uint32_t* firstBad) {
   Out* d = nullptr;
   cudaError_t e = cudaMalloc(&d, sizeof(Out));
   if (e != cudaSuccess) return e;
   Out h{0, 0xffffffffu};
   e = cudaMemcpy(d, &h, sizeof(Out), cudaMemcpyHostToDevice);
   if (e == cudaSuccess) {
-    reciprocalKernel<<<1024, 256>>>(firstBits, lastBits, &d->count, &d->firstBad);
+    launch(&d->count, &d->firstBad);
     e = cudaGetLastError();
   }
   if (e == cudaSuccess) e = cudaMemcpy(&h, d, sizeof(Out), cudaMemcpyDeviceToHost);
@@ -43,6 +70,23 @@ cudaError_t reciprocalMismatches(uint32_t firstBits, uint32_t lastBits,
   *mismatches = h.count;
   *firstBad = h.firstBad;
   return e;
+}
+
+}  // namespace
+
+cudaError_t e2m1Mismatches(unsigned long long* mismatches, uint32_t* firstBad) {
+  return countMismatches(
+      [](unsigned long long* c, uint32_t* f) { e2m1Kernel<<<4096, 256>>>(c, f); }, mismatches,
+      firstBad);
+}
+
+cudaError_t reciprocalMismatches(uint32_t firstBits, uint32_t lastBits,
+                                 unsigned long long* mismatches, uint32_t* firstBad) {
+  return countMismatches(
+      [&](unsigned long long* c, uint32_t* f) {
+        reciprocalKernel<<<1024, 256>>>(firstBits, lastBits, c, f);
+      },
+      mismatches, firstBad);
 }
 
 }  // namespace enctest

@@ -1014,6 +1014,19 @@ TEST(FusedKernel, BranchFreeReciprocalIsIeeeOverItsRange) {
   });
 }
 
+// The NVFP4 epilogue's floating-point encoder (e2m1MagnitudeF, e2m1Pack8) equals the integer
+// one (e2m1CodeNotNaN, itself checked against cuda_fp4.h by the CPU tests) on every float that
+// is not NaN, on the GPU's own fma.rn.sat.
+TEST(FusedKernel, FloatingPointE2m1EncoderMatchesOnEveryFloat) {
+  REQUIRE_GPU();
+  inChild([&] {
+    unsigned long long bad = 0;
+    uint32_t first = 0;
+    ASSERT_EQ(enctest::e2m1Mismatches(&bad, &first), cudaSuccess);
+    EXPECT_EQ(bad, 0u) << "first mismatch at bits 0x" << std::hex << first;
+  });
+}
+
 // Invalid arguments come back as anyrInvalidArgument without a launch.
 TEST(FusedKernel, RejectsInvalidArguments) {
   REQUIRE_GPU();
