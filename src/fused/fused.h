@@ -133,19 +133,23 @@ __host__ __device__ inline float fmaSat(float a, float b, float c) {
 #endif
 }
 
-// e2m1CodeNotNaN(v) & 7 (the magnitude's code, 0..7) as a float, from fp32 arithmetic only (the
-// GPU's integer and logic pipe is the busier one in the quantizing epilogue; these go to its
-// fma pipe): rint(2 |v|) (one fmaf with 2^23, RNE) capped at 4, plus one for each of |v| > 2.5,
-// |v| >= 3.5 and |v| > 5, each an fmaSat of (|v| - t) times the inverse of the spacing of floats
-// next to t (plus 1 for >=), which is exactly 0 or 1. v must not be NaN.
-__host__ __device__ inline float e2m1MagnitudeF(float v) {
+// 2^23 + e2m1CodeNotNaN(v) & 7 (the magnitude's code, 0..7, in the low mantissa bits), from fp32
+// arithmetic only (the GPU's integer and logic pipe is the busier one in the quantizing
+// epilogue; these go to its fma pipe): rint(2 |v|) (one fmaf with 2^23, RNE) capped at 4, plus
+// one for each of |v| > 2.5, |v| >= 3.5 and |v| > 5, each an fmaSat of (|v| - t) times the
+// inverse of the spacing of floats next to t (plus 1 for >=), which is exactly 0 or 1. Every
+// sum is exact. v must not be NaN.
+__host__ __device__ inline float e2m1CodeBiased(float v) {
   const float a = fabsf(v);
-  const float low = fminf(fmaf(a, 2.0f, 8388608.0f) - 8388608.0f, 4.0f);
+  const float low = fminf(fmaf(a, 2.0f, 8388608.0f), 8388612.0f);
   const float above2p5 = fmaSat(a, 4194304.0f, -10485760.0f);  // 2^22 (a - 2.5)
   const float from3p5 = fmaSat(a, 4194304.0f, -14680063.0f);   // 2^22 (a - 3.5) + 1
   const float above5 = fmaSat(a, 2097152.0f, -10485760.0f);    // 2^21 (a - 5)
   return (low + above2p5) + (from3p5 + above5);
 }
+
+// The magnitude's code as a float (0..7).
+__host__ __device__ inline float e2m1MagnitudeF(float v) { return e2m1CodeBiased(v) - 8388608.0f; }
 
 // Bit 3 of nibble i: the sign bit of v[i]. On the GPU six byte permutes with sign replication
 // and no per-element shifts.
@@ -171,17 +175,14 @@ __host__ __device__ inline uint32_t signNibbles(const float (&v)[8]) {
 #endif
 }
 
-// e2m1CodeNotNaN of 8 values packed, element i in bits 4i..4i+3 (quantOut's nibble order), in
-// floating-point arithmetic: the magnitude codes combined by Horner's rule in two halves of
-// four (exact, below 2^16), read from the bits of 2^23 + half. No value may be NaN.
+// e2m1CodeNotNaN of 8 values packed, element i in bits 4i..4i+3 (quantOut's nibble order): the
+// bits of the biased codes combined by Horner's rule in 32-bit integers, sum over i of
+// (0x4B000000 + code_i) * 16^i, less the biases' part that stays in 32 bits (0x4B000000 +
+// 0xB0000000; from i = 2 on it is shifted out). No value may be NaN.
 __host__ __device__ inline uint32_t e2m1Pack8(const float (&q)[8]) {
-  float c[8];
-  for (int i = 0; i < 8; ++i) c[i] = e2m1MagnitudeF(q[i]);
-  const float lo = fmaf(fmaf(fmaf(c[3], 16.0f, c[2]), 16.0f, c[1]), 16.0f, c[0]);
-  const float hi = fmaf(fmaf(fmaf(c[7], 16.0f, c[6]), 16.0f, c[5]), 16.0f, c[4]);
-  const uint32_t codes =
-      (floatBits(lo + 8388608.0f) & 0xFFFFu) | (floatBits(hi + 8388608.0f) << 16);
-  return codes | signNibbles(q);
+  uint32_t packed = 0;
+  for (int i = 7; i >= 0; --i) packed = packed * 16u + floatBits(e2m1CodeBiased(q[i]));
+  return (packed - 0xFB000000u) | signNibbles(q);
 }
 
 __host__ __device__ inline uint32_t e2m1Code(float v) {
