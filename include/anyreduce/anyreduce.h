@@ -211,10 +211,11 @@ typedef struct {
   unsigned int magic; /* ANYR_FUSED_MAGIC */
   int weightPlusOne;  /* 1: y = r/rms * (1 + weight) (Gemma/Qwen); 0: r/rms * weight */
   int quant;          /* anyrQuant_t */
-  /* FP8 (e4m3, saturating): q = clamp(y / scale[0], -448, 448), scale a device pointer to one
-   * fp32 (per-tensor). NVFP4: scale[0] is the fp32 global scale g; each 16-element block b
-   * gets an e4m3 block scale s_b = e4m3(amax_b / (6 * g)) and elements
-   * q = e2m1(y / (s_b * g)); dequantized y ~ q * s_b * g. */
+  /* FP8 (e4m3, saturating): q = clamp(y * (1 / scale[0]), -448, 448), scale a device pointer
+   * to one fp32 (per-tensor). NVFP4: scale[0] is the fp32 global scale g; each 16-element
+   * block b gets an e4m3 block scale s_b = e4m3(amax_b * (1 / (6 * g))) and elements
+   * q = e2m1(y * (1 / (s_b * g))); dequantized y ~ q * s_b * g. Every operation is one IEEE
+   * fp32 operation (the reciprocals correctly rounded); docs/FUSED.md gives the exact rules. */
   const float* scale;
   void* quantOut;            /* FP8: tokens x hidden bytes. NVFP4: tokens x hidden/2 bytes, two
                                 e2m1 values per byte, element 2i in the low nibble. */

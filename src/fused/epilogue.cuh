@@ -16,12 +16,14 @@
 //   y[i]   = round_T((float(r[i]) * rstd) * w[i])
 //   normOut[row][i] = y[i]                                         (when normOut != NULL)
 // Quantization reads the ROUNDED y, so quantOut equals quantizing normOut:
-//   FP8:   q[i] = e4m3(float(y[i]) / scale[0])  with __nv_cvt_float_to_fp8(..., __NV_SATFINITE,
-//          __NV_E4M3): RNE, |values| above 448 saturate to +-448, sign kept on zero.
+//   FP8:   q[i] = e4m3(float(y[i]) * (1.0f / scale[0])), e4m3 as __nv_cvt_float_to_fp8(...,
+//          __NV_SATFINITE, __NV_E4M3): RNE, |values| above 448 saturate to +-448, sign kept
+//          on zero.
 //          quantOut[row * hidden + i] = q[i].
 //   NVFP4: g = scale[0]. Block b holds elements 16b..16b+15:
-//          amax = max |float(y[i])|;  s = e4m3(amax / (6.0f * g))  (as above; s >= 0);
-//          d = float(s) * g;  q[i] = e2m1(float(y[i]) / d), or 0 for the whole block if !(d > 0);
+//          amax = max |float(y[i])|;  s = e4m3(amax * (1.0f / (6.0f * g)))  (as above; s >= 0);
+//          d = float(s) * g;  q[i] = e2m1(float(y[i]) * (1.0f / d)), or 0 for the whole block if
+//          !(d > 0) (each 1.0f / x correctly rounded: reciprocalNormal or __frcp_rn);
 //          e2m1: RNE onto {0, 0.5, 1, 1.5, 2, 3, 4, 6}, |values| above 6 saturate to 6, sign bit
 //          kept (also on zero), NaN -> +6 (as cvt.rn.satfinite.e2m1x2.f32 and cuda_fp4.h).
 //          quantOut[row * hidden / 2 + i / 2] holds element i in its low nibble for even i,
