@@ -325,8 +325,9 @@ struct RowOutputs {
       s[k] = e4m3Code(amax[k] * qinv);
       const float d = e4m3Value(s[k]) * qscale;
       const float dinv = rcp(d);
-      // Without a NaN in y, y * dinv is NaN only as 0 * inf or inf * 0, that is where d is 0,
-      // whose codes the select below replaces by 0.
+      // Without a NaN in y, q holds a NaN only where d is 0 (its reciprocal is inf or NaN; with
+      // d > 0 finite an infinite y gives an infinite q), and the select below replaces that
+      // block's codes by 0.
       float q[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) q[i] = y[k][i] * dinv;
