@@ -258,9 +258,14 @@ struct RowOutputs {
     fastReciprocal = qscale >= 0x1p-100f && qscale <= 0x1p100f;
   }
 
+  // Vector v's normOut (when the caller asked for it).
+  __device__ __forceinline__ void writeNorm(int v, bool active, const Vec& out) const {
+    if (active && normOut != nullptr) storeRowVec(normOut, v, p.hidden, normAligned, out);
+  }
+
   __device__ __forceinline__ void write(int v, bool active, const Vec& out,
                                         const float (&y)[8]) const {
-    if (active && normOut != nullptr) storeRowVec(normOut, v, p.hidden, normAligned, out);
+    writeNorm(v, active, out);
     if (quant == anyrQuantFp8) {
       if (active) {
         uint2 packed = make_uint2(0u, 0u);
@@ -301,7 +306,7 @@ struct RowOutputs {
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const float a = absMax(y[k], [](float l, float r) { return fmaxf(l, r); });
-        writeNvfp4<true>(vs[k], active[k], a, y[k]);
+        writeNvfp4(vs[k], active[k], a, y[k]);
       }
       return;
     }
@@ -346,9 +351,9 @@ struct RowOutputs {
                max(max(fabsf(y[4]), fabsf(y[5])), max(max(fabsf(y[6]), fabsf(y[7])), 0.0f)));
   }
 
-  // One vector's NVFP4 codes and, from the even lane of each 16-element block, its scale.
+  // One vector's NVFP4 codes and, from the even lane of each 16-element block, its scale, for
+  // a warp with a NaN somewhere (writeNvfp4Vecs' general form: every element's NaN test).
   // `amax`: this lane's maximum |y| (NaN ignored); combined here with the block's other half.
-  template <bool kMayHoldNaN>
   __device__ __forceinline__ void writeNvfp4(int v, bool active, float amax,
                                              const float (&y)[8]) const {
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the block's other half
@@ -359,12 +364,7 @@ struct RowOutputs {
     if (d > 0.0f) {
       const float dinv = __frcp_rn(d);  // IEEE 1 / d, as the division (cheaper)
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        // Without a NaN in y, y * dinv is NaN only as 0 * inf or inf * 0, the GPU's positive
-        // canonical NaN, which both encoders take to 0x7.
-        const float q = y[i] * dinv;
-        packed |= (kMayHoldNaN ? e2m1Code(q) : e2m1CodeNotNaN(q)) << (4 * i);
-      }
+      for (int i = 0; i < 8; ++i) packed |= e2m1Code(y[i] * dinv) << (4 * i);
     }
     storeNvfp4(v, packed, s);
   }
@@ -528,40 +528,31 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int r
   T* resOut = p.residualOut ? static_cast<T*>(p.residualOut) + rowStart : nullptr;
   const bool resOutAligned = kAligned || isAligned(p.residualOut, 16);
   const RowOutputs<T, kQuant, kAligned> o(p, row, qscale);
-  if constexpr (kQuant == anyrQuantNvfp4) {
-    // Every vector normalized first, then the NVFP4 work of all of them in one straight line.
-    int vs[VPT];
-    bool act[VPT];
-    float y[VPT][8];
+  // NVFP4: every vector normalized first, then the NVFP4 work of all of them in one straight
+  // line (RowOutputs::writeNvfp4Vecs); the other modes write each vector as it is normalized.
+  int vs[VPT];
+  bool act[VPT];
+  float y[VPT][8];
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      vs[k] = t + k * B;
-      act[k] = vs[k] < nvec;
-      if (act[k] && resOut != nullptr) {
-        storeRowVec(resOut, vs[k], hidden, resOutAligned, packVec<T>(x[k]));
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) y[k][i] = 0.0f;
-      if (act[k]) {
-        const Vec out = normalize<T>(x[k], w[k], p.weightPlusOne != 0, rstd, y[k]);
-        if (o.normOut != nullptr) storeRowVec(o.normOut, vs[k], hidden, o.normAligned, out);
-      }
+  for (int k = 0; k < VPT; ++k) {
+    vs[k] = t + k * B;
+    act[k] = vs[k] < nvec;
+    if (act[k] && resOut != nullptr) {
+      storeRowVec(resOut, vs[k], hidden, resOutAligned, packVec<T>(x[k]));
     }
-    o.template writeNvfp4Vecs<VPT>(vs, act, y);
-  } else {
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int v = t + k * B;
-      const bool active = v < nvec;
-      if (active && resOut != nullptr) {
-        storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(x[k]));
+    for (int i = 0; i < 8; ++i) y[k][i] = 0.0f;
+    if constexpr (kQuant == anyrQuantNvfp4) {
+      if (act[k]) {
+        o.writeNorm(vs[k], true, normalize<T>(x[k], w[k], p.weightPlusOne != 0, rstd, y[k]));
       }
-      float y[8] = {};
+    } else {
       Vec out = {};
-      if (active) out = normalize<T>(x[k], w[k], p.weightPlusOne != 0, rstd, y);
-      o.write(v, active, out, y);
+      if (act[k]) out = normalize<T>(x[k], w[k], p.weightPlusOne != 0, rstd, y[k]);
+      o.write(vs[k], act[k], out, y[k]);
     }
   }
+  if constexpr (kQuant == anyrQuantNvfp4) o.template writeNvfp4Vecs<VPT>(vs, act, y);
   return true;
 }
 
