@@ -299,13 +299,13 @@ struct RowOutputs {
     bool nan = false;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      amax[k] = absMax(y[k], maxNaN);
+      amax[k] = absMaxNaN(y[k]);
       nan = nan || amax[k] != amax[k];
     }
     if (__any_sync(0xffffffffu, nan)) {
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        const float a = absMax(y[k], [](float l, float r) { return fmaxf(l, r); });
+        const float a = absMaxIgnoringNaN(y[k]);
         writeNvfp4(vs[k], active[k], a, y[k]);
       }
       return;
@@ -344,11 +344,18 @@ struct RowOutputs {
     }
   }
 
-  // max over {0, |y[i]|} by `max`, as a tree of depth 3.
-  template <typename Max>
-  __device__ __forceinline__ static float absMax(const float (&y)[8], Max max) {
-    return max(max(max(fabsf(y[0]), fabsf(y[1])), max(fabsf(y[2]), fabsf(y[3]))),
-               max(max(fabsf(y[4]), fabsf(y[5])), max(max(fabsf(y[6]), fabsf(y[7])), 0.0f)));
+  // max |y[i]| as a tree of depth 3, NaN if any y[i] is NaN; otherwise at least +0 (fabsf
+  // clears the sign of -0.0), so no maximum with 0 is needed, unlike absMaxIgnoringNaN's.
+  __device__ __forceinline__ static float absMaxNaN(const float (&y)[8]) {
+    return maxNaN(maxNaN(maxNaN(fabsf(y[0]), fabsf(y[1])), maxNaN(fabsf(y[2]), fabsf(y[3]))),
+                  maxNaN(maxNaN(fabsf(y[4]), fabsf(y[5])), maxNaN(fabsf(y[6]), fabsf(y[7]))));
+  }
+
+  // max over {0, |y[i]|}, NaN ignored (fmaxf), as a tree of depth 3: 0 when all eight are NaN.
+  __device__ __forceinline__ static float absMaxIgnoringNaN(const float (&y)[8]) {
+    return fmaxf(
+        fmaxf(fmaxf(fabsf(y[0]), fabsf(y[1])), fmaxf(fabsf(y[2]), fabsf(y[3]))),
+        fmaxf(fmaxf(fabsf(y[4]), fabsf(y[5])), fmaxf(fmaxf(fabsf(y[6]), fabsf(y[7])), 0.0f)));
   }
 
   // One vector's NVFP4 codes and, from the even lane of each 16-element block, its scale, for
