@@ -962,17 +962,19 @@ TEST(FusedKernel, NanInOneNvfp4BlockIsEncodedExactly) {
   });
 }
 
-// NVFP4 block scales d = s * g beyond 2^100 or below 2^-100 take __frcp_rn instead of the
-// branch-free reciprocal (RowOutputs::fastReciprocal); weights of 2^+-105 keep amax / (6 g) in
-// e4m3's normal range, so the codes and scales are not all 0 or saturated. bf16 (fp16 cannot
+// NVFP4 block scales d = s * g take the branch-free reciprocal for g within [2^-100, 2^100]
+// (RowOutputs::fastReciprocal) and __frcp_rn outside: both edges of that range, g = 1, and g
+// outside it (2^101, 2^-110), with weights near 2^e (e = log2 g + 4, so amax / (6 g) stays in
+// e4m3's normal range and the codes and scales are not all 0 or saturated). bf16 (fp16 cannot
 // hold those weights). Exact against the reference, and the scales must vary.
-TEST(FusedKernel, Nvfp4OutsideTheFastReciprocalRangeIsExact) {
+TEST(FusedKernel, Nvfp4AtAndOutsideTheFastReciprocalRangeIsExact) {
   REQUIRE_GPU();
   inChild([&] {
     const anyrDataType_t t = anyrBfloat16;
     const int hidden = 1024, K = hidden / 16;
-    for (const auto& [e, g] : {std::pair<int, double>{105, std::ldexp(1.0, 101)},
-                               std::pair<int, double>{-105, std::ldexp(1.0, -110)}}) {
+    for (const int ge : {-110, -100, 0, 100, 101}) {
+      const int e = ge + 4;
+      const double g = std::ldexp(1.0, ge);
       Inputs in = makeInputs(t, 3, hidden, 515 + e);
       in.weight.resize(hidden);
       for (int i = 0; i < hidden; ++i) {
