@@ -121,5 +121,15 @@ __device__ __forceinline__ void clearPeerSlots(char* area, uint64_t slotBytes, i
   }
 }
 
+// Rank r's two-shot push area of `phase` (0..2): its scatter slots (gather = 0), where the
+// peers' parts of its own segment land, or its gather slots (gather = 1), where every owner's
+// reduced segment lands; nranks slots of layout.tsSlotBytes each, from layout.tsOffset of its
+// workspace (device_handles.h). The plain and the fused two-shot push use the same areas.
+__device__ __forceinline__ char* twoShotArea(const AllReduceArgs& a, int r, uint32_t phase,
+                                             int gather) {
+  return a.peerWorkspace[r] + a.layout.tsOffset +
+         (2ull * phase + gather) * a.layout.tsSlotBytes * static_cast<uint64_t>(a.nranks);
+}
+
 }  // namespace dev
 }  // namespace anyr

@@ -41,15 +41,10 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
-  const uint64_t areaBytes = slot * static_cast<uint64_t>(n);  // one scatter or gather area
   const uint64_t V = a.numVecs;
   const uint64_t L = (V + n - 1) / n;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // area(r, p, gather) = base of rank r's workspace + tsOffset + (2p + gather) * areaBytes
-  auto area = [&](int r, uint32_t p, int gather) {
-    return a.peerWorkspace[r] + a.layout.tsOffset + (2ull * p + gather) * areaBytes;
-  };
 
   // 1. Scatter every peer's segment to it.
   for (uint64_t i = first; i < L; i += stride) {
@@ -59,7 +54,8 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
       if (v >= V) continue;
       Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
       dev::sanitize<T>(x);
-      dev::storeSys(area(s, phase, 0) + static_cast<uint64_t>(rank) * slot + i * 16, x.u);
+      dev::storeSys(dev::twoShotArea(a, s, phase, 0) + static_cast<uint64_t>(rank) * slot + i * 16,
+                    x.u);
     }
   }
 
@@ -67,13 +63,13 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
 
   // 2. Clear, in this rank's own buffers, what peers wrote one launch ago.
   for (int g = 0; g < 2; ++g) {
-    dev::clearPeerSlots(area(rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
+    dev::clearPeerSlots(dev::twoShotArea(a, rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
   }
 
   // 3. Reduce the own segment and send it to every peer.
   dev::Waiter waiter(a.wait);
   bool ok = true;
-  const char* scatter = area(rank, phase, 0);
+  const char* scatter = dev::twoShotArea(a, rank, phase, 0);
   for (uint64_t i = first; i < L && ok; i += stride) {
     const uint64_t v = static_cast<uint64_t>(rank) * L + i;
     if (v >= V) break;
@@ -94,13 +90,14 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
     dev::sanitize<T>(y);
     for (int k = 1; k < n; ++k) {
       const int s = (rank + k) % n;
-      dev::storeSys(area(s, phase, 1) + static_cast<uint64_t>(rank) * slot + i * 16, y.u);
+      dev::storeSys(dev::twoShotArea(a, s, phase, 1) + static_cast<uint64_t>(rank) * slot + i * 16,
+                    y.u);
     }
     dev::storeVec<T, kAligned>(out, v, a.count, y);
   }
 
   // 4. Gather the other segments as their owners send them.
-  const char* gather = area(rank, phase, 1);
+  const char* gather = dev::twoShotArea(a, rank, phase, 1);
   for (uint64_t i = first; i < L && ok; i += stride) {
     for (int k = 1; k < n && ok; ++k) {
       const int s = (rank + k) % n;

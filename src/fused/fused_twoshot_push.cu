@@ -49,15 +49,11 @@ __global__ void __launch_bounds__(kAlgoThreads)
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
-  const uint64_t areaBytes = slot * static_cast<uint64_t>(n);
   const int H = p.hidden / 8;
   // Any input alignment: whether a call runs fused must not depend on a rank's own pointers.
   const bool inAligned = dev::isAligned(in, 16);
   const int Lr = (rows + n - 1) / n;                 // rows per segment
   const uint64_t L = static_cast<uint64_t>(Lr) * H;  // vectors per segment slot
-  auto area = [&](int r, uint32_t ph, int gather) {
-    return a.peerWorkspace[r] + a.layout.tsOffset + (2ull * ph + gather) * areaBytes;
-  };
   if (threadIdx.x == 0) blockFailed = 0;
 
   // 1. Scatter.
@@ -69,7 +65,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
       for (int j = threadIdx.x; j < H; j += blockDim.x) {
         Vec x = dev::loadRowVec(in, static_cast<uint64_t>(row) * H + j, a.count, inAligned);
         dev::sanitize<T>(x);
-        dev::storeSys(area(s, phase, 0) + static_cast<uint64_t>(rank) * slot +
+        dev::storeSys(dev::twoShotArea(a, s, phase, 0) + static_cast<uint64_t>(rank) * slot +
                           (static_cast<uint64_t>(i) * H + j) * 16,
                       x.u);
       }
@@ -80,13 +76,13 @@ __global__ void __launch_bounds__(kAlgoThreads)
 
   // 2. Clear what peers wrote one launch ago.
   for (int g = 0; g < 2; ++g) {
-    dev::clearPeerSlots(area(rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
+    dev::clearPeerSlots(dev::twoShotArea(a, rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
   }
   __syncthreads();
 
   dev::Waiter waiter(a.wait);
-  const char* scatter = area(rank, phase, 0);
-  const char* gather = area(rank, phase, 1);
+  const char* scatter = dev::twoShotArea(a, rank, phase, 0);
+  const char* gather = dev::twoShotArea(a, rank, phase, 1);
   for (int i = blockIdx.x; i < Lr; i += gridDim.x) {
     // 3. Reduce the own row, send it, normalize it.
     const int ownRow = rank * Lr + i;
@@ -110,7 +106,9 @@ __global__ void __launch_bounds__(kAlgoThreads)
         dev::sanitize<T>(y);
         for (int k = 1; k < n; ++k) {
           const int s = (rank + k) % n;
-          dev::storeSys(area(s, phase, 1) + static_cast<uint64_t>(rank) * slot + off * 16, y.u);
+          dev::storeSys(
+              dev::twoShotArea(a, s, phase, 1) + static_cast<uint64_t>(rank) * slot + off * 16,
+              y.u);
         }
         // The epilogue starts from round_T(x): keep the rounded (and sanitized) values, so
         // this rank normalizes exactly what its peers receive.
@@ -152,11 +150,6 @@ __global__ void __launch_bounds__(kAlgoThreads)
 // wrote one launch ago and reduces the own segment into every rank's gather buffer (false
 // when a wait failed). Kernels load their rows' weight and residual between the two: the
 // peers wait for the scatter, and the loads' latency hides behind the reduce's wait.
-__device__ __forceinline__ char* twoShotArea(const AllReduceArgs& a, int r, uint32_t phase,
-                                             int gather) {
-  return a.peerWorkspace[r] + a.layout.tsOffset +
-         (2ull * phase + gather) * a.layout.tsSlotBytes * static_cast<uint64_t>(a.nranks);
-}
 
 // A launch's vectors as the register and cluster forms' steps 1-3 cut them: segments of L
 // vectors (V in all); thread `first` of the grid takes vectors first, first + stride, ... of
@@ -187,7 +180,7 @@ __device__ __forceinline__ void scatterRows(const AllReduceArgs& a, const T* in,
       if (v >= V) continue;
       Vec x = dev::loadRowVec(in, v, a.count, inAligned);
       dev::sanitize<T>(x);
-      dev::storeSys(twoShotArea(a, s, ph.cur, 0) + static_cast<uint64_t>(rank) * slot + i * 16,
+      dev::storeSys(dev::twoShotArea(a, s, ph.cur, 0) + static_cast<uint64_t>(rank) * slot + i * 16,
                     x.u);
     }
   }
@@ -210,12 +203,12 @@ __device__ __forceinline__ bool clearAndReduce(const AllReduceArgs& a, const T* 
 
   // 2. Clear what peers wrote one launch ago.
   for (int g = 0; g < 2; ++g) {
-    dev::clearPeerSlots(twoShotArea(a, rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
+    dev::clearPeerSlots(dev::twoShotArea(a, rank, ph.prev, g), slot, n, rank, st->tsVecs[ph.prev]);
   }
 
   // 3. Reduce the own segment; send it to every rank's gather buffer.
   bool ok = true;
-  const char* scatter = twoShotArea(a, rank, phase, 0);
+  const char* scatter = dev::twoShotArea(a, rank, phase, 0);
   for (uint64_t i = first; i < L && ok; i += stride) {
     const uint64_t v = static_cast<uint64_t>(rank) * L + i;
     if (v >= V) break;
@@ -236,7 +229,8 @@ __device__ __forceinline__ bool clearAndReduce(const AllReduceArgs& a, const T* 
     dev::sanitize<T>(y);
     for (int k = 0; k < n; ++k) {
       const int s = (rank + k) % n;
-      dev::storeSys(twoShotArea(a, s, phase, 1) + static_cast<uint64_t>(rank) * slot + i * 16, y.u);
+      dev::storeSys(dev::twoShotArea(a, s, phase, 1) + static_cast<uint64_t>(rank) * slot + i * 16,
+                    y.u);
     }
   }
 
@@ -272,7 +266,6 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
-  const uint64_t areaBytes = slot * static_cast<uint64_t>(n);
   const int H = p.hidden / 8;
   const bool inAligned = kAligned || dev::isAligned(in, 16);
   const int Lr = (rows + n - 1) / n;                 // rows per segment
@@ -298,7 +291,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
 
   // 4. Rows: the owner's reduced row, then the epilogue in registers. A failed wait above
   // leaves `ok` false: the first row's barrier then tells the whole block to stop.
-  char* gather = a.peerWorkspace[rank] + a.layout.tsOffset + (2ull * phase + 1) * areaBytes;
+  char* gather = dev::twoShotArea(a, rank, phase, 1);
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     if (row != static_cast<int>(blockIdx.x)) {
       __syncthreads();  // the previous row's epilogue has read red
@@ -352,7 +345,6 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
   const dev::Phases ph = dev::phasesOf(st->tsEpoch);
   const uint32_t epoch = ph.epoch;
   const uint64_t slot = a.layout.tsSlotBytes;
-  const uint64_t areaBytes = slot * static_cast<uint64_t>(n);
   const int H = p.hidden / 8;
   const bool inAligned = kAligned || dev::isAligned(in, 16);
   const int Lr = (rows + n - 1) / n;
@@ -368,7 +360,7 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
   dev::Waiter waiter(a.wait);
   bool ok = clearAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
 
-  char* gather = a.peerWorkspace[rank] + a.layout.tsOffset + (2ull * ph.cur + 1) * areaBytes;
+  char* gather = dev::twoShotArea(a, rank, ph.cur, 1);
   uint32_t rowsDone = 0;
   for (int row = cluster; row < rows; row += clusters) {
     if (row != cluster) me.loadResidual(p, rowBase + row);
