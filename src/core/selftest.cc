@@ -266,9 +266,15 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
   Communicator& c = c_;
   const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
   const uint64_t maxRows = c.fusedRowsPerLaunch(algo, static_cast<uint64_t>(kFusedHidden) * 2);
-  std::vector<int> rowCounts = {3, static_cast<int>(std::min<uint64_t>(maxRows, 48))};
-  // The two-shot register form's dense launch (fusedTwoShotShape), where it applies: more rows
-  // than one block per SM, once (the results hold kMaxRuns runs).
+  // Each launch shape with its repetitions: 3 rows, up to 48 rows, and the two-shot register
+  // form's dense launch (fusedTwoShotShape) where it applies, more rows than one block per SM,
+  // once (the results hold kMaxRuns runs). A rows value may repeat (48 = the dense rows on a
+  // GPU of 47 SMs); each entry keeps its own repetitions.
+  struct Shape {
+    int rows, reps;
+  };
+  std::vector<Shape> shapes = {{3, kReps},
+                               {static_cast<int>(std::min<uint64_t>(maxRows, 48)), kReps}};
   const int denseRows = c.maxBlocks_ + 1;
   const bool dense = algo == anyrAlgoTwoShotPush && c.fusedDenseBlocks_ > c.maxBlocks_ &&
                      static_cast<uint64_t>(denseRows) <= maxRows && denseRows <= kFusedMaxRows;
@@ -276,11 +282,11 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
   std::vector<Run> runs;
   int launchFailures = 0;
   std::string launchWhy;
-  if (dense) rowCounts.push_back(denseRows);
-  for (int rows : rowCounts) {
+  if (dense) shapes.push_back({denseRows, 1});
+  for (const Shape& shape : shapes) {
+    const int rows = shape.rows;
     const uint64_t count = static_cast<uint64_t>(rows) * kFusedHidden;
-    const int reps = rows == denseRows && dense ? 1 : kReps;
-    for (int rep = 0; rep < reps; ++rep) {
+    for (int rep = 0; rep < shape.reps; ++rep) {
       ANYR_CUDA_CHECK(launchSelfTestFill(anyrBfloat16, in_, count, c.rank_, c.internalStream_));
       ANYR_CUDA_CHECK(cudaMemsetAsync(out_, 0xff, count * 2, c.internalStream_));
       // residualIn NULL: residualOut = the all-reduced rows, exact; normOut is written too
