@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
 // wrote one launch ago and reduces the own segment into every rank's gather buffer (false
 // when a wait failed). Kernels load their rows' weight and residual between the two: the
 // peers wait for the scatter, and the loads' latency hides behind the reduce's wait.
-
+//
 // A launch's vectors as the register and cluster forms' steps 1-3 cut them: segments of L
 // vectors (V in all); thread `first` of the grid takes vectors first, first + stride, ... of
 // every segment.
