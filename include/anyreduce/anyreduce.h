@@ -296,6 +296,9 @@ typedef struct {
                                             kernel (NCCL, pull algorithms, unaligned input) */
   unsigned long long forcedCalls;        /* calls made while an algorithm was forced */
   unsigned long long capturedCalls;      /* calls dispatched during CUDA-graph capture */
+  /* Fused-kernel launches by thread-block cluster size (a call of many rows may take several
+   * launches): [0] a block per row (no clusters), [1] clusters of 2 blocks, [2] of 4, [3] of 8. */
+  unsigned long long fusedLaunchesByCluster[4];
 } anyrCounters_t;
 #define ANYR_COUNTERS_MAGIC 0x414e5943u
 

@@ -388,6 +388,10 @@ class Comm:
             "fused_composed_calls": int(c.fusedComposedCalls),
             "forced_calls": int(c.forcedCalls),
             "captured_calls": int(c.capturedCalls),
+            # fused-kernel launches by thread-block cluster size (1: a block per row)
+            "fused_launches_by_cluster": {
+                size: int(c.fusedLaunchesByCluster[i]) for i, size in enumerate((1, 2, 4, 8))
+            },
         }
 
     def reset_counters(self) -> None:

@@ -415,6 +415,7 @@ class anyrCounters_t(ctypes.Structure):  # noqa: N801 (C name)
         ("fusedComposedCalls", ctypes.c_ulonglong),
         ("forcedCalls", ctypes.c_ulonglong),
         ("capturedCalls", ctypes.c_ulonglong),
+        ("fusedLaunchesByCluster", ctypes.c_ulonglong * 4),
     ]
 
     @classmethod

@@ -236,7 +236,8 @@ def test_counters_struct_mirrors_header(header):
     assert names == [f[0] for f in anyrCounters_t._fields_]
     assert "[anyrNumAlgos][ANYR_COUNTER_BUCKETS]" in text
     algos, buckets = len(Algo), _types.ANYR_COUNTER_BUCKETS
-    assert ctypes.sizeof(anyrCounters_t) == 16 + 2 * algos * buckets * 8 + 4 * 8
+    assert "fusedLaunchesByCluster[4]" in text
+    assert ctypes.sizeof(anyrCounters_t) == 16 + 2 * algos * buckets * 8 + 4 * 8 + 4 * 8
     m = re.search(r"#define ANYR_COUNTERS_MAGIC (0x[0-9a-fA-F]+)u", header.text)
     assert m and int(m.group(1), 16) == _types.ANYR_COUNTERS_MAGIC
     m = re.search(r"#define ANYR_COUNTER_BUCKETS (\d+)", header.text)

@@ -827,7 +827,8 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   // depends on this rank's pointers (the kernels take any alignment): the fused kernel and
   // the composition cut a call into launches differently, so every rank must make the same
   // choice.
-  const Path path = pathFor(p.quant != anyrQuantNone ? Op::AddRmsNormQuant : Op::AddRmsNorm, bytes);
+  const Path path =
+      pathFor(p.quant != anyrQuantNone ? Op::AddRmsNormQuant : Op::AddRmsNorm, bytes, p.hidden);
   const anyrAlgo_t algo = path.algo;
   if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
   const size_t maxRows = static_cast<size_t>(fusedRowsPerLaunch(algo, rowBytes));
@@ -845,11 +846,12 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
       const int rows = static_cast<int>(std::min(maxRows, tokens - row));
       const cudaError_t e =
           launchFusedRows(algo, dtype, static_cast<const char*>(partial) + row * rowBytes, p,
-                          static_cast<int>(row), rows, stream);
+                          static_cast<int>(row), rows, stream, path.cluster);
       if (e != cudaSuccess) {
         throwError(anyrCudaError, std::string("launching fused ") + anyrAlgoName(algo) + ": " +
                                       cudaGetErrorString(e));
       }
+      counters_.noteFusedLaunch(fusedClusterBlocks(rows, p.hidden, path.cluster));
     }
     noteWork(stream, capturing);
     return;
@@ -873,16 +875,16 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
 
 cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, const void* rowsIn,
                                           const FusedParams& p, int rowBase, int rows,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, int pathCluster) {
   AllReduceArgs a = argsTemplate_;
   a.input = rowsIn;
   a.output = nullptr;
   a.count = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden);
   a.numVecs = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden / 8);
   // Rows spread over thread-block clusters where admitted (fused_algo.h: for launches of
-  // few rows; the same bits either way).
-  const int clusterBlocks =
-      clusterOn_ ? fusedClusterSize(rows, p.hidden, maxBlocks_, cfg_.fusedCluster) : 1;
+  // few rows; the same bits either way): the configured size, else the measured one (the
+  // dispatch path's), else the automatic rule.
+  const int clusterBlocks = fusedClusterBlocks(rows, p.hidden, pathCluster);
   if (algo == anyrAlgoOneShotPush) {
     if (clusterBlocks > 1) {
       return launchFusedOneShotPushCluster(dtype, a, p, rowBase, rows, clusterBlocks, maxBlocks_,
@@ -899,6 +901,11 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
       fusedTwoShotShape(rows, nranks_, p.hidden, a.numVecs, maxBlocks_, fusedDenseBlocks_);
   return launchFusedTwoShotPush(dtype, a, p, rowBase, rows, shape.blocks, stream, pdlOn_,
                                 shape.threads);
+}
+
+int Communicator::fusedClusterBlocks(int rows, int hidden, int pathCluster) const {
+  const int setting = cfg_.fusedCluster != 0 ? cfg_.fusedCluster : pathCluster;
+  return clusterOn_ ? fusedClusterSize(rows, hidden, maxBlocks_, setting) : 1;
 }
 
 uint64_t Communicator::fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const {

@@ -62,8 +62,9 @@ class Communicator {
 
   // ---- Dispatch (select/dispatch.h; measuring in core/tune.cc) ----
   // The path a call of `op` with `bytes` takes: a forced path, else a forced algorithm, else
-  // the table. O(1); no synchronization.
-  Path pathFor(Op op, uint64_t bytes) const;
+  // the table. O(1); no synchronization. `hidden`: the row width of a fused call, which keeps
+  // a measured cluster size only at the width the table was measured at (0: keep it).
+  Path pathFor(Op op, uint64_t bytes, int hidden = 0) const;
   // Internal (tuning, `bench --check-dispatch`): force one path of one operation; `clear`
   // restores dispatch. Collective like setAlgorithm. Throws for a path not admitted.
   void forcePath(Op op, Path p);
@@ -84,6 +85,9 @@ class Communicator {
   // Collective. Measures, agrees (slowest rank counts, rank 0 decides and broadcasts), and
   // installs the result; returns it. `progress` is called on rank 0 only.
   TuningTable tune(const TuneOptions& o, const TuneProgress& progress);
+  // The cluster sizes tuning measures besides the automatic rule's for `tokens` rows of
+  // `hidden` in fused kernel `algo` (none where clusters are off, configured, or not taken).
+  std::vector<int> clusterSizesToMeasure(anyrAlgo_t algo, int tokens, int hidden) const;
 
   // anyrSuccess, or the failure recorded by device waits / abort; *msg receives the text.
   anyrResult_t asyncError(std::string* msg);
@@ -110,6 +114,11 @@ class Communicator {
   void installTuning(const TuningTable& table, const char* what, const std::string& note);
   double timePath(Op op, uint64_t bytes, int tokens, int hidden, void* const* bufs, int calls,
                   int samples, cudaStream_t s);
+  // Tuning, after a fused kernel won a point: its cluster sizes measured against the
+  // automatic rule (clusterSizesToMeasure); a size that wins goes into tp->choice ("/cN").
+  void tuneClusterSize(Op op, Path chosen, int tokens, const TuneOptions& o, void* const* bufs,
+                       cudaStream_t s, TunedPoint* tp, int* done, int* total,
+                       const TuneProgress& progress);
   void throwIfFailed();
   void noteWork(cudaStream_t stream, bool capturing);
   void checkStream(cudaStream_t stream, bool capturing) const;
@@ -134,8 +143,14 @@ class Communicator {
   // One launch of the fused kernel of `algo` (one-shot or two-shot push) on `rows` rows of
   // p.hidden elements starting at `rowsIn` (output rows rowBase..), with the communicator's
   // grid (fused/fused_algo.h). Calls and the startup self-test both launch through here.
+  // pathCluster: the dispatch path's cluster size (Path::cluster; 0: the automatic rule); the
+  // configured setting (config.fusedCluster), where not 0, comes first.
   cudaError_t launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, const void* rowsIn,
-                              const FusedParams& p, int rowBase, int rows, cudaStream_t stream);
+                              const FusedParams& p, int rowBase, int rows, cudaStream_t stream,
+                              int pathCluster = 0);
+  // The cluster size such a launch takes (1: a block per row): the configured setting, else
+  // pathCluster, else the automatic rule (fused_algo.h); 1 where clusters are off.
+  int fusedClusterBlocks(int rows, int hidden, int pathCluster) const;
   // Runs a message as launches of at most capacityBytes each (piece boundaries are multiples of
   // 16 bytes, so alignment is kept): launch(args, shape) per piece, where args is `tmpl`
   // (AllReduceArgs or HostArgs) with the piece's input, output, count and 16-byte vectors; a
@@ -187,6 +202,7 @@ class Communicator {
   std::array<std::atomic<int>, kNumOps> forcedPath_{};  // -1: none; else algo | kernel << 8
   std::array<bool, anyrNumAlgos> fusedKernelOk_{};      // fused kernel of this algorithm admitted
   std::unique_ptr<TuningTable> tuned_;
+  int tunedClusterHidden_ = 0;  // the installed table's hidden (its cluster sizes hold there)
   std::string tuningNote_;
 
   ncclComm_t nccl_ = nullptr;

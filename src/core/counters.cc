@@ -22,6 +22,11 @@ void CommCounters::note(anyrAlgo_t algo, uint64_t bytes, CallKind kind, bool for
   if (capturing) captured_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void CommCounters::noteFusedLaunch(int clusterBlocks) {
+  const int i = clusterBlocks >= 8 ? 3 : clusterBlocks >= 4 ? 2 : clusterBlocks >= 2 ? 1 : 0;
+  byCluster_[i].fetch_add(1, std::memory_order_relaxed);
+}
+
 void CommCounters::snapshot(anyrCounters_t* out) const {
   for (int a = 0; a < anyrNumAlgos; ++a) {
     for (int b = 0; b < ANYR_COUNTER_BUCKETS; ++b) {
@@ -33,6 +38,9 @@ void CommCounters::snapshot(anyrCounters_t* out) const {
   out->fusedComposedCalls = fusedComposed_.load(std::memory_order_relaxed);
   out->forcedCalls = forced_.load(std::memory_order_relaxed);
   out->capturedCalls = captured_.load(std::memory_order_relaxed);
+  for (int i = 0; i < 4; ++i) {
+    out->fusedLaunchesByCluster[i] = byCluster_[i].load(std::memory_order_relaxed);
+  }
 }
 
 void CommCounters::reset() {
@@ -42,7 +50,8 @@ void CommCounters::reset() {
       bytes_[a][b].store(0, std::memory_order_relaxed);
     }
   }
-  for (auto* c : {&fusedKernel_, &fusedComposed_, &forced_, &captured_}) {
+  for (auto* c : {&fusedKernel_, &fusedComposed_, &forced_, &captured_, &byCluster_[0],
+                  &byCluster_[1], &byCluster_[2], &byCluster_[3]}) {
     c->store(0, std::memory_order_relaxed);
   }
 }

@@ -17,6 +17,8 @@ int counterBucket(uint64_t bytes);
 class CommCounters {
  public:
   void note(anyrAlgo_t algo, uint64_t bytes, CallKind kind, bool forced, bool capturing);
+  // One fused-kernel launch in clusters of `clusterBlocks` (1: a block per row; 2, 4, 8).
+  void noteFusedLaunch(int clusterBlocks);
   // Fills every counter field of *out (size and magic are the caller's).
   void snapshot(anyrCounters_t* out) const;
   void reset();
@@ -28,6 +30,7 @@ class CommCounters {
   std::atomic<uint64_t> fusedComposed_{0};
   std::atomic<uint64_t> forced_{0};
   std::atomic<uint64_t> captured_{0};
+  std::atomic<uint64_t> byCluster_[4] = {};
 };
 
 }  // namespace anyr

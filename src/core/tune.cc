@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "fused/fused.h"
+#include "fused/fused_algo.h"
 #include "select/explain.h"
 
 namespace anyr {
@@ -17,8 +18,13 @@ namespace anyr {
 namespace {
 
 constexpr int kForcedSet = 1 << 16;
-int encodePath(Path p) { return kForcedSet | static_cast<int>(p.algo) | (p.fusedKernel ? 256 : 0); }
-Path decodePath(int v) { return Path{static_cast<anyrAlgo_t>(v & 255), (v & 256) != 0}; }
+// Bits 0-7 the algorithm, bit 8 the fused kernel, bits 9-12 the cluster size (0..8).
+int encodePath(Path p) {
+  return kForcedSet | static_cast<int>(p.algo) | (p.fusedKernel ? 256 : 0) | (p.cluster << 9);
+}
+Path decodePath(int v) {
+  return Path{static_cast<anyrAlgo_t>(v & 255), (v & 256) != 0, (v >> 9) & 15};
+}
 
 constexpr int kMaxCands = 8;
 
@@ -30,17 +36,32 @@ struct PointSample {
 
 }  // namespace
 
-Path Communicator::pathFor(Op op, uint64_t bytes) const {
+Path Communicator::pathFor(Op op, uint64_t bytes, int hidden) const {
   const int fp = forcedPath_[static_cast<size_t>(op)].load(std::memory_order_relaxed);
   if (fp != 0) return decodePath(fp);
   const anyrAlgo_t forced = static_cast<anyrAlgo_t>(forced_.load(std::memory_order_relaxed));
   if (forced != anyrAlgoAuto) return forcedPath(op, forced);
-  return dispatch_.lookup(op, bytes);
+  Path p = dispatch_.lookup(op, bytes);
+  // A measured cluster size holds for the row width it was measured at (the table's hidden);
+  // other widths take the automatic rule. hidden 0: the caller does not launch (queries).
+  if (p.cluster != 0 && hidden != 0 && hidden != tunedClusterHidden_) p.cluster = 0;
+  return p;
 }
 
 void Communicator::forcePath(Op op, Path p) {
+  if (p.cluster != 0) {
+    if (!p.fusedKernel || !pathClusterValid(p.cluster)) {
+      throwError(anyrInvalidArgument, std::string(opName(op)) + " path " + pathName(op, p) +
+                                          ": a cluster size (1, 2, 4 or 8) needs a fused kernel");
+    }
+    if (p.cluster > 1 && !clusterOn_) {
+      throwError(anyrUnsupported,
+                 std::string(opName(op)) + " path " + pathName(op, p) +
+                     " needs thread-block clusters, which are off here: " + clusterReason_);
+    }
+  }
   for (const Candidate& c : candidatesOf(op)) {
-    if (c.path == p) {
+    if (c.path.sameKernel(p)) {
       if (!c.admitted && nranks_ > 1) {
         throwError(anyrUnsupported, std::string(opName(op)) + " path " + pathName(op, p) +
                                         " is not admitted on this communicator: " + c.reason);
@@ -78,6 +99,10 @@ std::string Communicator::explainText() const {
       clusters += sep + std::to_string(rows) + " -> " + std::to_string(size);
       sep = ", ";
     }
+    if (tuned_ != nullptr) {
+      clusters += "; sizes the table measured (\"/cN\" below) hold for rows of hidden " +
+                  std::to_string(tunedClusterHidden_) + ", other widths take the rule";
+    }
   }
   in.launchNotes.push_back(clusters);
   return explainDispatch(in);
@@ -86,9 +111,10 @@ std::string Communicator::explainText() const {
 void Communicator::installTuning(const TuningTable& table, const char* what,
                                  const std::string& note) {
   std::vector<std::string> warnings;
-  applyTuning(table, candidates_, &dispatch_, &warnings);
+  applyTuning(table, candidates_, clusterOn_, &dispatch_, &warnings);
   for (const std::string& w : warnings) ANYR_LOG(Warn, rank_, what << ": " << w);
   tuned_ = std::make_unique<TuningTable>(table);
+  tunedClusterHidden_ = table.hidden;
   tuningNote_ = note;
 }
 
@@ -233,6 +259,72 @@ double Communicator::timePath(Op op, uint64_t bytes, int tokens, int hidden, voi
   return 1000.0 * ms[ms.size() / 2] / calls;
 }
 
+std::vector<int> Communicator::clusterSizesToMeasure(anyrAlgo_t algo, int tokens,
+                                                     int hidden) const {
+  std::vector<int> sizes;
+  // Only where the sizes are this communicator's to choose: clusters admitted, the configured
+  // size automatic, rows that clusters take (fused_algo.h), and the fused kernel itself.
+  if (!clusterOn_ || cfg_.fusedCluster != 0 || !fusedClusterFits(hidden) ||
+      !fusedRowFitsRegisters(hidden)) {
+    return sizes;
+  }
+  const uint64_t rowBytes = static_cast<uint64_t>(hidden) * 2;
+  const uint64_t perLaunch = fusedRowsPerLaunch(algo, rowBytes);
+  if (perLaunch == 0) return sizes;
+  const int rows = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(tokens), perLaunch));
+  const int rule = fusedClusterSize(rows, hidden, maxBlocks_, 0);
+  for (int c : {1, 2, 4, 8}) {
+    if (c != rule) sizes.push_back(c);
+  }
+  return sizes;
+}
+
+void Communicator::tuneClusterSize(Op op, Path chosen, int tokens, const TuneOptions& o,
+                                   void* const* bufs, cudaStream_t s, TunedPoint* tp, int* done,
+                                   int* total, const TuneProgress& progress) {
+  // The chosen fused kernel again under the automatic cluster rule (slot 0, the baseline, in
+  // the same round as the others) and at every other cluster size. Every rank computes the
+  // same list from agreed inputs; the slowest rank's times decide, and a size is taken only
+  // when it beats the rule by more than kClusterMargin.
+  constexpr double kClusterMargin = 0.02;
+  const std::vector<int> sizes = clusterSizesToMeasure(chosen.algo, tokens, o.hidden);
+  if (sizes.empty()) return;
+  const uint64_t bytes = static_cast<uint64_t>(tokens) * static_cast<uint64_t>(o.hidden) * 2;
+  *total += static_cast<int>(sizes.size()) + 1;
+  PointSample mine{};
+  std::vector<int> measured = {0};
+  measured.insert(measured.end(), sizes.begin(), sizes.end());
+  for (size_t k = 0; k < measured.size(); ++k) {
+    Path v = chosen;
+    v.cluster = measured[k];
+    forcePath(op, v);
+    mine.us[k] = timePath(op, bytes, tokens, o.hidden, bufs, o.calls, o.samples, s);
+    clearForcedPath(op);
+    ++*done;
+    if (progress && rank_ == 0) {
+      progress(*done, *total,
+               std::string(opName(op)) + " " + std::to_string(bytes) + " B " + pathName(op, v) +
+                   (v.cluster == 0 ? " (cluster rule)" : ""));
+    }
+  }
+  std::vector<PointSample> all = bs_->allGatherValue(mine);
+  std::vector<std::vector<double>> perRank;
+  for (const PointSample& r : all) perRank.emplace_back(r.us, r.us + measured.size());
+  std::vector<double> slowest;
+  int32_t pick = agreeOverBaseline(perRank, kClusterMargin, &slowest);
+  bs_->broadcast(&pick, sizeof(pick), 0);
+  for (size_t k = 1; k < measured.size(); ++k) {
+    Path v = chosen;
+    v.cluster = measured[k];
+    tp->times.emplace_back(pathName(op, v), slowest[k]);
+  }
+  if (pick > 0) {
+    Path v = chosen;
+    v.cluster = measured[static_cast<size_t>(pick)];
+    tp->choice = pathName(op, v);
+  }
+}
+
 TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& progress) {
   throwIfFailed();
   ANYR_REQUIRE_ARG(nranks_ > 1, "comm", "tuning needs 2 ranks or more");
@@ -349,11 +441,14 @@ TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& pro
       if (choice >= 0) {
         TunedPoint tp;
         tp.bucket = p.bucket;
-        tp.choice =
-            pathName(p.op, cands[static_cast<size_t>(index[static_cast<size_t>(choice)])].path);
+        const Path chosen = cands[static_cast<size_t>(index[static_cast<size_t>(choice)])].path;
+        tp.choice = pathName(p.op, chosen);
         for (size_t k = 0; k < index.size(); ++k) {
           tp.times.emplace_back(pathName(p.op, cands[static_cast<size_t>(index[k])].path),
                                 slowest[k]);
+        }
+        if (chosen.fusedKernel) {
+          tuneClusterSize(p.op, chosen, p.tokens, o, bufs, s, &tp, &done, &total, progress);
         }
         table.points[static_cast<size_t>(p.op)].push_back(tp);
       }

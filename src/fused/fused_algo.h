@@ -99,7 +99,9 @@ inline int fusedClusterThreads(int hidden, int clusterBlocks) {
 // against 4.89 without, 16 rows 5.19 against 5.45, 32 rows 6.22 at C = 4 against 7.30; the two-shot
 // 64 rows 8.35 at C = 2 against 9.52, 96 rows 10.20 at C = 2 and 10.18 without. Forced sizes
 // at 8-128 tokens of 6144 and 7168 (docs/PERFORMANCE.md, 2026-11-30 19:55): this rule is the
-// fastest or within 0.05 us everywhere but 7168 x 16 and 96 tokens, where C = 2 is faster.
+// fastest or within 0.05 us everywhere but 7168 x 16 and 96 tokens, where C = 2 is faster;
+// `anyreduce tune` measures the sizes per bucket at its hidden size (Path::cluster), which
+// comes here as a forced `setting`.
 inline int fusedClusterSize(int rows, int hidden, int maxBlocks, int setting) {
   if (setting == 1 || !fusedClusterFits(hidden)) return 1;
   if (setting > 1) return setting;

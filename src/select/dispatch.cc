@@ -32,18 +32,36 @@ bool parseOp(const std::string& name, Op* out) {
   return false;
 }
 
+bool pathClusterValid(int cluster) {
+  return cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8;
+}
+
 std::string pathName(Op op, Path p) {
   if (op == Op::AllReduce) return anyrAlgoName(p.algo);
-  return p.fusedKernel ? std::string("fused:") + anyrAlgoName(p.algo)
-                       : std::string(anyrAlgoName(p.algo)) + "+epilogue";
+  if (!p.fusedKernel) return std::string(anyrAlgoName(p.algo)) + "+epilogue";
+  std::string name = std::string("fused:") + anyrAlgoName(p.algo);
+  if (p.cluster != 0) name += "/c" + std::to_string(p.cluster);
+  return name;
 }
 
 bool parsePath(Op op, const std::string& name, Path* out) {
+  // A fused kernel's name may end in "/cN", a cluster size (pathClusterValid).
+  std::string base = name;
+  int cluster = 0;
+  const size_t slash = name.rfind("/c");
+  if (op != Op::AllReduce && slash != std::string::npos && slash + 3 == name.size()) {
+    const char d = name[slash + 2];
+    if (d < '0' || d > '9' || !pathClusterValid(d - '0')) return false;
+    cluster = d - '0';
+    base = name.substr(0, slash);
+  }
   for (int a = 1; a < anyrNumAlgos; ++a) {
     for (bool k : {false, true}) {
       if (op == Op::AllReduce && k) continue;
+      if (cluster != 0 && !k) continue;
       Path p{static_cast<anyrAlgo_t>(a), k};
-      if (pathName(op, p) == name) {
+      if (pathName(op, p) == base) {
+        p.cluster = cluster;
         *out = p;
         return true;
       }
@@ -521,6 +539,15 @@ int agreeChoice(const std::vector<std::vector<double>>& perRank, std::vector<dou
   }
   if (slowest != nullptr) *slowest = worst;
   return best;
+}
+
+int agreeOverBaseline(const std::vector<std::vector<double>>& perRank, double margin,
+                      std::vector<double>* slowest) {
+  std::vector<double> worst;
+  const int best = agreeChoice(perRank, &worst);
+  if (slowest != nullptr) *slowest = worst;
+  if (best <= 0 || worst.empty() || worst[0] < 0) return best;
+  return worst[static_cast<size_t>(best)] < worst[0] * (1.0 - margin) ? best : 0;
 }
 
 }  // namespace anyr

@@ -30,14 +30,23 @@ bool parseOp(const std::string& name, Op* out);
 
 // One way to run an operation. For all-reduce, the algorithm. For the fused operation, the
 // all-reduce algorithm and whether its fused kernel (all-reduce and epilogue in one kernel) or
-// the composition (all-reduce, then the standalone add+RMSNorm kernel) runs.
+// the composition (all-reduce, then the standalone add+RMSNorm kernel) runs; for a fused
+// kernel also the thread-block cluster size, where a measurement chose one (fused_algo.h:
+// 0 = the automatic rule, 1 = a block per row, 2/4/8 = clusters of that many blocks).
 struct Path {
   anyrAlgo_t algo = anyrAlgoAuto;
   bool fusedKernel = false;
-  bool operator==(const Path& o) const { return algo == o.algo && fusedKernel == o.fusedKernel; }
+  int cluster = 0;
+  bool operator==(const Path& o) const {
+    return algo == o.algo && fusedKernel == o.fusedKernel && cluster == o.cluster;
+  }
   bool operator!=(const Path& o) const { return !(*this == o); }
+  bool sameKernel(const Path& o) const { return algo == o.algo && fusedKernel == o.fusedKernel; }
 };
-// "twoshot-push" (all-reduce); "fused:oneshot-push" / "nccl+epilogue" (fused operations).
+// The cluster sizes a Path may carry besides 0 (the rule): 1, 2, 4, 8.
+bool pathClusterValid(int cluster);
+// "twoshot-push" (all-reduce); "fused:oneshot-push" / "nccl+epilogue" (fused operations);
+// "fused:oneshot-push/c2" (a fused kernel in clusters of 2; "/c1": a block per row).
 std::string pathName(Op op, Path p);
 bool parsePath(Op op, const std::string& name, Path* out);
 
@@ -126,5 +135,10 @@ std::string overrideError(const Admission& adm, anyrAlgo_t algo);
 // the index of the fastest, ties to the lowest index; -1 if none was measured on every rank.
 // A pure function: ranks given the same gathered timings choose the same candidate.
 int agreeChoice(const std::vector<std::vector<double>>& perRank, std::vector<double>* slowest);
+// The same, where candidate 0 is a baseline that stays unless another beats it by more than
+// `margin` (a fraction of the baseline's time): a variant measured no faster than the spread
+// is not taken. Returns agreeChoice's answer where the baseline failed on some rank.
+int agreeOverBaseline(const std::vector<std::vector<double>>& perRank, double margin,
+                      std::vector<double>* slowest);
 
 }  // namespace anyr

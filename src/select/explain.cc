@@ -95,6 +95,19 @@ std::string explainDispatch(const ExplainInput& in) {
         }
         os << cell;
       }
+      // A fused kernel's cluster sizes, measured where that kernel won (tune.cc).
+      if (tp != nullptr) {
+        for (const auto& [n, us] : tp->times) {
+          if (n.find("/c") == std::string::npos) continue;
+          char cell[96];
+          if (us >= 0) {
+            std::snprintf(cell, sizeof(cell), " %s %.1f", n.c_str(), us);
+          } else {
+            std::snprintf(cell, sizeof(cell), " %s failed", n.c_str());
+          }
+          os << cell;
+        }
+      }
       os << "\n";
     }
   }

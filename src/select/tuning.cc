@@ -223,7 +223,7 @@ bool loadTuningFor(const std::string& path, const Fingerprint& mine, TuningTable
 }
 
 void applyTuning(const TuningTable& t, const std::array<std::vector<Candidate>, kNumOps>& cands,
-                 DispatchTable* table, std::vector<std::string>* warnings) {
+                 bool clustersOn, DispatchTable* table, std::vector<std::string>* warnings) {
   for (int o = 0; o < kNumOps; ++o) {
     const Op op = static_cast<Op>(o);
     std::vector<std::pair<int, Path>> measured;
@@ -232,15 +232,22 @@ void applyTuning(const TuningTable& t, const std::array<std::vector<Candidate>, 
       bool ok = parsePath(op, p.choice, &path);
       const Candidate* c = nullptr;
       for (const Candidate& x : cands[static_cast<size_t>(o)]) {
-        if (ok && x.path == path) c = &x;
+        if (ok && x.path.sameKernel(path)) c = &x;
       }
+      const std::string where =
+          std::string(opName(op)) + " bucket " + std::to_string(p.bucket) + ": tuned choice '";
       if (c == nullptr || !c->admitted) {
         warnings->push_back(
-            std::string(opName(op)) + " bucket " + std::to_string(p.bucket) + ": tuned choice '" +
-            p.choice + "' " +
+            where + p.choice + "' " +
             (c == nullptr ? "is not a known path" : "is not admitted here: " + c->reason) +
             "; keeping the seed");
         continue;
+      }
+      if (path.cluster > 1 && !clustersOn) {
+        warnings->push_back(where + p.choice +
+                            "' needs thread-block clusters, which are off here; its kernel "
+                            "takes the automatic cluster rule");
+        path.cluster = 0;
       }
       measured.emplace_back(p.bucket, path);
     }

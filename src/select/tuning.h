@@ -35,7 +35,9 @@ Fingerprint fingerprintOf(const Topology& rankTopo, int nranks,
 
 struct TunedPoint {
   int bucket = 0;
-  std::string choice;                                 // pathName of the chosen candidate
+  // pathName of the chosen candidate; for a fused kernel with a measured cluster size, the
+  // name ends in "/cN" (the sizes measured are in `times` too).
+  std::string choice;
   std::vector<std::pair<std::string, double>> times;  // candidate -> slowest rank's us (<0 failed)
 };
 
@@ -59,8 +61,10 @@ bool loadTuningFor(const std::string& path, const Fingerprint& mine, TuningTable
 
 // Measured choices onto `table`: each measured bucket takes its choice, every other bucket
 // the choice of the nearest measured one. A choice this communicator does not admit (or an
-// unknown name) is skipped and reported in *warnings.
+// unknown name) is skipped and reported in *warnings. A choice's cluster size ("/c2") needs
+// `clustersOn` (thread-block clusters admitted) when above 1; without, the choice is kept
+// with the automatic cluster rule, and *warnings says so.
 void applyTuning(const TuningTable& t, const std::array<std::vector<Candidate>, kNumOps>& cands,
-                 DispatchTable* table, std::vector<std::string>* warnings);
+                 bool clustersOn, DispatchTable* table, std::vector<std::string>* warnings);
 
 }  // namespace anyr

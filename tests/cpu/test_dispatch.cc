@@ -98,6 +98,33 @@ TEST(Dispatch, PathNamesRoundTrip) {
   Path p;
   EXPECT_FALSE(parsePath(Op::AllReduce, "fused:oneshot-push", &p));  // no fused all-reduce
   EXPECT_FALSE(parsePath(Op::AddRmsNorm, "warp-drive", &p));
+}
+
+TEST(Dispatch, FusedKernelPathsCarryAClusterSize) {
+  for (Op op : {Op::AddRmsNorm, Op::AddRmsNormQuant}) {
+    for (anyrAlgo_t a : {anyrAlgoOneShotPush, anyrAlgoTwoShotPush}) {
+      for (int c : {1, 2, 4, 8}) {
+        const Path want{a, true, c};
+        const std::string name = pathName(op, want);
+        EXPECT_EQ(name, std::string("fused:") + anyrAlgoName(a) + "/c" + std::to_string(c));
+        Path back;
+        ASSERT_TRUE(parsePath(op, name, &back)) << name;
+        EXPECT_EQ(back, want) << name;
+        EXPECT_NE(back, (Path{a, true, 0})) << name;  // the size is part of the path
+        EXPECT_TRUE(back.sameKernel(Path{a, true, 0})) << name;
+      }
+    }
+  }
+  Path p{anyrAlgoNccl, false, 7};
+  // Sizes other than 1, 2, 4, 8; a size on a composition or an all-reduce; a size alone.
+  for (const char* bad :
+       {"fused:oneshot-push/c3", "fused:oneshot-push/c0", "fused:oneshot-push/c16",
+        "fused:oneshot-push/cx", "fused:oneshot-push/c", "oneshot-push+epilogue/c2", "/c2"}) {
+    EXPECT_FALSE(parsePath(Op::AddRmsNorm, bad, &p)) << bad;
+  }
+  EXPECT_FALSE(parsePath(Op::AllReduce, "oneshot-push/c2", &p));
+  EXPECT_EQ(p, (Path{anyrAlgoNccl, false, 7}));  // untouched by a failed parse
+  for (int c : {0, 3, 5, 16, -2}) EXPECT_FALSE(pathClusterValid(c)) << c;
   Op op;
   EXPECT_TRUE(parseOp("add-rmsnorm-quant", &op));
   EXPECT_EQ(op, Op::AddRmsNormQuant);
@@ -481,7 +508,7 @@ TEST(Dispatch, HostPathsStayCandidatesButNeverTheSeedWherePeerPathsExist) {
   tab.fingerprint = fingerprintOf(s.t, 2);
   tab.points[0].push_back({10, "host-oneshot", {{"host-oneshot", 3.0}, {"oneshot-push", 4.0}}});
   std::vector<std::string> warnings;
-  applyTuning(tab, s.cands, &s.table, &warnings);
+  applyTuning(tab, s.cands, true, &s.table, &warnings);
   EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(choice(s, Op::AllReduce, 1024), "host-oneshot");
 }
@@ -607,6 +634,22 @@ TEST(Dispatch, SlowestRankCountsAndEveryRankAgrees) {
   }
 }
 
+TEST(Dispatch, AVariantReplacesTheBaselineOnlyWhenClearlyFaster) {
+  std::vector<double> slowest;
+  // Slowest ranks: baseline 5.10, variants 4.66 and 5.00: 4.66 is 8.6% faster.
+  EXPECT_EQ(agreeOverBaseline({{5.10, 4.60, 5.00}, {5.05, 4.66, 4.90}}, 0.02, &slowest), 1);
+  EXPECT_EQ(slowest, (std::vector<double>{5.10, 4.66, 5.00}));
+  // 1% faster on the slowest rank: within the margin, the baseline stays.
+  EXPECT_EQ(agreeOverBaseline({{5.00, 4.95}, {4.90, 4.90}}, 0.02, nullptr), 0);
+  // Faster on one rank, slower on the other: the slowest rank counts.
+  EXPECT_EQ(agreeOverBaseline({{5.00, 4.00}, {5.00, 5.20}}, 0.02, nullptr), 0);
+  // The baseline failed on a rank: the fastest variant measured everywhere.
+  EXPECT_EQ(agreeOverBaseline({{-1.0, 6.0, 5.5}, {4.0, 6.0, 5.6}}, 0.02, nullptr), 2);
+  // A variant that failed somewhere is out, however fast elsewhere.
+  EXPECT_EQ(agreeOverBaseline({{5.0, 1.0}, {5.0, -1.0}}, 0.02, nullptr), 0);
+  EXPECT_EQ(agreeOverBaseline({{-1.0}, {-1.0}}, 0.02, nullptr), -1);
+}
+
 TEST(Dispatch, AgreementExcludesFailuresAndBreaksTiesByOrder) {
   EXPECT_EQ(agreeChoice({{1.0, 2.0}, {-1.0, 2.0}}, nullptr), 1);  // failed on rank 1
   EXPECT_EQ(agreeChoice({{3.0, 3.0}, {3.0, 3.0}}, nullptr), 0);   // tie: lowest index
@@ -663,7 +706,7 @@ TEST(Tuning, JsonRoundTrip) {
 TEST(Tuning, AppliedTableIsWhatDispatchLooksUp) {
   Machine s = setup("nvlink_pair");
   std::vector<std::string> warnings;
-  applyTuning(sampleTable(s.t), s.cands, &s.table, &warnings);
+  applyTuning(sampleTable(s.t), s.cands, true, &s.table, &warnings);
   EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(choice(s, Op::AllReduce, 1024), "nccl");
   EXPECT_EQ(s.table.source[0][10], Source::Measured);
@@ -685,12 +728,47 @@ TEST(Tuning, ChoiceNotAdmittedHereIsSkippedWithAWarning) {
   TuningTable tab = sampleTable(s.t);  // asks for oneshot-pull, rejected without peer access
   tab.points[0].push_back({12, "no-such-path", {}});
   std::vector<std::string> warnings;
-  applyTuning(tab, s.cands, &s.table, &warnings);
+  applyTuning(tab, s.cands, true, &s.table, &warnings);
   ASSERT_EQ(warnings.size(), 3u);
   EXPECT_TRUE(mentions(warnings[0] + warnings[1] + warnings[2], "oneshot-pull' is not admitted"));
   EXPECT_TRUE(mentions(warnings[0] + warnings[1] + warnings[2], "not a known path"));
   for (int b = 0; b < kNumBuckets; ++b)
     EXPECT_EQ(s.table.path[0][static_cast<size_t>(b)].algo, anyrAlgoNccl);
+}
+
+TEST(Tuning, AMeasuredClusterSizeIsAppliedOnlyWhereClustersAre) {
+  Machine s = setup("nvlink_pair");
+  TuningTable tab = sampleTable(s.t);
+  tab.points[1].push_back({18,
+                           "fused:oneshot-push/c2",
+                           {{"fused:oneshot-push", 5.10}, {"fused:oneshot-push/c2", 4.66}}});
+  tab.points[2].push_back({12, "fused:oneshot-push/c1", {{"fused:oneshot-push/c1", 4.0}}});
+  // Through JSON, as a saved table is read.
+  tab = tuningFromJson(tuningToJson(tab));
+  std::vector<std::string> warnings;
+  DispatchTable on = s.table;
+  applyTuning(tab, s.cands, true, &on, &warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(on.lookup(Op::AddRmsNorm, 200u << 10), (Path{anyrAlgoOneShotPush, true, 2}));
+  EXPECT_EQ(on.source[1][18], Source::Measured);
+  EXPECT_EQ(on.lookup(Op::AddRmsNormQuant, 4u << 10), (Path{anyrAlgoOneShotPush, true, 1}));
+  // Without clusters: the kernel choice stays, its size falls back to the rule, and a warning
+  // says so. A block per row ("/c1") needs no clusters.
+  warnings.clear();
+  DispatchTable off = s.table;
+  applyTuning(tab, s.cands, false, &off, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(mentions(warnings[0], "fused:oneshot-push/c2' needs thread-block clusters"));
+  EXPECT_EQ(off.lookup(Op::AddRmsNorm, 200u << 10), (Path{anyrAlgoOneShotPush, true, 0}));
+  EXPECT_EQ(off.lookup(Op::AddRmsNormQuant, 4u << 10), (Path{anyrAlgoOneShotPush, true, 1}));
+  // A size on a kernel this machine does not admit is skipped like any other such choice.
+  Machine n = setup("no_p2p");
+  warnings.clear();
+  applyTuning(tab, n.cands, true, &n.table, &warnings);
+  bool said = false;
+  for (const std::string& w : warnings) said = said || mentions(w, "/c2' is not admitted");
+  EXPECT_TRUE(said);
+  EXPECT_FALSE(n.table.lookup(Op::AddRmsNorm, 200u << 10).fusedKernel);
 }
 
 TEST(Tuning, FingerprintMismatchIsReportedAndIgnored) {
@@ -845,8 +923,14 @@ TEST(Explain, EveryOperationAndBucketWithReasonsAndTimes) {
   // With a tuning table: measured and seeded times side by side.
   Machine p = setup("nvlink_pair");
   TuningTable tab = sampleTable(p.t);
+  tab.points[1].push_back({18,
+                           "fused:oneshot-push/c2",
+                           {{"fused:oneshot-push", 5.10},
+                            {"fused:oneshot-push/c1", 6.25},
+                            {"fused:oneshot-push/c2", 4.66},
+                            {"fused:oneshot-push/c4", -1.0}}});
   std::vector<std::string> warnings;
-  applyTuning(tab, p.cands, &p.table, &warnings);
+  applyTuning(tab, p.cands, true, &p.table, &warnings);
   in.topo = &p.t;
   in.adm = &p.adm;
   in.table = &p.table;
@@ -860,6 +944,13 @@ TEST(Explain, EveryOperationAndBucketWithReasonsAndTimes) {
   EXPECT_TRUE(mentions(tuned, "nccl 8.5 (")) << tuned;  // measured (seed)
   EXPECT_TRUE(mentions(tuned, "measured")) << tuned;
   EXPECT_TRUE(mentions(tuned, "oneshot-pull not measured (")) << tuned;  // in a measured row
+  // A measured cluster size: chosen, and every size measured shown with its time.
+  EXPECT_TRUE(mentions(tuned, "256K      fused:oneshot-push/c2  measured")) << tuned;
+  EXPECT_TRUE(mentions(tuned, " fused:oneshot-push 5.1 (")) << tuned;
+  EXPECT_TRUE(mentions(tuned,
+                       " fused:oneshot-push/c1 6.2 fused:oneshot-push/c2 4.7 "
+                       "fused:oneshot-push/c4 failed\n"))
+      << tuned;
   in.forced = anyrAlgoTwoShot;
   EXPECT_TRUE(mentions(explainDispatch(in), "FORCED"));
 }

@@ -49,8 +49,12 @@ int countersRank(int rank, int n, const anyrUniqueId& id, const Report& report) 
   R_CUDA(cudaMemsetAsync(w, 0, 1 << 20, s));
   R_ANYR(anyrCommResetCounters(comm), comm);
   anyrCounters_t c = countersOf(comm);
+  auto clusterLaunches = [](const anyrCounters_t& k) {
+    return k.fusedLaunchesByCluster[0] + k.fusedLaunchesByCluster[1] + k.fusedLaunchesByCluster[2] +
+           k.fusedLaunchesByCluster[3];
+  };
   expect(allCalls(c) == 0 && c.capturedCalls == 0 && c.fusedKernelCalls == 0 &&
-             c.fusedComposedCalls == 0 && c.forcedCalls == 0,
+             c.fusedComposedCalls == 0 && c.forcedCalls == 0 && clusterLaunches(c) == 0,
          "counters not zero after reset");
 
   // 3 eager calls of 1024 bf16 (2 KiB: bucket 0), on the algorithm the communicator chooses.
@@ -86,6 +90,8 @@ int countersRank(int rank, int n, const anyrUniqueId& id, const Report& report) 
          comm);
   c = countersOf(comm);
   expect(c.fusedKernelCalls + c.fusedComposedCalls == 1, "one fused call counted");
+  // 4 rows take one launch: a fused-kernel call counts one launch at its cluster size.
+  expect(clusterLaunches(c) == c.fusedKernelCalls, "one fused launch per fused-kernel call");
   expect(bucketCalls(c, 1) == 1, "the fused call in bucket 1");
   // Forced NCCL: the fused call is composed (all-reduce + separate kernel) and forced.
   R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoNccl), comm);
@@ -112,9 +118,9 @@ int countersRank(int rank, int n, const anyrUniqueId& id, const Report& report) 
 
   R_ANYR(anyrCommResetCounters(comm), comm);
   c = countersOf(comm);
-  expect(
-      allCalls(c) == 0 && c.fusedComposedCalls == 0 && c.forcedCalls == 0 && c.capturedCalls == 0,
-      "reset clears every counter");
+  expect(allCalls(c) == 0 && c.fusedComposedCalls == 0 && c.forcedCalls == 0 &&
+             c.capturedCalls == 0 && c.fusedKernelCalls == 0 && clusterLaunches(c) == 0,
+         "reset clears every counter");
   R_CUDA(cudaGraphExecDestroy(exec));
   R_CUDA(cudaGraphDestroy(g));
   for (void* p : {in, out, res, w, norm}) R_CUDA(cudaFree(p));

@@ -79,6 +79,72 @@ unsigned long long checkExact(anyrComm_t comm, int rank, int n) {
   return h;
 }
 
+// The fused op through whatever dispatch chooses, at `hidden` and a few token counts, without a
+// residual: residualOut is then the all-reduced rows rounded to bf16, exact for small integers.
+// Returns wrong elements.
+unsigned long long checkFusedExact(anyrComm_t comm, int rank, int n, size_t hidden) {
+  const std::vector<size_t> tokens = {1, 3, 16, 24, 64};
+  const size_t maxCount = 64 * hidden;
+  void *in = nullptr, *resid = nullptr, *norm = nullptr, *weight = nullptr;
+  unsigned long long* bad = nullptr;
+  for (void** q : {&in, &resid, &norm}) R_CUDA(cudaMalloc(q, maxCount * 2));
+  R_CUDA(cudaMalloc(&weight, hidden * 2));
+  R_CUDA(cudaMemset(weight, 0, hidden * 2));
+  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  R_CUDA(cudaMemset(bad, 0, sizeof(*bad)));
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  uint32_t seed = 300;
+  for (size_t t : tokens) {
+    ++seed;
+    const uint64_t count = t * hidden;
+    R_CUDA(data::fillInput(anyrBfloat16, in, count, rank, seed, data::kSmallInts, s));
+    R_CUDA(cudaMemsetAsync(resid, 0xff, count * 2, s));
+    R_ANYR(anyrAllReduceAddRmsNorm(in, nullptr, resid, weight, 1e-6f, norm, t, hidden, anyrBfloat16,
+                                   nullptr, comm, s),
+           comm);
+    R_CUDA(data::countMismatches(anyrBfloat16, resid, count, n, seed, data::kSmallInts, bad, s));
+  }
+  unsigned long long h = 0;
+  R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
+  R_CUDA(cudaStreamSynchronize(s));
+  for (void* q : {in, resid, norm, weight}) R_CUDA(cudaFree(q));
+  R_CUDA(cudaFree(bad));
+  R_CUDA(cudaStreamDestroy(s));
+  return h;
+}
+
+// The cluster sizes (1, 2, 4, 8) the launches of one fused call of `tokens` x `hidden` took,
+// from the communicator's counters ("2", "1/8"; "" if no fused kernel ran).
+std::string clustersOfCall(anyrComm_t comm, size_t tokens, size_t hidden) {
+  const size_t count = tokens * hidden;
+  void *in = nullptr, *resid = nullptr, *norm = nullptr, *weight = nullptr;
+  for (void** q : {&in, &resid, &norm}) R_CUDA(cudaMalloc(q, count * 2));
+  R_CUDA(cudaMalloc(&weight, hidden * 2));
+  for (void* q : {in, resid}) R_CUDA(cudaMemset(q, 0, count * 2));
+  R_CUDA(cudaMemset(weight, 0, hidden * 2));
+  anyrCounters_t before{}, after{};
+  before.size = after.size = sizeof(anyrCounters_t);
+  before.magic = after.magic = ANYR_COUNTERS_MAGIC;
+  R_ANYR(anyrCommGetCounters(comm, &before), comm);
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  R_ANYR(anyrAllReduceAddRmsNorm(in, resid, resid, weight, 1e-6f, norm, tokens, hidden,
+                                 anyrBfloat16, nullptr, comm, s),
+         comm);
+  R_CUDA(cudaStreamSynchronize(s));
+  R_ANYR(anyrCommGetCounters(comm, &after), comm);
+  R_CUDA(cudaStreamDestroy(s));
+  for (void* q : {in, resid, norm, weight}) R_CUDA(cudaFree(q));
+  std::string out;
+  for (int i = 0; i < 4; ++i) {
+    if (after.fusedLaunchesByCluster[i] != before.fusedLaunchesByCluster[i]) {
+      out += (out.empty() ? "" : "/") + std::to_string(1 << i);
+    }
+  }
+  return out;
+}
+
 // Lines starting with `prefix` of one rank's report.
 std::vector<std::string> linesOf(const launch::RankResult& r, const std::string& prefix) {
   std::vector<std::string> out;
@@ -129,6 +195,47 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
         }
         // 13 all-reduce buckets (1 KB..4 MB) + 2 x 7 fused (1..64 tokens at hidden 6144).
         if (measured != 13 + 14) report("FAIL measured " + std::to_string(measured) + " points\n");
+        // Where a fused kernel won a point, its cluster sizes were measured against the rule
+        // and the choice is one of them; a measured size holds at the table's hidden only.
+        for (int op = 1; op < kNumOps; ++op) {
+          for (const TunedPoint& p : t.points[static_cast<size_t>(op)]) {
+            Path chosen;
+            if (!parsePath(static_cast<Op>(op), p.choice, &chosen)) {
+              report("FAIL unreadable choice " + p.choice + "\n");
+              continue;
+            }
+            if (!chosen.fusedKernel) continue;
+            int tokens = 1;
+            while (bucketOf(static_cast<uint64_t>(tokens) * 6144 * 2) < p.bucket) tokens *= 2;
+            for (int size : c.clusterSizesToMeasure(chosen.algo, tokens, 6144)) {
+              Path v = chosen;
+              v.cluster = size;
+              bool timed = false;
+              for (const auto& [name, us] : p.times)
+                timed = timed || name == pathName(static_cast<Op>(op), v);
+              if (!timed)
+                report("FAIL " + pathName(static_cast<Op>(op), v) + " not measured at bucket " +
+                       std::to_string(p.bucket) + "\n");
+            }
+            const Path at6144 = c.pathFor(static_cast<Op>(op), bucketBytes(p.bucket), 6144);
+            const Path at7168 = c.pathFor(static_cast<Op>(op), bucketBytes(p.bucket), 7168);
+            if (at6144 != chosen || !at7168.sameKernel(chosen) || at7168.cluster != 0) {
+              report("FAIL bucket " + std::to_string(p.bucket) + ": hidden 6144 takes " +
+                     pathName(static_cast<Op>(op), at6144) + ", 7168 " +
+                     pathName(static_cast<Op>(op), at7168) + " for " + p.choice + "\n");
+            }
+            // A measured size is what the call then runs (the unquantized op: no options).
+            if (op == static_cast<int>(Op::AddRmsNorm) && chosen.cluster != 0) {
+              const std::string ran = clustersOfCall(comm, static_cast<size_t>(tokens), 6144);
+              if (ran != std::to_string(chosen.cluster)) {
+                report("FAIL " + p.choice + " at " + std::to_string(tokens) +
+                       " tokens ran clusters of '" + ran + "'\n");
+              }
+            }
+            report("CLUSTER " + std::string(opName(static_cast<Op>(op))) + " bucket " +
+                   std::to_string(p.bucket) + " " + p.choice + "\n");
+          }
+        }
         // The public query agrees with the table.
         anyrAlgo_t q = anyrAlgoAuto;
         R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &q), comm);
@@ -136,6 +243,13 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
           report("FAIL query disagrees with dispatch\n");
         const unsigned long long wrong = checkExact(comm, rank, nr);
         if (wrong != 0) report("FAIL " + std::to_string(wrong) + " wrong elements after tuning\n");
+        for (size_t hidden : {6144, 7168}) {
+          const unsigned long long bad = checkFusedExact(comm, rank, nr, hidden);
+          if (bad != 0) {
+            report("FAIL " + std::to_string(bad) + " wrong fused elements at hidden " +
+                   std::to_string(hidden) + " after tuning\n");
+          }
+        }
         if (rank == 0) saveTuningFile(t, path);
         report(dispatchLines(c));
         R_ANYR(anyrCommDestroy(comm), nullptr);

@@ -105,7 +105,9 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
       std::array<std::vector<Candidate>, kNumOps> cands;
       for (int o = 0; o < kNumOps; ++o)
         cands[static_cast<size_t>(o)] = candidates(static_cast<Op>(o), t, adm);
-      applyTuning(tuned, cands, &table, &warnings);
+      // No GPU to probe clusters here: the table's sizes are shown as
+      // a configuration that does not turn clusters off would take them.
+      applyTuning(tuned, cands, cfg.fusedCluster != 1, &table, &warnings);
       for (const std::string& w : warnings) std::printf("warning: %s\n", w.c_str());
       in.tuned = &tuned;
       in.tuningNote = "loaded from " + tuningFile;

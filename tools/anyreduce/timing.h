@@ -93,7 +93,17 @@ inline std::string pathOf(const anyrCounters_t& before, const anyrCounters_t& af
   }
   const auto fk = after.fusedKernelCalls - before.fusedKernelCalls;
   const auto fc = after.fusedComposedCalls - before.fusedComposedCalls;
-  if (fk > 0 && fc == 0) p += " (fused kernel)";
+  if (fk > 0 && fc == 0) {
+    // The kernel's cluster sizes, where clusters ran ("clusters of 8"; several: "2/8").
+    std::string sizes;
+    for (int i = 1; i < 4; ++i) {
+      if (after.fusedLaunchesByCluster[i] != before.fusedLaunchesByCluster[i])
+        sizes += (sizes.empty() ? "" : "/") + std::to_string(1 << i);
+    }
+    if (!sizes.empty() && after.fusedLaunchesByCluster[0] != before.fusedLaunchesByCluster[0])
+      sizes = "1/" + sizes;
+    p += sizes.empty() ? " (fused kernel)" : " (fused kernel, clusters of " + sizes + ")";
+  }
   if (fc > 0 && fk == 0) p += " + add+RMSNorm kernel (composed)";
   if (fc > 0 && fk > 0) p += " (fused kernel and composed)";
   return p.empty() ? "none" : p;
