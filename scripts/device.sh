@@ -27,6 +27,9 @@
 #   clusters     the fused one-shot's cluster form (ANYR_FUSED_CLUSTER): its GPU tests, then the
 #                fused bench with clusters off (1), automatic (0) and forced to 2, 4, 8, in one run;
 #                bench --fused-cluster / --max-blocks reach the config (over invalid variables)
+#   clustertune  cluster sizes measured by `anyreduce tune`: the tuning GPU tests, tune at hidden
+#                7168 and 6144 (TUNE_HIDDENS), explain, then the fused bench without and with each
+#                table, alternating (CT_ROUNDS rounds; CT_TUNE=0 skips the tests and tuning)
 #   worlds       world sizes 3, 4, 5, 8 (WORLDS; those the machine has) on the first W GPUs: GPU
 #                tests, all-reduce and fused benches against NCCL, the doctor's GLM preset at 8
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
@@ -291,6 +294,37 @@ if want clusters; then
   if [ $? -eq 0 ] || ! grep -q "ANYR_FUSED_CLUSTER" "$OUT/clusters-flags-control.txt"; then
     echo "FAILED: ANYR_FUSED_CLUSTER=3 without --fused-cluster did not fail init naming it"; RC=1
   fi
+fi
+
+if want clustertune; then
+  CTL="$OUT/clustertune.txt"
+  if [ "${CT_TUNE:-1}" != 0 ]; then
+    step "clustertune: tuning GPU tests" | tee -a "$CTL"
+    timeout -k 10 500 ctest --test-dir "$BUILD" -L gpu -R 'DispatchGpu' --output-on-failure \
+      --timeout 480 2>&1 | tee "$OUT/clustertune-tests.log" | grep -E "CLUSTER|Passed|Failed|tests passed" | sort -u | tee -a "$CTL"
+    check "${PIPESTATUS[0]}" "tuning GPU tests"
+    for H in ${TUNE_HIDDENS:-7168 6144}; do
+      step "clustertune: anyreduce tune --hidden $H --max-tokens 128 -b 1K -e 4M" | tee -a "$CTL"
+      timeout -k 10 300 "$A" tune --hidden "$H" --max-tokens 128 -b 1K -e 4M -o "$OUT/tune-$H.json" 2>&1 | tail -3 | tee -a "$CTL"
+      check "${PIPESTATUS[0]}" "tune --hidden $H"
+      ANYR_TUNING_FILE="$OUT/tune-$H.json" timeout -k 10 120 "$A" explain 2>&1 | grep -E "clusters|^  *[0-9.]+[KM]? +fused:|add-rmsnorm" | tee -a "$CTL"
+    done
+  fi
+  for r in $(seq 1 "${CT_ROUNDS:-2}"); do
+    for H in ${TUNE_HIDDENS:-7168 6144}; do
+      for table in none "$OUT/tune-$H.json"; do
+        step "clustertune round $r: hidden $H, table $table" | tee -a "$CTL"
+        if [ "$table" = none ]; then
+          env -u ANYR_TUNING_FILE timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden "$H" \
+            --tokens 1,8,16,24,32,64,96,128 --samples 11 2>&1 | tee -a "$CTL" | tail -14
+        else
+          ANYR_TUNING_FILE="$table" timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden "$H" \
+            --tokens 1,8,16,24,32,64,96,128 --samples 11 2>&1 | tee -a "$CTL" | tail -14
+        fi
+        check "${PIPESTATUS[0]}" "fused bench hidden $H table $table"
+      done
+    done
+  done
 fi
 
 if want worlds; then
