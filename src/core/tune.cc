@@ -313,6 +313,9 @@ void Communicator::tuneClusterSize(Op op, Path chosen, int tokens, const TuneOpt
   std::vector<double> slowest;
   int32_t pick = agreeOverBaseline(perRank, kClusterMargin, &slowest);
   bs_->broadcast(&pick, sizeof(pick), 0);
+  // The rule's time of this round (the baseline the sizes were compared with) as "<path>/rule",
+  // then every size's.
+  tp->times.emplace_back(pathName(op, chosen) + "/rule", slowest[0]);
   for (size_t k = 1; k < measured.size(); ++k) {
     Path v = chosen;
     v.cluster = measured[k];

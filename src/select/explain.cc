@@ -95,10 +95,11 @@ std::string explainDispatch(const ExplainInput& in) {
         }
         os << cell;
       }
-      // A fused kernel's cluster sizes, measured where that kernel won (tune.cc).
+      // A fused kernel's cluster sizes, measured where that kernel won, and the automatic
+      // rule's time in the same round ("/rule"; tune.cc).
       if (tp != nullptr) {
         for (const auto& [n, us] : tp->times) {
-          if (n.find("/c") == std::string::npos) continue;
+          if (n.find("/c") == std::string::npos && n.find("/rule") == std::string::npos) continue;
           char cell[96];
           if (us >= 0) {
             std::snprintf(cell, sizeof(cell), " %s %.1f", n.c_str(), us);

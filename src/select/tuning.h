@@ -36,7 +36,9 @@ Fingerprint fingerprintOf(const Topology& rankTopo, int nranks,
 struct TunedPoint {
   int bucket = 0;
   // pathName of the chosen candidate; for a fused kernel with a measured cluster size, the
-  // name ends in "/cN" (the sizes measured are in `times` too).
+  // name ends in "/cN". Where the sizes were measured, `times` holds each ("<path>/cN") and the
+  // automatic rule's time of the same round ("<path>/rule"), the baseline they were compared
+  // with.
   std::string choice;
   std::vector<std::pair<std::string, double>> times;  // candidate -> slowest rank's us (<0 failed)
 };

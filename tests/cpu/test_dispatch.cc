@@ -926,6 +926,7 @@ TEST(Explain, EveryOperationAndBucketWithReasonsAndTimes) {
   tab.points[1].push_back({18,
                            "fused:oneshot-push/c2",
                            {{"fused:oneshot-push", 5.10},
+                            {"fused:oneshot-push/rule", 5.04},
                             {"fused:oneshot-push/c1", 6.25},
                             {"fused:oneshot-push/c2", 4.66},
                             {"fused:oneshot-push/c4", -1.0}}});
@@ -948,8 +949,8 @@ TEST(Explain, EveryOperationAndBucketWithReasonsAndTimes) {
   EXPECT_TRUE(mentions(tuned, "256K      fused:oneshot-push/c2  measured")) << tuned;
   EXPECT_TRUE(mentions(tuned, " fused:oneshot-push 5.1 (")) << tuned;
   EXPECT_TRUE(mentions(tuned,
-                       " fused:oneshot-push/c1 6.2 fused:oneshot-push/c2 4.7 "
-                       "fused:oneshot-push/c4 failed\n"))
+                       " fused:oneshot-push/rule 5.0 fused:oneshot-push/c1 6.2 "
+                       "fused:oneshot-push/c2 4.7 fused:oneshot-push/c4 failed\n"))
       << tuned;
   in.forced = anyrAlgoTwoShot;
   EXPECT_TRUE(mentions(explainDispatch(in), "FORCED"));
