@@ -50,33 +50,42 @@ std::string dispatchLines(Communicator& c) {
   return os.str();
 }
 
-// Exact all-reduce at a few sizes through whatever dispatch chooses; returns wrong elements.
-unsigned long long checkExact(anyrComm_t comm, int rank, int n) {
-  const std::vector<uint64_t> counts = {1, 1000, 65536 + 3, 1u << 20};
-  void *in = nullptr, *out = nullptr;
+// Runs `body` with a zeroed device mismatch counter and a stream of its own; returns the count.
+unsigned long long countMismatchesOf(
+    const std::function<void(unsigned long long* bad, cudaStream_t s)>& body) {
   unsigned long long* bad = nullptr;
-  R_CUDA(cudaMalloc(&in, (1u << 20) * 2));
-  R_CUDA(cudaMalloc(&out, (1u << 20) * 2));
   R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
   R_CUDA(cudaMemset(bad, 0, sizeof(*bad)));
   cudaStream_t s;
   R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  uint32_t seed = 77;
-  for (uint64_t c : counts) {
-    ++seed;
-    R_CUDA(data::fillInput(anyrBfloat16, in, c, rank, seed, data::kSmallInts, s));
-    R_CUDA(cudaMemsetAsync(out, 0xff, c * 2, s));
-    R_ANYR(anyrAllReduce(in, out, c, anyrBfloat16, anyrSum, comm, s), comm);
-    R_CUDA(data::countMismatches(anyrBfloat16, out, c, n, seed, data::kSmallInts, bad, s));
-  }
+  body(bad, s);
   unsigned long long h = 0;
   R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
   R_CUDA(cudaStreamSynchronize(s));
-  R_CUDA(cudaFree(in));
-  R_CUDA(cudaFree(out));
   R_CUDA(cudaFree(bad));
   R_CUDA(cudaStreamDestroy(s));
   return h;
+}
+
+// Exact all-reduce at a few sizes through whatever dispatch chooses; returns wrong elements.
+unsigned long long checkExact(anyrComm_t comm, int rank, int n) {
+  const std::vector<uint64_t> counts = {1, 1000, 65536 + 3, 1u << 20};
+  void *in = nullptr, *out = nullptr;
+  R_CUDA(cudaMalloc(&in, (1u << 20) * 2));
+  R_CUDA(cudaMalloc(&out, (1u << 20) * 2));
+  const unsigned long long wrong = countMismatchesOf([&](unsigned long long* bad, cudaStream_t s) {
+    uint32_t seed = 77;
+    for (uint64_t c : counts) {
+      ++seed;
+      R_CUDA(data::fillInput(anyrBfloat16, in, c, rank, seed, data::kSmallInts, s));
+      R_CUDA(cudaMemsetAsync(out, 0xff, c * 2, s));
+      R_ANYR(anyrAllReduce(in, out, c, anyrBfloat16, anyrSum, comm, s), comm);
+      R_CUDA(data::countMismatches(anyrBfloat16, out, c, n, seed, data::kSmallInts, bad, s));
+    }
+  });
+  R_CUDA(cudaFree(in));
+  R_CUDA(cudaFree(out));
+  return wrong;
 }
 
 // The fused op through whatever dispatch chooses, at `hidden` and a few token counts, without a
@@ -86,32 +95,24 @@ unsigned long long checkFusedExact(anyrComm_t comm, int rank, int n, size_t hidd
   const std::vector<size_t> tokens = {1, 3, 16, 24, 64};
   const size_t maxCount = 64 * hidden;
   void *in = nullptr, *resid = nullptr, *norm = nullptr, *weight = nullptr;
-  unsigned long long* bad = nullptr;
   for (void** q : {&in, &resid, &norm}) R_CUDA(cudaMalloc(q, maxCount * 2));
   R_CUDA(cudaMalloc(&weight, hidden * 2));
   R_CUDA(cudaMemset(weight, 0, hidden * 2));
-  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
-  R_CUDA(cudaMemset(bad, 0, sizeof(*bad)));
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  uint32_t seed = 300;
-  for (size_t t : tokens) {
-    ++seed;
-    const uint64_t count = t * hidden;
-    R_CUDA(data::fillInput(anyrBfloat16, in, count, rank, seed, data::kSmallInts, s));
-    R_CUDA(cudaMemsetAsync(resid, 0xff, count * 2, s));
-    R_ANYR(anyrAllReduceAddRmsNorm(in, nullptr, resid, weight, 1e-6f, norm, t, hidden, anyrBfloat16,
-                                   nullptr, comm, s),
-           comm);
-    R_CUDA(data::countMismatches(anyrBfloat16, resid, count, n, seed, data::kSmallInts, bad, s));
-  }
-  unsigned long long h = 0;
-  R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
-  R_CUDA(cudaStreamSynchronize(s));
+  const unsigned long long wrong = countMismatchesOf([&](unsigned long long* bad, cudaStream_t s) {
+    uint32_t seed = 300;
+    for (size_t t : tokens) {
+      ++seed;
+      const uint64_t count = t * hidden;
+      R_CUDA(data::fillInput(anyrBfloat16, in, count, rank, seed, data::kSmallInts, s));
+      R_CUDA(cudaMemsetAsync(resid, 0xff, count * 2, s));
+      R_ANYR(anyrAllReduceAddRmsNorm(in, nullptr, resid, weight, 1e-6f, norm, t, hidden,
+                                     anyrBfloat16, nullptr, comm, s),
+             comm);
+      R_CUDA(data::countMismatches(anyrBfloat16, resid, count, n, seed, data::kSmallInts, bad, s));
+    }
+  });
   for (void* q : {in, resid, norm, weight}) R_CUDA(cudaFree(q));
-  R_CUDA(cudaFree(bad));
-  R_CUDA(cudaStreamDestroy(s));
-  return h;
+  return wrong;
 }
 
 // The cluster sizes (1, 2, 4, 8) the launches of one fused call of `tokens` x `hidden` took,
