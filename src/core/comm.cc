@@ -844,14 +844,15 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   if (fusedKernel) {
     for (size_t row = 0; row < tokens; row += maxRows) {
       const int rows = static_cast<int>(std::min(maxRows, tokens - row));
+      const int clusterBlocks = fusedClusterBlocks(rows, p.hidden, path.cluster);
       const cudaError_t e =
           launchFusedRows(algo, dtype, static_cast<const char*>(partial) + row * rowBytes, p,
-                          static_cast<int>(row), rows, stream, path.cluster);
+                          static_cast<int>(row), rows, clusterBlocks, stream);
       if (e != cudaSuccess) {
         throwError(anyrCudaError, std::string("launching fused ") + anyrAlgoName(algo) + ": " +
                                       cudaGetErrorString(e));
       }
-      counters_.noteFusedLaunch(fusedClusterBlocks(rows, p.hidden, path.cluster));
+      counters_.noteFusedLaunch(clusterBlocks);
     }
     noteWork(stream, capturing);
     return;
@@ -875,16 +876,14 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
 
 cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, const void* rowsIn,
                                           const FusedParams& p, int rowBase, int rows,
-                                          cudaStream_t stream, int pathCluster) {
+                                          int clusterBlocks, cudaStream_t stream) {
   AllReduceArgs a = argsTemplate_;
   a.input = rowsIn;
   a.output = nullptr;
   a.count = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden);
   a.numVecs = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden / 8);
-  // Rows spread over thread-block clusters where admitted (fused_algo.h: for launches of
-  // few rows; the same bits either way): the configured size, else the measured one (the
-  // dispatch path's), else the automatic rule.
-  const int clusterBlocks = fusedClusterBlocks(rows, p.hidden, pathCluster);
+  // Rows spread over thread-block clusters of clusterBlocks blocks (1: a block per row; the
+  // same bits either way).
   if (algo == anyrAlgoOneShotPush) {
     if (clusterBlocks > 1) {
       return launchFusedOneShotPushCluster(dtype, a, p, rowBase, rows, clusterBlocks, maxBlocks_,

@@ -142,14 +142,15 @@ class Communicator {
   uint64_t fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const;
   // One launch of the fused kernel of `algo` (one-shot or two-shot push) on `rows` rows of
   // p.hidden elements starting at `rowsIn` (output rows rowBase..), with the communicator's
-  // grid (fused/fused_algo.h). Calls and the startup self-test both launch through here.
-  // pathCluster: the dispatch path's cluster size (Path::cluster; 0: the automatic rule); the
-  // configured setting (config.fusedCluster), where not 0, comes first.
+  // grid (fused/fused_algo.h), in thread-block clusters of `clusterBlocks` blocks (1: a block
+  // per row; from fusedClusterBlocks). Calls and the startup self-test both launch through here.
   cudaError_t launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, const void* rowsIn,
-                              const FusedParams& p, int rowBase, int rows, cudaStream_t stream,
-                              int pathCluster = 0);
-  // The cluster size such a launch takes (1: a block per row): the configured setting, else
-  // pathCluster, else the automatic rule (fused_algo.h); 1 where clusters are off.
+                              const FusedParams& p, int rowBase, int rows, int clusterBlocks,
+                              cudaStream_t stream);
+  // The cluster size a fused launch of `rows` rows of `hidden` takes (1: a block per row): the
+  // configured setting (config.fusedCluster), else pathCluster (the dispatch path's measured
+  // size, Path::cluster; 0: none), else the automatic rule (fused_algo.h); 1 where clusters
+  // are off.
   int fusedClusterBlocks(int rows, int hidden, int pathCluster) const;
   // Runs a message as launches of at most capacityBytes each (piece boundaries are multiples of
   // 16 bytes, so alignment is kept): launch(args, shape) per piece, where args is `tmpl`

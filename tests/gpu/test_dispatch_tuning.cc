@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "anyreduce/timing.h"
 #include "common/data.h"
 #include "common/launcher.h"
 #include "core/boundary.h"
@@ -137,13 +138,7 @@ std::string clustersOfCall(anyrComm_t comm, size_t tokens, size_t hidden) {
   R_ANYR(anyrCommGetCounters(comm, &after), comm);
   R_CUDA(cudaStreamDestroy(s));
   for (void* q : {in, resid, norm, weight}) R_CUDA(cudaFree(q));
-  std::string out;
-  for (int i = 0; i < 4; ++i) {
-    if (after.fusedLaunchesByCluster[i] != before.fusedLaunchesByCluster[i]) {
-      out += (out.empty() ? "" : "/") + std::to_string(1 << i);
-    }
-  }
-  return out;
+  return tool::clusterSizesRan(before, after);
 }
 
 // Lines starting with `prefix` of one rank's report.

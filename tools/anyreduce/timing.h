@@ -80,6 +80,17 @@ inline anyrCounters_t readCounters(anyrComm_t comm) {
   return c;
 }
 
+// The cluster sizes (1: a block per row; 2, 4, 8) of the fused-kernel launches between two
+// counter readings, smallest first and "/"-separated ("2", "1/8"); "" if none ran.
+inline std::string clusterSizesRan(const anyrCounters_t& before, const anyrCounters_t& after) {
+  std::string sizes;
+  for (int i = 0; i < 4; ++i) {
+    if (after.fusedLaunchesByCluster[i] != before.fusedLaunchesByCluster[i])
+      sizes += (sizes.empty() ? "" : "/") + std::to_string(1 << i);
+  }
+  return sizes;
+}
+
 // Which path the anyreduce calls between two counter readings took, from the library's
 // counters: the algorithms that ran, and whether fused calls ran as one fused kernel or
 // composed (all-reduce + the separate add + RMSNorm kernel).
@@ -95,14 +106,9 @@ inline std::string pathOf(const anyrCounters_t& before, const anyrCounters_t& af
   const auto fc = after.fusedComposedCalls - before.fusedComposedCalls;
   if (fk > 0 && fc == 0) {
     // The kernel's cluster sizes, where clusters ran ("clusters of 8"; several: "2/8").
-    std::string sizes;
-    for (int i = 1; i < 4; ++i) {
-      if (after.fusedLaunchesByCluster[i] != before.fusedLaunchesByCluster[i])
-        sizes += (sizes.empty() ? "" : "/") + std::to_string(1 << i);
-    }
-    if (!sizes.empty() && after.fusedLaunchesByCluster[0] != before.fusedLaunchesByCluster[0])
-      sizes = "1/" + sizes;
-    p += sizes.empty() ? " (fused kernel)" : " (fused kernel, clusters of " + sizes + ")";
+    const std::string sizes = clusterSizesRan(before, after);
+    p += sizes.empty() || sizes == "1" ? " (fused kernel)"
+                                       : " (fused kernel, clusters of " + sizes + ")";
   }
   if (fc > 0 && fk == 0) p += " + add+RMSNorm kernel (composed)";
   if (fc > 0 && fk > 0) p += " (fused kernel and composed)";
