@@ -50,6 +50,43 @@ __device__ __forceinline__ bool arrived(const Vec& x) {
   }
 }
 
+// A second read of a polled vector, issued this long after the first and kept in flight
+// beside it (pollVecTwoReads). A read that leaves just before the peer's vector lands comes
+// back stale, and reading again costs a whole round trip: on 2 x H200 the fused one-shot lost
+// about 0.8 us a call once its rows' data landed during the first reads (from 18-20 rows at
+// hidden 6144, from 16 at 7168). With two reads in flight, 300 ns apart, that step went away
+// (6144 x 20: 5.13-5.16 -> 4.55-4.57 us; 7168 x 16: 5.03-5.05 -> 4.54-4.55; docs/PERFORMANCE.md,
+// 2026-11-30 21:53).
+constexpr unsigned kPollSecondReadNs = 300;
+
+// Polls the vector at `at` (this rank's own memory, written by rank `from`) with two reads in
+// flight, the second kPollSecondReadNs after the first, each reissued as soon as it comes back
+// stale. The area only goes from cleared to written during a launch (the next launch clears
+// it), so either read that sees the vector sees all of it. Returns false when the wait was
+// abandoned (deadline, abort, a peer's failure).
+template <typename T>
+__device__ __forceinline__ bool pollVecTwoReads(const char* at, Vec* x, Waiter& waiter, int from,
+                                                uint32_t epoch) {
+  Vec a, b;
+  a.u = loadVolatile(at);
+  __nanosleep(kPollSecondReadNs);
+  b.u = loadVolatile(at);
+  for (;;) {
+    if (arrived<T>(a)) {
+      *x = a;
+      return true;
+    }
+    if (!waiter.keepWaiting(from, kWaitPushData, epoch)) return false;
+    a.u = loadVolatile(at);
+    if (arrived<T>(b)) {
+      *x = b;
+      return true;
+    }
+    if (!waiter.keepWaiting(from, kWaitPushData, epoch)) return false;
+    b.u = loadVolatile(at);
+  }
+}
+
 // Polls `src` (this rank's own memory, written by rank `from`) until the vector arrived.
 // Returns false when the wait was abandoned (deadline, abort, a peer's failure).
 template <typename T>
@@ -91,48 +128,19 @@ __device__ __forceinline__ bool pollRowRegsTogether(const char* src, int H, Vec 
   }
 }
 
-// A second read of a polled vector, issued this long after the first and kept in flight
-// beside it (pollRowRegs, one vector a thread). A read that leaves just before the peer's
-// vector lands comes back stale, and reading again costs a whole round trip: on 2 x H200 the
-// fused one-shot lost about 0.8 us a call once its rows' data landed during the first reads
-// (from 18-20 rows at hidden 6144, from 16 at 7168). With two reads in flight, 300 ns apart,
-// that step went away (6144 x 20: 5.13-5.16 -> 4.55-4.57 us; 7168 x 16: 5.03-5.05 -> 4.54-4.55;
-// docs/PERFORMANCE.md, 2026-11-30 21:53).
-constexpr unsigned kPollSecondReadNs = 300;
-
 // Polls the vectors of one row a thread holds in registers, vectors t + k * blockDim.x (k < VPT,
 // those below H) of the row at `src` (this rank's own memory, written by rank `from`), all at
 // once: a vector that was stale when first read is refreshed in the same round trip as the
 // others. One vector a thread (the cluster forms, and rows of at most one vector a thread)
-// keeps two reads in flight, the second
-// kPollSecondReadNs after the first, each reissued as soon as it comes back stale. The area
-// only goes from cleared to written during a launch (the next launch clears it), so either
-// read that sees the vector sees all of it. Returns false when the wait was abandoned.
+// keeps two reads in flight (pollVecTwoReads). Returns false when the wait was abandoned.
 template <typename T, int VPT>
 __device__ __forceinline__ bool pollRowRegs(const char* src, int H, Vec (&x)[VPT], Waiter& waiter,
                                             int from, uint32_t epoch) {
   if constexpr (VPT == 1) {
     x[0] = Vec{};
     if (static_cast<int>(threadIdx.x) >= H) return true;
-    const char* at = src + static_cast<uint64_t>(threadIdx.x) * 16;
-    Vec a, b;
-    a.u = loadVolatile(at);
-    __nanosleep(kPollSecondReadNs);
-    b.u = loadVolatile(at);
-    for (;;) {
-      if (arrived<T>(a)) {
-        x[0] = a;
-        return true;
-      }
-      if (!waiter.keepWaiting(from, kWaitPushData, epoch)) return false;
-      a.u = loadVolatile(at);
-      if (arrived<T>(b)) {
-        x[0] = b;
-        return true;
-      }
-      if (!waiter.keepWaiting(from, kWaitPushData, epoch)) return false;
-      b.u = loadVolatile(at);
-    }
+    return pollVecTwoReads<T>(src + static_cast<uint64_t>(threadIdx.x) * 16, &x[0], waiter, from,
+                              epoch);
   } else {
     return pollRowRegsTogether<T, VPT>(src, H, x, waiter, from, epoch);
   }
