@@ -220,6 +220,20 @@ __device__ __forceinline__ void waitForPrevious() {
 #endif
 }
 
+// waitForPrevious, then, where `releaseEarly` (AllReduceArgs::releaseEarly, uniform over the
+// grid), lets the launch after this one on the stream be scheduled as soon as every block of
+// this grid has passed this point (griddepcontrol.launch_dependents). That launch still waits
+// in its own waitForPrevious until this grid completed and its writes are visible, so only its
+// scheduling moves earlier: its blocks are resident and waiting when this grid ends, instead
+// of being launched then. Every block of this grid is resident by the time the release takes
+// effect, so a waiting block never holds an SM this grid still needs.
+__device__ __forceinline__ void waitForPrevious(int32_t releaseEarly) {
+  waitForPrevious();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (releaseEarly != 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- thread-block clusters ------------------------------------------------------------------
 // For kernels launched with a cluster dimension (algo/launch.cuh, launchClusterKernel), which
 // the host does only where a probe launch of clusters worked (probe_kernels.h,

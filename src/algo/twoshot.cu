@@ -68,7 +68,7 @@ __device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd,
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(AllReduceArgs a) {
-  dev::waitForPrevious();
+  dev::waitForPrevious(a.releaseEarly);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;

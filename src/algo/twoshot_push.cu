@@ -31,7 +31,7 @@ using dev::Vec;
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
     twoShotPushKernel(AllReduceArgs a) {
-  dev::waitForPrevious();
+  dev::waitForPrevious(a.releaseEarly);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;

@@ -188,6 +188,9 @@ void Communicator::probeProgrammaticLaunch() {
   } else {
     pdlReason_ = "the probe launch worked";
   }
+  // Each peer and fused kernel then releases the next launch right after its own wait (the
+  // fused two-shot's dense shape excepted: launchFusedRows).
+  argsTemplate_.releaseEarly = pdlOn_ && env::getInt("ANYR_PDL_EARLY") != 0 ? 1 : 0;
 }
 
 void Communicator::probeClusters() {
@@ -898,6 +901,10 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
   }
   const FusedLaunchShape shape =
       fusedTwoShotShape(rows, nranks_, p.hidden, a.numVecs, maxBlocks_, fusedDenseBlocks_);
+  // The dense shape (two blocks per SM) measured 0.5-1% slower with the early release at 256 to
+  // 1024 rows of 6144 and 7168 on 2 x H200 (docs/PERFORMANCE.md, 2026-11-30 23:00): the next
+  // launch's waiting blocks take the places its second blocks would use.
+  if (shape.threads == kFusedDenseThreads) a.releaseEarly = 0;
   return launchFusedTwoShotPush(dtype, a, p, rowBase, rows, shape.blocks, stream, pdlOn_,
                                 shape.threads);
 }
@@ -1029,7 +1036,9 @@ std::string Communicator::explainJson() const {
   if (!selfTestJson_.empty()) j["selfTest"] = nlohmann::json::parse(selfTestJson_);
   j["dispatchText"] = explainText();
   j["tuning"] = tuningNote_;
-  j["programmaticLaunch"] = {{"enabled", pdlOn_}, {"reason", pdlReason_}};
+  j["programmaticLaunch"] = {{"enabled", pdlOn_},
+                             {"reason", pdlReason_},
+                             {"earlyRelease", argsTemplate_.releaseEarly != 0}};
   // Grid caps: every block of a launch is resident at once on every rank.
   j["blocks"] = {
       {"fusedAndHost", maxBlocks_},

@@ -86,8 +86,10 @@ std::string Communicator::explainText() const {
   in.tuned = tuned_.get();
   in.forced = static_cast<anyrAlgo_t>(forced_.load());
   in.tuningNote = tuningNote_;
-  in.launchNotes.push_back(std::string("programmatic launch: ") + (pdlOn_ ? "on" : "off") + " (" +
-                           pdlReason_ + ")");
+  in.launchNotes.push_back(
+      std::string("programmatic launch: ") + (pdlOn_ ? "on" : "off") + " (" + pdlReason_ + ")" +
+      (argsTemplate_.releaseEarly != 0 ? "; kernels release the next launch early (ANYR_PDL_EARLY)"
+                                       : ""));
   std::string clusters = std::string("fused kernels in thread-block clusters: ") +
                          (clusterOn_ ? "on" : "off") + " (" + clusterReason_ + ")";
   if (clusterOn_) {
@@ -121,7 +123,8 @@ void Communicator::installTuning(const TuningTable& table, const char* what,
 std::vector<std::string> Communicator::tuningSettings() const {
   return {"maxBlocks " + std::to_string(maxBlocks_) + " peer " + std::to_string(peerBlocks_),
           "fusedCluster " + std::to_string(cfg_.fusedCluster) + (clusterOn_ ? " on" : " off"),
-          std::string("programmaticLaunch ") + (pdlOn_ ? "on" : "off"),
+          std::string("programmaticLaunch ") + (pdlOn_ ? "on" : "off") +
+              (argsTemplate_.releaseEarly != 0 ? " early" : ""),
           std::string("wire ") + wireName(cfg_.wire),
           "chunkBytes " + std::to_string(cfg_.chunkBytes),
           "hostLaunchBytes " + std::to_string(cfg_.hostLaunchBytes),

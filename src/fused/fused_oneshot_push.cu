@@ -76,7 +76,7 @@ template <typename T, int VPT, int Q, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads, 1)
     fusedOneShotPushKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
   __shared__ float red[kFusedRedFloats];
-  dev::waitForPrevious();
+  dev::waitForPrevious(a.releaseEarly);
   const T* in = static_cast<const T*>(a.input);  // rows [0, rows) of this launch
   const int rank = a.rank;
   const int n = a.nranks;
@@ -201,7 +201,7 @@ template <typename T, int Q, bool kAligned>
 __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
     fusedOneShotPushClusterKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
   __shared__ dev::ClusterExchange xch;
-  dev::waitForPrevious();
+  dev::waitForPrevious(a.releaseEarly);
   const T* in = static_cast<const T*>(a.input);
   const int rank = a.rank;
   const int n = a.nranks;

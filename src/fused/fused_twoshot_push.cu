@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
   float* xs = reinterpret_cast<float*>(smemRaw);
   float* red = xs + p.hidden;
   __shared__ int blockFailed;
-  dev::waitForPrevious();
+  dev::waitForPrevious(a.releaseEarly);
   const T* in = static_cast<const T*>(a.input);
   const int rank = a.rank;
   const int n = a.nranks;
@@ -257,7 +257,7 @@ template <typename T, int VPT, int Q, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads, 1)
     fusedTwoShotPushRegsKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
   __shared__ float red[kFusedRedFloats];
-  dev::waitForPrevious();
+  dev::waitForPrevious(a.releaseEarly);
   const T* in = static_cast<const T*>(a.input);
   const int rank = a.rank;
   const int n = a.nranks;
@@ -337,7 +337,7 @@ template <typename T, int Q, bool kAligned>
 __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
     fusedTwoShotPushClusterKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
   __shared__ dev::ClusterExchange xch;
-  dev::waitForPrevious();
+  dev::waitForPrevious(a.releaseEarly);
   const T* in = static_cast<const T*>(a.input);
   const int rank = a.rank;
   const int n = a.nranks;

@@ -150,6 +150,8 @@ struct AllReduceArgs {
   int32_t nranks;
   int32_t pushFence;  // 1: system-scope fence after the pushes, before polling (ANYR_PUSH_FENCE)
   int32_t wire;       // anyrWire_t; honoured by one-shot pull (and the host algorithms' HostArgs)
+  int32_t releaseEarly;  // 1: the kernel releases the next launch on its stream right after its
+                         // wait (dev::waitForPrevious; ANYR_PDL_EARLY)
 };
 
 }  // namespace anyr

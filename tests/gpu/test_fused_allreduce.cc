@@ -73,10 +73,13 @@ struct Buffers {
 
 int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<size_t>& hiddens, const std::vector<size_t>& tokensList,
-              bool allAlgos, size_t rank0Shift = 0, int pdlEnv = -1, int clusterEnv = -1) {
-  // ANYR_PDL and ANYR_FUSED_CLUSTER for this rank's process only (ranks are forked); -1 leaves
-  // the default (programmatic launch on, automatic cluster size).
+              bool allAlgos, size_t rank0Shift = 0, int pdlEnv = -1, int clusterEnv = -1,
+              int earlyEnv = -1) {
+  // ANYR_PDL, ANYR_PDL_EARLY and ANYR_FUSED_CLUSTER for this rank's process only (ranks are
+  // forked); -1 leaves the default (programmatic launch on with the early release, automatic
+  // cluster size).
   if (pdlEnv >= 0) setenv("ANYR_PDL", std::to_string(pdlEnv).c_str(), 1);
+  if (earlyEnv >= 0) setenv("ANYR_PDL_EARLY", std::to_string(earlyEnv).c_str(), 1);
   if (clusterEnv >= 0) setenv("ANYR_FUSED_CLUSTER", std::to_string(clusterEnv).c_str(), 1);
   anyrComm_t comm = initRankComm(rank, n, id, 20000);
   {
@@ -87,6 +90,13 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
     const bool probed = pl.at("reason").get<std::string>().find("not probed") == std::string::npos;
     if (probed != (pdlEnv != 0) || (!probed && pl.at("enabled").get<bool>())) {
       report("FAIL ANYR_PDL=" + std::to_string(pdlEnv) + " (-1: unset) gave " + pl.dump() + "\n");
+      return 4;
+    }
+    // The early release follows its variable, and only with programmatic launch.
+    const bool early = pl.at("enabled").get<bool>() && earlyEnv != 0;
+    if (pl.at("earlyRelease").get<bool>() != early) {
+      report("FAIL ANYR_PDL_EARLY=" + std::to_string(earlyEnv) + " (-1: unset) gave " + pl.dump() +
+             "\n");
       return 4;
     }
     // The fused kernels passed the startup self-test (a failed one would leave every fused
@@ -331,14 +341,14 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
 
 // Runs fusedRank on `n` ranks and requires every rank to pass with bit-identical outputs.
 void runFused(int n, const std::vector<size_t>& hiddens, const std::vector<size_t>& tokens,
-              bool allAlgos, size_t rank0Shift, int pdlEnv, double timeoutSec,
-              int clusterEnv = -1) {
+              bool allAlgos, size_t rank0Shift, int pdlEnv, double timeoutSec, int clusterEnv = -1,
+              int earlyEnv = -1) {
   auto results = launch::runRanks(
       n,
       [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         try {
           return fusedRank(rank, nr, id, report, hiddens, tokens, allAlgos, rank0Shift, pdlEnv,
-                           clusterEnv);
+                           clusterEnv, earlyEnv);
         } catch (const std::exception& e) {
           report(std::string("FAIL ") + e.what() + "\n");
           return 3;
@@ -365,6 +375,13 @@ TEST(FusedAllReduceGpu, RanksWithDifferentlyAlignedBuffersTakeTheSamePath) {
 TEST(FusedAllReduceGpu, PlainLaunchesWithoutProgrammaticLaunchAreCorrectToo) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   runFused(gpuCount(), {128, 6144}, {1, 3, 64}, false, 0, 0, 600);
+}
+
+// Programmatic launch without the early release (ANYR_PDL_EARLY=0: a kernel's successor is
+// scheduled only once its blocks exited), every path, against the composition on every rank.
+TEST(FusedAllReduceGpu, ProgrammaticLaunchWithoutTheEarlyReleaseIsCorrectToo) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  runFused(gpuCount(), {128, 6144}, {1, 3, 64, 300}, true, 0, -1, 600, -1, 0);
 }
 
 // The fused one-shot's cluster form at each forced size (the default test above takes the
