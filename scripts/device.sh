@@ -20,8 +20,9 @@
 #   doctor       anyreduce doctor (synthetic decode step, power) for the GLM-like presets
 #   profile      anyr_fused_floor: the fused one-shot (1..64 rows, quantized or not) against an
 #                empty kernel, the standalone epilogue and the plain one-shot push (where the us go)
-#   pdl          programmatic dependent launch (ANYR_PDL, on by default): the GPU test with it off,
-#                then the one-shot, two-shot and fused benches with it off and on, in one run
+#   pdl          programmatic dependent launch (ANYR_PDL, on by default; ANYR_PDL_EARLY): the GPU
+#                tests with it off and without the early release, then the all-reduce and fused
+#                benches off, on releasing at exit, and on releasing early, alternating, in one run
 #   fusedpaths   the fused bench with the one-shot and the two-shot push forced (ANYR_ALGO): each
 #                fused kernel against the composition on the same algorithm
 #   clusters     the fused one-shot's cluster form (ANYR_FUSED_CLUSTER): its GPU tests, then the
@@ -241,14 +242,20 @@ if want pdl; then
   timeout -k 10 300 ctest --test-dir "$BUILD" -L gpu -R 'ProgrammaticLaunch' --output-on-failure \
     --timeout 280 2>&1 | tee "$OUT/pdl-tests.log" | grep -E "INFO|Passed|Failed|tests passed"
   check "${PIPESTATUS[0]}" "PDL test"
-  for on in 0 1; do
-    ANYR_PDL=$on timeout -k 10 120 "$A" explain 2>&1 | grep -A3 programmaticLaunch | head -4
-    ANYR_PDL=$on timeout -k 10 200 "$A" bench -a oneshot-push,twoshot-push,auto -b 1K -e 4M -f 4 --samples 11 \
-      2>&1 | tee "$OUT/pdl-$on-bench.txt"
-    check "${PIPESTATUS[0]}" "PDL=$on bench"
-    ANYR_PDL=$on timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
-      --tokens 1,8,32,64,128,512 --samples 11 2>&1 | tee "$OUT/pdl-$on-fused.txt"
-    check "${PIPESTATUS[0]}" "PDL=$on fused bench"
+  # Plain launches, programmatic launch releasing only at exit, and with the early release
+  # (the default), alternating over two rounds in one run.
+  for round in 1 2; do
+    for mode in "0 0" "1 0" "1 1"; do
+      set -- $mode
+      tag="pdl$1-early$2-r$round"
+      [ "$round" = 1 ] && ANYR_PDL=$1 ANYR_PDL_EARLY=$2 timeout -k 10 120 "$A" explain 2>&1 | grep -i 'programmatic launch' | head -2
+      ANYR_PDL=$1 ANYR_PDL_EARLY=$2 timeout -k 10 200 "$A" bench -a oneshot-push,twoshot-push,auto,nccl \
+        -b 1K -e 16M -f 4 --samples 11 2>&1 | tee "$OUT/$tag-bench.txt"
+      check "${PIPESTATUS[0]}" "$tag bench"
+      ANYR_PDL=$1 ANYR_PDL_EARLY=$2 timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
+        --tokens 1,2,8,16,20,24,32,64,128,256,512,1024 --samples 11 2>&1 | tee "$OUT/$tag-fused.txt"
+      check "${PIPESTATUS[0]}" "$tag fused bench"
+    done
   done
 fi
 
