@@ -40,7 +40,7 @@ constexpr unsigned kLLPollPauseNs = 200;
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) {
-  dev::waitForPrevious();
+  dev::waitForPrevious(a.releaseEarly);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;

@@ -34,7 +34,7 @@ using dev::Vec;
 
 template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
-  dev::waitForPrevious();
+  dev::waitForPrevious(a.releaseEarly);
   constexpr int E = Elem<T>::kPerVec;
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);

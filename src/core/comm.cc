@@ -188,9 +188,10 @@ void Communicator::probeProgrammaticLaunch() {
   } else {
     pdlReason_ = "the probe launch worked";
   }
-  // Each peer and fused kernel then releases the next launch right after its own wait (the
-  // fused two-shot's dense shape excepted: launchFusedRows).
+  // Each peer, host and fused kernel then releases the next launch right after its own wait
+  // (the fused two-shot's dense shape excepted: launchFusedRows).
   argsTemplate_.releaseEarly = pdlOn_ && env::getInt("ANYR_PDL_EARLY") != 0 ? 1 : 0;
+  hostTemplate_.releaseEarly = argsTemplate_.releaseEarly;
 }
 
 void Communicator::probeClusters() {

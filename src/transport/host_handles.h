@@ -80,10 +80,11 @@ struct HostArgs {
   LocalState* state;        // this transport's own: syncEpoch, pushEpoch (one-shot rounds)
   int32_t rank;
   int32_t nranks;
-  int32_t wire;       // kWire*
-  int32_t roundVecs;  // host one-shot: vectors per thread per pipelined round (ANYR_HOST_ROUND)
-  int32_t llEager;    // low-latency protocol: 1 = every thread polls its own lines (a small
-                      // launch, ANYR_HOST_LL_EAGER_BYTES); 0 = one line a warp first
+  int32_t wire;          // kWire*
+  int32_t roundVecs;     // host one-shot: vectors per thread per pipelined round (ANYR_HOST_ROUND)
+  int32_t llEager;       // low-latency protocol: 1 = every thread polls its own lines (a small
+                         // launch, ANYR_HOST_LL_EAGER_BYTES); 0 = one line a warp first
+  int32_t releaseEarly;  // as AllReduceArgs::releaseEarly (ANYR_PDL_EARLY)
 };
 
 // Arguments of the host-copy kernels (host_copy.cu) for one launch: the host algorithms' own
