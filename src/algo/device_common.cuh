@@ -220,7 +220,7 @@ __device__ __forceinline__ void waitForPrevious() {
 #endif
 }
 
-// waitForPrevious, then, where `releaseEarly` (AllReduceArgs::releaseEarly, uniform over the
+// waitForPrevious, then, where `releaseEarly` (AllReduceArgs or HostArgs, uniform over the
 // grid), lets the launch after this one on the stream be scheduled as soon as every block of
 // this grid has passed this point (griddepcontrol.launch_dependents). That launch still waits
 // in its own waitForPrevious until this grid completed and its writes are visible, so only its
