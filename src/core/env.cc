@@ -35,10 +35,9 @@ const std::vector<Param>& params() {
        "the add + RMSNorm epilogue) with programmatic dependent launch where the communicator's "
        "probe launch works; 0: plain launches, no probe (timing only, ranks may differ)"},
       {"ANYR_PDL_EARLY", "1",
-       "with programmatic launch on: 1 = each peer, host and fused kernel lets the next launch on "
-       "the "
-       "stream be scheduled once all of its blocks started (it still waits for the kernel to "
-       "complete), except the fused two-shot's dense shape; 0 = only once its blocks exited "
+       "with programmatic launch on: 1 = each peer, host and fused kernel lets the next launch "
+       "on the stream be scheduled once all of its blocks started (it still waits for the kernel "
+       "to complete), except the fused two-shot's dense shape; 0 = only once its blocks exited "
        "(timing only, ranks may differ)"},
       {"ANYR_PUSH_FENCE", "0",
        "diagnostic: 1 = system-scope fence after a push kernel's stores, before it polls"},
