@@ -50,10 +50,10 @@ void CommCounters::reset() {
       bytes_[a][b].store(0, std::memory_order_relaxed);
     }
   }
-  for (auto* c : {&fusedKernel_, &fusedComposed_, &forced_, &captured_, &byCluster_[0],
-                  &byCluster_[1], &byCluster_[2], &byCluster_[3]}) {
+  for (auto* c : {&fusedKernel_, &fusedComposed_, &forced_, &captured_}) {
     c->store(0, std::memory_order_relaxed);
   }
+  for (auto& c : byCluster_) c.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace anyr
