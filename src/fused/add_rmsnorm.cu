@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(kAlgoThreads, 2) addRmsNormRegsKernel(const T*
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[k][i] = dev::vecElem<T>(xv[k], i);
     }
-    dev::fusedRowEpilogueRegs<T, VPT>(p, row, acc, res, w, qscale, red, true);
+    const dev::RowOutputs<T> o(p, row, qscale);
+    dev::fusedRowEpilogueRegs<T, VPT>(p, o, acc, res, w, red, true);
   }
 }
 

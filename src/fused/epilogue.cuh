@@ -198,12 +198,13 @@ __device__ __forceinline__ Vec normVec(const FusedParams& p, const float* xs, in
 }
 
 // ---- phase 2 outputs ----------------------------------------------------------------------
-// Where one row's normed values go: normOut and the quantized forms. write() takes vector v's
-// y (rounded to T, as floats, and packed) and must be called warp-uniformly with consecutive
-// lanes on consecutive vectors (the NVFP4 block maximum is combined across lanes 2j, 2j + 1).
-// kQuant: the quantization mode when the kernel is compiled for one (kQuantAtRunTime: read
-// p.quant); kAligned: the caller guarantees normOut 16-byte and quantOut 8-byte (FP8) or
-// 4-byte (NVFP4) alignment. Both only remove code: the bits are the same.
+// Where one row's outputs go: residualOut (writeResidual), normOut and the quantized forms.
+// write() takes vector v's y (rounded to T, as floats, and packed) and must be called
+// warp-uniformly with consecutive lanes on consecutive vectors (the NVFP4 block maximum is
+// combined across lanes 2j, 2j + 1). kQuant: the quantization mode when the kernel is compiled
+// for one (kQuantAtRunTime: read p.quant); kAligned: the caller guarantees normOut and
+// residualOut 16-byte and quantOut 8-byte (FP8) or 4-byte (NVFP4) alignment. Both only remove
+// code: the bits are the same.
 constexpr int kQuantAtRunTime = -1;
 
 // The quantization mode: kQuant, or p.quant when the kernel reads it at run time.
@@ -218,6 +219,14 @@ __device__ __forceinline__ float quantScale(const FusedParams& p) {
   return quantMode<kQuant>(p) != anyrQuantNone ? *p.scale : 1.0f;
 }
 
+// p itself, computed at this point of the program (see RowOutputs::pin).
+template <typename P>
+__device__ __forceinline__ void pinPointer(P*& p) {
+  uint64_t u = reinterpret_cast<uint64_t>(p);
+  asm volatile("" : "+l"(u));
+  p = reinterpret_cast<P*>(u);
+}
+
 template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false>
 struct RowOutputs {
   const FusedParams& p;
@@ -225,10 +234,11 @@ struct RowOutputs {
   float qscale;  // FP8 scale or NVFP4 g
   float qinv;    // FP8: 1 / scale; NVFP4: 1 / (6 g) (IEEE divisions, once per row)
   T* normOut;
+  T* resOut;  // the row of residualOut, or NULL
   unsigned char* quantRow;
   unsigned char* linear;
   unsigned char* swizzled;  // this row's part of the 128x4 layout (swizzledScaleRowPart)
-  bool weightAligned, normAligned, quantAligned;
+  bool weightAligned, normAligned, resOutAligned, quantAligned;
   // NVFP4: every block scale d = s * g (s an e4m3 value, at most 448) is 0 or within
   // reciprocalNormal's range, so the reciprocal needs no special-case path.
   bool fastReciprocal;
@@ -243,6 +253,7 @@ struct RowOutputs {
     qscale = quant != anyrQuantNone ? scaleValue : 1.0f;
     qinv = quant == anyrQuantNvfp4 ? 1.0f / (6.0f * qscale) : 1.0f / qscale;
     normOut = p.normOut ? static_cast<T*>(p.normOut) + rowStart : nullptr;
+    resOut = p.residualOut ? static_cast<T*>(p.residualOut) + rowStart : nullptr;
     quantRow = p.quantOut ? static_cast<unsigned char*>(p.quantOut) +
                                 (quant == anyrQuantFp8 ? rowStart : rowStart / 2)
                           : nullptr;
@@ -254,8 +265,25 @@ struct RowOutputs {
                                      : nullptr;
     weightAligned = kAligned || isAligned(p.weight, 16);
     normAligned = kAligned || isAligned(p.normOut, 16);
+    resOutAligned = kAligned || isAligned(p.residualOut, 16);
     quantAligned = kAligned || isAligned(p.quantOut, quant == anyrQuantFp8 ? 8 : 4);
     fastReciprocal = qscale >= 0x1p-100f && qscale <= 0x1p100f;
+  }
+
+  // Computes the row's addresses here: a kernel builds a row's outputs before it waits for the
+  // row's data and calls pin(), so that the compiler does not move the address arithmetic
+  // after the wait, onto the row's critical path (an empty asm the values pass through).
+  __device__ __forceinline__ void pin() {
+    pinPointer(normOut);
+    pinPointer(resOut);
+    pinPointer(quantRow);
+    pinPointer(linear);
+    pinPointer(swizzled);
+  }
+
+  // Vector v's residualOut (when the caller asked for it): r, rounded to T.
+  __device__ __forceinline__ void writeResidual(int v, bool active, const float (&r)[8]) const {
+    if (active && resOut != nullptr) storeRowVec(resOut, v, p.hidden, resOutAligned, packVec<T>(r));
   }
 
   // Vector v's normOut (when the caller asked for it).
@@ -463,9 +491,10 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
 // from 32 to kFusedSlots with B * VPT >= hidden / 8. Vector v belongs to slot v mod kFusedSlots,
 // and B divides kFusedSlots, so a thread's vectors k and k + kFusedSlots / B share a slot: the
 // thread sums them in that order, which keeps the documented slot order (B = 512 holds slots t
-// and t + 512; B = 256, slots t, t + 256, t + 512, t + 768). `qscale` is quantScale(p), loaded
-// early by the caller. `x` holds the all-reduced fp32 row on entry. `ok`: this thread's part of the
-// row arrived; when any thread of the block passes false, nothing is written and every thread
+// and t + 512; B = 256, slots t, t + 256, t + 512, t + 768). `o` is the row's outputs, built
+// by the caller with quantScale(p) loaded early (and pinned before the wait for the row's
+// data: RowOutputs::pin). `x` holds the all-reduced fp32 row on entry. `ok`: this thread's part of
+// the row arrived; when any thread of the block passes false, nothing is written and every thread
 // returns false (the block's one barrier decides it). `red` (shared) holds kFusedRedFloats floats;
 // the caller places a barrier before the next row reuses it. kQuant / kAligned as for RowOutputs
 // (kAligned: the residual and the weight too).
@@ -486,10 +515,10 @@ __device__ __forceinline__ void loadRowRegs(const T* base, int row, int hidden, 
 }
 
 template <typename T, int VPT, int kQuant = kQuantAtRunTime, bool kAligned = false>
-__device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int row,
+__device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p,
+                                                     const RowOutputs<T, kQuant, kAligned>& o,
                                                      float (&x)[VPT][8], const Vec (&res)[VPT],
-                                                     const Vec (&w)[VPT], float qscale, float* red,
-                                                     bool ok) {
+                                                     const Vec (&w)[VPT], float* red, bool ok) {
   static_assert(VPT >= 1 && VPT <= kFusedRegsMaxVpt, "unsupported vectors per thread");
   const int hidden = p.hidden;
   const int nvec = hidden / 8;
@@ -531,10 +560,6 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int r
 
   // Phase 2: residualOut, y, normOut, quantization; k runs warp-uniformly (RowOutputs::write's
   // rule).
-  const int64_t rowStart = static_cast<int64_t>(row) * hidden;
-  T* resOut = p.residualOut ? static_cast<T*>(p.residualOut) + rowStart : nullptr;
-  const bool resOutAligned = kAligned || isAligned(p.residualOut, 16);
-  const RowOutputs<T, kQuant, kAligned> o(p, row, qscale);
   // NVFP4: every vector normalized first, then the NVFP4 work of all of them in one straight
   // line (RowOutputs::writeNvfp4Vecs); the other modes write each vector as it is normalized.
   int vs[VPT];
@@ -544,9 +569,7 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int r
   for (int k = 0; k < VPT; ++k) {
     vs[k] = t + k * B;
     act[k] = vs[k] < nvec;
-    if (act[k] && resOut != nullptr) {
-      storeRowVec(resOut, vs[k], hidden, resOutAligned, packVec<T>(x[k]));
-    }
+    o.writeResidual(vs[k], act[k], x[k]);
 #pragma unroll
     for (int i = 0; i < 8; ++i) y[k][i] = 0.0f;
     if constexpr (kQuant == anyrQuantNvfp4) {
@@ -585,8 +608,9 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p, int r
 // Rules: B is a multiple of 32 and C * B >= hidden / 8; every thread of every block of the
 // cluster calls clusterExchangeBegin once, then fusedRowEpilogueCluster for the same rows in
 // the same order (one count `rowsDone`, starting at 0), then clusterExchangeEnd (a block's
-// shared memory must outlive its peers' stores into it). `x` holds this thread's all-reduced
-// fp32 vector; `res` and `w` its residual and weight vectors (zeros past the row).
+// shared memory must outlive its peers' stores into it). `o` is the row's outputs (as for
+// fusedRowEpilogueRegs); `x` holds this thread's all-reduced fp32 vector; `res` and `w` its
+// residual and weight vectors (zeros past the row).
 struct ClusterExchange {
   uint2 slot[2][32];  // [row parity][group]: the group's sum of squares (bits), whether it failed
   unsigned long long bar[2];  // [row parity]: one arrival (thread 0, expecting the bytes) a phase
@@ -646,9 +670,10 @@ __device__ __forceinline__ void clusterExchangeBegin(ClusterExchange& xch) {
 }
 
 template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false>
-__device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p, int row, int v,
-                                                        float (&x)[8], const Vec& res, const Vec& w,
-                                                        float qscale, ClusterExchange& xch,
+__device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p,
+                                                        const RowOutputs<T, kQuant, kAligned>& o,
+                                                        int v, float (&x)[8], const Vec& res,
+                                                        const Vec& w, ClusterExchange& xch,
                                                         uint32_t& rowsDone, bool ok, Waiter& waiter,
                                                         int rank, uint32_t epoch) {
   const int hidden = p.hidden;
@@ -693,11 +718,7 @@ __device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p, in
 
   // Phase 2: residualOut, y, normOut, quantization (warp-uniform: RowOutputs::write's rule;
   // B is a multiple of 32, so lane parity is vector parity).
-  T* resOut =
-      p.residualOut ? static_cast<T*>(p.residualOut) + static_cast<int64_t>(row) * hidden : nullptr;
-  const bool resOutAligned = kAligned || isAligned(p.residualOut, 16);
-  const RowOutputs<T, kQuant, kAligned> o(p, row, qscale);
-  if (active && resOut != nullptr) storeRowVec(resOut, v, hidden, resOutAligned, packVec<T>(x));
+  o.writeResidual(v, active, x);
   float y[8] = {};
   Vec out = {};
   if (active) out = normalize<T>(x, w, p.weightPlusOne != 0, rstd, y);

@@ -164,6 +164,8 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       }
       loadMine(row, mine);
     }
+    dev::RowOutputs<T, Q, kAligned> o(p, rowBase + row, qscale);
+    o.pin();
     float acc[VPT][8] = {};
     bool ok = true;
     for (int s = 0; s < n && ok; ++s) {
@@ -180,8 +182,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       for (int k = 0; k < VPT; ++k) dev::accumulate<T>(acc[k], x[k]);
     }
     // Uniform: the epilogue's barrier tells every thread whether any part failed.
-    if (!dev::fusedRowEpilogueRegs<T, VPT, Q, kAligned>(p, rowBase + row, acc, res, w, qscale, red,
-                                                        ok)) {
+    if (!dev::fusedRowEpilogueRegs<T, VPT, Q, kAligned>(p, o, acc, res, w, red, ok)) {
       break;
     }
   }
@@ -250,6 +251,8 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
       me.loadResidual(p, rowBase + row);
       loadMine(row, mine);
     }
+    dev::RowOutputs<T, Q, kAligned> o(p, rowBase + row, me.qscale);
+    o.pin();
     float acc[8] = {};
     bool ok = true;
     for (int s = 0; s < n && ok; ++s) {
@@ -266,9 +269,8 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
       if (ok) dev::accumulate<T>(acc, x[0]);
     }
     // Cluster-uniform: every block learns whether any part of the row failed.
-    if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, v, acc, me.res, me.w,
-                                                      me.qscale, xch, rowsDone, ok, waiter, rank,
-                                                      epoch)) {
+    if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, o, v, acc, me.res, me.w, xch, rowsDone, ok,
+                                                      waiter, rank, epoch)) {
       break;
     }
   }

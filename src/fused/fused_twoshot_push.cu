@@ -303,6 +303,8 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     const int owner = row / Lr;
     char* src = gather + static_cast<uint64_t>(owner) * slot +
                 static_cast<uint64_t>(row - owner * Lr) * H * 16;
+    dev::RowOutputs<T, Q, kAligned> o(p, rowBase + row, qscale);
+    o.pin();
     Vec x[VPT];
     if (ok) ok = dev::pollRowRegs<T, VPT>(src, H, x, waiter, owner, epoch);
     if (ok && owner == rank) {
@@ -319,8 +321,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       for (int q = 0; q < 8; ++q) acc[k][q] = dev::vecElem<T>(x[k], q);
     }
     // Uniform: the epilogue's barrier tells every thread whether any part failed.
-    if (!dev::fusedRowEpilogueRegs<T, VPT, Q, kAligned>(p, rowBase + row, acc, res, w, qscale, red,
-                                                        ok)) {
+    if (!dev::fusedRowEpilogueRegs<T, VPT, Q, kAligned>(p, o, acc, res, w, red, ok)) {
       break;
     }
   }
@@ -367,6 +368,8 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
     const int owner = row / Lr;
     char* src = gather + static_cast<uint64_t>(owner) * slot +
                 (static_cast<uint64_t>(row - owner * Lr) * H + static_cast<uint64_t>(first)) * 16;
+    dev::RowOutputs<T, Q, kAligned> o(p, rowBase + row, me.qscale);
+    o.pin();
     Vec x[1] = {};
     if (ok) ok = dev::pollRowRegs<T, 1>(src, H - first, x, waiter, owner, epoch);
     if (ok && owner == rank && me.active) {
@@ -376,9 +379,8 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
 #pragma unroll
     for (int q = 0; q < 8; ++q) acc[q] = dev::vecElem<T>(x[0], q);
     // Cluster-uniform: every block learns whether any part of the row failed.
-    if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, rowBase + row, me.v, acc, me.res, me.w,
-                                                      me.qscale, xch, rowsDone, ok, waiter, rank,
-                                                      epoch)) {
+    if (!dev::fusedRowEpilogueCluster<T, Q, kAligned>(p, o, me.v, acc, me.res, me.w, xch, rowsDone,
+                                                      ok, waiter, rank, epoch)) {
       break;
     }
   }
