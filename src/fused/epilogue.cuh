@@ -315,11 +315,14 @@ struct RowOutputs {
   // NVFP4 of N vectors of a thread (vs[k], active[k], rounded values y[k]), warp-uniformly.
   // max over {0, |y[i]|} (inactive lanes hold zeros) as a tree, exact, so the order does not
   // change the bits, only the dependency depth. First with NaN propagating: a NaN in any of the
-  // warp's vectors sends the whole warp (the shuffles need it whole) to the general form, one
-  // vector at a time, whose maximum ignores NaN (fmaxf) and whose encoder tests every element.
-  // Otherwise all N vectors run in one straight line, without a branch between them, so their
-  // dependency chains interleave, and the encoder leaves the per-element NaN test out. Same
-  // bits either way.
+  // warp's vectors, or a global scale outside reciprocalNormal's range (fastReciprocal false),
+  // sends the whole warp (the shuffles need it whole) to the general form, one vector at a
+  // time, whose maximum ignores NaN (fmaxf), whose reciprocal is __frcp_rn and whose encoder
+  // tests every element. Otherwise all N vectors run in one straight line, without a branch
+  // between them, so their dependency chains interleave, and the encoder leaves the
+  // per-element NaN test out. Same bits either way. (A second straight line with __frcp_rn for
+  // the rare scale outside the range made the kernel 150 instructions longer and measured
+  // 0.05-0.07 us slower at 16 tokens on 2 x H200: docs/PERFORMANCE.md.)
   template <int N>
   __device__ __forceinline__ void writeNvfp4Vecs(const int (&vs)[N], const bool (&active)[N],
                                                  const float (&y)[N][8]) const {
@@ -330,7 +333,7 @@ struct RowOutputs {
       amax[k] = absMaxNaN(y[k]);
       nan = nan || amax[k] != amax[k];
     }
-    if (__any_sync(0xffffffffu, nan)) {
+    if (__any_sync(0xffffffffu, nan) || !fastReciprocal) {
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         const float a = absMaxIgnoringNaN(y[k]);
@@ -338,26 +341,23 @@ struct RowOutputs {
       }
       return;
     }
-    if (fastReciprocal) {
-      writeNvfp4Straight<N>(vs, active, y, amax, [](float d) { return reciprocalNormal(d); });
-    } else {
-      writeNvfp4Straight<N>(vs, active, y, amax, [](float d) { return __frcp_rn(d); });
-    }
+    writeNvfp4Straight<N>(vs, active, y, amax);
   }
 
-  // The NaN-free straight line of writeNvfp4Vecs; `rcp` is the IEEE reciprocal of the block
-  // scale d (any value where d is 0: that block's codes are 0).
-  template <int N, typename Rcp>
+  // The NaN-free straight line of writeNvfp4Vecs, for a global scale where fastReciprocal holds:
+  // reciprocalNormal is then the IEEE reciprocal of every block scale d (any value where d is 0:
+  // that block's codes are 0).
+  template <int N>
   __device__ __forceinline__ void writeNvfp4Straight(const int (&vs)[N], const bool (&active)[N],
-                                                     const float (&y)[N][8], float (&amax)[N],
-                                                     Rcp rcp) const {
+                                                     const float (&y)[N][8],
+                                                     float (&amax)[N]) const {
     uint32_t s[N], packed[N];
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xffffffffu, amax[k], 1));  // the other half
       s[k] = e4m3Code(amax[k] * qinv);
       const float d = e4m3Value(s[k]) * qscale;
-      const float dinv = rcp(d);
+      const float dinv = reciprocalNormal(d);
       // Without a NaN in y, q holds a NaN only where d is 0 (its reciprocal is inf or NaN; with
       // d > 0 finite an infinite y gives an infinite q), and the select below replaces that
       // block's codes by 0.
