@@ -125,19 +125,38 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   // The fused two-shot's register form likewise (at most kFusedDensePerSm) in blocks of
   // kFusedDenseThreads threads, for launches of more rows than SMs (fusedTwoShotShape). One
   // gather agrees on both.
+  // The cluster forms likewise at two blocks per SM, per kernel variant (form x dtype x
+  // quantization; fusedClusterPairBlocks). One gather agrees on all of them.
   struct PerSm {
     int32_t peer, fused;
+    int32_t pairThreads[kClusterPairVariants];
   };
-  PerSm perSm{kPeerBlocksPerSm, kFusedDensePerSm};
+  PerSm perSm{kPeerBlocksPerSm, kFusedDensePerSm, {}};
   for (auto lower : {oneShotPushResidentPerSm, oneShotPullResidentPerSm, twoShotPushResidentPerSm,
                      twoShotResidentPerSm}) {
     ANYR_CUDA_CHECK(lower(&perSm.peer));
   }
   ANYR_CUDA_CHECK(fusedTwoShotDenseResidentPerSm(&perSm.fused));
+  for (int v = 0; v < kClusterPairVariants; ++v) {
+    int threads = kFusedClusterMaxThreads;
+    const anyrDataType_t dt = (v / 3) % 2 == 0 ? anyrFloat16 : anyrBfloat16;
+    ANYR_CUDA_CHECK(v < 6 ? fusedOneShotClusterPairThreads(dt, v % 3, &threads)
+                          : fusedTwoShotClusterPairThreads(dt, v % 3, &threads));
+    perSm.pairThreads[v] = threads;
+  }
   for (const PerSm& o : bs_->allGatherValue(perSm)) {
     perSm.peer = std::min(perSm.peer, o.peer);
     perSm.fused = std::min(perSm.fused, o.fused);
+    for (int v = 0; v < kClusterPairVariants; ++v) {
+      perSm.pairThreads[v] = std::min(perSm.pairThreads[v], o.pairThreads[v]);
+    }
   }
+  for (int v = 0; v < kClusterPairVariants; ++v) {
+    clusterPairThreads_[static_cast<size_t>(v)] =
+        std::max(0, static_cast<int>(perSm.pairThreads[v]));
+  }
+  // Not where ranks share a GPU: their grids would need four blocks per SM at once.
+  clusterPairBlocks_ = facts_.distinctDevices ? std::min(minSm * 2, kMaxBlocks) : 0;
   peerPerSm_ = std::max(1, static_cast<int>(perSm.peer));
   peerBlocks_ = std::min(minSm * peerPerSm_, kMaxBlocks);
   fusedDenseBlocks_ = std::min(minSm * std::max(1, static_cast<int>(perSm.fused)), kMaxBlocks);
@@ -145,7 +164,9 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
     maxBlocks_ = std::min(maxBlocks_, cfg_.maxBlocks);
     peerBlocks_ = std::min(peerBlocks_, cfg_.maxBlocks);
     fusedDenseBlocks_ = std::min(fusedDenseBlocks_, cfg_.maxBlocks);
+    clusterPairBlocks_ = std::min(clusterPairBlocks_, cfg_.maxBlocks);
   }
+  if (clusterPairBlocks_ <= maxBlocks_) clusterPairBlocks_ = 0;
   initNccl(externalNccl);
   initTransport();
   checkTransport();
@@ -254,12 +275,31 @@ void Communicator::probeClusters() {
   clusterReason_ = why;
 }
 
+std::string Communicator::clusterPairThreadsJson() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoTwoShotPush}) {
+    nlohmann::json byType = nlohmann::json::object();
+    for (anyrDataType_t dt : {anyrFloat16, anyrBfloat16}) {
+      nlohmann::json byQuant = nlohmann::json::object();
+      for (int q : {0, 1, 2}) {
+        byQuant[q == 0 ? "none" : (q == 1 ? "fp8" : "nvfp4")] = clusterPairThreads(algo, dt, q);
+      }
+      byType[dt == anyrFloat16 ? "fp16" : "bf16"] = byQuant;
+    }
+    j[anyrAlgoName(algo)] = byType;
+  }
+  return j.dump();
+}
+
 std::vector<std::pair<int, int>> Communicator::clusterSizeSamples() const {
   std::vector<std::pair<int, int>> out;
-  for (int rows : {1, 8, 16, 32, 64}) {
-    out.emplace_back(rows, clusterOn_ ? fusedClusterSize(rows, kClusterSampleHidden, maxBlocks_,
-                                                         cfg_.fusedCluster)
-                                      : 1);
+  for (int rows : {1, 8, 16, 32, 64, 96, 128}) {
+    out.emplace_back(
+        rows, clusterOn_
+                  ? fusedClusterSize(rows, kClusterSampleHidden, maxBlocks_, cfg_.fusedCluster,
+                                     clusterGridCap(kClusterSampleHidden, 2, 0, anyrAlgoOneShotPush,
+                                                    anyrBfloat16, 0))
+                  : 1);
   }
   return out;
 }
@@ -848,7 +888,8 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   if (fusedKernel) {
     for (size_t row = 0; row < tokens; row += maxRows) {
       const int rows = static_cast<int>(std::min(maxRows, tokens - row));
-      const int clusterBlocks = fusedClusterBlocks(rows, p.hidden, path.cluster);
+      const int clusterBlocks =
+          fusedClusterBlocks(rows, p.hidden, path.cluster, algo, dtype, p.quant);
       const cudaError_t e =
           launchFusedRows(algo, dtype, static_cast<const char*>(partial) + row * rowBytes, p,
                           static_cast<int>(row), rows, clusterBlocks, stream);
@@ -890,15 +931,17 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
   // same bits either way).
   if (algo == anyrAlgoOneShotPush) {
     if (clusterBlocks > 1) {
-      return launchFusedOneShotPushCluster(dtype, a, p, rowBase, rows, clusterBlocks, maxBlocks_,
-                                           stream, pdlOn_);
+      return launchFusedOneShotPushCluster(
+          dtype, a, p, rowBase, rows, clusterBlocks,
+          clusterGridCap(p.hidden, clusterBlocks, rows, algo, dtype, p.quant), stream, pdlOn_);
     }
     return launchFusedOneShotPush(dtype, a, p, rowBase, rows,
                                   fusedOneShotBlocks(rows, a.numVecs, maxBlocks_), stream, pdlOn_);
   }
   if (clusterBlocks > 1) {
-    return launchFusedTwoShotPushCluster(dtype, a, p, rowBase, rows, clusterBlocks, maxBlocks_,
-                                         stream, pdlOn_);
+    return launchFusedTwoShotPushCluster(
+        dtype, a, p, rowBase, rows, clusterBlocks,
+        clusterGridCap(p.hidden, clusterBlocks, rows, algo, dtype, p.quant), stream, pdlOn_);
   }
   const FusedLaunchShape shape =
       fusedTwoShotShape(rows, nranks_, p.hidden, a.numVecs, maxBlocks_, fusedDenseBlocks_);
@@ -910,9 +953,26 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
                                 shape.threads);
 }
 
-int Communicator::fusedClusterBlocks(int rows, int hidden, int pathCluster) const {
+int Communicator::fusedClusterBlocks(int rows, int hidden, int pathCluster, anyrAlgo_t algo,
+                                     anyrDataType_t dtype, int quant) const {
   const int setting = cfg_.fusedCluster != 0 ? cfg_.fusedCluster : pathCluster;
-  return clusterOn_ ? fusedClusterSize(rows, hidden, maxBlocks_, setting) : 1;
+  return clusterOn_ ? fusedClusterSize(rows, hidden, maxBlocks_, setting,
+                                       clusterGridCap(hidden, 2, 0, algo, dtype, quant))
+                    : 1;
+}
+
+int Communicator::clusterPairThreads(anyrAlgo_t algo, anyrDataType_t dtype, int quant) const {
+  if ((dtype != anyrFloat16 && dtype != anyrBfloat16) || quant < 0 || quant > 2) return 0;
+  const int v = (algo == anyrAlgoOneShotPush ? 0 : 6) + (dtype == anyrFloat16 ? 0 : 3) + quant;
+  return clusterPairThreads_[static_cast<size_t>(v)];
+}
+
+int Communicator::clusterGridCap(int hidden, int clusterBlocks, int rows, anyrAlgo_t algo,
+                                 anyrDataType_t dtype, int quant) const {
+  // Within one block per SM, one block per SM; beyond it two where the variant holds them.
+  if (rows > 0 && static_cast<int64_t>(rows) * clusterBlocks <= maxBlocks_) return maxBlocks_;
+  return fusedClusterPairBlocks(hidden, clusterBlocks, maxBlocks_,
+                                clusterPairThreads(algo, dtype, quant), clusterPairBlocks_);
 }
 
 uint64_t Communicator::fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const {
@@ -1046,6 +1106,8 @@ std::string Communicator::explainJson() const {
       {"peer", peerBlocks_},
       {"peerPerSm", peerPerSm_},
       {"fusedTwoShotDense", fusedDenseBlocks_},
+      {"fusedClusterPairs", clusterPairBlocks_},
+      {"fusedClusterPairThreads", nlohmann::json::parse(clusterPairThreadsJson())},
       {"reason",
        "fused and host kernels: one block per SM of the smallest GPU; peer "
        "all-reduce kernels: the fewest blocks per SM any of their variants "
@@ -1055,7 +1117,11 @@ std::string Communicator::explainJson() const {
            " threads a block, for launches of more rows than fusedAndHost: likewise, "
            "at most " +
            std::to_string(kFusedDensePerSm) +
-           " (dense above fusedAndHost); all capped by config.maxBlocks and at " +
+           " (dense above fusedAndHost); the fused cluster forms at two blocks per SM "
+           "(fusedClusterPairs, 0: not admitted) for blocks of at most the "
+           "fusedClusterPairThreads of the launch's kernel variant (form, dtype, "
+           "quantization; aligned buffers), where every rank holds two such blocks per SM "
+           "and no two ranks share a GPU; all capped by config.maxBlocks and at " +
            std::to_string(kMaxBlocks)}};
   // The fused kernels' cluster form: the size they take by rows (clusterSizeSamples).
   nlohmann::json sizes = nlohmann::json::object();

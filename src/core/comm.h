@@ -86,8 +86,9 @@ class Communicator {
   // installs the result; returns it. `progress` is called on rank 0 only.
   TuningTable tune(const TuneOptions& o, const TuneProgress& progress);
   // The cluster sizes tuning measures besides the automatic rule's for `tokens` rows of
-  // `hidden` in fused kernel `algo` (none where clusters are off, configured, or not taken).
-  std::vector<int> clusterSizesToMeasure(anyrAlgo_t algo, int tokens, int hidden) const;
+  // `hidden` (bf16, quantization `quant`) in fused kernel `algo` (none where clusters are off,
+  // configured, or not taken).
+  std::vector<int> clusterSizesToMeasure(anyrAlgo_t algo, int tokens, int hidden, int quant) const;
 
   // anyrSuccess, or the failure recorded by device waits / abort; *msg receives the text.
   anyrResult_t asyncError(std::string* msg);
@@ -151,7 +152,8 @@ class Communicator {
   // configured setting (config.fusedCluster), else pathCluster (the dispatch path's measured
   // size, Path::cluster; 0: none), else the automatic rule (fused_algo.h); 1 where clusters
   // are off.
-  int fusedClusterBlocks(int rows, int hidden, int pathCluster) const;
+  int fusedClusterBlocks(int rows, int hidden, int pathCluster, anyrAlgo_t algo,
+                         anyrDataType_t dtype, int quant) const;
   // Runs a message as launches of at most capacityBytes each (piece boundaries are multiples of
   // 16 bytes, so alignment is kept): launch(args, shape) per piece, where args is `tmpl`
   // (AllReduceArgs or HostArgs) with the piece's input, output, count and 16-byte vectors; a
@@ -240,6 +242,21 @@ class Communicator {
   // The fused two-shot register form's grid cap at kFusedDenseThreads threads a block
   // (fusedTwoShotShape): above maxBlocks_ where every rank holds two such blocks per SM.
   int fusedDenseBlocks_ = 1;
+  // The fused cluster forms at two blocks per SM (fused/fused_algo.h, fusedClusterPairBlocks):
+  // per kernel variant (one-shot / two-shot x fp16 / bf16 x none / FP8 / NVFP4, aligned
+  // buffers) the largest block size at which every rank holds two of its blocks per SM (0:
+  // none), and the grid cap there (two per SM of the smallest GPU, within config.maxBlocks and
+  // kMaxBlocks; 0 where not admitted).
+  static constexpr int kClusterPairVariants = 12;
+  std::array<int, kClusterPairVariants> clusterPairThreads_{};
+  int clusterPairBlocks_ = 0;
+  int clusterPairThreads(anyrAlgo_t algo, anyrDataType_t dtype, int quant) const;
+  std::string clusterPairThreadsJson() const;  // JSON text, by form, dtype and quantization
+  // The grid cap of a cluster-form launch of `rows` rows (0: any) of `hidden` in clusters of
+  // `clusterBlocks` of the (algo, dtype, quant) variant: maxBlocks_ where the rows fit one block
+  // per SM, else two per SM where that variant's blocks fit it.
+  int clusterGridCap(int hidden, int clusterBlocks, int rows, anyrAlgo_t algo, anyrDataType_t dtype,
+                     int quant) const;
   cudaStream_t internalStream_ = nullptr;
   cudaEvent_t lastWork_ = nullptr;  // recorded after eager launches (not during capture)
   bool haveLastWork_ = false;

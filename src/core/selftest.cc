@@ -302,9 +302,10 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
       p.weightPlusOne = 0;
       p.quant = anyrQuantNone;
       // The communicator's own launch (arguments and grid).
-      const cudaError_t e =
-          c.launchFusedRows(algo, anyrBfloat16, in_, p, 0, rows,
-                            c.fusedClusterBlocks(rows, kFusedHidden, 0), c.internalStream_);
+      const cudaError_t e = c.launchFusedRows(
+          algo, anyrBfloat16, in_, p, 0, rows,
+          c.fusedClusterBlocks(rows, kFusedHidden, 0, algo, anyrBfloat16, anyrQuantNone),
+          c.internalStream_);
       if (e != cudaSuccess) {
         ++launchFailures;
         launchWhy = std::string("launch failed: ") + cudaGetErrorString(e);

@@ -94,7 +94,10 @@ std::string Communicator::explainText() const {
                          (clusterOn_ ? "on" : "off") + " (" + clusterReason_ + ")";
   if (clusterOn_) {
     clusters += "; setting " + std::to_string(cfg_.fusedCluster) +
-                " (0 automatic); cluster size by rows of hidden " +
+                " (0 automatic); clusters at two blocks per SM up to " +
+                std::to_string(clusterPairBlocks_) +
+                " blocks (0: not admitted), blocks of at most " + clusterPairThreadsJson() +
+                " threads" + "; cluster size by rows of hidden " +
                 std::to_string(kClusterSampleHidden) + " (1: a block per row)";
     const char* sep = ": ";
     for (const auto& [rows, size] : clusterSizeSamples()) {
@@ -122,7 +125,8 @@ void Communicator::installTuning(const TuningTable& table, const char* what,
 
 std::vector<std::string> Communicator::tuningSettings() const {
   return {"maxBlocks " + std::to_string(maxBlocks_) + " peer " + std::to_string(peerBlocks_),
-          "fusedCluster " + std::to_string(cfg_.fusedCluster) + (clusterOn_ ? " on" : " off"),
+          "fusedCluster " + std::to_string(cfg_.fusedCluster) + (clusterOn_ ? " on" : " off") +
+              " pairs " + std::to_string(clusterPairBlocks_) + " at " + clusterPairThreadsJson(),
           std::string("programmaticLaunch ") + (pdlOn_ ? "on" : "off") +
               (argsTemplate_.releaseEarly != 0 ? " early" : ""),
           std::string("wire ") + wireName(cfg_.wire),
@@ -262,8 +266,8 @@ double Communicator::timePath(Op op, uint64_t bytes, int tokens, int hidden, voi
   return 1000.0 * ms[ms.size() / 2] / calls;
 }
 
-std::vector<int> Communicator::clusterSizesToMeasure(anyrAlgo_t algo, int tokens,
-                                                     int hidden) const {
+std::vector<int> Communicator::clusterSizesToMeasure(anyrAlgo_t algo, int tokens, int hidden,
+                                                     int quant) const {
   std::vector<int> sizes;
   // Only where the sizes are this communicator's to choose: clusters admitted, the configured
   // size automatic, rows that clusters take (fused_algo.h), and the fused kernel itself.
@@ -275,7 +279,8 @@ std::vector<int> Communicator::clusterSizesToMeasure(anyrAlgo_t algo, int tokens
   const uint64_t perLaunch = fusedRowsPerLaunch(algo, rowBytes);
   if (perLaunch == 0) return sizes;
   const int rows = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(tokens), perLaunch));
-  const int rule = fusedClusterSize(rows, hidden, maxBlocks_, 0);
+  const int rule = fusedClusterSize(rows, hidden, maxBlocks_, 0,
+                                    clusterGridCap(hidden, 2, 0, algo, anyrBfloat16, quant));
   for (int c : {1, 2, 4, 8}) {
     if (c != rule) sizes.push_back(c);
   }
@@ -290,7 +295,9 @@ void Communicator::tuneClusterSize(Op op, Path chosen, int tokens, const TuneOpt
   // same list from agreed inputs; the slowest rank's times decide, and a size is taken only
   // when it beats the rule by more than kClusterMargin.
   constexpr double kClusterMargin = 0.02;
-  const std::vector<int> sizes = clusterSizesToMeasure(chosen.algo, tokens, o.hidden);
+  // The quantized operation is measured with FP8 output (as in measureFused).
+  const std::vector<int> sizes = clusterSizesToMeasure(
+      chosen.algo, tokens, o.hidden, op == Op::AddRmsNormQuant ? anyrQuantFp8 : anyrQuantNone);
   if (sizes.empty()) return;
   const uint64_t bytes = static_cast<uint64_t>(tokens) * static_cast<uint64_t>(o.hidden) * 2;
   *total += static_cast<int>(sizes.size()) + 1;

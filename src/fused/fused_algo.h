@@ -93,8 +93,10 @@ inline int fusedClusterThreads(int hidden, int clusterBlocks) {
 // row kernel) or 2, 4, 8. `setting` is the agreed config (config.fusedCluster /
 // ANYR_FUSED_CLUSTER): 0 automatic, 1 off, 2/4/8 forced (for rows that fit). Automatic: the
 // largest C that leaves a block at least 64 vectors (2 warps) and lets every row of the launch
-// have its own cluster within maxBlocks; rows beyond that keep the block-per-row kernel, whose
-// grid already fills the GPU. Measured on 2 x H200, hidden 6144, each size forced
+// have its own cluster within maxBlocks (one block per SM); then clusters of two within
+// pairBlocks (fusedClusterPairBlocks: two blocks per SM, where the launch's kernel variant holds
+// two such blocks; 0: not admitted); rows beyond that keep the block-per-row kernel, whose grid
+// already fills the GPU. Measured on 2 x H200, hidden 6144, each size forced
 // (docs/PERFORMANCE.md, "cluster exchange by st.async"): the one-shot 1 row 3.92 us at C = 8
 // against 4.89 without, 16 rows 5.19 against 5.45, 32 rows 6.22 at C = 4 against 7.30; the two-shot
 // 64 rows 8.35 at C = 2 against 9.52, 96 rows 10.20 at C = 2 and 10.18 without. Forced sizes
@@ -102,14 +104,36 @@ inline int fusedClusterThreads(int hidden, int clusterBlocks) {
 // fastest or within 0.05 us everywhere but 7168 x 16 and 96 tokens, where C = 2 is faster;
 // `anyreduce tune` measures the sizes per bucket at its hidden size (Path::cluster), which
 // comes here as a forced `setting`.
-inline int fusedClusterSize(int rows, int hidden, int maxBlocks, int setting) {
+inline int fusedClusterSize(int rows, int hidden, int maxBlocks, int setting, int pairBlocks = 0) {
   if (setting == 1 || !fusedClusterFits(hidden)) return 1;
   if (setting > 1) return setting;
   const int nvec = hidden / 8;
   for (int c = kFusedMaxClusterBlocks; c >= 2; c /= 2) {
     if (nvec / c >= 64 && static_cast<int64_t>(rows) * c <= maxBlocks) return c;
   }
+  if (nvec / 2 >= 64 && static_cast<int64_t>(rows) * 2 <= pairBlocks) return 2;
   return 1;
+}
+
+// ---- clusters at two blocks per SM ---------------------------------------------------------
+// From 67 rows (with 132 SMs) clusters of two no longer fit one block per SM, and the cluster
+// form looped rows over the clusters it had (slower than the block-per-row kernel); where an SM
+// holds two blocks of the kernel variant a launch runs, every row keeps its own cluster of two.
+// Measured at world size 1 on one H200, hidden 6144, bf16 (docs/PERFORMANCE.md, 2026-12-01):
+// the fused one-shot at 80 / 96 / 128 rows 3.74 / 3.80 / 3.83 us against 4.58 with the
+// block-per-row kernel at 80 and 4.80 / 4.83 / 4.90 in clusters of two at one block per SM; the
+// two-shot's cluster form at 96 / 128 rows 5.65 / 5.75 against 6.89 (block per row) and
+// 7.05 / 7.05. (Variants with their registers capped so that more of them fit two per SM
+// spilled and lost: 4.92-5.96 us at 80 rows.) The grid cap of a cluster launch of rows of
+// `hidden` in clusters of `clusterBlocks` beyond one block per SM: pairBlocks (two blocks per
+// SM, the communicator's agreed cap; 0 where not admitted) where its blocks of
+// fusedClusterThreads threads are at most pairThreads (the largest block at which an SM holds
+// two blocks of the launch's kernel variant on every rank), else maxBlocks.
+inline int fusedClusterPairBlocks(int hidden, int clusterBlocks, int maxBlocks, int pairThreads,
+                                  int pairBlocks) {
+  return fusedClusterThreads(hidden, clusterBlocks) <= pairThreads && pairBlocks > maxBlocks
+             ? pairBlocks
+             : maxBlocks;
 }
 
 // Clusters in the grid of a cluster launch: one per row (a row's own threads push it), within
@@ -125,6 +149,13 @@ inline int fusedClusterCount(int rows, int clusterBlocks, int maxBlocks, int res
 
 // The cluster forms of the fused one-shot push and of the fused two-shot push's register form
 // (rows of at most kFusedSlots vectors; clusterBlocks from fusedClusterSize, 2..8).
+// Each lowers *threads (a multiple of 32) to the largest block size at which an SM of the
+// current device holds two blocks of that cluster-form kernel for aligned buffers of `dtype`
+// (fp16 or bf16) and quantization mode `quant` (0: none; unaligned buffers run the general
+// kernel, whose residency caps its grid, so its rows may loop over fewer clusters).
+cudaError_t fusedOneShotClusterPairThreads(anyrDataType_t dtype, int quant, int* threads);
+cudaError_t fusedTwoShotClusterPairThreads(anyrDataType_t dtype, int quant, int* threads);
+
 cudaError_t launchFusedTwoShotPushCluster(anyrDataType_t dtype, const AllReduceArgs& a,
                                           const FusedParams& p, int rowBase, int rows,
                                           int clusterBlocks, int maxBlocks, cudaStream_t stream,

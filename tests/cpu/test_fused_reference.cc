@@ -614,6 +614,24 @@ TEST(FusedLaunchShape, ClusterSizeFollowsRowsHiddenAndSetting) {
   EXPECT_EQ(fusedClusterSize(17, 6144, 40, 0), 2);
   EXPECT_EQ(fusedClusterSize(21, 6144, 40, 0), 1);
 
+  // Clusters of two at two blocks per SM (pairBlocks 256): from 67 rows up to 128, then none;
+  // never before a larger size fits at one block per SM; 0 turns it off.
+  EXPECT_EQ(fusedClusterSize(16, 6144, 132, 0, 256), 8);
+  EXPECT_EQ(fusedClusterSize(66, 6144, 132, 0, 256), 2);
+  EXPECT_EQ(fusedClusterSize(67, 6144, 132, 0, 256), 2);
+  EXPECT_EQ(fusedClusterSize(128, 6144, 132, 0, 256), 2);
+  EXPECT_EQ(fusedClusterSize(129, 6144, 132, 0, 256), 1);
+  EXPECT_EQ(fusedClusterSize(67, 6144, 132, 0, 0), 1);
+  EXPECT_EQ(fusedClusterSize(67, 6144, 132, 1, 256), 1);
+  EXPECT_EQ(fusedClusterSize(67, 512, 132, 0, 256), 1);  // 64 vectors: one block of 32 each
+  // The cap a cluster launch takes: two per SM where its blocks are at most pairThreads
+  // threads and the pair cap is above one per SM, else one per SM.
+  EXPECT_EQ(fusedClusterPairBlocks(6144, 2, 132, 384, 256), 256);  // 384 threads
+  EXPECT_EQ(fusedClusterPairBlocks(7168, 2, 132, 384, 256), 132);  // 448 threads
+  EXPECT_EQ(fusedClusterPairBlocks(7168, 4, 132, 384, 256), 256);  // 224 threads
+  EXPECT_EQ(fusedClusterPairBlocks(6144, 2, 132, 0, 0), 132);
+  EXPECT_EQ(fusedClusterPairBlocks(6144, 2, 132, 384, 132), 132);
+
   EXPECT_EQ(fusedClusterThreads(6144, 8), 96);
   EXPECT_EQ(fusedClusterThreads(6144, 4), 192);
   EXPECT_EQ(fusedClusterThreads(7168, 8), 128);  // 896 / 8 = 112 -> 4 warps

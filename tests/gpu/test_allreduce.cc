@@ -435,6 +435,28 @@ TEST(AllReduceGpu, GridCapsFollowOccupancyAndConfig) {
             report("FAIL " + tag + "fusedTwoShotDense " + std::to_string(dense) + ", expected " +
                    std::to_string(fused) + " or " + std::to_string(std::min(2 * sm, 256L)) + "\n");
           }
+          // The fused cluster forms at two blocks per SM: within two per SM and 256, not above
+          // a cap of one per SM or less, nor where the two ranks share a GPU; per kernel
+          // variant the largest block that fits two per SM, a multiple of 32 in 0..512.
+          expectEq("fusedClusterPairs", b.at("fusedClusterPairs").get<long>(),
+                   cap > 0 || std::min(2 * sm, 256L) <= fused || gpuCount() < 2
+                       ? 0
+                       : std::min(2 * sm, 256L));
+          int variants = 0;
+          for (const auto& [form, byType] : b.at("fusedClusterPairThreads").items()) {
+            for (const auto& [type, byQuant] : byType.items()) {
+              for (const auto& [quant, t] : byQuant.items()) {
+                ++variants;
+                const long threads = t.get<long>();
+                if (threads < 0 || threads > 512 || threads % 32 != 0) {
+                  ++failures;
+                  report("FAIL " + tag + "fusedClusterPairThreads " + form + " " + type + " " +
+                         quant + ": " + std::to_string(threads) + "\n");
+                }
+              }
+            }
+          }
+          expectEq("fusedClusterPairThreads variants", variants, 12);
           if (rank == 0) std::printf("[ info ] %s%s\n", tag.c_str(), b.dump().c_str());
           // A message large enough for the widest grid (every thread two vectors or more),
           // exact on every peer algorithm.

@@ -203,7 +203,9 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
             if (!chosen.fusedKernel) continue;
             int tokens = 1;
             while (bucketOf(static_cast<uint64_t>(tokens) * 6144 * 2) < p.bucket) tokens *= 2;
-            const std::vector<int> sizes = c.clusterSizesToMeasure(chosen.algo, tokens, 6144);
+            const std::vector<int> sizes = c.clusterSizesToMeasure(
+                chosen.algo, tokens, 6144,
+                static_cast<Op>(op) == Op::AddRmsNormQuant ? anyrQuantFp8 : anyrQuantNone);
             std::vector<std::string> want;
             Path base = chosen;
             base.cluster = 0;

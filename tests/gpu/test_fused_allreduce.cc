@@ -131,6 +131,27 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
       report("FAIL anyrCommExplain's text lacks '" + said + "'\n");
       return 4;
     }
+    // The automatic rule at 96 rows of 6144 (explain's sample: the one-shot, bf16, unquantized):
+    // the largest cluster size whose blocks fit one per SM; on fewer than 192 SMs clusters of two
+    // (blocks of 384 threads) where explain admits two such blocks of that variant per SM for
+    // 192 blocks or more, else a block per row.
+    if (enabled && clusterEnv <= 0) {
+      const nlohmann::json b = explainJson(comm).at("blocks");
+      const long sm = b.at("fusedAndHost").get<long>();
+      const bool pairs =
+          b.at("fusedClusterPairThreads").at("oneshot-push").at("bf16").at("none").get<long>() >=
+              384 &&
+          b.at("fusedClusterPairs").get<long>() >= 192;
+      int want = pairs ? 2 : 1;
+      for (int c : {2, 4, 8}) {
+        if (96 * c <= sm) want = c;  // the largest size at one block per SM comes first
+      }
+      if (cl.at("sizeByRows").at("96").get<int>() != want) {
+        report("FAIL cluster size at 96 rows " + cl.dump() + ", expected " + std::to_string(want) +
+               " with blocks " + b.dump() + "\n");
+        return 4;
+      }
+    }
   }
   cudaStream_t s;
   R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -394,6 +415,16 @@ TEST(FusedAllReduceGpu, ClusterFormAtEveryForcedSizeMatchesTheComposition) {
     SCOPED_TRACE("ANYR_FUSED_CLUSTER=" + std::to_string(size));
     runFused(gpuCount(), {128, 6144, 8192}, {1, 3, 64}, false, 0, -1, 600, size);
   }
+}
+
+// Launches of more rows than clusters of two hold at one block per SM (67 to 128 rows with 132
+// SMs): each row keeps its own cluster of two where an SM holds two of its blocks (hidden 6144:
+// 384 threads; explain's blocks.fusedClusterPairs), in the one-shot and the two-shot cluster
+// forms, against the composition bit for bit on every rank; 7168 (448 threads) takes what its
+// occupancy allows.
+TEST(FusedAllReduceGpu, ClustersOfTwoBeyondOneBlockPerSmMatchTheComposition) {
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  runFused(gpuCount(), {6144, 7168}, {80, 96, 128}, true, 0, -1, 600);
 }
 
 // More rows than SMs in one two-shot launch: the register form's dense shape (two blocks of

@@ -15,7 +15,9 @@
 // --cluster C (the fused kernel's cluster form, C = 2, 4 or 8 blocks per row), --twoshot (the
 // fused two-shot push kernel for fused(n) and the plain two-shot push for push(n), as the
 // communicator runs from about 64 tokens), --dense (with --twoshot: above one row per SM, the
-// register form's two-blocks-per-SM shape, as the communicator admits it).
+// register form's two-blocks-per-SM shape, as the communicator admits it), --pairs (with
+// --cluster: the cluster forms' grid at two blocks per SM where every variant allows it, as
+// the communicator admits it, so that rows beyond one cluster per SM keep their own cluster).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -214,11 +216,11 @@ double timeRanks(std::vector<Rank>& ranks, int n, const std::function<void(int)>
 }  // namespace
 
 // Usage: anyr_fused_floor [--ranks 1] [--hidden N] [--rows R] [--quant none|fp8|nvfp4] [--pdl]
-// [--cluster C] [--twoshot] [--dense]:
+// [--cluster C] [--twoshot] [--dense] [--pairs]:
 // world size 1 only (no peer waits, e.g. under a profiler that replays kernels), one hidden size.
 int main(int argc, char** argv) {
   int onlyRanks = 0, onlyHidden = 0, rows = 1, quant = anyrQuantNone, cluster = 1;
-  bool pdl = false, twoShot = false, dense = false;
+  bool pdl = false, twoShot = false, dense = false, pairs = false;
   for (int i = 1; i < argc; i += 2) {
     if (std::strcmp(argv[i], "--pdl") == 0) {
       pdl = true;
@@ -232,6 +234,11 @@ int main(int argc, char** argv) {
     }
     if (std::strcmp(argv[i], "--dense") == 0) {
       dense = true;
+      --i;
+      continue;
+    }
+    if (std::strcmp(argv[i], "--pairs") == 0) {
+      pairs = true;
       --i;
       continue;
     }
@@ -301,6 +308,18 @@ int main(int argc, char** argv) {
     DIAG_CHECK(cudaDeviceEnablePeerAccess(0, 0));
   }
   const int maxBlocks = ranks[0].sms;
+  // --pairs: beyond one block per SM the cluster form's grid at two blocks per SM where its
+  // kernel variant allows it (fusedClusterPairBlocks), as the communicator admits it; otherwise
+  // one block per SM at most.
+  int pairThreads = 0, pairBlocks = 0;
+  if (pairs && cluster > 1) {
+    pairThreads = anyr::kFusedClusterMaxThreads;  // bf16, unquantized or `quant`, aligned
+    DIAG_CHECK(twoShot ? anyr::fusedTwoShotClusterPairThreads(anyrBfloat16, quant, &pairThreads)
+                       : anyr::fusedOneShotClusterPairThreads(anyrBfloat16, quant, &pairThreads));
+    pairBlocks = pairThreads > 0 ? std::min(2 * maxBlocks, anyr::kMaxBlocks) : 0;
+    std::printf("# cluster pairs: blocks of up to %d threads two per SM, up to %d blocks\n",
+                pairThreads, pairBlocks);
+  }
   // --dense: the two-shot register form's two-blocks-per-SM shape where it applies (rows above
   // the SM count), as the communicator admits it; otherwise one block per SM at most.
   int denseBlocks = 0;
@@ -327,6 +346,11 @@ int main(int argc, char** argv) {
   std::vector<int> hiddens = {4096, 6144, 7168, 8192};
   if (onlyHidden != 0) hiddens = {onlyHidden};
   for (int hidden : hiddens) {
+    // As the communicator: one block per SM where the rows fit it, else the pair cap.
+    const int clusterCap =
+        cluster > 1 && rows * cluster > maxBlocks
+            ? anyr::fusedClusterPairBlocks(hidden, cluster, maxBlocks, pairThreads, pairBlocks)
+            : maxBlocks;
     const uint64_t vecs = static_cast<uint64_t>(hidden) / 8 * static_cast<uint64_t>(rows);
     // The one-shot holds the whole message in a slot, the two-shot one segment of ceil(rows / 2).
     const uint64_t slotRows = twoShot ? (static_cast<uint64_t>(rows) + 1) / 2 : rows;
@@ -369,7 +393,7 @@ int main(int argc, char** argv) {
         const anyr::FusedParams p = paramsFor(ranks[i], hidden, rows, quant);
         if (twoShot && cluster > 1) {
           DIAG_CHECK(anyr::launchFusedTwoShotPushCluster(anyrBfloat16, a, p, 0, rows, cluster,
-                                                         maxBlocks, ranks[i].s, pdl));
+                                                         clusterCap, ranks[i].s, pdl));
         } else if (twoShot) {
           const anyr::FusedLaunchShape fs =
               anyr::fusedTwoShotShape(rows, n, hidden, vecs, maxBlocks, denseBlocks);
@@ -377,7 +401,7 @@ int main(int argc, char** argv) {
                                                   ranks[i].s, pdl, fs.threads));
         } else if (cluster > 1) {
           DIAG_CHECK(anyr::launchFusedOneShotPushCluster(anyrBfloat16, a, p, 0, rows, cluster,
-                                                         maxBlocks, ranks[i].s, pdl));
+                                                         clusterCap, ranks[i].s, pdl));
         } else {
           DIAG_CHECK(
               anyr::launchFusedOneShotPush(anyrBfloat16, a, p, 0, rows, fBlocks, ranks[i].s, pdl));
