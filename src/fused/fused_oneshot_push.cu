@@ -312,27 +312,7 @@ cudaError_t launchFusedOneShotPushCluster(anyrDataType_t dtype, const AllReduceA
 }
 
 cudaError_t fusedOneShotClusterPairThreads(anyrDataType_t dtype, int quant, int* threads) {
-  const void* k = nullptr;
-  auto pick = [&](auto t) {
-    using T = decltype(t);
-    switch (quant) {
-      case anyrQuantNone:
-        k = reinterpret_cast<const void*>(fusedOneShotPushClusterKernel<T, anyrQuantNone, true>);
-        break;
-      case anyrQuantFp8:
-        k = reinterpret_cast<const void*>(fusedOneShotPushClusterKernel<T, anyrQuantFp8, true>);
-        break;
-      case anyrQuantNvfp4:
-        k = reinterpret_cast<const void*>(fusedOneShotPushClusterKernel<T, anyrQuantNvfp4, true>);
-        break;
-      default:
-        break;
-    }
-  };
-  if (dtype == anyrFloat16) pick(__half{});
-  if (dtype == anyrBfloat16) pick(__nv_bfloat16{});
-  if (k == nullptr) return cudaErrorInvalidValue;
-  return lowerPairThreads(&k, 1, threads);
+  return clusterPairThreadsOf<OneShotClusterKernels>(dtype, quant, threads);
 }
 
 }  // namespace anyr

@@ -84,4 +84,31 @@ cudaError_t launchRowsInClusters(anyrDataType_t dtype, const AllReduceArgs& a, c
   }
 }
 
+// Lowers *threads to the largest block size at which an SM holds two blocks of
+// Family::kernel<T, quant, true>() (aligned buffers; T from dtype), as lowerPairThreads.
+template <typename Family>
+cudaError_t clusterPairThreadsOf(anyrDataType_t dtype, int quant, int* threads) {
+  const void* k = nullptr;
+  auto pick = [&](auto t) {
+    using T = decltype(t);
+    switch (quant) {
+      case anyrQuantNone:
+        k = reinterpret_cast<const void*>(Family::template kernel<T, anyrQuantNone, true>());
+        break;
+      case anyrQuantFp8:
+        k = reinterpret_cast<const void*>(Family::template kernel<T, anyrQuantFp8, true>());
+        break;
+      case anyrQuantNvfp4:
+        k = reinterpret_cast<const void*>(Family::template kernel<T, anyrQuantNvfp4, true>());
+        break;
+      default:
+        break;
+    }
+  };
+  if (dtype == anyrFloat16) pick(__half{});
+  if (dtype == anyrBfloat16) pick(__nv_bfloat16{});
+  if (k == nullptr) return cudaErrorInvalidValue;
+  return lowerPairThreads(&k, 1, threads);
+}
+
 }  // namespace anyr
