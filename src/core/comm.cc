@@ -123,10 +123,9 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   for (const GpuInfo& g : topo_.gpus) minSm = std::min(minSm, g.smCount > 0 ? g.smCount : 1);
   maxBlocks_ = std::min(minSm, kMaxBlocks);
   // The fused two-shot's register form likewise (at most kFusedDensePerSm) in blocks of
-  // kFusedDenseThreads threads, for launches of more rows than SMs (fusedTwoShotShape). One
-  // gather agrees on both.
-  // The cluster forms likewise at two blocks per SM, per kernel variant (form x dtype x
-  // quantization; fusedClusterPairBlocks). One gather agrees on all of them.
+  // kFusedDenseThreads threads, for launches of more rows than SMs (fusedTwoShotShape); and
+  // the cluster forms at two blocks per SM, per kernel variant (form x dtype x quantization;
+  // fusedClusterPairBlocks). One gather agrees on all of them.
   struct PerSm {
     int32_t peer, fused;
     int32_t pairThreads[kClusterPairVariants];
@@ -137,12 +136,16 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
     ANYR_CUDA_CHECK(lower(&perSm.peer));
   }
   ANYR_CUDA_CHECK(fusedTwoShotDenseResidentPerSm(&perSm.fused));
-  for (int v = 0; v < kClusterPairVariants; ++v) {
-    int threads = kFusedClusterMaxThreads;
-    const anyrDataType_t dt = (v / 3) % 2 == 0 ? anyrFloat16 : anyrBfloat16;
-    ANYR_CUDA_CHECK(v < 6 ? fusedOneShotClusterPairThreads(dt, v % 3, &threads)
-                          : fusedTwoShotClusterPairThreads(dt, v % 3, &threads));
-    perSm.pairThreads[v] = threads;
+  for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoTwoShotPush}) {
+    for (anyrDataType_t dt : {anyrFloat16, anyrBfloat16}) {
+      for (int q : {anyrQuantNone, anyrQuantFp8, anyrQuantNvfp4}) {
+        int threads = kFusedClusterMaxThreads;
+        ANYR_CUDA_CHECK(algo == anyrAlgoOneShotPush
+                            ? fusedOneShotClusterPairThreads(dt, q, &threads)
+                            : fusedTwoShotClusterPairThreads(dt, q, &threads));
+        perSm.pairThreads[clusterPairVariant(algo, dt, q)] = threads;
+      }
+    }
   }
   for (const PerSm& o : bs_->allGatherValue(perSm)) {
     perSm.peer = std::min(perSm.peer, o.peer);
@@ -152,8 +155,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
     }
   }
   for (int v = 0; v < kClusterPairVariants; ++v) {
-    clusterPairThreads_[static_cast<size_t>(v)] =
-        std::max(0, static_cast<int>(perSm.pairThreads[v]));
+    clusterPairThreads_[static_cast<size_t>(v)] = perSm.pairThreads[v];
   }
   // Not where ranks share a GPU: their grids would need four blocks per SM at once.
   clusterPairBlocks_ = facts_.distinctDevices ? std::min(minSm * 2, kMaxBlocks) : 0;
@@ -961,10 +963,14 @@ int Communicator::fusedClusterBlocks(int rows, int hidden, int pathCluster, anyr
                     : 1;
 }
 
+int Communicator::clusterPairVariant(anyrAlgo_t algo, anyrDataType_t dtype, int quant) {
+  if ((dtype != anyrFloat16 && dtype != anyrBfloat16) || quant < 0 || quant > 2) return -1;
+  return (algo == anyrAlgoOneShotPush ? 0 : 6) + (dtype == anyrFloat16 ? 0 : 3) + quant;
+}
+
 int Communicator::clusterPairThreads(anyrAlgo_t algo, anyrDataType_t dtype, int quant) const {
-  if ((dtype != anyrFloat16 && dtype != anyrBfloat16) || quant < 0 || quant > 2) return 0;
-  const int v = (algo == anyrAlgoOneShotPush ? 0 : 6) + (dtype == anyrFloat16 ? 0 : 3) + quant;
-  return clusterPairThreads_[static_cast<size_t>(v)];
+  const int v = clusterPairVariant(algo, dtype, quant);
+  return v < 0 ? 0 : clusterPairThreads_[static_cast<size_t>(v)];
 }
 
 int Communicator::clusterGridCap(int hidden, int clusterBlocks, int rows, anyrAlgo_t algo,

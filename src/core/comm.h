@@ -250,6 +250,9 @@ class Communicator {
   static constexpr int kClusterPairVariants = 12;
   std::array<int, kClusterPairVariants> clusterPairThreads_{};
   int clusterPairBlocks_ = 0;
+  // The index of the (algo: one-shot push, else two-shot push; dtype; quant) variant in
+  // clusterPairThreads_, -1 for a dtype or mode without a cluster kernel.
+  static int clusterPairVariant(anyrAlgo_t algo, anyrDataType_t dtype, int quant);
   int clusterPairThreads(anyrAlgo_t algo, anyrDataType_t dtype, int quant) const;
   std::string clusterPairThreadsJson() const;  // JSON text, by form, dtype and quantization
   // The grid cap of a cluster-form launch of `rows` rows (0: any) of `hidden` in clusters of

@@ -295,7 +295,7 @@ void Communicator::tuneClusterSize(Op op, Path chosen, int tokens, const TuneOpt
   // same list from agreed inputs; the slowest rank's times decide, and a size is taken only
   // when it beats the rule by more than kClusterMargin.
   constexpr double kClusterMargin = 0.02;
-  // The quantized operation is measured with FP8 output (as in measureFused).
+  // The quantized operation is measured with FP8 output (as timePath runs it).
   const std::vector<int> sizes = clusterSizesToMeasure(
       chosen.algo, tokens, o.hidden, op == Op::AddRmsNormQuant ? anyrQuantFp8 : anyrQuantNone);
   if (sizes.empty()) return;

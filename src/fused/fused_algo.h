@@ -147,8 +147,6 @@ inline int fusedClusterCount(int rows, int clusterBlocks, int maxBlocks, int res
   return want;
 }
 
-// The cluster forms of the fused one-shot push and of the fused two-shot push's register form
-// (rows of at most kFusedSlots vectors; clusterBlocks from fusedClusterSize, 2..8).
 // Each lowers *threads (a multiple of 32) to the largest block size at which an SM of the
 // current device holds two blocks of that cluster-form kernel for aligned buffers of `dtype`
 // (fp16 or bf16) and quantization mode `quant` (0: none; unaligned buffers run the general
@@ -156,6 +154,8 @@ inline int fusedClusterCount(int rows, int clusterBlocks, int maxBlocks, int res
 cudaError_t fusedOneShotClusterPairThreads(anyrDataType_t dtype, int quant, int* threads);
 cudaError_t fusedTwoShotClusterPairThreads(anyrDataType_t dtype, int quant, int* threads);
 
+// The cluster forms of the fused one-shot push and of the fused two-shot push's register form
+// (rows of at most kFusedSlots vectors; clusterBlocks from fusedClusterSize, 2..8).
 cudaError_t launchFusedTwoShotPushCluster(anyrDataType_t dtype, const AllReduceArgs& a,
                                           const FusedParams& p, int rowBase, int rows,
                                           int clusterBlocks, int maxBlocks, cudaStream_t stream,

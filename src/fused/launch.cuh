@@ -45,25 +45,16 @@ cudaError_t launchRowClusters(void (*kernel)(Params...), const AllReduceArgs& a,
                              rows);
 }
 
-// Picks Family::kernel<T, Q, kAligned>() for the buffers (as launch_rows.cuh: one kernel per
-// quantization mode for aligned buffers, one general kernel otherwise) and launches it in
-// clusters. Rows of at most kFusedSlots vectors, clusterBlocks 2..kFusedMaxClusterBlocks.
-template <typename Family>
-cudaError_t launchRowsInClusters(anyrDataType_t dtype, const AllReduceArgs& a, const FusedParams& p,
-                                 int rowBase, int rows, int clusterBlocks, int maxBlocks,
-                                 cudaStream_t stream, bool pdl) {
-  if (clusterBlocks < 2 || clusterBlocks > kFusedMaxClusterBlocks || !fusedClusterFits(p.hidden)) {
-    return cudaErrorInvalidValue;
-  }
+// Calls go(Family::kernel<T, Q, kAligned>()) for `dtype` (T), quantization mode `quant` and
+// buffers that allow whole vectors or not (as launch_rows.cuh: one kernel per quantization mode
+// for aligned buffers, one general kernel otherwise); cudaErrorInvalidValue for another dtype
+// or mode.
+template <typename Family, typename Go>
+cudaError_t withClusterKernel(anyrDataType_t dtype, int quant, bool aligned, Go go) {
   auto typed = [&](auto t) -> cudaError_t {
     using T = decltype(t);
-    auto go = [&](auto kernel) {
-      return launchRowClusters(kernel, a, p, rowBase, rows, clusterBlocks, maxBlocks, stream, pdl);
-    };
-    if (!fusedBuffersAligned(a.input, p)) {
-      return go(Family::template kernel<T, dev::kQuantAtRunTime, false>());
-    }
-    switch (p.quant) {
+    if (!aligned) return go(Family::template kernel<T, dev::kQuantAtRunTime, false>());
+    switch (quant) {
       case anyrQuantNone:
         return go(Family::template kernel<T, anyrQuantNone, true>());
       case anyrQuantFp8:
@@ -84,31 +75,30 @@ cudaError_t launchRowsInClusters(anyrDataType_t dtype, const AllReduceArgs& a, c
   }
 }
 
-// Lowers *threads to the largest block size at which an SM holds two blocks of
-// Family::kernel<T, quant, true>() (aligned buffers; T from dtype), as lowerPairThreads.
+// Picks the cluster kernel for the buffers (withClusterKernel) and launches it in clusters.
+// Rows of at most kFusedSlots vectors, clusterBlocks 2..kFusedMaxClusterBlocks.
+template <typename Family>
+cudaError_t launchRowsInClusters(anyrDataType_t dtype, const AllReduceArgs& a, const FusedParams& p,
+                                 int rowBase, int rows, int clusterBlocks, int maxBlocks,
+                                 cudaStream_t stream, bool pdl) {
+  if (clusterBlocks < 2 || clusterBlocks > kFusedMaxClusterBlocks || !fusedClusterFits(p.hidden)) {
+    return cudaErrorInvalidValue;
+  }
+  return withClusterKernel<Family>(
+      dtype, p.quant, fusedBuffersAligned(a.input, p), [&](auto kernel) {
+        return launchRowClusters(kernel, a, p, rowBase, rows, clusterBlocks, maxBlocks, stream,
+                                 pdl);
+      });
+}
+
+// Lowers *threads to the largest block size at which an SM holds two blocks of the cluster
+// kernel for aligned buffers of `dtype` and mode `quant`, as lowerPairThreads.
 template <typename Family>
 cudaError_t clusterPairThreadsOf(anyrDataType_t dtype, int quant, int* threads) {
-  const void* k = nullptr;
-  auto pick = [&](auto t) {
-    using T = decltype(t);
-    switch (quant) {
-      case anyrQuantNone:
-        k = reinterpret_cast<const void*>(Family::template kernel<T, anyrQuantNone, true>());
-        break;
-      case anyrQuantFp8:
-        k = reinterpret_cast<const void*>(Family::template kernel<T, anyrQuantFp8, true>());
-        break;
-      case anyrQuantNvfp4:
-        k = reinterpret_cast<const void*>(Family::template kernel<T, anyrQuantNvfp4, true>());
-        break;
-      default:
-        break;
-    }
-  };
-  if (dtype == anyrFloat16) pick(__half{});
-  if (dtype == anyrBfloat16) pick(__nv_bfloat16{});
-  if (k == nullptr) return cudaErrorInvalidValue;
-  return lowerPairThreads(&k, 1, threads);
+  return withClusterKernel<Family>(dtype, quant, true, [&](auto kernel) {
+    const void* k = reinterpret_cast<const void*>(kernel);
+    return lowerPairThreads(&k, 1, threads);
+  });
 }
 
 }  // namespace anyr
