@@ -387,15 +387,27 @@ __device__ __forceinline__ void stAsyncPair(uint32_t remote, uint32_t a, uint32_
 constexpr uint32_t kCheckEvery = 1024;
 constexpr uint64_t kHostPollNs = 5u * 1000u * 1000u;
 
-struct Waiter {
+// kInlineChecks: by default the periodic check and the failure report are functions the wait
+// loops call, so that they are not copied into every loop; a call, though, makes the kernel keep
+// registers for the callee across it (and the waiter in local memory). A kernel that must fit
+// few registers (the fused cluster forms at two blocks per SM) inlines them instead: fewer
+// registers and no stack, more code on the never-taken path.
+template <bool kInlineChecks = false>
+struct WaiterT {
   const WaitControl* wcp;
   uint64_t deadline = 0;
   uint64_t nextHostPoll = 0;
   uint32_t spins = 0;
-  __device__ explicit Waiter(const WaitControl* c) : wcp(c) {}
+  __device__ explicit WaiterT(const WaitControl* c) : wcp(c) {}
 
   __device__ __noinline__ void fail(int32_t code, int32_t waitedRank, int32_t what, uint32_t epoch,
                                     int32_t cause = 0) {
+    report(code, waitedRank, what, epoch, cause);
+  }
+
+  // Records the failure (first failing thread wins) and tells every peer to stop.
+  __device__ __forceinline__ void report(int32_t code, int32_t waitedRank, int32_t what,
+                                         uint32_t epoch, int32_t cause = 0) {
     const WaitControl& wc = *wcp;
     if (atomicCAS(&wc.state->failClaim, 0, 1) == 0) {
       ErrorRecord* e = wc.error;
@@ -430,10 +442,28 @@ struct Waiter {
   // Returns true to keep spinning, false when the wait must be abandoned.
   __device__ __forceinline__ bool keepWaiting(int32_t waitedRank, int32_t what, uint32_t epoch) {
     if (++spins % kCheckEvery != 0) return true;
-    return slowCheck(waitedRank, what, epoch);
+    if constexpr (kInlineChecks) {
+      return check(waitedRank, what, epoch);
+    } else {
+      return slowCheck(waitedRank, what, epoch);
+    }
   }
 
   __device__ __noinline__ bool slowCheck(int32_t waitedRank, int32_t what, uint32_t epoch) {
+    return check(waitedRank, what, epoch);
+  }
+
+  __device__ __forceinline__ void failOrReport(int32_t code, int32_t waitedRank, int32_t what,
+                                               uint32_t epoch, int32_t cause = 0) {
+    if constexpr (kInlineChecks) {
+      report(code, waitedRank, what, epoch, cause);
+    } else {
+      fail(code, waitedRank, what, epoch, cause);
+    }
+  }
+
+  // The deadline, a peer's failure, the host's abort (at most every kHostPollNs).
+  __device__ __forceinline__ bool check(int32_t waitedRank, int32_t what, uint32_t epoch) {
     const WaitControl& wc = *wcp;
     const uint64_t now = globalTimerNs();
     if (deadline == 0) {
@@ -443,24 +473,25 @@ struct Waiter {
     if (*reinterpret_cast<volatile const int32_t*>(&wc.state->failClaim) != 0) return false;
     const int32_t by = *reinterpret_cast<volatile int32_t*>(&wc.ownHeader->abortedBy);
     if (by != 0) {
-      fail(kFailPeerAborted, by - 1, what, epoch,
-           *reinterpret_cast<volatile int32_t*>(&wc.ownHeader->abortCause));
+      failOrReport(kFailPeerAborted, by - 1, what, epoch,
+                   *reinterpret_cast<volatile int32_t*>(&wc.ownHeader->abortCause));
       return false;
     }
     if (now >= nextHostPoll) {
       nextHostPoll = now + kHostPollNs;
       if (*wc.hostAbort != 0) {
-        fail(kFailAborted, waitedRank, what, epoch);
+        failOrReport(kFailAborted, waitedRank, what, epoch);
         return false;
       }
     }
     if (now > deadline) {
-      fail(kFailTimeout, waitedRank, what, epoch);
+      failOrReport(kFailTimeout, waitedRank, what, epoch);
       return false;
     }
     return true;
   }
 };
+using Waiter = WaiterT<false>;
 
 // Per-block epochs (see LocalState). Every thread reads its block's slot at kernel start;
 // finishEpoch() writes the next value after the block is done, and block 0 also advances the

@@ -64,8 +64,8 @@ constexpr unsigned kPollSecondReadNs = 300;
 // stale. The area only goes from cleared to written during a launch (the next launch clears
 // it), so either read that sees the vector sees all of it. Returns false when the wait was
 // abandoned (deadline, abort, a peer's failure).
-template <typename T>
-__device__ __forceinline__ bool pollVecTwoReads(const char* at, Vec* x, Waiter& waiter, int from,
+template <typename T, typename W>
+__device__ __forceinline__ bool pollVecTwoReads(const char* at, Vec* x, W& waiter, int from,
                                                 uint32_t epoch) {
   Vec a, b;
   a.u = loadVolatile(at);
@@ -89,8 +89,8 @@ __device__ __forceinline__ bool pollVecTwoReads(const char* at, Vec* x, Waiter& 
 
 // Polls `src` (this rank's own memory, written by rank `from`) until the vector arrived.
 // Returns false when the wait was abandoned (deadline, abort, a peer's failure).
-template <typename T>
-__device__ __forceinline__ bool pollVec(const char* src, Vec* x, Waiter& waiter, int from,
+template <typename T, typename W>
+__device__ __forceinline__ bool pollVec(const char* src, Vec* x, W& waiter, int from,
                                         uint32_t epoch) {
   x->u = loadVolatile(src);
   while (!arrived<T>(*x)) {
@@ -102,9 +102,9 @@ __device__ __forceinline__ bool pollVec(const char* src, Vec* x, Waiter& waiter,
 
 // The vectors of a row all read at once and re-read together (pollRowRegs, several vectors a
 // thread).
-template <typename T, int VPT>
+template <typename T, int VPT, typename W>
 __device__ __forceinline__ bool pollRowRegsTogether(const char* src, int H, Vec (&x)[VPT],
-                                                    Waiter& waiter, int from, uint32_t epoch) {
+                                                    W& waiter, int from, uint32_t epoch) {
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = threadIdx.x + k * blockDim.x;
@@ -133,8 +133,8 @@ __device__ __forceinline__ bool pollRowRegsTogether(const char* src, int H, Vec 
 // once: a vector that was stale when first read is refreshed in the same round trip as the
 // others. One vector a thread (the cluster forms, and rows of at most one vector a thread)
 // keeps two reads in flight (pollVecTwoReads). Returns false when the wait was abandoned.
-template <typename T, int VPT>
-__device__ __forceinline__ bool pollRowRegs(const char* src, int H, Vec (&x)[VPT], Waiter& waiter,
+template <typename T, int VPT, typename W>
+__device__ __forceinline__ bool pollRowRegs(const char* src, int H, Vec (&x)[VPT], W& waiter,
                                             int from, uint32_t epoch) {
   if constexpr (VPT == 1) {
     x[0] = Vec{};

@@ -669,12 +669,12 @@ __device__ __forceinline__ void clusterExchangeBegin(ClusterExchange& xch) {
   clusterArriveRelaxed();
 }
 
-template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false>
+template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false, typename W = Waiter>
 __device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p,
                                                         const RowOutputs<T, kQuant, kAligned>& o,
                                                         int v, float (&x)[8], const Vec& res,
                                                         const Vec& w, ClusterExchange& xch,
-                                                        uint32_t& rowsDone, bool ok, Waiter& waiter,
+                                                        uint32_t& rowsDone, bool ok, W& waiter,
                                                         int rank, uint32_t epoch) {
   const int hidden = p.hidden;
   const bool active = v < hidden / 8;

@@ -123,10 +123,12 @@ inline int fusedClusterSize(int rows, int hidden, int maxBlocks, int setting, in
 // the fused one-shot at 80 / 96 / 128 rows 3.74 / 3.80 / 3.83 us against 4.58 with the
 // block-per-row kernel at 80 and 4.80 / 4.83 / 4.90 in clusters of two at one block per SM; the
 // two-shot's cluster form at 96 / 128 rows 5.65 / 5.75 against 6.89 (block per row) and
-// 7.05 / 7.05. (Variants with their registers capped so that more of them fit two per SM
-// spilled and lost: 4.92-5.96 us at 80 rows.) The grid cap of a cluster launch of rows of
-// `hidden` in clusters of `clusterBlocks` beyond one block per SM: pairBlocks (two blocks per
-// SM, the communicator's agreed cap; 0 where not admitted) where its blocks of
+// 7.05 / 7.05. The pair kernels (compiled for two blocks per SM, fused/launch.cuh) extended it
+// to hidden 7168 and the quantized variants (same machine, 2026-12-01, 03:04): 7168 at 80 rows
+// 4.05 us against 4.83 (block per row), 6144 NVFP4 at 80 rows 4.71 against 5.84 (looping), the
+// two-shot at 7168 x 128 6.30 against 7.31 (its dense shape). The grid cap of a cluster launch of
+// rows of `hidden` in clusters of `clusterBlocks` beyond one block per SM: pairBlocks (two blocks
+// per SM, the communicator's agreed cap; 0 where not admitted) where its blocks of
 // fusedClusterThreads threads are at most pairThreads (the largest block at which an SM holds
 // two blocks of the launch's kernel variant on every rank), else maxBlocks.
 inline int fusedClusterPairBlocks(int hidden, int clusterBlocks, int maxBlocks, int pairThreads,

@@ -197,9 +197,12 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
 // thread t of block c holding vector c * B + t of the row (B = blockDim.x), and the row's sum
 // of squares combined through distributed shared memory (fused/epilogue.cuh,
 // fusedRowEpilogueCluster). Cluster k owns rows k, k + K, ... (K clusters). A launch of few
-// rows then runs each row's instructions on C SMs instead of one.
-template <typename T, int Q, bool kAligned>
-__global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
+// rows then runs each row's instructions on C SMs instead of one. kPairThreads > 0: the variant
+// for launches beyond one block per SM, compiled for two blocks of at most kPairThreads threads
+// per SM (fewer registers), its waits' checks inlined (dev::WaiterT).
+template <typename T, int Q, bool kAligned, int kPairThreads>
+__global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedClusterMaxThreads,
+                                  kPairThreads > 0 ? 2 : 1)
     fusedOneShotPushClusterKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
   __shared__ dev::ClusterExchange xch;
   dev::waitForPrevious(a.releaseEarly);
@@ -243,7 +246,7 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
   char* own = a.peerWorkspace[rank] + a.layout.pushOffset;
   dev::clearPeerSlots(own + ph.prev * phaseBytes, slot, n, rank, st->pushVecs[ph.prev]);
 
-  dev::Waiter waiter(a.wait);
+  dev::WaiterT<(kPairThreads > 0)> waiter(a.wait);
   const char* cur = own + ph.cur * phaseBytes;
   uint32_t rowsDone = 0;
   for (int row = cluster; row < rows; row += clusters) {
@@ -283,7 +286,18 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
 struct OneShotClusterKernels {
   template <typename T, int Q, bool kAligned>
   static auto kernel() {
-    return fusedOneShotPushClusterKernel<T, Q, kAligned>;
+    return fusedOneShotPushClusterKernel<T, Q, kAligned, 0>;
+  }
+  // The pair variants' block bound: the largest at which ptxas (CUDA 13, sm_90) fits the kernel
+  // in the registers of two blocks per SM without spilling: 448 threads (72 registers; hidden
+  // 7168 in clusters of two), 384 for NVFP4 (80).
+  template <typename T, int Q>
+  static constexpr int pairThreads() {
+    return Q == anyrQuantNvfp4 ? 384 : 448;
+  }
+  template <typename T, int Q>
+  static auto pairKernel() {
+    return fusedOneShotPushClusterKernel<T, Q, true, pairThreads<T, Q>()>;
   }
 };
 

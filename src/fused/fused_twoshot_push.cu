@@ -15,6 +15,8 @@
 // already are).
 // normOut may alias partial: the block that reads a row of partial (scatter or reduce) is the
 // block that later writes that row's outputs, after a barrier.
+#include <type_traits>
+
 #include "algo/algo.h"
 #include "algo/lamport.cuh"
 #include "algo/launch.cuh"
@@ -334,8 +336,11 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
 // probe passed): steps 1-3 as above over the whole grid, then each row is polled and
 // normalized by the C blocks of one cluster, thread t of block c holding vector c * B + t
 // (fused/epilogue.cuh, fusedRowEpilogueCluster). Same buffers, protocol and bits.
-template <typename T, int Q, bool kAligned>
-__global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
+// kPairThreads > 0: the variant for launches beyond one block per SM, compiled for two blocks
+// of at most kPairThreads threads per SM (fewer registers).
+template <typename T, int Q, bool kAligned, int kPairThreads>
+__global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedClusterMaxThreads,
+                                  kPairThreads > 0 ? 2 : 1)
     fusedTwoShotPushClusterKernel(AllReduceArgs a, FusedParams p, int rowBase, int rows) {
   __shared__ dev::ClusterExchange xch;
   dev::waitForPrevious(a.releaseEarly);
@@ -393,7 +398,21 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
 struct TwoShotClusterKernels {
   template <typename T, int Q, bool kAligned>
   static auto kernel() {
-    return fusedTwoShotPushClusterKernel<T, Q, kAligned>;
+    return fusedTwoShotPushClusterKernel<T, Q, kAligned, 0>;
+  }
+  // The pair variants' block bound: the largest at which ptxas (CUDA 13, sm_90) fits the kernel
+  // in the registers of two blocks per SM without spilling: 448 threads (72 registers; hidden
+  // 7168 in clusters of two) unquantized and bf16 FP8, else 384 (80; fp16 NVFP4 spills 4 bytes
+  // there). Unlike the one-shot's, its waits' checks stay calls: inlined, they cost more
+  // registers here than the call does.
+  template <typename T, int Q>
+  static constexpr int pairThreads() {
+    return Q == anyrQuantNone || (Q == anyrQuantFp8 && std::is_same_v<T, __nv_bfloat16>) ? 448
+                                                                                         : 384;
+  }
+  template <typename T, int Q>
+  static auto pairKernel() {
+    return fusedTwoShotPushClusterKernel<T, Q, true, pairThreads<T, Q>()>;
   }
 };
 

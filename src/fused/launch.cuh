@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <type_traits>
+
 #include "algo/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
@@ -45,22 +47,41 @@ cudaError_t launchRowClusters(void (*kernel)(Params...), const AllReduceArgs& a,
                              rows);
 }
 
-// Calls go(Family::kernel<T, Q, kAligned>()) for `dtype` (T), quantization mode `quant` and
-// buffers that allow whole vectors or not (as launch_rows.cuh: one kernel per quantization mode
-// for aligned buffers, one general kernel otherwise); cudaErrorInvalidValue for another dtype
-// or mode.
-template <typename Family, typename Go>
-cudaError_t withClusterKernel(anyrDataType_t dtype, int quant, bool aligned, Go go) {
+// Every cluster-form kernel's type.
+using ClusterKernel = void (*)(AllReduceArgs, FusedParams, int, int);
+
+// Into *kernel: Family::kernel<T, Q, kAligned>() for `dtype` (T), quantization mode `quant`
+// and buffers that allow whole vectors or not (as launch_rows.cuh: one kernel per
+// quantization mode for aligned buffers, one general kernel otherwise); with `pair`, the pair
+// variant Family::pairKernel<T, Q>() (aligned buffers only; compiled for two blocks of at most
+// Family::pairThreads<T, Q>() threads per SM), or NULL where there is none or blocks of
+// `threads` exceed its bound. cudaErrorInvalidValue for another dtype or mode.
+template <typename Family>
+cudaError_t clusterKernelFor(anyrDataType_t dtype, int quant, bool aligned, bool pair, int threads,
+                             ClusterKernel* kernel) {
+  *kernel = nullptr;
   auto typed = [&](auto t) -> cudaError_t {
     using T = decltype(t);
-    if (!aligned) return go(Family::template kernel<T, dev::kQuantAtRunTime, false>());
+    auto pick = [&](auto q) -> cudaError_t {
+      constexpr int Q = decltype(q)::value;
+      if (!pair) {
+        *kernel = Family::template kernel<T, Q, true>();
+      } else if (threads <= Family::template pairThreads<T, Q>()) {
+        *kernel = Family::template pairKernel<T, Q>();
+      }
+      return cudaSuccess;
+    };
+    if (!aligned) {
+      if (!pair) *kernel = Family::template kernel<T, dev::kQuantAtRunTime, false>();
+      return cudaSuccess;
+    }
     switch (quant) {
       case anyrQuantNone:
-        return go(Family::template kernel<T, anyrQuantNone, true>());
+        return pick(std::integral_constant<int, anyrQuantNone>{});
       case anyrQuantFp8:
-        return go(Family::template kernel<T, anyrQuantFp8, true>());
+        return pick(std::integral_constant<int, anyrQuantFp8>{});
       case anyrQuantNvfp4:
-        return go(Family::template kernel<T, anyrQuantNvfp4, true>());
+        return pick(std::integral_constant<int, anyrQuantNvfp4>{});
       default:
         return cudaErrorInvalidValue;
     }
@@ -75,8 +96,11 @@ cudaError_t withClusterKernel(anyrDataType_t dtype, int quant, bool aligned, Go 
   }
 }
 
-// Picks the cluster kernel for the buffers (withClusterKernel) and launches it in clusters.
-// Rows of at most kFusedSlots vectors, clusterBlocks 2..kFusedMaxClusterBlocks.
+// Picks the cluster kernel for the buffers and launches it in clusters. Rows of at most
+// kFusedSlots vectors, clusterBlocks 2..kFusedMaxClusterBlocks. Where the launch wants more
+// clusters than the kernel holds at once (beyond one block per SM: maxBlocks is then the pair
+// cap, fusedClusterPairBlocks), the pair variant runs instead if it holds more; both give the
+// same bits.
 template <typename Family>
 cudaError_t launchRowsInClusters(anyrDataType_t dtype, const AllReduceArgs& a, const FusedParams& p,
                                  int rowBase, int rows, int clusterBlocks, int maxBlocks,
@@ -84,21 +108,58 @@ cudaError_t launchRowsInClusters(anyrDataType_t dtype, const AllReduceArgs& a, c
   if (clusterBlocks < 2 || clusterBlocks > kFusedMaxClusterBlocks || !fusedClusterFits(p.hidden)) {
     return cudaErrorInvalidValue;
   }
-  return withClusterKernel<Family>(
-      dtype, p.quant, fusedBuffersAligned(a.input, p), [&](auto kernel) {
-        return launchRowClusters(kernel, a, p, rowBase, rows, clusterBlocks, maxBlocks, stream,
-                                 pdl);
-      });
+  const bool aligned = fusedBuffersAligned(a.input, p);
+  const int threads = fusedClusterThreads(p.hidden, clusterBlocks);
+  ClusterKernel kernel = nullptr;
+  cudaError_t e = clusterKernelFor<Family>(dtype, p.quant, aligned, false, threads, &kernel);
+  if (e != cudaSuccess) return e;
+  int resident = 0;
+  e = residentClusters(reinterpret_cast<const void*>(kernel), clusterBlocks, threads, &resident);
+  if (e != cudaSuccess) return e;
+  const int wanted = fusedClusterCount(rows, clusterBlocks, maxBlocks, rows);
+  if (resident < wanted) {
+    ClusterKernel pairKernel = nullptr;
+    e = clusterKernelFor<Family>(dtype, p.quant, aligned, true, threads, &pairKernel);
+    if (e != cudaSuccess) return e;
+    if (pairKernel != nullptr) {
+      int pairResident = 0;
+      e = residentClusters(reinterpret_cast<const void*>(pairKernel), clusterBlocks, threads,
+                           &pairResident);
+      if (e != cudaSuccess) return e;
+      if (pairResident > resident) kernel = pairKernel;
+    }
+  }
+  return launchRowClusters(kernel, a, p, rowBase, rows, clusterBlocks, maxBlocks, stream, pdl);
 }
 
 // Lowers *threads to the largest block size at which an SM holds two blocks of the cluster
-// kernel for aligned buffers of `dtype` and mode `quant`, as lowerPairThreads.
+// kernel for aligned buffers of `dtype` and mode `quant`, or of its pair variant (as
+// lowerPairThreads; the pair variant from its compiled bound down).
 template <typename Family>
 cudaError_t clusterPairThreadsOf(anyrDataType_t dtype, int quant, int* threads) {
-  return withClusterKernel<Family>(dtype, quant, true, [&](auto kernel) {
-    const void* k = reinterpret_cast<const void*>(kernel);
-    return lowerPairThreads(&k, 1, threads);
-  });
+  ClusterKernel kernel = nullptr, pairKernel = nullptr;
+  cudaError_t e = clusterKernelFor<Family>(dtype, quant, true, false, *threads, &kernel);
+  if (e != cudaSuccess) return e;
+  int plain = *threads;
+  const void* k = reinterpret_cast<const void*>(kernel);
+  e = lowerPairThreads(&k, 1, &plain);
+  if (e != cudaSuccess) return e;
+  // The pair variant's bound: the largest block it accepts, at most *threads.
+  int pair = 0;
+  for (int t = *threads - *threads % 32; t >= 32 && pairKernel == nullptr; t -= 32) {
+    e = clusterKernelFor<Family>(dtype, quant, true, true, t, &pairKernel);
+    if (e != cudaSuccess) return e;
+    pair = t;
+  }
+  if (pairKernel != nullptr) {
+    const void* pk = reinterpret_cast<const void*>(pairKernel);
+    e = lowerPairThreads(&pk, 1, &pair);
+    if (e != cudaSuccess) return e;
+  } else {
+    pair = 0;
+  }
+  *threads = plain > pair ? plain : pair;
+  return cudaSuccess;
 }
 
 }  // namespace anyr
