@@ -9,7 +9,9 @@
 //   fused(n)         the fused one-shot push kernel, world size n
 // with n = 1 (no peer: launch + local work only) and n = 2 (the two GPUs). fused(n) - push(n)
 // is what fusion adds over the all-reduce; fused(1) - push(1) is the epilogue's own cost.
-// Every wait is bounded by the kernels' own deadline (5 s here). Options: --rows R (1..512),
+// Before timing, fused(n)'s outputs are checked against push(n)+k's on the same inputs, byte
+// for byte on every rank (the tool exits non-zero on a difference). Every wait is bounded by
+// the kernels' own deadline (5 s here). Options: --rows R (1..512),
 // --quant none|fp8|nvfp4 (the epilogue's quantized output; NVFP4 scales linear and swizzled), --pdl
 // (programmatic dependent launch, as the communicator launches where its probe works),
 // --cluster C (the fused kernel's cluster form, C = 2, 4 or 8 blocks per row), --twoshot (the
@@ -213,6 +215,94 @@ double timeRanks(std::vector<Rank>& ranks, int n, const std::function<void(int)>
   return us[us.size() / 2];
 }
 
+// The fused kernel's outputs (normOut, the residual in place, the quantized output and both
+// scale layouts) against the composition's (push, then the standalone kernel) on the same
+// inputs, byte for byte, on every rank: outputs poisoned before each run, the residual
+// restored between them. Exits non-zero on a difference, or where the composition wrote
+// nothing. `n` ranks, each run launched directly (no graph) on every rank, then awaited.
+void checkAgainstComposition(std::vector<Rank>& ranks, int n, int hidden, int rows, int quant,
+                             const std::function<void(int)>& composed,
+                             const std::function<void(int)>& fusedCall, const char* what) {
+  const size_t elems = static_cast<size_t>(rows) * static_cast<size_t>(hidden);
+  struct Out {
+    void* (*buf)(const Rank&);
+    size_t bytes;
+    const char* name;
+  };
+  auto normOf = [](const Rank& r) { return r.norm; };
+  auto residualOf = [](const Rank& r) { return r.residual; };
+  auto quantOf = [](const Rank& r) { return r.quant; };
+  auto scalesOf = [](const Rank& r) { return r.scales; };
+  auto swizzledOf = [](const Rank& r) { return r.swizzled; };
+  std::vector<Out> outs = {{+normOf, elems * 2, "normOut"}, {+residualOf, elems * 2, "residual"}};
+  if (quant == anyrQuantFp8) outs.push_back({+quantOf, elems, "quantOut"});
+  if (quant == anyrQuantNvfp4) {
+    outs.push_back({+quantOf, elems / 2, "quantOut"});
+    outs.push_back({+scalesOf, elems / 16, "blockScales"});
+    outs.push_back({+swizzledOf, static_cast<size_t>(anyr::swizzledScaleBytes(rows, hidden / 16)),
+                    "blockScalesSwizzled"});
+  }
+  std::vector<std::vector<char>> residual0(n);
+  auto run = [&](const std::function<void(int)>& fn,
+                 std::vector<std::vector<std::vector<char>>>* got) {
+    for (int i = 0; i < n; ++i) {
+      Rank& r = ranks[i];
+      DIAG_CHECK(cudaSetDevice(r.dev));
+      if (residual0[i].empty()) {
+        residual0[i].resize(elems * 2);
+        DIAG_CHECK(cudaMemcpy(residual0[i].data(), r.residual, elems * 2, cudaMemcpyDeviceToHost));
+      } else {
+        DIAG_CHECK(cudaMemcpy(r.residual, residual0[i].data(), elems * 2, cudaMemcpyHostToDevice));
+      }
+      for (const Out& o : outs) {
+        if (o.buf != +residualOf) DIAG_CHECK(cudaMemset(o.buf(r), 0xFF, o.bytes));
+      }
+      DIAG_CHECK(cudaDeviceSynchronize());
+    }
+    for (int i = 0; i < n; ++i) {
+      DIAG_CHECK(cudaSetDevice(ranks[i].dev));
+      fn(i);
+    }
+    got->assign(n, {});
+    for (int i = 0; i < n; ++i) {
+      Rank& r = ranks[i];
+      DIAG_CHECK(cudaSetDevice(r.dev));
+      DIAG_CHECK(cudaStreamSynchronize(r.s));
+      for (const Out& o : outs) {
+        std::vector<char> h(o.bytes);
+        DIAG_CHECK(cudaMemcpy(h.data(), o.buf(r), o.bytes, cudaMemcpyDeviceToHost));
+        (*got)[i].push_back(std::move(h));
+      }
+      if (r.error->code != 0) {
+        std::fprintf(stderr, "%s: rank %d: a wait failed (code %d)\n", what, i, r.error->code);
+        std::exit(1);
+      }
+    }
+  };
+  std::vector<std::vector<std::vector<char>>> want, got;
+  run(composed, &want);
+  run(fusedCall, &got);
+  for (int i = 0; i < n; ++i) {
+    const std::vector<char>& norm = want[i][0];
+    if (std::all_of(norm.begin(), norm.end(),
+                    [](char c) { return c == static_cast<char>(0xFF); })) {
+      std::fprintf(stderr, "%s: rank %d: the composition wrote no normOut\n", what, i);
+      std::exit(1);
+    }
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (want[i][k] != got[i][k]) {
+        size_t at = 0;
+        while (want[i][k][at] == got[i][k][at]) ++at;
+        std::fprintf(stderr,
+                     "%s: rank %d, hidden %d, %d rows: the fused kernel's %s differs from the "
+                     "composition's at byte %zu\n",
+                     what, i, hidden, rows, outs[k].name, at);
+        std::exit(1);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // Usage: anyr_fused_floor [--ranks 1] [--hidden N] [--rows R] [--quant none|fp8|nvfp4] [--pdl]
@@ -411,6 +501,13 @@ int main(int argc, char** argv) {
     double r[7] = {-1, -1, -1, -1, -1, -1, -1};
     r[0] = timeRanks(ranks, 1, k);
     setWait(ranks[0], ranks, 1, 0);
+    auto composed = [&](int n) {
+      return [&, n](int i) {
+        push(n)(i);
+        k(i);
+      };
+    };
+    checkAgainstComposition(ranks, 1, hidden, rows, quant, composed(1), fused(1), "fused(1)");
     r[1] = timeRanks(ranks, 1, push(1));
     r[2] = timeRanks(ranks, 1, [&](int i) {
       push(1)(i);
@@ -427,6 +524,7 @@ int main(int argc, char** argv) {
                                anyr::kPushClearWord);
         DIAG_CHECK(cudaDeviceSynchronize());
       }
+      checkAgainstComposition(ranks, 2, hidden, rows, quant, composed(2), fused(2), "fused(2)");
       r[4] = timeRanks(ranks, 2, push(2));
       r[5] = timeRanks(ranks, 2, [&](int i) {
         push(2)(i);
