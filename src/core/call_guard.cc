@@ -7,6 +7,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/env.h"
 #include "core/log.h"
+#include "core/names.h"
 
 namespace anyr {
 
@@ -75,8 +76,8 @@ std::string CallSignature::describe() const {
       return s + "anyrAllReduce(count=" + std::to_string(count) + ", datatype=" + dtypeText(dtype) +
              ", op=" + opText(op) + ")";
     case SignatureKind::kAllReduceAddRmsNorm: {
-      static const char* const quants[] = {"none", "fp8", "nvfp4"};
-      const std::string q = extra >= 0 && extra < 3 ? quants[extra] : std::to_string(extra);
+      const char* qn = quantName(extra);
+      const std::string q = qn != nullptr ? qn : std::to_string(extra);
       return s + "anyrAllReduceAddRmsNorm(tokens=" + std::to_string(count) +
              ", hidden=" + std::to_string(hidden) + ", datatype=" + dtypeText(dtype) +
              ", quant=" + q + ")";

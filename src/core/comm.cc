@@ -13,6 +13,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/names.h"
 #include "core/selftest.h"
 #include "core/validate.h"
 #include "fused/fused.h"
@@ -284,9 +285,9 @@ std::string Communicator::clusterPairThreadsJson() const {
     for (anyrDataType_t dt : {anyrFloat16, anyrBfloat16}) {
       nlohmann::json byQuant = nlohmann::json::object();
       for (int q : {0, 1, 2}) {
-        byQuant[q == 0 ? "none" : (q == 1 ? "fp8" : "nvfp4")] = clusterPairThreads(algo, dt, q);
+        byQuant[quantName(q)] = clusterPairThreads(algo, dt, q);
       }
-      byType[dt == anyrFloat16 ? "fp16" : "bf16"] = byQuant;
+      byType[dtypeShortName(dt)] = byQuant;
     }
     j[anyrAlgoName(algo)] = byType;
   }

@@ -17,6 +17,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/names.h"
 #include "fused/fused.h"
 #include "transport/check.h"
 #include "transport/host_handles.h"
@@ -43,17 +44,6 @@ struct VoteWire {
   char why[248];
 };
 static_assert(sizeof(VoteWire) == 256, "VoteWire layout");
-
-const char* dtypeLabel(anyrDataType_t t) {
-  switch (t) {
-    case anyrFloat32:
-      return "fp32";
-    case anyrFloat16:
-      return "fp16";
-    default:
-      return "bf16";
-  }
-}
 
 // The self-test buffers, stream-ordered on the internal stream (cudaFree would synchronize the
 // whole device, and so wait for whatever else the application runs there), freed on every exit
@@ -255,7 +245,7 @@ SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
       ANYR_CUDA_CHECK(launchSelfTestCheck(sz.dtype, out, sz.count, c.nranks_, res + runs.size(),
                                           c.internalStream_));
       runs.push_back({std::string(anyrAlgoName(algo)) + " " + std::to_string(sz.count) + " x " +
-                          dtypeLabel(sz.dtype) + (inPlace ? " in place" : ""),
+                          dtypeShortName(sz.dtype) + (inPlace ? " in place" : ""),
                       sz.count});
     }
   }
