@@ -126,7 +126,8 @@ inline int fusedClusterSize(int rows, int hidden, int maxBlocks, int setting, in
 // 7.05 / 7.05. The pair kernels (compiled for two blocks per SM, fused/launch.cuh) extended it
 // to hidden 7168 and the quantized variants (same machine, 2026-12-01, 03:04): 7168 at 80 rows
 // 4.05 us against 4.83 (block per row), 6144 NVFP4 at 80 rows 4.71 against 5.84 (looping), the
-// two-shot at 7168 x 128 6.30 against 7.31 (its dense shape). The grid cap of a cluster launch of
+// two-shot at 7168 x 128 6.30 against 7.31 (its dense shape); NVFP4 at 7168 x 80 5.27-5.29
+// against 5.59 (block per row). The grid cap of a cluster launch of
 // rows of `hidden` in clusters of `clusterBlocks` beyond one block per SM: pairBlocks (two blocks
 // per SM, the communicator's agreed cap; 0 where not admitted) where its blocks of
 // fusedClusterThreads threads are at most pairThreads (the largest block at which an SM holds

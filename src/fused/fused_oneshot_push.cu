@@ -288,16 +288,17 @@ struct OneShotClusterKernels {
   static auto kernel() {
     return fusedOneShotPushClusterKernel<T, Q, kAligned, 0>;
   }
-  // The pair variants' block bound: the largest at which ptxas (CUDA 13, sm_90) fits the kernel
-  // in the registers of two blocks per SM without spilling: 448 threads (72 registers; hidden
-  // 7168 in clusters of two), 384 for NVFP4 (80).
+  // The pair variants (aligned buffers), compiled for two blocks per SM: of 448 threads (72
+  // registers; hidden 7168 in clusters of two), and where that one spills (ptxas, CUDA 13,
+  // sm_90: NVFP4, 8 bytes in bf16, 4 in fp16) also of 384 (80 registers, no spill) for blocks
+  // of up to 384 threads (hidden 6144), 3-4% faster there (docs/PERFORMANCE.md, 2026-12-01).
+  // NULL for blocks of more than 448 threads.
   template <typename T, int Q>
-  static constexpr int pairThreads() {
-    return Q == anyrQuantNvfp4 ? 384 : 448;
-  }
-  template <typename T, int Q>
-  static auto pairKernel() {
-    return fusedOneShotPushClusterKernel<T, Q, true, pairThreads<T, Q>()>;
+  static ClusterKernel pairKernelFor(int threads) {
+    if constexpr (Q == anyrQuantNvfp4) {
+      if (threads <= 384) return fusedOneShotPushClusterKernel<T, Q, true, 384>;
+    }
+    return threads <= 448 ? fusedOneShotPushClusterKernel<T, Q, true, 448> : nullptr;
   }
 };
 

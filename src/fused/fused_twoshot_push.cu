@@ -400,19 +400,18 @@ struct TwoShotClusterKernels {
   static auto kernel() {
     return fusedTwoShotPushClusterKernel<T, Q, kAligned, 0>;
   }
-  // The pair variants' block bound: the largest at which ptxas (CUDA 13, sm_90) fits the kernel
-  // in the registers of two blocks per SM without spilling: 448 threads (72 registers; hidden
-  // 7168 in clusters of two) unquantized and bf16 FP8, else 384 (80; fp16 NVFP4 spills 4 bytes
-  // there). Unlike the one-shot's, its waits' checks stay calls: inlined, they cost more
-  // registers here than the call does.
+  // The pair variants (aligned buffers), compiled for two blocks per SM: of 448 threads (72
+  // registers; hidden 7168 in clusters of two), and where that one spills (ptxas, CUDA 13,
+  // sm_90: NVFP4, 8 bytes in bf16, 16 in fp16; fp16 FP8, 12) also of 384 (80 registers; fp16
+  // NVFP4 still spills 4 bytes) for blocks of up to 384 threads (hidden 6144). Unlike the
+  // one-shot's, their waits' checks stay calls: inlined, they cost more registers here than
+  // the call does. NULL for blocks of more than 448 threads.
   template <typename T, int Q>
-  static constexpr int pairThreads() {
-    return Q == anyrQuantNone || (Q == anyrQuantFp8 && std::is_same_v<T, __nv_bfloat16>) ? 448
-                                                                                         : 384;
-  }
-  template <typename T, int Q>
-  static auto pairKernel() {
-    return fusedTwoShotPushClusterKernel<T, Q, true, pairThreads<T, Q>()>;
+  static ClusterKernel pairKernelFor(int threads) {
+    if constexpr (Q == anyrQuantNvfp4 || (Q == anyrQuantFp8 && std::is_same_v<T, __half>)) {
+      if (threads <= 384) return fusedTwoShotPushClusterKernel<T, Q, true, 384>;
+    }
+    return threads <= 448 ? fusedTwoShotPushClusterKernel<T, Q, true, 448> : nullptr;
   }
 };
 

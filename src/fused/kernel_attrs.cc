@@ -53,22 +53,4 @@ cudaError_t residentClusters(const void* kernel, int clusterBlocks, int threads,
   return cudaSuccess;
 }
 
-cudaError_t lowerPairThreads(const void* const* kernels, int count, int* threads) {
-  for (int t = *threads - *threads % 32; t >= 32; t -= 32) {
-    bool all = true;
-    for (int i = 0; i < count && all; ++i) {
-      int n = 0;
-      const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernels[i], t, 0);
-      if (e != cudaSuccess) return e;
-      all = n >= 2;
-    }
-    if (all) {
-      *threads = t;
-      return cudaSuccess;
-    }
-  }
-  *threads = 0;
-  return cudaSuccess;
-}
-
 }  // namespace anyr

@@ -16,9 +16,4 @@ cudaError_t allowDynamicSmem(const void* kernel, size_t bytes);
 // into *clusters.
 cudaError_t residentClusters(const void* kernel, int clusterBlocks, int threads, int* clusters);
 
-// Lowers *threads (a multiple of 32) to the largest block size at which an SM of the current
-// device holds two blocks of each of the `count` kernels (no dynamic shared memory,
-// cudaOccupancyMaxActiveBlocksPerMultiprocessor); 0 where not even blocks of 32 threads do.
-cudaError_t lowerPairThreads(const void* const* kernels, int count, int* threads);
-
 }  // namespace anyr

@@ -52,10 +52,10 @@ using ClusterKernel = void (*)(AllReduceArgs, FusedParams, int, int);
 
 // Into *kernel: Family::kernel<T, Q, kAligned>() for `dtype` (T), quantization mode `quant`
 // and buffers that allow whole vectors or not (as launch_rows.cuh: one kernel per
-// quantization mode for aligned buffers, one general kernel otherwise); with `pair`, the pair
-// variant Family::pairKernel<T, Q>() (aligned buffers only; compiled for two blocks of at most
-// Family::pairThreads<T, Q>() threads per SM), or NULL where there is none or blocks of
-// `threads` exceed its bound. cudaErrorInvalidValue for another dtype or mode.
+// quantization mode for aligned buffers, one general kernel otherwise); with `pair`,
+// Family::pairKernelFor<T, Q>(threads), the variant compiled for two blocks per SM that takes
+// blocks of `threads` threads (aligned buffers only; NULL where there is none).
+// cudaErrorInvalidValue for another dtype or mode.
 template <typename Family>
 cudaError_t clusterKernelFor(anyrDataType_t dtype, int quant, bool aligned, bool pair, int threads,
                              ClusterKernel* kernel) {
@@ -64,11 +64,8 @@ cudaError_t clusterKernelFor(anyrDataType_t dtype, int quant, bool aligned, bool
     using T = decltype(t);
     auto pick = [&](auto q) -> cudaError_t {
       constexpr int Q = decltype(q)::value;
-      if (!pair) {
-        *kernel = Family::template kernel<T, Q, true>();
-      } else if (threads <= Family::template pairThreads<T, Q>()) {
-        *kernel = Family::template pairKernel<T, Q>();
-      }
+      *kernel = pair ? Family::template pairKernelFor<T, Q>(threads)
+                     : Family::template kernel<T, Q, true>();
       return cudaSuccess;
     };
     if (!aligned) {
@@ -132,33 +129,32 @@ cudaError_t launchRowsInClusters(anyrDataType_t dtype, const AllReduceArgs& a, c
   return launchRowClusters(kernel, a, p, rowBase, rows, clusterBlocks, maxBlocks, stream, pdl);
 }
 
-// Lowers *threads to the largest block size at which an SM holds two blocks of the cluster
-// kernel for aligned buffers of `dtype` and mode `quant`, or of its pair variant (as
-// lowerPairThreads; the pair variant from its compiled bound down).
+// Lowers *threads (a multiple of 32) to the largest block size at which an SM holds two blocks
+// of the cluster kernel for aligned buffers of `dtype` and mode `quant`, or of its pair variant
+// for that block size (cudaOccupancyMaxActiveBlocksPerMultiprocessor; 0 where neither holds two
+// blocks of 32 threads).
 template <typename Family>
 cudaError_t clusterPairThreadsOf(anyrDataType_t dtype, int quant, int* threads) {
-  ClusterKernel kernel = nullptr, pairKernel = nullptr;
+  ClusterKernel kernel = nullptr;
   cudaError_t e = clusterKernelFor<Family>(dtype, quant, true, false, *threads, &kernel);
   if (e != cudaSuccess) return e;
-  int plain = *threads;
-  const void* k = reinterpret_cast<const void*>(kernel);
-  e = lowerPairThreads(&k, 1, &plain);
-  if (e != cudaSuccess) return e;
-  // The pair variant's bound: the largest block it accepts, at most *threads.
-  int pair = 0;
-  for (int t = *threads - *threads % 32; t >= 32 && pairKernel == nullptr; t -= 32) {
+  for (int t = *threads - *threads % 32; t >= 32; t -= 32) {
+    ClusterKernel pairKernel = nullptr;
     e = clusterKernelFor<Family>(dtype, quant, true, true, t, &pairKernel);
     if (e != cudaSuccess) return e;
-    pair = t;
+    for (ClusterKernel k : {kernel, pairKernel}) {
+      if (k == nullptr) continue;
+      int held = 0;
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&held, reinterpret_cast<const void*>(k), t,
+                                                        0);
+      if (e != cudaSuccess) return e;
+      if (held >= 2) {
+        *threads = t;
+        return cudaSuccess;
+      }
+    }
   }
-  if (pairKernel != nullptr) {
-    const void* pk = reinterpret_cast<const void*>(pairKernel);
-    e = lowerPairThreads(&pk, 1, &pair);
-    if (e != cudaSuccess) return e;
-  } else {
-    pair = 0;
-  }
-  *threads = plain > pair ? plain : pair;
+  *threads = 0;
   return cudaSuccess;
 }
 
