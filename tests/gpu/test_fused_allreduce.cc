@@ -420,8 +420,9 @@ TEST(FusedAllReduceGpu, ClusterFormAtEveryForcedSizeMatchesTheComposition) {
 // Launches of more rows than clusters of two hold at one block per SM (67 to 128 rows with 132
 // SMs): each row keeps its own cluster of two where an SM holds two of its blocks (hidden 6144:
 // 384 threads, 7168: 448; explain's blocks.fusedClusterPairs), in the one-shot and the
-// two-shot cluster forms, where the kernel itself does not hold two blocks per SM in its pair
-// variant (fused/launch.cuh), against the composition bit for bit on every rank.
+// two-shot cluster forms (the ordinary kernel where it holds two blocks per SM, else the pair
+// kernel for the block size, fused/launch.cuh), every dtype and quantization, against the
+// composition bit for bit on every rank.
 TEST(FusedAllReduceGpu, ClustersOfTwoBeyondOneBlockPerSmMatchTheComposition) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   runFused(gpuCount(), {6144, 7168}, {80, 96, 128}, true, 0, -1, 600);
