@@ -19,7 +19,9 @@
 #                memory spends its time (write, flag release, flag seen, read) on 2 GPUs
 #   doctor       anyreduce doctor (synthetic decode step, power) for the GLM-like presets
 #   profile      anyr_fused_floor: the fused one-shot (1..64 rows, quantized or not) against an
-#                empty kernel, the standalone epilogue and the plain one-shot push (where the us go)
+#                empty kernel, the standalone epilogue and the plain one-shot push (where the us go);
+#                then 80 and 128 rows in clusters of two at two blocks per SM (--pairs), each
+#                fused output first checked against the composition's
 #   pdl          programmatic dependent launch (ANYR_PDL, on by default; ANYR_PDL_EARLY): the GPU
 #                tests with it off and without the early release, then the all-reduce and fused
 #                benches off, on releasing at exit, and on releasing early, alternating, in one run
@@ -234,6 +236,20 @@ if want profile; then
     timeout -k 10 60 "$BUILD/tools/anyr_fused_floor" --pdl --hidden 6144 $args 2>&1 |
       tee -a "$OUT/fused-floor.txt" | grep -v "^empty"
     check "${PIPESTATUS[0]}" "anyr_fused_floor $args"
+  done
+  # Beyond one block per SM: clusters of two at two blocks per SM (--pairs: the ordinary kernel
+  # where it holds them, else the pair kernel), one-shot and two-shot, every quantization, hidden
+  # 6144 and 7168; the block-per-row kernel and the dense two-shot beside them. Each
+  # invocation first checks the fused outputs against the composition's, byte for byte.
+  for q in none fp8 nvfp4; do
+    for args in "--rows 80" "--rows 80 --cluster 2 --pairs" "--rows 128 --cluster 2 --pairs" \
+      "--twoshot --dense --rows 128" "--twoshot --rows 128 --cluster 2 --pairs"; do
+      for h in 6144 7168; do
+        timeout -k 10 60 "$BUILD/tools/anyr_fused_floor" --pdl --hidden $h --quant $q $args 2>&1 |
+          tee -a "$OUT/fused-floor.txt" | grep -vE "^empty|^#"
+        check "${PIPESTATUS[0]}" "anyr_fused_floor --hidden $h --quant $q $args"
+      done
+    done
   done
 fi
 
