@@ -631,6 +631,12 @@ TEST(FusedLaunchShape, ClusterSizeFollowsRowsHiddenAndSetting) {
   EXPECT_EQ(fusedClusterPairBlocks(7168, 4, 132, 384, 256), 256);  // 224 threads
   EXPECT_EQ(fusedClusterPairBlocks(6144, 2, 132, 0, 0), 132);
   EXPECT_EQ(fusedClusterPairBlocks(6144, 2, 132, 384, 132), 132);
+  // H200's pair kernels hold two blocks of 448 threads per SM in every variant: 7168 in
+  // clusters of two takes the pair cap; 8192's 512 threads do not.
+  EXPECT_EQ(fusedClusterPairBlocks(7168, 2, 132, 448, 264), 264);
+  EXPECT_EQ(fusedClusterPairBlocks(8192, 2, 132, 448, 264), 132);
+  EXPECT_EQ(fusedClusterSize(80, 7168, 132, 0, fusedClusterPairBlocks(7168, 2, 132, 448, 264)), 2);
+  EXPECT_EQ(fusedClusterSize(80, 8192, 132, 0, fusedClusterPairBlocks(8192, 2, 132, 448, 264)), 1);
 
   EXPECT_EQ(fusedClusterThreads(6144, 8), 96);
   EXPECT_EQ(fusedClusterThreads(6144, 4), 192);
