@@ -27,18 +27,14 @@ cudaError_t launchWithSmem(void (*kernel)(Params...), int blocks, int threads, s
 }
 
 // A cluster-form fused kernel (rows spread over clusters of `clusterBlocks` blocks,
-// fused_algo.h): fusedClusterThreads threads a block, one cluster per row as far as the block
-// cap and residency allow (every cluster must be resident: blocks poll for data other blocks
-// or peers produce). cudaErrorInvalidConfiguration when not one cluster of the shape fits.
+// fused_algo.h): `threads` (fusedClusterThreads) a block, one cluster per row as far as the
+// block cap and `resident` (residentClusters of the kernel at that shape) allow (every cluster
+// must be resident: blocks poll for data other blocks or peers produce).
+// cudaErrorInvalidConfiguration when not one cluster of the shape fits.
 template <typename... Params>
-cudaError_t launchRowClusters(void (*kernel)(Params...), const AllReduceArgs& a,
-                              const FusedParams& p, int rowBase, int rows, int clusterBlocks,
-                              int maxBlocks, cudaStream_t stream, bool pdl) {
-  const int threads = fusedClusterThreads(p.hidden, clusterBlocks);
-  int resident = 0;
-  const cudaError_t e =
-      residentClusters(reinterpret_cast<const void*>(kernel), clusterBlocks, threads, &resident);
-  if (e != cudaSuccess) return e;
+cudaError_t launchRowClusters(void (*kernel)(Params...), int threads, int resident,
+                              const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
+                              int clusterBlocks, int maxBlocks, cudaStream_t stream, bool pdl) {
   const int clusters = fusedClusterCount(rows, clusterBlocks, maxBlocks, resident);
   if (clusters < 1) return cudaErrorInvalidConfiguration;
   return launchClusterKernel(kernel, dim3(static_cast<unsigned>(clusters * clusterBlocks)),
@@ -123,10 +119,14 @@ cudaError_t launchRowsInClusters(anyrDataType_t dtype, const AllReduceArgs& a, c
       e = residentClusters(reinterpret_cast<const void*>(pairKernel), clusterBlocks, threads,
                            &pairResident);
       if (e != cudaSuccess) return e;
-      if (pairResident > resident) kernel = pairKernel;
+      if (pairResident > resident) {
+        kernel = pairKernel;
+        resident = pairResident;
+      }
     }
   }
-  return launchRowClusters(kernel, a, p, rowBase, rows, clusterBlocks, maxBlocks, stream, pdl);
+  return launchRowClusters(kernel, threads, resident, a, p, rowBase, rows, clusterBlocks, maxBlocks,
+                           stream, pdl);
 }
 
 // Lowers *threads (a multiple of 32) to the largest block size at which an SM holds two blocks
