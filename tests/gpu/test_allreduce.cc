@@ -171,6 +171,23 @@ TEST(AllReduceGpu, OddWorldSizeSharingGpus) {
   expectRanksPassedWithEqualHashes(results, n);
 }
 
+// World sizes 4, 5 and 8 (up to the widest this library takes on one host) on the visible GPUs,
+// ranks sharing them where there are fewer: every algorithm's protocol at those widths (peer
+// lists of 3 to 7, two-shot partitions into 5 and 8 parts, the host transport's slots), exact and
+// bit-identical on every rank. On a shared GPU the contexts time-slice: a correctness run only.
+TEST(AllReduceGpu, WiderWorldSizesSharingGpus) {
+  REQUIRE_GPU();
+  const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
+  for (int n : {4, 5, 8}) {
+    SCOPED_TRACE("world size " + std::to_string(n));
+    auto results = runRanksCatching(
+        n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+          return sweepRank(rank, nr, id, report, counts, false);
+        });
+    expectRanksPassedWithEqualHashes(results, n);
+  }
+}
+
 // ---- bad input --------------------------------------------------------------------------------
 
 void expectArgError(anyrResult_t r, anyrComm_t comm, const std::string& arg, const Report& report,

@@ -503,5 +503,16 @@ TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
   runFused(3, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
 }
 
+// World sizes 4, 5 and 8 on the visible GPUs, ranks sharing them where there are fewer: the fused
+// kernels' pushes to 3 to 7 peers and the two-shot's row shares among 5 and 8 ranks (129 tokens
+// split unevenly), against the composition on every rank.
+TEST(FusedAllReduceGpu, WiderWorldSizesSharingGpus) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  for (int n : {4, 5, 8}) {
+    SCOPED_TRACE("world size " + std::to_string(n));
+    runFused(n, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
+  }
+}
+
 }  // namespace
 }  // namespace anyr
