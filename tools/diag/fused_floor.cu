@@ -33,6 +33,7 @@
 
 #include "algo/algo.h"
 #include "common/data.h"
+#include "core/names.h"
 #include "diag_check.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
@@ -350,13 +351,11 @@ int main(int argc, char** argv) {
       }
     } else if (std::strcmp(argv[i], "--quant") == 0) {
       const char* q = argv[i + 1];
-      if (std::strcmp(q, "none") == 0) {
-        quant = anyrQuantNone;
-      } else if (std::strcmp(q, "fp8") == 0) {
-        quant = anyrQuantFp8;
-      } else if (std::strcmp(q, "nvfp4") == 0) {
-        quant = anyrQuantNvfp4;
-      } else {
+      quant = -1;
+      for (int m : {anyrQuantNone, anyrQuantFp8, anyrQuantNvfp4}) {
+        if (std::strcmp(q, anyr::quantName(m)) == 0) quant = m;
+      }
+      if (quant < 0) {
         std::fprintf(stderr, "anyr_fused_floor: --quant must be none, fp8 or nvfp4\n");
         return 2;
       }
@@ -426,8 +425,8 @@ int main(int argc, char** argv) {
   std::printf(
       "# anyr_fused_floor: bf16, %d row(s), quant %s, %s, fused kernel %s, graph replay of %d "
       "calls, median of %d, us/call\n",
-      rows, quant == anyrQuantNone ? "none" : (quant == anyrQuantFp8 ? "fp8" : "nvfp4"),
-      pdl ? "programmatic dependent launch" : "plain launches", form.c_str(), kCalls, kSamples);
+      rows, anyr::quantName(quant), pdl ? "programmatic dependent launch" : "plain launches",
+      form.c_str(), kCalls, kSamples);
   const double e1 = timeRanks(ranks, 1, [&](int i) { emptyKernel<<<1, 32, 0, ranks[i].s>>>(); });
   std::printf("empty kernel 1x32: %.2f\n", e1);
 
