@@ -176,6 +176,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   initHostTransport();
   probeProgrammaticLaunch();
   probeClusters();
+  probeNvfp4Encoder();
   decide();
   loadOrTuneAtInit();
   bs_->barrier();
@@ -216,6 +217,17 @@ void Communicator::probeProgrammaticLaunch() {
   // (the fused two-shot's dense shape excepted: launchFusedRows).
   argsTemplate_.releaseEarly = pdlOn_ && env::getInt("ANYR_PDL_EARLY") != 0 ? 1 : 0;
   hostTemplate_.releaseEarly = argsTemplate_.releaseEarly;
+}
+
+void Communicator::probeNvfp4Encoder() {
+  ANYR_CUDA_CHECK(nvfp4EncodesByInstruction(internalStream_, &nvfp4Instruction_));
+  nvfp4Reason_ =
+      nvfp4Instruction_
+          ? "the machine code this GPU runs has the e2m1 conversion instruction (a family-specific "
+            "build target: ANYR_CUDA_FAMILY_TARGETS)"
+          : "fp32 arithmetic: the machine code this GPU runs has no e2m1 conversion instruction "
+            "(compute capability 10.0 to 12.x and a family-specific build target have it: "
+            "ANYR_CUDA_FAMILY_TARGETS)";
 }
 
 void Communicator::probeClusters() {
@@ -1133,6 +1145,8 @@ std::string Communicator::explainJson() const {
   // The fused kernels' cluster form: the size they take by rows (clusterSizeSamples).
   nlohmann::json sizes = nlohmann::json::object();
   for (const auto& [rows, size] : clusterSizeSamples()) sizes[std::to_string(rows)] = size;
+  // Either encoder gives the same bits (fused/fused.h, e2m1Pack8).
+  j["nvfp4Encoding"] = {{"instruction", nvfp4Instruction_}, {"reason", nvfp4Reason_}};
   j["fusedClusters"] = {{"enabled", clusterOn_},
                         {"reason", clusterReason_},
                         {"setting", cfg_.fusedCluster},

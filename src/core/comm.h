@@ -173,6 +173,7 @@ class Communicator {
   // Thread-block clusters for the fused one-shot (fused_algo.h): admitted where every rank's
   // probe launch worked and the agreed config does not turn them off.
   void probeClusters();
+  void probeNvfp4Encoder();
   // The cluster size the fused kernels take for a few row counts of hidden kClusterSampleHidden
   // (1: a block per row, and always 1 where clusters are off): what explain reports, in its
   // JSON and its text alike.
@@ -275,6 +276,8 @@ class Communicator {
   std::string pdlReason_;
   bool clusterOn_ = false;  // every rank's cluster probe passed and config.fusedCluster != 1
   std::string clusterReason_;
+  bool nvfp4Instruction_ = false;  // the NVFP4 encoder uses the e2m1 conversion instruction
+  std::string nvfp4Reason_;
 
   std::mutex failMu_;
   std::atomic<int> failCode_{anyrSuccess};

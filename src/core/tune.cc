@@ -110,6 +110,9 @@ std::string Communicator::explainText() const {
     }
   }
   in.launchNotes.push_back(clusters);
+  in.launchNotes.push_back(std::string("NVFP4 output encoded ") +
+                           (nvfp4Instruction_ ? "by instruction" : "in software") + " (" +
+                           nvfp4Reason_ + "; the same bits either way)");
   return explainDispatch(in);
 }
 

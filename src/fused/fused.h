@@ -175,14 +175,45 @@ __host__ __device__ inline uint32_t signNibbles(const float (&v)[8]) {
 #endif
 }
 
-// e2m1CodeNotNaN of 8 values packed, element i in bits 4i..4i+3 (quantOut's nibble order): the
-// bits of the biased codes combined by Horner's rule in 32-bit integers, sum over i of
+// ANYR_E2M1_CVT: 1 where this compilation has the GPU's conversion of two fp32 values to e2m1
+// (cvt.rn.satfinite.e2m1x2.f32). PTX offers it to the family- and architecture-specific targets
+// of compute capability 10.0 to 12.x (the build's sm_100f and sm_120f machine code, CMakeLists.txt;
+// the same condition cuda_fp4.h's conversions test); every other compilation, the host's
+// included, encodes in fp32 arithmetic (e2m1CodeBiased).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && \
+    __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000 && __CUDA_ARCH_FAMILY_SPECIFIC__ < 1300
+#define ANYR_E2M1_CVT 1
+#else
+#define ANYR_E2M1_CVT 0
+#endif
+
+// e2m1CodeNotNaN of 8 values packed, element i in bits 4i..4i+3 (quantOut's nibble order). No
+// value may be NaN. With ANYR_E2M1_CVT, four conversions of pairs (the instruction puts its first
+// operand in the high nibble) and one byte pack; for values that are not NaN its rounding (RNE,
+// saturated to +-6, the sign kept) is e2m1CodeNotNaN's, so every GPU gives the same bits (a GPU
+// test compares the two over every float bit pattern where the instruction exists). Otherwise
+// the bits of the biased codes combined by Horner's rule in 32-bit integers, sum over i of
 // (0x4B000000 + code_i) * 16^i, less the biases' part that stays in 32 bits (0x4B000000 +
-// 0xB0000000; from i = 2 on it is shifted out). No value may be NaN.
+// 0xB0000000; from i = 2 on it is shifted out).
 __host__ __device__ inline uint32_t e2m1Pack8(const float (&q)[8]) {
+#if ANYR_E2M1_CVT
+  uint32_t packed;
+  asm("{\n"
+      ".reg .b8 c0, c1, c2, c3;\n"
+      "cvt.rn.satfinite.e2m1x2.f32 c0, %2, %1;\n"
+      "cvt.rn.satfinite.e2m1x2.f32 c1, %4, %3;\n"
+      "cvt.rn.satfinite.e2m1x2.f32 c2, %6, %5;\n"
+      "cvt.rn.satfinite.e2m1x2.f32 c3, %8, %7;\n"
+      "mov.b32 %0, {c0, c1, c2, c3};\n"
+      "}"
+      : "=r"(packed)
+      : "f"(q[0]), "f"(q[1]), "f"(q[2]), "f"(q[3]), "f"(q[4]), "f"(q[5]), "f"(q[6]), "f"(q[7]));
+  return packed;
+#else
   uint32_t packed = 0;
   for (int i = 7; i >= 0; --i) packed = packed * 16u + floatBits(e2m1CodeBiased(q[i]));
   return (packed - 0xFB000000u) | signNibbles(q);
+#endif
 }
 
 __host__ __device__ inline uint32_t e2m1Code(float v) {
@@ -237,5 +268,11 @@ cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const Fused
 
 // Threads per block the standalone kernel uses for `hidden`.
 int addRmsNormThreads(int hidden);
+
+// Whether the machine code the current device runs encodes NVFP4 with the GPU's e2m1
+// conversion instruction (ANYR_E2M1_CVT) rather than in fp32 arithmetic: one single-thread
+// kernel on `stream`, which is then synchronized. Every kernel of the library is built for the
+// same targets, so this one answers for all of them.
+cudaError_t nvfp4EncodesByInstruction(cudaStream_t stream, bool* byInstruction);
 
 }  // namespace anyr

@@ -16,7 +16,9 @@ cudaError_t reciprocalMismatches(uint32_t firstBits, uint32_t lastBits,
 
 // For every float bit pattern that is not NaN, compares e2m1MagnitudeF with e2m1CodeNotNaN's
 // magnitude, and e2m1Pack8 of eight patterns (p + k * 0x10003 for k = 0..7, the sign of every
-// fourth one flipped, NaNs replaced by -0.0) with the eight e2m1CodeNotNaN codes packed.
+// fourth one flipped, NaNs replaced by -0.0) with the eight e2m1CodeNotNaN codes packed. Where
+// the GPU's machine code has the e2m1 conversion instruction, e2m1Pack8 is that instruction
+// (ANYR_E2M1_CVT, fused/fused.h), so this checks the instruction against the fp32 encoder.
 // *mismatches: how many differ (both counts together); *firstBad: the smallest pattern p involved
 // (0xffffffff when none). Synchronous.
 cudaError_t e2m1Mismatches(unsigned long long* mismatches, uint32_t* firstBad);

@@ -124,6 +124,24 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
              cl.dump() + " on a GPU with cluster launch " + std::to_string(hasClusters) + "\n");
       return 4;
     }
+    // The NVFP4 encoder: the conversion instruction only where the GPU can have it (compute
+    // capability 10.0 to 12.x); explain says which, in both forms.
+    const nlohmann::json enc = explainJson(comm).at("nvfp4Encoding");
+    report("INFO NVFP4 encoding: " + enc.dump() + "\n");
+    int major = 0;
+    R_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    if (enc.at("instruction").get<bool>() && (major < 10 || major > 12)) {
+      report("FAIL NVFP4 encoding by instruction on compute capability " + std::to_string(major) +
+             ".x: " + enc.dump() + "\n");
+      return 4;
+    }
+    const std::string encSaid =
+        std::string("NVFP4 output encoded ") +
+        (enc.at("instruction").get<bool>() ? "by instruction" : "in software");
+    if (explainText(comm).find(encSaid) == std::string::npos) {
+      report("FAIL anyrCommExplain's text lacks '" + encSaid + "'\n");
+      return 4;
+    }
     // The text form says it too.
     const std::string said =
         std::string("fused kernels in thread-block clusters: ") + (enabled ? "on" : "off");
