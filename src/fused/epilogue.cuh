@@ -63,9 +63,14 @@ namespace dev {
 // ---- scalar encodings ---------------------------------------------------------------------
 // max(a, b), NaN if either is NaN (fmaxf returns the other operand).
 __device__ __forceinline__ float maxNaN(float a, float b) {
+#if __CUDA_ARCH__ >= 800
   float r;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
   return r;
+#else
+  // max.NaN needs compute capability 8.0: the same result (the canonical NaN) by compares.
+  return a != a || b != b ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
 }
 
 __device__ __forceinline__ uint32_t e4m3Code(float v) {
