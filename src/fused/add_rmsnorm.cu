@@ -19,6 +19,7 @@
 #include "fused/epilogue.cuh"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
+#include "fused/kernel_attrs.h"
 #include "fused/launch.cuh"
 
 namespace anyr {
@@ -136,6 +137,17 @@ cudaError_t nvfp4EncodesByInstruction(cudaStream_t stream, bool* byInstruction) 
   if (err == cudaSuccess && got != 0 && got != 1) err = cudaErrorUnknown;
   *byInstruction = got == 1;
   return err;
+}
+
+cudaError_t addRmsNormSmem(anyrDataType_t datatype, int hidden, size_t* need, size_t* limit) {
+  *need = 0;
+  *limit = 0;
+  if (hidden <= kRegsMaxHidden) return cudaSuccess;  // the register kernel: none
+  *need = fusedSharedBytes(hidden);
+  const void* kernel = datatype == anyrFloat16
+                           ? reinterpret_cast<const void*>(addRmsNormKernel<__half>)
+                           : reinterpret_cast<const void*>(addRmsNormKernel<__nv_bfloat16>);
+  return dynamicSmemLimit(kernel, limit);
 }
 
 int addRmsNormThreads(int hidden) {

@@ -269,6 +269,16 @@ cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const Fused
 // Threads per block the standalone kernel uses for `hidden`.
 int addRmsNormThreads(int hidden);
 
+// The dynamic shared memory the standalone kernel needs for rows of `hidden` with the default
+// block size (*need; 0 up to hidden 8192, the register kernel) and what the current device
+// gives a block of it (*limit; not asked where *need is 0).
+cudaError_t addRmsNormSmem(anyrDataType_t datatype, int hidden, size_t* need, size_t* limit);
+
+// Throws anyr::Error(anyrInvalidArgument) naming 'hidden' where the standalone kernel's rows of
+// `hidden` need more shared memory than the current device gives a block (hidden 16384 on a GPU
+// with 64 KB a block, e.g. compute capability 7.5).
+void requireAddRmsNormFits(anyrDataType_t datatype, size_t hidden);
+
 // Whether the machine code the current device runs encodes NVFP4 with the GPU's e2m1
 // conversion instruction (ANYR_E2M1_CVT) rather than in fp32 arithmetic: one single-thread
 // kernel on `stream`, which is then synchronized. Every kernel of the library is built for the

@@ -8,6 +8,30 @@
 
 namespace anyr {
 
+cudaError_t dynamicSmemLimit(const void* kernel, size_t* bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> known;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find({kernel, device});
+  if (it != known.end()) {
+    *bytes = it->second;
+    return cudaSuccess;
+  }
+  int optin = 0;
+  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) return err;
+  cudaFuncAttributes fa = {};
+  err = cudaFuncGetAttributes(&fa, kernel);
+  if (err != cudaSuccess) return err;
+  const size_t limit = static_cast<size_t>(optin);
+  *bytes = limit > fa.sharedSizeBytes ? limit - fa.sharedSizeBytes : 0;
+  known.emplace(std::make_pair(kernel, device), *bytes);
+  return cudaSuccess;
+}
+
 cudaError_t allowDynamicSmem(const void* kernel, size_t bytes) {
   static std::mutex mu;
   static std::set<std::pair<const void*, int>> done;
@@ -16,6 +40,10 @@ cudaError_t allowDynamicSmem(const void* kernel, size_t bytes) {
   if (err != cudaSuccess) return err;
   std::lock_guard<std::mutex> lock(mu);
   if (done.count({kernel, device}) != 0) return cudaSuccess;
+  size_t limit = 0;
+  err = dynamicSmemLimit(kernel, &limit);
+  if (err != cudaSuccess) return err;
+  if (bytes > limit) bytes = limit;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(bytes));
   if (err == cudaSuccess) done.insert({kernel, device});
