@@ -29,6 +29,7 @@
 #include "common/data.h"
 #include "common/fused_reference.h"
 #include "common/launcher.h"
+#include "gpu/code_arch.h"
 #include "gpu/gpu_test_util.h"
 
 namespace anyr {
@@ -114,9 +115,14 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
     // forced sizes below then really run the cluster kernel).
     const nlohmann::json cl = explainJson(comm).at("fusedClusters");
     report("INFO fused clusters: " + cl.dump() + "\n");
-    int device = 0, hasClusters = 0;
+    int device = 0, hasClusters = 0, codeArch = 0;
     R_CUDA(cudaGetDevice(&device));
     R_CUDA(cudaDeviceGetAttribute(&hasClusters, cudaDevAttrClusterLaunch, device));
+    // Device code built for a target without cluster instructions (PTX of compute capability
+    // 7.5 or 8.0 run on this GPU by JIT compilation) cannot pass the probe: its cluster
+    // operations compile to nothing (algo/device_common.cuh).
+    R_CUDA(codearch::deviceCodeArch(&codeArch));
+    if (codeArch < 900) hasClusters = 0;
     const bool enabled = cl.at("enabled").get<bool>();
     if (cl.at("setting").get<int>() != std::max(clusterEnv, 0) ||
         (clusterEnv == 1 ? enabled : enabled != (hasClusters != 0))) {
@@ -130,9 +136,9 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
     report("INFO NVFP4 encoding: " + enc.dump() + "\n");
     int major = 0;
     R_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    if (enc.at("instruction").get<bool>() && (major < 10 || major > 12)) {
+    if (enc.at("instruction").get<bool>() && (major < 10 || major > 12 || codeArch < 1000)) {
       report("FAIL NVFP4 encoding by instruction on compute capability " + std::to_string(major) +
-             ".x: " + enc.dump() + "\n");
+             ".x, device code " + std::to_string(codeArch) + ": " + enc.dump() + "\n");
       return 4;
     }
     const std::string encSaid =
