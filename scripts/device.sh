@@ -35,6 +35,10 @@
 #                table, alternating (CT_ROUNDS rounds; CT_TUNE=0 skips the tests and tuning)
 #   worlds       world sizes 3, 4, 5, 8 (WORLDS; those the machine has) on the first W GPUs: GPU
 #                tests, all-reduce and fused benches against NCCL, the doctor's GLM preset at 8
+#   oldtargets   the code paths of older GPUs on this one: the GPU tests built from PTX of compute
+#                capability 7.5 and 8.0 only (OLD_TARGETS), JIT-compiled here at load; the standalone
+#                kernel's tests and fp64 matrix, the all-reduce and fused op at three ranks on the
+#                first GPU. Correctness of those targets' code, not their speed.
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
 #                instruction; NCU_HIDDEN, default 6144; NCU_QUANT: none|fp8|nvfp4; NCU_KERNELS:
 #                the kernel names, space-separated; NCU_ARGS: more anyr_fused_floor arguments,
@@ -380,6 +384,22 @@ if want worlds; then
         tee "$OUT/doctor-glm-tp8.txt"
       check "${PIPESTATUS[0]}" "doctor glm at TP 8"
     fi
+  done
+fi
+
+if want oldtargets; then
+  step "older targets' code paths: PTX only, JIT-compiled on this GPU"
+  export CUDA_CACHE_MAXSIZE=4294967296
+  for t in ${OLD_TARGETS:-75 80}; do
+    OB="$BUILD-ptx$t"
+    cmake -S . -B "$OB" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$t-virtual" \
+      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >"$OUT/configure-ptx$t.log" 2>&1 &&
+      cmake --build "$OB" -j"$JOBS" --target anyr_gpu_tests >"$OUT/build-ptx$t.log" 2>&1
+    check "$?" "build for compute_$t PTX"
+    CUDA_VISIBLE_DEVICES=0 timeout -k 10 400 "$OB/tests/anyr_gpu_tests" \
+      --gtest_filter='FusedKernel.*:Fused/FusedKernelMatrix.*:AllReduceGpu.OddWorld*:FusedAllReduceGpu.OddWorld*' \
+      2>&1 | tee "$OUT/tests-ptx$t.log" | grep -E "^\[  (PASSED|FAILED) |compared|NVFP4 enc"
+    check "${PIPESTATUS[0]}" "GPU tests from compute_$t PTX"
   done
 fi
 
