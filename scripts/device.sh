@@ -30,6 +30,9 @@
 #   clusters     the fused one-shot's cluster form (ANYR_FUSED_CLUSTER): its GPU tests, then the
 #                fused bench with clusters off (1), automatic (0) and forced to 2, 4, 8, in one run;
 #                bench --fused-cluster / --max-blocks reach the config (over invalid variables)
+#   pairs        clusters of two at two blocks per SM (67-128 rows on 132 SMs): their GPU test,
+#                then the fused bench at 64-128 tokens with them (default) and without them
+#                (ANYR_MAX_BLOCKS = the SM count), none / FP8 / NVFP4, alternating two rounds
 #   clustertune  cluster sizes measured by `anyreduce tune`: the tuning GPU tests, tune at hidden
 #                7168 and 6144 (TUNE_HIDDENS), explain, then the fused bench without and with each
 #                table, alternating (CT_ROUNDS rounds; CT_TUNE=0 skips the tests and tuning)
@@ -285,6 +288,29 @@ if want fusedpaths; then
     ANYR_ALGO=$algo timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
       --tokens 1,8,32,64,128,256,512,2048 --samples 11 2>&1 | tee "$OUT/fusedpaths-$algo.txt"
     check "${PIPESTATUS[0]}" "fused bench forced $algo"
+  done
+fi
+
+if want pairs; then
+  step "clusters of two at two blocks per SM: the test, then the fused bench with and without"
+  timeout -k 10 300 ctest --test-dir "$BUILD" -L gpu -R 'ClustersOfTwoBeyondOneBlockPerSm' \
+    --output-on-failure --timeout 280 2>&1 | tee "$OUT/pairs-tests.log" | grep -E "Passed|Failed|tests passed"
+  check "${PIPESTATUS[0]}" "pairs test"
+  # One block per SM of the smallest GPU (explain's blocks.fusedAndHost): as a grid cap it
+  # leaves every other launch as it is and turns the pairs off.
+  SMS=$(timeout -k 10 120 "$A" explain 2>/dev/null | grep -oE '"fusedAndHost": *[0-9]+' | head -1 |
+    grep -oE '[0-9]+$')
+  echo "blocks.fusedAndHost: ${SMS:-unknown (132 used)}"
+  for round in 1 2; do
+    for mode in pairs nopairs; do
+      E=(); [ "$mode" = nopairs ] && E=(ANYR_MAX_BLOCKS="${SMS:-132}")
+      for q in none fp8 nvfp4; do
+        env "${E[@]}" timeout -k 10 120 "$A" bench --op add-rmsnorm --quant "$q" --hidden 6144,7168 \
+          --tokens 64,72,80,96,112,128 --samples 9 2>&1 | tee "$OUT/pairs-$mode-$q-r$round.txt" |
+          grep -E "^ +(6144|7168) " | sed "s/^/$mode $q r$round: /"
+        check "${PIPESTATUS[0]}" "fused bench $mode --quant $q round $round"
+      done
+    done
   done
 fi
 
