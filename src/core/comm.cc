@@ -842,8 +842,6 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     for (const FusedBuffer& b : fusedBuffers(partial, "partial", p)) {
       requireDevicePointer(b.ptr, b.name, device_);
     }
-    // Rows wider than the fused kernels hold run through the standalone kernel.
-    requireAddRmsNormFits(dtype, hidden);
   };
   calls_.checked(*bs_, rank_,
                  CallSignature::fused(tokens, hidden, dtype, options ? options->quant : 0), check,

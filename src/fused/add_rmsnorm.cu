@@ -9,17 +9,17 @@
 // fusedSharedBytes(hidden), at most 69,648 bytes (hidden 16384); the kernel's dynamic shared
 // memory limit is raised once per device (launchWithSmem).
 //
-// Up to hidden 8192, with the default block size, a second kernel keeps the row in registers:
-// each thread loads its vectors of x, the residual and the weight at once, so one memory
-// latency covers the three (the staged kernel waits for them one after the other: 4.6 us for
-// one row of 6144 on an H200, docs/PERFORMANCE.md), then runs the register epilogue, which
-// gives the same bits.
+// With the default block size a second kernel keeps the row in registers (every width, up to
+// four vectors a thread at hidden 16384): each thread loads its vectors of x, the residual and
+// the weight at once, so one memory latency covers the three (the staged kernel waits for them
+// one after the other: 4.6 us for one row of 6144 on an H200, docs/PERFORMANCE.md), then runs
+// the register epilogue, which gives the same bits. The staged kernel runs where a caller asks
+// for a block size (tests show the bits do not depend on it).
 #include "algo/algo.h"
 #include "algo/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
-#include "fused/kernel_attrs.h"
 #include "fused/launch.cuh"
 
 namespace anyr {
@@ -31,7 +31,8 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxGrid = 1 << 16;  // blocks; more rows are taken in turn by the same blocks
-constexpr int kRegsMaxHidden = 2 * kAlgoThreads * 8;  // the register kernel: 2 vectors a thread
+constexpr int kRegsMaxHidden = 4 * kAlgoThreads * 8;  // the register kernel: 4 vectors a thread
+static_assert(kRegsMaxHidden == kFusedMaxHidden, "the register kernel takes every width");
 
 // (kMaxThreads, 1): one block of 1024 may use 64 registers a thread; without the 1, ptxas for
 // sm_80 aimed at two such blocks (32 registers) and spilled.
@@ -58,11 +59,14 @@ __global__ void __launch_bounds__(kMaxThreads, 1) addRmsNormKernel(const T* x, F
   }
 }
 
-// The register-resident kernel: fusedThreads(hidden) threads, VPT (1 or 2) vectors each, the
+// The register-resident kernel: fusedThreads(hidden) threads, VPT (1 to 4) vectors each, the
 // register epilogue's block rule. x may be normOut: a block loads its whole row before it
-// writes any of it. (kAlgoThreads, 2): two blocks per SM, 64 registers a thread.
+// writes any of it. Up to two vectors a thread (hidden 8192) (kAlgoThreads, 2): two blocks per
+// SM, 64 registers a thread; three or four (hidden 16384) (kAlgoThreads, 1), so the row's
+// three loads still stay in registers.
 template <typename T, int VPT>
-__global__ void __launch_bounds__(kAlgoThreads, 2) addRmsNormRegsKernel(const T* x, FusedParams p) {
+__global__ void __launch_bounds__(kAlgoThreads, VPT <= 2 ? 2 : 1)
+    addRmsNormRegsKernel(const T* x, FusedParams p) {
   __shared__ float red[kFusedRedFloats];
   dev::waitForPrevious();
   const int hidden = p.hidden;
@@ -105,12 +109,20 @@ cudaError_t launchRegs(const void* x, const FusedParams& p, cudaStream_t stream,
   const int blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
   const int threads = fusedThreads(p.hidden);
   const T* xt = static_cast<const T*>(x);
-  if (p.hidden / 8 <= threads) {
-    return launchKernel(addRmsNormRegsKernel<T, 1>, dim3(blocks), dim3(threads), 0, stream, pdl, xt,
-                        p);
+  switch ((p.hidden / 8 + threads - 1) / threads) {
+    case 1:
+      return launchKernel(addRmsNormRegsKernel<T, 1>, dim3(blocks), dim3(threads), 0, stream, pdl,
+                          xt, p);
+    case 2:
+      return launchKernel(addRmsNormRegsKernel<T, 2>, dim3(blocks), dim3(threads), 0, stream, pdl,
+                          xt, p);
+    case 3:
+      return launchKernel(addRmsNormRegsKernel<T, 3>, dim3(blocks), dim3(threads), 0, stream, pdl,
+                          xt, p);
+    default:
+      return launchKernel(addRmsNormRegsKernel<T, 4>, dim3(blocks), dim3(threads), 0, stream, pdl,
+                          xt, p);
   }
-  return launchKernel(addRmsNormRegsKernel<T, 2>, dim3(blocks), dim3(threads), 0, stream, pdl, xt,
-                      p);
 }
 
 __global__ void e2m1InstructionKernel(int* out) { *out = ANYR_E2M1_CVT; }
@@ -137,17 +149,6 @@ cudaError_t nvfp4EncodesByInstruction(cudaStream_t stream, bool* byInstruction) 
   if (err == cudaSuccess && got != 0 && got != 1) err = cudaErrorUnknown;
   *byInstruction = got == 1;
   return err;
-}
-
-cudaError_t addRmsNormSmem(anyrDataType_t datatype, int hidden, size_t* need, size_t* limit) {
-  *need = 0;
-  *limit = 0;
-  if (hidden <= kRegsMaxHidden) return cudaSuccess;  // the register kernel: none
-  *need = fusedSharedBytes(hidden);
-  const void* kernel = datatype == anyrFloat16
-                           ? reinterpret_cast<const void*>(addRmsNormKernel<__half>)
-                           : reinterpret_cast<const void*>(addRmsNormKernel<__nv_bfloat16>);
-  return dynamicSmemLimit(kernel, limit);
 }
 
 int addRmsNormThreads(int hidden) {

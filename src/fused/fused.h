@@ -258,26 +258,18 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p);
 // Add + RMSNorm (+ quantization) of an already all-reduced tensor x (dtype T, [tokens][hidden],
 // may equal p.normOut): one block per row. `p` must come from makeFusedParams. Asynchronous on
 // `stream`; returns the launch's error. tokens == 0: no launch. Padding rows (tokens..padded)
-// of blockScalesSwizzled are not written. threads: 0 for the default (up to hidden 8192 the
-// register-resident kernel, else addRmsNormThreads(hidden) threads with the row staged in
-// shared memory), or the threads per block of the staged kernel, a multiple of 32 up to 1024;
-// the outputs do not depend on it (tests use it to show that). pdl: launch the register kernel
+// of blockScalesSwizzled are not written. threads: 0 for the default (the register-resident
+// kernel, fusedThreads(hidden) threads of up to four vectors each, no dynamic shared memory), or
+// the threads per block of the staged kernel (the row in shared memory, fusedSharedBytes(hidden)
+// bytes), a multiple of 32 up to 1024; the outputs do not depend on it (tests use it to show
+// that). pdl: launch the register kernel
 // with programmatic dependent launch (algo/launch.cuh; the staged kernel ignores it).
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
                              cudaStream_t stream, int threads = 0, bool pdl = false);
 
-// Threads per block the standalone kernel uses for `hidden`.
+// Threads per block of the staged kernel for `hidden` when no block size is given (hidden / 16,
+// a multiple of 32 in 32..1024).
 int addRmsNormThreads(int hidden);
-
-// The dynamic shared memory the standalone kernel needs for rows of `hidden` with the default
-// block size (*need; 0 up to hidden 8192, the register kernel) and what the current device
-// gives a block of it (*limit; not asked where *need is 0).
-cudaError_t addRmsNormSmem(anyrDataType_t datatype, int hidden, size_t* need, size_t* limit);
-
-// Throws anyr::Error(anyrInvalidArgument) naming 'hidden' where the standalone kernel's rows of
-// `hidden` need more shared memory than the current device gives a block (hidden 16384 on a GPU
-// with 64 KB a block, e.g. compute capability 7.5).
-void requireAddRmsNormFits(anyrDataType_t datatype, size_t hidden);
 
 // Whether the machine code the current device runs encodes NVFP4 with the GPU's e2m1
 // conversion instruction (ANYR_E2M1_CVT) rather than in fp32 arithmetic: one single-thread
