@@ -656,13 +656,15 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // ---- block size, alignment, graphs --------------------------------------------------------
-// The epilogue's summation order does not depend on the block size: every block size gives
-// the bits of the default one (the fused all-reduce kernels use other block sizes).
+// The epilogue's summation order does not depend on the block size: every block size of the
+// staged kernel gives the bits of the default, the register kernel (the fused all-reduce
+// kernels use other block sizes). Its widths: one vector a thread (128), two (7168), three
+// (12288, and 8200, whose third vector only one thread holds), four (16384).
 TEST(FusedKernel, BlockSizeDoesNotChangeTheBits) {
   REQUIRE_GPU();
   inChild([&] {
     for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
-      for (int hidden : {128, 7168, 16384}) {
+      for (int hidden : {128, 7168, 8200, 12288, 16384}) {
         Inputs in = makeInputs(t, 5, hidden, 4242);
         setWeights(&in, false, 5);
         RunSpec spec;
