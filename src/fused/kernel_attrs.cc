@@ -8,29 +8,23 @@
 
 namespace anyr {
 
-cudaError_t dynamicSmemLimit(const void* kernel, size_t* bytes) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, size_t> known;
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find({kernel, device});
-  if (it != known.end()) {
-    *bytes = it->second;
-    return cudaSuccess;
-  }
+namespace {
+
+// The most dynamic shared memory a block of `kernel` may have on `device`: the device's opt-in
+// limit per block less the kernel's static shared memory.
+cudaError_t dynamicSmemLimit(const void* kernel, int device, size_t* bytes) {
   int optin = 0;
-  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  cudaError_t err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
   cudaFuncAttributes fa = {};
   err = cudaFuncGetAttributes(&fa, kernel);
   if (err != cudaSuccess) return err;
   const size_t limit = static_cast<size_t>(optin);
   *bytes = limit > fa.sharedSizeBytes ? limit - fa.sharedSizeBytes : 0;
-  known.emplace(std::make_pair(kernel, device), *bytes);
   return cudaSuccess;
 }
+
+}  // namespace
 
 cudaError_t allowDynamicSmem(const void* kernel, size_t bytes) {
   static std::mutex mu;
@@ -41,7 +35,7 @@ cudaError_t allowDynamicSmem(const void* kernel, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu);
   if (done.count({kernel, device}) != 0) return cudaSuccess;
   size_t limit = 0;
-  err = dynamicSmemLimit(kernel, &limit);
+  err = dynamicSmemLimit(kernel, device, &limit);
   if (err != cudaSuccess) return err;
   if (bytes > limit) bytes = limit;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

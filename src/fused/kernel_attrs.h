@@ -14,10 +14,6 @@ namespace anyr {
 // that is less; launches that need more then fail. Once per (kernel, device).
 cudaError_t allowDynamicSmem(const void* kernel, size_t bytes);
 
-// The most dynamic shared memory a block of `kernel` may have on the current device: the
-// device's opt-in limit per block less the kernel's static shared memory.
-cudaError_t dynamicSmemLimit(const void* kernel, size_t* bytes);
-
 // How many one-dimensional clusters of `clusterBlocks` blocks of `threads` threads (no dynamic
 // shared memory) of `kernel` the current device holds at once (cudaOccupancyMaxActiveClusters),
 // into *clusters.
