@@ -4,8 +4,8 @@
 // anything is written), then fusedRowEpilogue (fused/epilogue.cuh) does the rest, so the bits
 // equal those of the fused all-reduce kernels.
 //
-// Block size: hidden / 16 threads, rounded up to a warp, 32..1024: two 8-element vectors per
-// thread in each phase, so every thread has loads in flight. Shared memory:
+// Block size: the caller's, a multiple of 32 in 32..1024 (hidden / 16 gives two 8-element
+// vectors per thread in each phase, so every thread has loads in flight). Shared memory:
 // fusedSharedBytes(hidden), at most 69,648 bytes (hidden 16384); the kernel's dynamic shared
 // memory limit is raised once per device (launchWithSmem).
 //
@@ -31,8 +31,8 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxGrid = 1 << 16;  // blocks; more rows are taken in turn by the same blocks
-constexpr int kRegsMaxHidden = 4 * kAlgoThreads * 8;  // the register kernel: 4 vectors a thread
-static_assert(kRegsMaxHidden == kFusedMaxHidden, "the register kernel takes every width");
+// The register kernel takes every width: four vectors a thread of kAlgoThreads at most.
+static_assert(4 * kAlgoThreads * 8 == kFusedMaxHidden, "the register kernel takes every width");
 
 // (kMaxThreads, 1): one block of 1024 may use 64 registers a thread; without the 1, ptxas for
 // sm_80 aimed at two such blocks (32 registers) and spilled.
@@ -151,17 +151,14 @@ cudaError_t nvfp4EncodesByInstruction(cudaStream_t stream, bool* byInstruction) 
   return err;
 }
 
-int addRmsNormThreads(int hidden) {
-  const int threads = (hidden / kNvfp4BlockElems + 31) / 32 * 32;
-  return threads < 32 ? 32 : (threads > kMaxThreads ? kMaxThreads : threads);
-}
-
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
                              cudaStream_t stream, int threads, bool pdl) {
   if (p.tokens == 0) return cudaSuccess;
-  const bool regs = threads == 0 && p.hidden <= kRegsMaxHidden;
-  if (threads == 0) threads = addRmsNormThreads(p.hidden);
-  if (threads % 32 != 0 || threads < 32 || threads > kMaxThreads) return cudaErrorInvalidValue;
+  const bool regs = threads == 0;
+  if (p.hidden > kFusedMaxHidden) return cudaErrorInvalidValue;
+  if (!regs && (threads % 32 != 0 || threads < 32 || threads > kMaxThreads)) {
+    return cudaErrorInvalidValue;
+  }
   auto launch = [&](auto tag) {
     using T = decltype(tag);
     return regs ? launchRegs<T>(x, p, stream, pdl) : launchTyped<T>(x, p, stream, threads, pdl);

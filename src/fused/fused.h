@@ -267,10 +267,6 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p);
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
                              cudaStream_t stream, int threads = 0, bool pdl = false);
 
-// Threads per block of the staged kernel for `hidden` when no block size is given (hidden / 16,
-// a multiple of 32 in 32..1024).
-int addRmsNormThreads(int hidden);
-
 // Whether the machine code the current device runs encodes NVFP4 with the GPU's e2m1
 // conversion instruction (ANYR_E2M1_CVT) rather than in fp32 arithmetic: one single-thread
 // kernel on `stream`, which is then synchronized. Every kernel of the library is built for the
