@@ -133,11 +133,11 @@ HostSettings agreeHostSettings(Bootstrap& bs, int rank) {
   const uint64_t mineLaunch = env::getSize("ANYR_HOST_LAUNCH_BYTES");
   const uint64_t copyChunk = env::getSize("ANYR_HOST_COPY_CHUNK_BYTES");
   Wire w{env::getInt("ANYR_HOST_MEMORY") != 0 ? 1 : 0,
-         static_cast<int32_t>(env::getInt("ANYR_HOST_ROUND")),
-         static_cast<int32_t>(env::getInt("ANYR_HOST_LL_BYTES")),
+         env::getInt32("ANYR_HOST_ROUND"),
+         env::getInt32("ANYR_HOST_LL_BYTES"),
          static_cast<int32_t>(std::min<uint64_t>(copyChunk, INT32_MAX)),
          mineLaunch,
-         static_cast<int32_t>(env::getInt("ANYR_HOST_LL_EAGER_BYTES")),
+         env::getInt32("ANYR_HOST_LL_EAGER_BYTES"),
          0};
   bs.broadcast(&w, sizeof(w), 0);
   // Every rank checks the same (rank 0's) values, so every rank reaches the same verdict.

@@ -195,7 +195,7 @@ Config resolveConfig(const anyrConfig_t* user) {
   if (user && user->tuneBudgetMs != ANYR_CONFIG_UNDEF_INT) {
     c.tuneBudgetMs = user->tuneBudgetMs;
   } else {
-    c.tuneBudgetMs = static_cast<int>(env::getInt("ANYR_TUNE_BUDGET_MS"));
+    c.tuneBudgetMs = env::getInt32("ANYR_TUNE_BUDGET_MS");
   }
   ANYR_REQUIRE_ARG(c.tuneBudgetMs >= 0 && c.tuneBudgetMs <= 3600 * 1000,
                    "config.tuneBudgetMs / ANYR_TUNE_BUDGET_MS",

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -125,6 +126,15 @@ int64_t getInt(const char* name) {
                std::string("environment variable ") + name + "='" + v + "': must be an integer");
   }
   return x;
+}
+
+int32_t getInt32(const char* name) {
+  const int64_t x = getInt(name);
+  if (x < INT32_MIN || x > INT32_MAX) {
+    throwError(anyrInvalidArgument, std::string("environment variable ") + name + "=" +
+                                        std::to_string(x) + ": out of range of a 32-bit integer");
+  }
+  return static_cast<int32_t>(x);
 }
 
 bool parseSize(const std::string& text, uint64_t* out) {

@@ -26,6 +26,9 @@ bool isSet(const char* name);
 // Parsed values. Sizes accept K/M/G suffixes (powers of 1024). A malformed value throws
 // anyrInvalidArgument naming the variable and the rule it broke.
 int64_t getInt(const char* name);
+// getInt of a variable held in 32 bits: a value outside int32_t's range is an error naming it
+// (never narrowed into range).
+int32_t getInt32(const char* name);
 uint64_t getSize(const char* name);
 
 // Shared parser for sizes such as "64K", "1M", "4096" (also used by the command line).

@@ -599,6 +599,16 @@ TEST(Dispatch, TuningFileAndBudgetResolveFromConfigThenEnvironment) {
     EXPECT_EQ(e.code(), anyrInvalidArgument);
     EXPECT_TRUE(mentions(e.what(), "ANYR_TUNE_BUDGET_MS")) << e.what();
   }
+  // Beyond 32 bits: refused, not narrowed (4294967297 would have become 1).
+  setenv("ANYR_TUNE_BUDGET_MS", "4294967297", 1);
+  try {
+    resolveConfig(nullptr);
+    ADD_FAILURE() << "a budget beyond 32 bits was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), anyrInvalidArgument);
+    EXPECT_TRUE(mentions(e.what(), "ANYR_TUNE_BUDGET_MS=4294967297")) << e.what();
+    EXPECT_TRUE(mentions(e.what(), "32-bit")) << e.what();
+  }
   unsetenv("ANYR_TUNING_FILE");
   unsetenv("ANYR_TUNE_BUDGET_MS");
   c = resolveConfig(nullptr);
