@@ -147,8 +147,8 @@ ANYR_API anyrResult_t anyrGetVersion(int* version);
  * Distribute the id to the other ranks by any means. */
 ANYR_API anyrResult_t anyrGetUniqueId(anyrUniqueId* uniqueId);
 
-/* Creates the communicator of rank `rank` in `nranks` (2..8 on one host; more through NCCL).
- * Uses the current CUDA device. Blocks until every rank arrived or the timeout expired; the
+/* Creates the communicator of rank `rank` in `nranks` (2..8 on one host; more, up to 1024, through
+ * NCCL). Uses the current CUDA device. Blocks until every rank arrived or the timeout expired; the
  * error then names the ranks that never arrived. config may be NULL. */
 ANYR_API anyrResult_t anyrCommInitRank(anyrComm_t* comm, int nranks, anyrUniqueId uniqueId,
                                        int rank);

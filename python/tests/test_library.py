@@ -51,6 +51,12 @@ def test_nranks_zero_is_invalid_argument_naming_nranks(ar):
     assert "argument 'nranks'" in e.message
 
 
+def test_nranks_above_the_limit_names_nranks_and_the_limit(ar):
+    with pytest.raises(ar.InvalidArgument, match="nranks") as ei:
+        ar.Comm.init_rank(1025, ar.get_unique_id(), 0)
+    assert "out of range 1..1024" in ei.value.message
+
+
 def test_rank_out_of_range_names_rank(ar):
     with pytest.raises(ar.InvalidArgument, match="argument 'rank'"):
         ar.Comm.init_rank(2, ar.get_unique_id(), 5)

@@ -82,15 +82,55 @@ void releaseNcclComm(ncclComm_t comm, bool ok) {
     ANYR_LOG(Warn, -1, "releasing NCCL communicator: " << ncclGetErrorString(r));
 }
 
-void ncclAllReduceSum(ncclComm_t comm, const void* in, void* out, size_t count,
-                      anyrDataType_t dtype, cudaStream_t stream, int timeoutMs) {
-  ncclResult_t r = ncclAllReduce(in, out, count, ncclType(dtype), ncclSum, comm, stream);
-  if (r == ncclInProgress) r = settle(comm, timeoutMs);
-  if (r == ncclInProgress) {
-    throwError(anyrTimeout,
-               "ncclAllReduce was still being enqueued after " + std::to_string(timeoutMs) + " ms");
+void NcclHandle::adopt(ncclComm_t comm, bool owned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  comm_ = comm;
+  owned_ = owned;
+}
+
+ncclComm_t NcclHandle::get() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return comm_;
+}
+
+void NcclHandle::allReduceSum(const void* in, void* out, size_t count, anyrDataType_t dtype,
+                              cudaStream_t stream, int timeoutMs) {
+  const ncclDataType_t type = ncclType(dtype);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (comm_ == nullptr) throwError(anyrAborted, "the NCCL communicator was released (aborted)");
+  ncclResult_t r = ncclAllReduce(in, out, count, type, ncclSum, comm_, stream);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  while (r == ncclInProgress) {
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
+    r = q != ncclSuccess ? q : state;
+    if (r != ncclInProgress) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      throwError(anyrTimeout, "ncclAllReduce was still being enqueued after " +
+                                  std::to_string(timeoutMs) + " ms");
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    lock.lock();
+    if (comm_ == nullptr) {
+      throwError(anyrAborted, "the communicator was aborted while ncclAllReduce was enqueued");
+    }
   }
-  checkNccl(r, comm, "ncclAllReduce");
+  checkNccl(r, comm_, "ncclAllReduce");
+}
+
+ncclResult_t NcclHandle::asyncError() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (comm_ == nullptr) return ncclSuccess;
+  ncclResult_t state = ncclSuccess;
+  return ncclCommGetAsyncError(comm_, &state) == ncclSuccess ? state : ncclSuccess;
+}
+
+void NcclHandle::release(bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (comm_ != nullptr && owned_) releaseNcclComm(comm_, ok);
+  comm_ = nullptr;
+  owned_ = false;
 }
 
 }  // namespace anyr

@@ -34,8 +34,9 @@ anyrResult_t anyrCommInitRankConfig(anyrComm_t* comm, int nranks, anyrUniqueId u
   return anyr::guarded(nullptr, "anyrCommInitRank", [&] {
     ANYR_REQUIRE_ARG(comm != nullptr, "comm", "must not be NULL");
     *comm = nullptr;
-    ANYR_REQUIRE_ARG(nranks >= 1 && nranks <= 4096, "nranks",
-                     "world size " + std::to_string(nranks) + " out of range 1..4096");
+    ANYR_REQUIRE_ARG(nranks >= 1 && nranks <= anyr::kMaxRanks, "nranks",
+                     "world size " + std::to_string(nranks) + " out of range 1.." +
+                         std::to_string(anyr::kMaxRanks));
     ANYR_REQUIRE_ARG(
         rank >= 0 && rank < nranks, "rank",
         "rank " + std::to_string(rank) + " out of range 0.." + std::to_string(nranks - 1));

@@ -150,6 +150,10 @@ void CallGuard::init(Bootstrap& bs, bool wantValidation) {
 }
 
 CallGuard::Scope::Scope(CallGuard& g, const char* fn) : g_(g) {
+  if (g.owner_.load() == std::this_thread::get_id()) {
+    nested_ = true;
+    return;
+  }
   if (!g.mu_.try_lock()) {
     const char* other = g.holder_.load();
     throwError(anyrInvalidUsage,
@@ -159,9 +163,12 @@ CallGuard::Scope::Scope(CallGuard& g, const char* fn) : g_(g) {
                    "one communicator per thread");
   }
   g.holder_.store(fn);
+  g.owner_.store(std::this_thread::get_id());
 }
 
 CallGuard::Scope::~Scope() {
+  if (nested_) return;
+  g_.owner_.store(std::thread::id());
   g_.holder_.store(nullptr);
   g_.mu_.unlock();
 }

@@ -22,6 +22,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
@@ -79,7 +80,9 @@ class CallGuard {
   void init(Bootstrap& bs, bool wantValidation);
   bool validating() const { return validating_; }
 
-  // Holds the guard for one call; throws anyrInvalidUsage when another thread holds it.
+  // Holds the guard for one call; throws anyrInvalidUsage when another thread holds it. A
+  // Scope taken by the thread that already holds the guard (the calls anyrCommTune makes
+  // inside its own) holds nothing more and releases nothing.
   class Scope {
    public:
     Scope(CallGuard& g, const char* fn);
@@ -89,6 +92,7 @@ class CallGuard {
 
    private:
     CallGuard& g_;
+    bool nested_ = false;
   };
 
   // Runs the local argument check `check` (throws anyr::Error on bad arguments). Without
@@ -111,6 +115,7 @@ class CallGuard {
 
   std::mutex mu_;
   std::atomic<const char*> holder_{nullptr};
+  std::atomic<std::thread::id> owner_{};  // the holding thread (default id: none)
   bool validating_ = false;
   uint64_t seq_ = 0;
 };

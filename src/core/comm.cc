@@ -93,6 +93,11 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   bs_ = std::move(bs);
   rank_ = bs_->rank();
   nranks_ = bs_->size();
+  if (nranks_ > kMaxRanks) {  // an NCCL communicator's size (anyrCommInitRank checks its own)
+    throwError(anyrInvalidArgument, "argument 'ncclComm': " + std::to_string(nranks_) +
+                                        " ranks; a communicator takes at most " +
+                                        std::to_string(kMaxRanks));
+  }
   ANYR_CUDA_CHECK(cudaGetDevice(&device_));
   ANYR_CUDA_CHECK(cudaStreamCreateWithFlags(&internalStream_, cudaStreamNonBlocking));
   ANYR_CUDA_CHECK(cudaEventCreateWithFlags(&lastWork_, cudaEventDisableTiming));
@@ -384,7 +389,15 @@ void Communicator::exchangeDeviceInfo() {
       }
     }
   }
-  // Driver-reported facts for this rank's row, then everyone's rows.
+  // Driver-reported facts for this rank's row, then everyone's rows. Across hosts every pair
+  // but a rank with itself has no link of ours, so nothing is exchanged.
+  if (!facts_.sameHost) {
+    for (int s = 0; s < nranks_; ++s) {
+      for (int d = 0; d < nranks_; ++d)
+        topo_.pair(s, d).link = s == d ? LinkType::Self : LinkType::None;
+    }
+    return;
+  }
   struct PairWire {
     int32_t link, nvlinkCount, driverPeerAccess, driverAtomics;
     double linkGBps;
@@ -395,8 +408,8 @@ void Communicator::exchangeDeviceInfo() {
   for (int d = 0; d < nranks_; ++d) {
     PairWire& w = row[static_cast<size_t>(d)];
     std::memset(&w, 0, sizeof(w));
-    if (d == rank_ || !facts_.sameHost) {
-      w.link = static_cast<int32_t>(d == rank_ ? LinkType::Self : LinkType::None);
+    if (d == rank_) {
+      w.link = static_cast<int32_t>(LinkType::Self);
       continue;
     }
     PairInfo p = describePair(device_, topo_.gpus[static_cast<size_t>(rank_)],
@@ -444,7 +457,14 @@ void Communicator::initNccl(ncclComm_t externalNccl) {
   Vote mine{};
   mine.ok = comm != nullptr;
   std::snprintf(mine.why, sizeof(mine.why), "%s", why.c_str());
-  std::vector<Vote> votes = bs_->allGatherValue(mine);
+  std::vector<Vote> votes;
+  try {
+    votes = bs_->allGatherValue(mine);
+  } catch (...) {
+    // Init fails here (a peer gone): the communicator NCCL made is not kept, so release it.
+    if (comm != nullptr && externalNccl == nullptr) releaseNcclComm(comm, false);
+    throw;
+  }
   facts_.ncclAvailable = true;
   for (int r = 0; r < nranks_; ++r) {
     if (!votes[static_cast<size_t>(r)].ok) {
@@ -456,8 +476,7 @@ void Communicator::initNccl(ncclComm_t externalNccl) {
     }
   }
   if (facts_.ncclAvailable) {
-    nccl_ = comm;
-    ownsNccl_ = externalNccl == nullptr;
+    nccl_.adopt(comm, externalNccl == nullptr);
   } else if (comm != nullptr && externalNccl == nullptr) {
     releaseNcclComm(comm, true);
   }
@@ -708,10 +727,9 @@ anyrResult_t Communicator::asyncError(std::string* msg) {
       }
     }
   }
-  if (failCode_.load() == anyrSuccess && nccl_ != nullptr) {
-    ncclResult_t st = ncclSuccess;
-    if (ncclCommGetAsyncError(nccl_, &st) == ncclSuccess && st != ncclSuccess &&
-        st != ncclInProgress) {
+  if (failCode_.load() == anyrSuccess) {
+    const ncclResult_t st = nccl_.asyncError();
+    if (st != ncclSuccess && st != ncclInProgress) {
       setFailed(anyrNcclError, std::string("NCCL asynchronous error: ") + ncclGetErrorString(st));
     }
   }
@@ -736,10 +754,7 @@ void Communicator::abort() {
   if (hAbort_ != nullptr) *hAbort_ = 1;
   setFailed(anyrAborted,
             "rank " + std::to_string(rank_) + ": communicator aborted by anyrCommAbort");
-  if (nccl_ != nullptr && ownsNccl_) {
-    releaseNcclComm(nccl_, false);
-    nccl_ = nullptr;
-  }
+  nccl_.release(false);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -799,7 +814,7 @@ void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
   const anyrAlgo_t algo = pathFor(Op::AllReduce, bytes).algo;
   counters_.note(algo, bytes, CallKind::AllReduce, forced_.load() != anyrAlgoAuto, capturing);
   if (algo == anyrAlgoNccl) {
-    ncclAllReduceSum(nccl_, sendbuff, recvbuff, count, dtype, stream, cfg_.timeoutMs);
+    nccl_.allReduceSum(sendbuff, recvbuff, count, dtype, stream, cfg_.timeoutMs);
     noteWork(stream, capturing);
     return;
   }
@@ -917,15 +932,17 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
     noteWork(stream, capturing);
     return;
   }
-  // Unfused composition: all-reduce into normOut (or a scratch buffer, in chunks), then the
+  // Unfused composition: all-reduce into normOut (or, without it, the scratch buffer), then the
   // standalone epilogue kernel on it: NCCL, the pull and host algorithms, and what the table picks.
-  const size_t chunkRows = normOut != nullptr ? tokens : scratchBytes_ / rowBytes / 128 * 128;
+  // Chunks of the scratch buffer's rows either way: normOut may be NULL on one rank and not on
+  // another (a quantized output alone), and the ranks' all-reduce launches must match.
+  const size_t chunkRows = scratchBytes_ / rowBytes / 128 * 128;
   for (size_t row = 0; row < tokens; row += chunkRows) {
     const size_t rows = std::min(chunkRows, tokens - row);
     void* x = normOut != nullptr ? static_cast<char*>(normOut) + row * rowBytes : scratch_;
     const void* src = static_cast<const char*>(partial) + row * rowBytes;
     if (algo == anyrAlgoNccl) {
-      ncclAllReduceSum(nccl_, src, x, rows * hidden, dtype, stream, cfg_.timeoutMs);
+      nccl_.allReduceSum(src, x, rows * hidden, dtype, stream, cfg_.timeoutMs);
     } else {
       launchPeerAlgo(algo, src, x, rows * hidden, dtype, stream);
     }
@@ -1164,16 +1181,17 @@ std::string Communicator::explainJson() const {
 // Teardown
 // ---------------------------------------------------------------------------------------------
 
-void Communicator::waitStreamIdle(cudaStream_t s, const char* what) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.timeoutMs);
+void Communicator::waitStreamIdle(cudaStream_t s, const char* what, int graceMs) {
+  const int ms = cfg_.timeoutMs + graceMs;
+  auto deadline = Clock::now() + std::chrono::milliseconds(ms);
   while (true) {
     cudaError_t e = cudaStreamQuery(s);
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) ANYR_CUDA_CHECK(e);
     if (Clock::now() > deadline) {
+      throwIfFailed();  // a kernel's own timeout names the rank it waited for
       throwError(anyrTimeout, std::string("rank ") + std::to_string(rank_) + ": " + what +
-                                  " did not finish within " + std::to_string(cfg_.timeoutMs) +
-                                  " ms");
+                                  " did not finish within " + std::to_string(ms) + " ms");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -1184,9 +1202,17 @@ void Communicator::destroy() {
   CallGuard::Scope busy(calls_, "anyrCommDestroy");
   // 1. This rank's launched work (bounded: our kernels give up at the timeout).
   if (haveLastWork_) {
-    auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.timeoutMs + 5000);
+    auto deadline = Clock::now() + std::chrono::milliseconds(cfg_.timeoutMs + kTeardownGraceMs);
     while (cudaEventQuery(lastWork_) == cudaErrorNotReady && Clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    if (cudaEventQuery(lastWork_) == cudaErrorNotReady) {
+      // Only NCCL's kernels wait without a bound of ours (a peer gone mid-call).
+      teardownClean_ = false;
+      ANYR_LOG(Warn, rank_,
+               "destroy: this rank's last call had not finished after "
+                   << cfg_.timeoutMs + kTeardownGraceMs
+                   << " ms; aborting NCCL instead of destroying it");
     }
     (void)cudaGetLastError();
   }
@@ -1195,6 +1221,7 @@ void Communicator::destroy() {
     try {
       bs_->barrier();
     } catch (const Error& e) {
+      teardownClean_ = false;
       ANYR_LOG(Warn, rank_, "destroy: peers did not all reach teardown: " << e.what());
     }
   }
@@ -1203,8 +1230,7 @@ void Communicator::destroy() {
 Communicator::~Communicator() {
   // NCCL first: after a failure its kernels may still wait for a dead peer, and only
   // ncclCommAbort releases them; cudaFree below would otherwise wait for them forever.
-  if (nccl_ != nullptr && ownsNccl_) releaseNcclComm(nccl_, failCode_.load() == anyrSuccess);
-  nccl_ = nullptr;
+  nccl_.release(failCode_.load() == anyrSuccess && teardownClean_);
   peers_.reset();
   freeHostCopy();
   host_.reset();

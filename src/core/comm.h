@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "algo/algo.h"
+#include "algo/nccl_path.h"
 #include "anyreduce/anyreduce.h"
 #include "bootstrap/bootstrap.h"
 #include "core/call_guard.h"
@@ -33,6 +34,9 @@
 namespace anyr {
 
 struct FusedParams;
+
+// The most ranks a communicator takes: it keeps every pair's link facts (nranks^2 records).
+constexpr int kMaxRanks = 1024;
 
 class Communicator {
  public:
@@ -96,7 +100,7 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return nranks_; }
   int device() const { return device_; }
-  ncclComm_t nccl() const { return nccl_; }
+  ncclComm_t nccl() const { return nccl_.get(); }
   CommCounters& counters() { return counters_; }
 
  private:
@@ -188,7 +192,13 @@ class Communicator {
   // host-copy (host_copy.cu): its device staging, streams and events, made with the transport.
   void initHostCopy();
   void freeHostCopy();
-  void waitStreamIdle(cudaStream_t s, const char* what);
+  // Waits until `s` is idle, at most the timeout plus graceMs (graceMs: for work whose own
+  // waits, bounded by the timeout, start after this wait does, so that their failure, which
+  // names the rank waited for, is reported rather than this wait's).
+  void waitStreamIdle(cudaStream_t s, const char* what, int graceMs = 0);
+  // The grace past the timeout of host waits for work whose own waits may have started later
+  // (teardown, tuning's measurements).
+  static constexpr int kTeardownGraceMs = 5000;
 
   int rank_ = -1;
   int nranks_ = 0;
@@ -209,8 +219,10 @@ class Communicator {
   int tunedClusterHidden_ = 0;  // the installed table's hidden (its cluster sizes hold there)
   std::string tuningNote_;
 
-  ncclComm_t nccl_ = nullptr;
-  bool ownsNccl_ = false;
+  NcclHandle nccl_;
+  // destroy() found this rank's work unfinished at its deadline, or the peers not at teardown:
+  // the NCCL communicator is then aborted, not destroyed (ncclCommDestroy would wait for it).
+  bool teardownClean_ = true;
 
   std::unique_ptr<PeerMemory> peers_;
   WorkspaceLayout layout_{};

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "core/comm.h"
 #include "core/error.h"
@@ -250,7 +251,7 @@ double Communicator::timePath(Op op, uint64_t bytes, int tokens, int hidden, voi
       ANYR_CUDA_CHECK(cudaGraphLaunch(exec, s));
       ANYR_CUDA_CHECK(cudaEventRecord(ev[static_cast<size_t>(i) + 1], s));
     }
-    waitStreamIdle(s, "a tuning measurement");
+    waitStreamIdle(s, "a tuning measurement", kTeardownGraceMs);
     for (int i = 0; i < samples; ++i) {
       float t = 0;
       ANYR_CUDA_CHECK(
@@ -342,6 +343,9 @@ void Communicator::tuneClusterSize(Op op, Path chosen, int tokens, const TuneOpt
 }
 
 TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& progress) {
+  // One call from start to end: its measurements, forced paths and new table are not to
+  // interleave with another thread's calls, nor to outlive an anyrCommDestroy.
+  CallGuard::Scope busy(calls_, "anyrCommTune");
   throwIfFailed();
   ANYR_REQUIRE_ARG(nranks_ > 1, "comm", "tuning needs 2 ranks or more");
   // Rank 0's options are everyone's.
@@ -396,9 +400,29 @@ TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& pro
   void* bufs[8] = {};
   cudaStream_t s = nullptr;
   auto release = [&] {
-    if (s != nullptr) (void)cudaStreamSynchronize(s);
+    // Bounded: after a failed measurement NCCL's kernels may still wait for a peer. Buffers
+    // that work may still use are left allocated (cudaFree would wait for it), and the
+    // communicator is failed, so that its destruction aborts NCCL.
+    bool idle = true;
+    if (s != nullptr) {
+      const auto deadline = std::chrono::steady_clock::now() +
+                            std::chrono::milliseconds(cfg_.timeoutMs + kTeardownGraceMs);
+      while (cudaStreamQuery(s) == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          idle = false;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      (void)cudaGetLastError();
+    }
+    if (!idle) {
+      setFailed(anyrTimeout, "rank " + std::to_string(rank_) +
+                                 ": tuning's last measurement did not finish within " +
+                                 std::to_string(cfg_.timeoutMs + kTeardownGraceMs) + " ms");
+    }
     for (void*& p : bufs) {
-      if (p != nullptr) (void)cudaFree(p);
+      if (p != nullptr && idle) (void)cudaFree(p);
       p = nullptr;
     }
     if (s != nullptr) (void)cudaStreamDestroy(s);

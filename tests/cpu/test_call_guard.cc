@@ -295,6 +295,34 @@ TEST(CallGuard, ASecondThreadIsRefusedNotBlocked) {
   for (int i = 0; i < 3; ++i) CallGuard::Scope s(g, "anyrAllReduce");
 }
 
+// anyrCommTune holds the guard for the whole tuning and makes its measuring calls inside it:
+// the same thread's nested Scope holds nothing more, and releasing it releases nothing.
+TEST(CallGuard, TheHoldingThreadNestsAndOthersStayRefused) {
+  CallGuard g;
+  auto refusedElsewhere = [&] {
+    bool refused = false;
+    std::thread other([&] {
+      try {
+        CallGuard::Scope s(g, "anyrAllReduce");
+      } catch (const Error& e) {
+        refused = e.code() == anyrInvalidUsage && contains(e.what(), "inside anyrCommTune");
+      }
+    });
+    other.join();
+    return refused;
+  };
+  {
+    CallGuard::Scope tune(g, "anyrCommTune");
+    {
+      CallGuard::Scope inner(g, "anyrAllReduce");
+      EXPECT_TRUE(refusedElsewhere());
+    }
+    EXPECT_TRUE(refusedElsewhere()) << "the nested Scope's end released the guard";
+  }
+  std::thread after([&] { CallGuard::Scope s(g, "anyrAllReduce"); });  // free again
+  after.join();
+}
+
 TEST(CallGuard, EnvironmentSwitch) {
   unsetenv("ANYR_VALIDATE_CALLS");
   EXPECT_FALSE(validateCallsFromEnv());
