@@ -237,8 +237,10 @@ ANYR_API anyrResult_t anyrAllReduceAddRmsNorm(const void* partial, const void* r
                                               cudaStream_t stream);
 
 /* The same add + RMSNorm (+ quantization) as a standalone kernel on an already all-reduced
- * tensor `x` (no communication): what an unfused pipeline runs after its all-reduce. `x` may
- * alias normOut. Same arguments and rules as anyrAllReduceAddRmsNorm. */
+ * tensor `x` (no communication): what an unfused pipeline runs after its all-reduce. Same
+ * arguments and rules as anyrAllReduceAddRmsNorm (x in place of partial). Aliasing, for both:
+ * partial/x may be normOut or residualOut, residualIn may be residualOut or normOut, as the
+ * same buffer, never a partial overlap; the quantized outputs overlap nothing. */
 ANYR_API anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residualOut,
                                      const void* weight, float epsilon, void* normOut,
                                      size_t tokens, size_t hidden, anyrDataType_t datatype,

@@ -936,10 +936,13 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   // standalone epilogue kernel on it: NCCL, the pull and host algorithms, and what the table picks.
   // Chunks of the scratch buffer's rows either way: normOut may be NULL on one rank and not on
   // another (a quantized output alone), and the ranks' all-reduce launches must match.
+  // normOut in place of residualIn would be overwritten by the all-reduce before the epilogue
+  // reads the residual: the scratch buffer then.
   const size_t chunkRows = scratchBytes_ / rowBytes / 128 * 128;
+  const bool intoNormOut = normOut != nullptr && normOut != residualIn;
   for (size_t row = 0; row < tokens; row += chunkRows) {
     const size_t rows = std::min(chunkRows, tokens - row);
-    void* x = normOut != nullptr ? static_cast<char*>(normOut) + row * rowBytes : scratch_;
+    void* x = intoNormOut ? static_cast<char*>(normOut) + row * rowBytes : scratch_;
     const void* src = static_cast<const char*>(partial) + row * rowBytes;
     if (algo == anyrAlgoNccl) {
       nccl_.allReduceSum(src, x, rows * hidden, dtype, stream, cfg_.timeoutMs);

@@ -36,6 +36,17 @@ void requireSameOrDisjoint(const void* a, const char* aName, const void* b, cons
                        " (it must be the same buffer, in place, or not overlap at all)");
 }
 
+// A byte output (quantOut and the block scales) overlaps no other buffer of the call.
+void requireDisjoint(const void* a, size_t aBytes, const char* aName, const void* b, size_t bBytes,
+                     const char* bName) {
+  if (a == nullptr || b == nullptr) return;
+  const uintptr_t pa = reinterpret_cast<uintptr_t>(a);
+  const uintptr_t pb = reinterpret_cast<uintptr_t>(b);
+  ANYR_REQUIRE_ARG(pa + aBytes <= pb || pb + bBytes <= pa, aName,
+                   std::string("overlaps ") + bName +
+                       " (a quantized output must not overlap any other buffer of the call)");
+}
+
 }  // namespace
 
 void validateFused(const void* input, const char* inputName, const void* residualIn,
@@ -99,7 +110,37 @@ void validateFused(const void* input, const char* inputName, const void* residua
   checkAligned(residualOut, esize, "residualOut");
   checkAligned(normOut, esize, "normOut");
   requireSameOrDisjoint(residualOut, "residualOut", residualIn, "residualIn", rowBytes);
+  requireSameOrDisjoint(residualOut, "residualOut", input, inputName, rowBytes);
   requireSameOrDisjoint(normOut, "normOut", input, inputName, rowBytes);
+  requireSameOrDisjoint(normOut, "normOut", residualIn, "residualIn", rowBytes);
+  if (o.quant != anyrQuantNone) {
+    const size_t cols = hidden / kNvfp4BlockElems;
+    const bool nvfp4 = o.quant == anyrQuantNvfp4;
+    struct Buf {
+      const void* p;
+      size_t bytes;
+      const char* name;
+    };
+    const Buf outs[3] = {
+        {o.quantOut, nvfp4 ? tokens * hidden / 2 : tokens * hidden, "options.quantOut"},
+        {nvfp4 ? o.blockScales : nullptr, tokens * cols, "options.blockScales"},
+        {nvfp4 ? o.blockScalesSwizzled : nullptr,
+         static_cast<size_t>(
+             swizzledScaleBytes(static_cast<int64_t>(tokens), static_cast<int64_t>(cols))),
+         "options.blockScalesSwizzled"}};
+    const Buf rows[6] = {
+        {input, rowBytes, inputName},           {residualIn, rowBytes, "residualIn"},
+        {residualOut, rowBytes, "residualOut"}, {normOut, rowBytes, "normOut"},
+        {weight, hidden * esize, "weight"},     {o.scale, sizeof(float), "options.scale"}};
+    for (int i = 0; i < 3; ++i) {
+      for (const Buf& b : rows)
+        requireDisjoint(outs[i].p, outs[i].bytes, outs[i].name, b.p, b.bytes, b.name);
+      for (int j = 0; j < i; ++j) {
+        requireDisjoint(outs[i].p, outs[i].bytes, outs[i].name, outs[j].p, outs[j].bytes,
+                        outs[j].name);
+      }
+    }
+  }
   if (normOut != nullptr && residualOut != nullptr) {
     const uintptr_t pn = reinterpret_cast<uintptr_t>(normOut);
     const uintptr_t pr = reinterpret_cast<uintptr_t>(residualOut);

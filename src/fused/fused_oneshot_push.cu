@@ -119,13 +119,14 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     for (int k = 0; k < VPT; ++k) dev::sanitize<T>(mine[k]);
   };
 
-  // 1. Push. Spread over the whole grid, unless normOut aliases partial: then a block could
-  // write a row's outputs before another block of this grid read that row to push it (the
-  // block waits for the peers' copies of the row, not for this rank's), so each block pushes
-  // its own rows, the vectors its threads later overwrite.
+  // 1. Push. Spread over the whole grid, unless normOut or residualOut aliases partial: then
+  // a block could write a row's outputs before another block of this grid read that row to
+  // push it (the block waits for the peers' copies of the row, not for this rank's), so each
+  // block pushes its own rows, the vectors its threads later overwrite.
   Vec mine[VPT];  // this rank's vectors of the row being reduced
-  if (static_cast<const void*>(static_cast<const T*>(p.normOut) +
-                               static_cast<int64_t>(rowBase) * p.hidden) != a.input) {
+  const int64_t base = static_cast<int64_t>(rowBase) * p.hidden;
+  if (static_cast<const void*>(static_cast<const T*>(p.normOut) + base) != a.input &&
+      static_cast<const void*>(static_cast<const T*>(p.residualOut) + base) != a.input) {
     pushLaunchRows<T>(a, in, inAligned, rows, H, phase * phaseBytes);
     if (static_cast<int>(blockIdx.x) < rows) loadMine(blockIdx.x, mine);
   } else {

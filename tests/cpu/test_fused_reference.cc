@@ -441,6 +441,40 @@ TEST(FusedValidate, RejectsEachBrokenRule) {
   a = Args();
   a.normOut = a.residualOut;
   expectRejected(a, "normOut", "overlaps residualOut");
+  a = Args();
+  a.residualOut = reinterpret_cast<char*>(const_cast<void*>(a.input)) + 2;
+  expectRejected(a, "residualOut", "partly overlaps x");
+  a = Args();
+  a.normOut = reinterpret_cast<char*>(const_cast<void*>(a.residualIn)) + 512;
+  expectRejected(a, "normOut", "partly overlaps residualIn");
+  // The same buffer is fine: residualOut over x, normOut over residualIn.
+  a = Args();
+  a.residualOut = const_cast<void*>(a.input);
+  EXPECT_NO_THROW(a.validate());
+  a = Args();
+  a.normOut = const_cast<void*>(a.residualIn);
+  EXPECT_NO_THROW(a.validate());
+  // Quantized outputs overlap nothing (FP8 quantOut 1024 bytes; NVFP4 quantOut 512, linear
+  // scales 64, swizzled 128 x 16 = 2048).
+  a = nvfp4Args();
+  a.options.quant = anyrQuantFp8;
+  a.options.quantOut = reinterpret_cast<char*>(const_cast<void*>(a.input)) + 1000;
+  expectRejected(a, "options.quantOut", "overlaps x");
+  a = nvfp4Args();
+  a.options.quantOut = reinterpret_cast<char*>(a.normOut) - 511;
+  expectRejected(a, "options.quantOut", "overlaps normOut");
+  a = nvfp4Args();
+  a.options.quantOut = reinterpret_cast<char*>(a.normOut) - 512;  // adjacent: fine
+  EXPECT_NO_THROW(a.validate());
+  a = nvfp4Args();
+  a.options.blockScales = reinterpret_cast<char*>(a.options.quantOut) + 500;
+  expectRejected(a, "options.blockScales", "overlaps options.quantOut");
+  a = nvfp4Args();
+  a.options.blockScalesSwizzled = reinterpret_cast<char*>(a.options.blockScales) - 2047;
+  expectRejected(a, "options.blockScalesSwizzled", "overlaps options.blockScales");
+  a = nvfp4Args();
+  a.options.blockScales = reinterpret_cast<char*>(const_cast<void*>(a.weight)) + 4;
+  expectRejected(a, "options.blockScales", "overlaps weight");
   // Alignment to the element size.
   a = Args();
   a.input = reinterpret_cast<const char*>(a.input) + 1;

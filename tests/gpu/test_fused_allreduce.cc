@@ -312,7 +312,9 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                 compare(b.swizzled, b.rSwizzled, swz, "swizzled");
               }
               // The quantized output alone (normOut NULL, as a layer whose next GEMM reads FP8
-              // or NVFP4 runs it): the same quantized bytes and scales.
+              // or NVFP4 runs it): the same quantized bytes and scales. On rank 0 only: the
+              // others still pass normOut, and every rank must cut the call into the same
+              // launches (wide rows take several of the composition's chunks).
               if (quant && resMode == 1) {
                 R_CUDA(cudaMemsetAsync(b.quant, 0x7b, qBytes, s));
                 if (quant == 2) {
@@ -320,7 +322,8 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                   R_CUDA(cudaMemsetAsync(b.swizzled, 0x7b, swz, s));
                 }
                 R_ANYR(anyrAllReduceAddRmsNorm(b.partial, fResIn, b.residualOut, b.weight, 1e-5f,
-                                               nullptr, tokens, hidden, dt, &fo, comm, s),
+                                               rank == 0 ? nullptr : b.norm, tokens, hidden, dt,
+                                               &fo, comm, s),
                        comm);
                 compare(b.quant, b.rQuant, qBytes, "quant-only");
                 if (quant == 2) {
@@ -337,6 +340,24 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                                                comm, s),
                        comm);
                 compare(b.inPlace, b.rNorm, bytes, "norm-over-partial");
+              }
+              // residualOut over partial, and normOut over residualIn (both allowed: the same
+              // buffer or disjoint), with a separate residual.
+              if (quant == 0 && resMode == 1) {
+                R_CUDA(cudaMemcpyAsync(b.inPlace, b.partial, bytes, cudaMemcpyDeviceToDevice, s));
+                R_CUDA(cudaMemsetAsync(b.norm, 0x7b, bytes, s));
+                R_ANYR(anyrAllReduceAddRmsNorm(b.inPlace, b.residual, b.inPlace, b.weight, 1e-5f,
+                                               b.norm, tokens, hidden, dt, &fo, comm, s),
+                       comm);
+                compare(b.inPlace, b.rResidual, bytes, "residual-over-partial");
+                compare(b.norm, b.rNorm, bytes, "norm-beside-residual-over-partial");
+                R_CUDA(cudaMemcpyAsync(b.inPlace, b.residual, bytes, cudaMemcpyDeviceToDevice, s));
+                R_CUDA(cudaMemsetAsync(b.residualOut, 0x7b, bytes, s));
+                R_ANYR(anyrAllReduceAddRmsNorm(b.partial, b.inPlace, b.residualOut, b.weight, 1e-5f,
+                                               b.inPlace, tokens, hidden, dt, &fo, comm, s),
+                       comm);
+                compare(b.inPlace, b.rNorm, bytes, "norm-over-residual");
+                compare(b.residualOut, b.rResidual, bytes, "residual-beside-norm-over-residual");
               }
               // fp64 reference on a few rows of small cases.
               if (tokens <= 64 && algo == anyrAlgoAuto) {
@@ -525,6 +546,14 @@ TEST(FusedAllReduceGpu, MissingPeerInEachFusedFormTimesOutNamingIt) {
 TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   runFused(3, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
+}
+
+// Rows of 16384 elements, 300 of them: the composition cuts them into launches of the scratch
+// buffer's rows (256), the same on every rank whether or not it passed normOut. Every
+// algorithm, the aliasing forms, two ranks (sharing a GPU where there is one).
+TEST(FusedAllReduceGpu, WideRowsInSeveralChunks) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  runFused(2, {16384}, {300}, true, 0, -1, 600);
 }
 
 // World sizes 4, 5 and 8 on the visible GPUs, ranks sharing them where there are fewer: the fused
