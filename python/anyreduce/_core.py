@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import operator
 import warnings
 from ctypes import byref, c_int, c_size_t, c_void_p
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
@@ -44,6 +45,24 @@ def _c_int(function: str, arg: str, value: Any) -> int:
         raise _arg_error(function, arg, f"must be an int, got {type(value).__name__}")
     if not (_INT32_MIN <= value <= _INT32_MAX):
         raise _arg_error(function, arg, f"{value} does not fit a C int")
+    return value
+
+
+_SIZE_T_END = 2**64
+
+
+def _c_size(function: str, arg: str, value: Any) -> int:
+    """A size_t argument: an int in 0 .. 2**64 - 1 (ctypes would wrap a larger one)."""
+    if isinstance(value, bool):
+        raise _arg_error(function, arg, "must be an int, got bool")
+    try:
+        value = operator.index(value)  # int, or an integer type such as numpy's
+    except TypeError:
+        raise _arg_error(function, arg, f"must be an int, got {type(value).__name__}") from None
+    if value < 0:
+        raise _arg_error(function, arg, "must be >= 0")
+    if value >= _SIZE_T_END:
+        raise _arg_error(function, arg, f"{value} does not fit a size_t")
     return value
 
 
@@ -148,9 +167,8 @@ def _fused_options(options: Optional[FusedOptions]) -> anyrFusedOptions_t:
     return options.to_c()
 
 
-def _sizes(function: str, tokens: int, hidden: int) -> None:
-    if tokens < 0 or hidden < 0:
-        raise _arg_error(function, "tokens" if tokens < 0 else "hidden", "must be >= 0")
+def _sizes(function: str, tokens: int, hidden: int) -> Tuple[int, int]:
+    return _c_size(function, "tokens", tokens), _c_size(function, "hidden", hidden)
 
 
 def add_rms_norm(x: int, residual_in: int, residual_out: int, weight: int, epsilon: float,
@@ -159,7 +177,7 @@ def add_rms_norm(x: int, residual_in: int, residual_out: int, weight: int, epsil
     """anyrAddRmsNorm on raw device pointers: residual add + RMSNorm (+ quantization) of an
     already all-reduced tensor, no communication. See anyrAllReduceAddRmsNorm for the rules."""
     lib = library()
-    _sizes("anyrAddRmsNorm", tokens, hidden)
+    tokens, hidden = _sizes("anyrAddRmsNorm", tokens, hidden)
     opts = _fused_options(options)
     r = lib.anyrAddRmsNorm(x or None, residual_in or None, residual_out or None, weight or None,
                            float(epsilon), norm_out or None, tokens, hidden,
@@ -225,10 +243,16 @@ class Comm:
         return cls(handle.value, lib)
 
     def close(self) -> None:
-        """anyrCommDestroy (collective). Idempotent; the handle is freed even on error."""
-        h, self._handle = self._handle, None
-        if h is not None:
-            self._lib.check(self._lib.anyrCommDestroy(h), "anyrCommDestroy")
+        """anyrCommDestroy (collective). Idempotent. The handle is freed even on error, except
+        when another thread is inside a call on it (InvalidUsage): then nothing was freed and
+        close() may be called again once that call returned."""
+        h = self._handle
+        if h is None:
+            return
+        r = self._lib.anyrCommDestroy(h)
+        if r != int(Result.INVALID_USAGE):
+            self._handle = None
+        self._lib.check(r, "anyrCommDestroy")
 
     destroy = close
 
@@ -336,8 +360,7 @@ class Comm:
 
     def query_algorithm(self, count: int, dtype: DTypeLike) -> Union[Algo, int]:
         """The algorithm all_reduce would use for `count` elements of `dtype`."""
-        if count < 0:
-            raise _arg_error("anyrCommQueryAlgorithm", "count", "must be >= 0")
+        _c_size("anyrCommQueryAlgorithm", "count", count)
         out = c_int(0)
         self._check(self._lib.anyrCommQueryAlgorithm(
             self.handle, count, _dtype_arg(dtype, "anyrCommQueryAlgorithm"), byref(out)),
@@ -360,6 +383,7 @@ class Comm:
         """anyrCommTune: measure every admitted path per operation and size bucket, agree on
         the fastest (slowest rank counts) and dispatch by it from now on. Collective. budget_ms
         > 0 bounds the time; save_path (rank 0) receives the table for ANYR_TUNING_FILE."""
+        budget_ms = _c_int("anyrCommTune", "budgetMs", budget_ms)
         if budget_ms < 0:
             raise _arg_error("anyrCommTune", "budgetMs", "must be >= 0 (0 = no limit)")
         path = save_path.encode() if save_path is not None else None
@@ -410,10 +434,12 @@ class Comm:
         `recvbuf` (equal addresses: in place), asynchronously on `stream` (a cudaStream_t as
         int; 0 = legacy default stream). Never synchronizes the host; capturable in CUDA
         graphs."""
-        if count < 0:
-            raise _arg_error("anyrAllReduce", "count", "must be >= 0")
+        if count.__class__ is not int or not 0 <= count < _SIZE_T_END:
+            count = _c_size("anyrAllReduce", "count", count)
         if dtype.__class__ is not DataType:
             dtype = _dtype_arg(dtype, "anyrAllReduce")
+        if op.__class__ is not RedOp:
+            op = _c_int("anyrAllReduce", "op", op)
         h = self._handle
         if h is None:
             raise InvalidUsage(Result.INVALID_USAGE, "the communicator was closed")
@@ -430,7 +456,7 @@ class Comm:
         norm_out = r / sqrt(mean(r^2) + eps) * w (+ quantization per `options`).
         Raises FunctionNotAvailable if the loaded library predates this function."""
         fn = "anyrAllReduceAddRmsNorm"
-        _sizes(fn, tokens, hidden)
+        tokens, hidden = _sizes(fn, tokens, hidden)
         call = self._lib.anyrAllReduceAddRmsNorm  # FunctionNotAvailable when not exported
         opts = _fused_options(options)
         self._check(call(partial or None, residual_in or None, residual_out or None, weight or None,

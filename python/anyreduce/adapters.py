@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from ._errors import LibraryNotFoundError, Unsupported
+from ._errors import InvalidUsage, LibraryNotFoundError, Unsupported
 from ._library import library
 from ._types import Algo, Config
 from .torch import (
@@ -224,18 +224,21 @@ class CustomAllreduce:
         """No-op: peer access is checked (and confirmed with a self-test) at creation."""
 
     def close(self) -> None:
-        """Destroy the communicator (collective, like the originals' close())."""
-        comm, self.comm = self.comm, None
+        """Destroy the communicator (collective, like the originals' close()). If another
+        thread is inside a call on it, InvalidUsage is raised, nothing is freed, and close()
+        may be called again."""
+        comm = self.comm
         self.disabled = True
-        if comm is not None:
+        if comm is None:
+            return
+        try:
             comm.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "comm", None) is not None and not sys.is_finalizing():
-            try:
-                self.close()
-            except Exception:  # noqa: BLE001 -- never raise from a finalizer
-                pass
+        except InvalidUsage:
+            raise
+        except BaseException:
+            self.comm = None
+            raise
+        self.comm = None
 
     # -- fused all-reduce + residual add + RMSNorm ------------------------------------------
 
@@ -326,6 +329,12 @@ class CustomAllreduce:
         if weight_bias not in (0.0, 1.0):
             return False
         if not self.should_fuse(allreduce_in, residual, rms_gamma):
+            return False
+        # Shapes and arguments the quantized outputs need: declined, not raised (the unfused
+        # path can still run them).
+        if quant not in (None, "fp8", "nvfp4") or (quant is not None and scale_factor is None):
+            return False
+        if quant == "nvfp4" and allreduce_in.shape[-1] % 16 != 0:
             return False
         scale = scale_factor
         if quant == "nvfp4" and scale_factor is not None and nvfp4_scale_is_inverse:

@@ -217,3 +217,14 @@ def test_a_call_that_records_no_message_does_not_inherit_a_stale_one(ar):
             ar.add_rms_norm(0, 0, 0, 0, 1e-6, 0, 1, 100, "bf16")  # hidden 100: not allowed
         assert ei.value.message.startswith("anyrAddRmsNorm")
         assert "nranks" not in ei.value.message
+
+
+def test_sizes_beyond_size_t_are_refused_not_wrapped(ar):
+    # ctypes would pass 2**64 + 4096 as 4096, a valid hidden size.
+    with pytest.raises(ar.InvalidArgument, match="argument 'hidden'") as ei:
+        ar.add_rms_norm(0, 0, 0, 0, 1e-6, 0, 1, 2**64 + 4096, "bf16")
+    assert "does not fit a size_t" in ei.value.message
+    with pytest.raises(ar.InvalidArgument, match="argument 'tokens'"):
+        ar.add_rms_norm(0, 0, 0, 0, 1e-6, 0, -1, 4096, "bf16")
+    with pytest.raises(ar.InvalidArgument, match="argument 'tokens'"):
+        ar.add_rms_norm(0, 0, 0, 0, 1e-6, 0, 1.5, 4096, "bf16")
