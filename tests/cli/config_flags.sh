@@ -1,8 +1,8 @@
 #!/bin/sh
 # The command line's --max-blocks and --fused-cluster (bench, tune, doctor), --timeout-ms
-# (bench, tune) and bench's --quant-only: a bad value fails parsing (non-zero exit, before any
-# GPU work) with the flag, the config field's rule and the value; every valid value gets past
-# parsing. CPU only: the valid runs hide every GPU, so they stop at "no CUDA GPU is visible",
+# (bench, tune), bench's --quant-only, and the lists, hidden sizes and output files of bench,
+# tune, explain and doctor: a bad value fails parsing (non-zero exit, before any GPU work) with
+# the flag, the rule and the value; every valid value gets past parsing. CPU only: the valid runs hide every GPU, so they stop at "no CUDA GPU is visible",
 # which only a run that parsed its flags reaches.
 # Usage: config_flags.sh path/to/anyreduce
 set -u
@@ -83,6 +83,19 @@ expect_rejected "$QO" bench --op add-rmsnorm --quant-only
 expect_rejected "$QO" bench --op add-rmsnorm --quant none --quant-only
 expect_parsed bench --op add-rmsnorm --quant nvfp4 --quant-only
 expect_parsed bench --op add-rmsnorm --quant fp8 --quant-only
+
+# Lists and sizes checked before any buffer is made for them, output files before the run.
+expect_rejected "--algos: names no algorithm" bench -a ""
+expect_rejected "--dtypes: names no dtype" bench -d ""
+expect_rejected "--hidden: 20000 is not a multiple of 8 in 128..16384" bench --op add-rmsnorm --hidden 20000
+expect_rejected "--hidden: 100 is not a multiple of 8" bench --op add-rmsnorm --hidden 100
+expect_rejected "--hidden: 4104 is not a multiple of 16" bench --op add-rmsnorm --quant nvfp4 --hidden 4104
+expect_parsed bench --op add-rmsnorm --hidden 4104
+expect_rejected "--hidden: 130 is not a multiple of 8" tune --hidden 130
+expect_rejected "--json: cannot write '/nonexistent-dir/x.json'" bench --json /nonexistent-dir/x.json
+expect_rejected "--output: cannot write '/nonexistent-dir/x.json'" tune -o /nonexistent-dir/x.json
+expect_rejected "--nranks" explain -n -3
+expect_rejected "--hidden" doctor --hidden 0
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"

@@ -226,6 +226,10 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
                           {"nranks", nranks},
                           {"points", rows}};
       f << j.dump(2) << "\n";
+      if (!f) {
+        std::fprintf(stderr, "anyreduce bench: could not write --json %s\n", o.jsonPath.c_str());
+        wrongTotal += 1;  // the run fails: its record is lost
+      }
     }
   }
   BENCH_CUDA(cudaStreamSynchronize(s));

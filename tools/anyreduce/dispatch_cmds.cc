@@ -224,6 +224,10 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
                {{"nranks", nranks}, {"tuned", tuned}, {"limit", limit}, {"points", rows}})
                .dump(2)
         << "\n";
+      if (!f) {
+        std::fprintf(stderr, "anyreduce bench: could not write --json %s\n", o.jsonPath.c_str());
+        ++failures;
+      }
     }
   }
   BENCH_CUDA(cudaStreamSynchronize(s));

@@ -125,7 +125,8 @@ std::function<int()> addDoctorCommand(CLI::App& app, int argc, char** argv) {
   d->add_option("--preset", a->preset, "Model shape: " + doctor::presetNames() + " (default glm)");
   d->add_option("--batch", a->batches, "Comma-separated batch sizes, 1..256 (default 1,8,32)");
   d->add_option("--layers", a->layers, "Override: number of layers")->check(CLI::Range(1, 1000));
-  d->add_option("--hidden", a->hidden, "Override: hidden size (multiple of 8, 128..16384)");
+  d->add_option("--hidden", a->hidden, "Override: hidden size (multiple of 8, 128..16384)")
+      ->check(CLI::Range(kFusedMinHidden, kFusedMaxHidden));
   d->add_option("--heads", a->heads, "Override: attention heads")->check(CLI::Range(1, 1024));
   d->add_option("--kv-heads", a->kvHeads, "Override: KV heads")->check(CLI::Range(1, 1024));
   d->add_option("--head-dim", a->headDim, "Override: head dimension")->check(CLI::Range(8, 1024));

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -297,8 +298,10 @@ int main(int argc, char** argv) {
   int explainRanks = 0;
   explain->add_option("--topology", explainTopo, "Explain for a topology JSON file (any machine)");
   explain->add_flag("--no-nccl", explainNoNccl, "With --topology: assume NCCL is unavailable");
-  explain->add_option("-n,--nranks,--ranks", explainRanks,
-                      "World size (live: default one per GPU; --topology: the first N GPUs)");
+  explain
+      ->add_option("-n,--nranks,--ranks", explainRanks,
+                   "World size (live: default one per GPU; --topology: the first N GPUs)")
+      ->check(CLI::Range(1, 1024));
   std::string explainTuning;
   bool explainJson = false;
   explain->add_option("--tuning-file", explainTuning,
@@ -315,9 +318,19 @@ int main(int argc, char** argv) {
   app.add_subcommand("version", "Print the library version");
 
   CLI11_PARSE(app, argc, argv);
+  // An output file is checked before a run, which may take minutes, rather than after it: its
+  // directory must exist and take the file (a file made only for the check is removed).
+  auto requireWritable = [](const std::string& path, const char* flag) {
+    if (path.empty()) return;
+    const bool existed = std::ifstream(path).good();
+    const bool ok = std::ofstream(path, std::ios::app).good();
+    if (!existed) std::remove(path.c_str());
+    if (!ok) throw CLI::ValidationError(flag, "cannot write '" + path + "'");
+  };
   try {
     if (app.got_subcommand("probe")) return cmdProbe(!noMeasure, probeJson, probeLoad);
     if (app.got_subcommand("bench")) {
+      requireWritable(bo.jsonPath, "--json");
       bo.minBytes = parseSizeOrThrow(minS, "--minbytes");
       bo.maxBytes = parseSizeOrThrow(maxS, "--maxbytes");
       if (bo.minBytes == 0 || bo.minBytes > bo.maxBytes) {
@@ -346,6 +359,8 @@ int main(int argc, char** argv) {
                                      "unknown algorithm '" + a + "' (" + algoNames() + ")");
         bo.algos.push_back(a);
       }
+      if (bo.dtypes.empty()) throw CLI::ValidationError("--dtypes", "names no dtype");
+      if (bo.algos.empty()) throw CLI::ValidationError("--algos", "names no algorithm");
       bo.quant = quantS == "fp8"     ? anyrQuantFp8
                  : quantS == "nvfp4" ? anyrQuantNvfp4
                                      : anyrQuantNone;
@@ -368,6 +383,15 @@ int main(int argc, char** argv) {
       };
       parseList(hiddenS, "--hidden", &bo.hiddens);
       parseList(tokensS, "--tokens", &bo.tokens);
+      for (size_t h : bo.hiddens) {  // before any buffer is sized or filled for it
+        const size_t multiple = bo.quant == anyrQuantNvfp4 ? 16 : kFusedHiddenMultiple;
+        if (h < kFusedMinHidden || h > kFusedMaxHidden || h % multiple != 0) {
+          throw CLI::ValidationError("--hidden", std::to_string(h) + " is not a multiple of " +
+                                                     std::to_string(multiple) + " in " +
+                                                     std::to_string(kFusedMinHidden) + ".." +
+                                                     std::to_string(kFusedMaxHidden));
+        }
+      }
       if (bo.checkDispatch) {
         // One hidden size (default 6144) and, by default, tokens 1, 2, 4, ..., 2048.
         if (hiddenS.empty()) bo.hiddens = {6144};
@@ -382,10 +406,16 @@ int main(int argc, char** argv) {
       return tool::runBench(bo);
     }
     if (app.got_subcommand("tune")) {
+      requireWritable(to.output, "--output");
       to.minBytes = parseSizeOrThrow(tuneMinS, "--minbytes");
       to.maxBytes = parseSizeOrThrow(tuneMaxS, "--maxbytes");
       if (to.minBytes < 2 || to.minBytes > to.maxBytes) {
         throw CLI::ValidationError("--minbytes", "must be >= 2 and <= --maxbytes");
+      }
+      if (to.hidden % kFusedHiddenMultiple != 0) {
+        throw CLI::ValidationError("--hidden", std::to_string(to.hidden) +
+                                                   " is not a multiple of " +
+                                                   std::to_string(kFusedHiddenMultiple));
       }
       to.budgetMs = static_cast<int>(tuneBudgetS * 1000);
       return tool::runTune(to);
