@@ -233,8 +233,12 @@ class Comm:
         """anyrCommInitFromNccl: a communicator over the ranks of an existing ncclComm_t
         (passed as an int address). The NCCL communicator must outlive this one."""
         lib = library()
-        if not isinstance(nccl_comm, int):
-            nccl_comm = getattr(nccl_comm, "value", nccl_comm)  # accept a ctypes.c_void_p
+        if isinstance(nccl_comm, c_void_p):
+            nccl_comm = nccl_comm.value or 0
+        if isinstance(nccl_comm, bool) or not isinstance(nccl_comm, int):
+            raise _arg_error("anyrCommInitFromNccl", "ncclComm",
+                             f"must be the ncclComm_t's address as an int (or a ctypes.c_void_p), "
+                             f"got {type(nccl_comm).__name__}")
         cfg = _as_config(config)
         handle = c_void_p()
         r = lib.anyrCommInitFromNccl(byref(handle), nccl_comm or None,

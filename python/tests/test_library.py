@@ -228,3 +228,8 @@ def test_sizes_beyond_size_t_are_refused_not_wrapped(ar):
         ar.add_rms_norm(0, 0, 0, 0, 1e-6, 0, -1, 4096, "bf16")
     with pytest.raises(ar.InvalidArgument, match="argument 'tokens'"):
         ar.add_rms_norm(0, 0, 0, 0, 1e-6, 0, 1.5, 4096, "bf16")
+
+
+def test_from_nccl_takes_an_address_not_any_object(ar):
+    with pytest.raises(ar.InvalidArgument, match="argument 'ncclComm'"):
+        ar.Comm.from_nccl("abc")
