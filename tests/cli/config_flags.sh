@@ -95,6 +95,8 @@ expect_rejected "--hidden: 130 is not a multiple of 8" tune --hidden 130
 expect_rejected "--json: cannot write '/nonexistent-dir/x.json'" bench --json /nonexistent-dir/x.json
 expect_rejected "--output: cannot write '/nonexistent-dir/x.json'" tune -o /nonexistent-dir/x.json
 expect_rejected "--nranks" explain -n -3
+expect_rejected "--algo: only with --topology" explain --algo nccl
+expect_rejected "--no-nccl: only with --topology" explain --no-nccl
 expect_rejected "--hidden" doctor --hidden 0
 
 if [ "$failures" -ne 0 ]; then

@@ -421,6 +421,17 @@ int main(int argc, char** argv) {
       return tool::runTune(to);
     }
     if (app.got_subcommand("explain")) {
+      if (explainTopo.empty()) {  // a live communicator reads its environment instead
+        const char* flag = explainNoNccl            ? "--no-nccl"
+                           : !explainTuning.empty() ? "--tuning-file"
+                           : !explainAlgo.empty()   ? "--algo"
+                                                    : nullptr;
+        if (flag != nullptr) {
+          throw CLI::ValidationError(flag,
+                                     "only with --topology (live: ANYR_USE_NCCL, "
+                                     "ANYR_TUNING_FILE and ANYR_ALGO)");
+        }
+      }
       return explainTopo.empty() ? cmdExplainLive(explainRanks, explainJson)
                                  : cmdExplainTopology(explainTopo, !explainNoNccl, explainRanks,
                                                       explainTuning, explainAlgo);
