@@ -152,6 +152,10 @@ __device__ __forceinline__ uint4 clearVec() {
 
 // The three-phase rotation of a push launch: it writes and reads phase `cur` and clears what
 // peers wrote one launch ago, in phase `prev` (the safety argument is in oneshot_push.cu).
+// The push epochs count launches modulo kPushEpochPeriod, a multiple of 3, so the rotation
+// goes on unbroken where the count wraps (2^32 is not a multiple of 3: at its wrap two
+// consecutive launches would take the same phase, one clearing what a peer was writing).
+constexpr uint32_t kPushEpochPeriod = 3u << 30;
 struct Phases {
   uint32_t epoch, cur, prev;
 };
@@ -159,6 +163,13 @@ __device__ __forceinline__ Phases phasesOf(const uint32_t* epochSlots) {
   const uint32_t e = readEpoch(epochSlots);
   return Phases{e, e % 3, (e + 2) % 3};
 }
+// The epoch after a push launch of epoch e (e < kPushEpochPeriod).
+__host__ __device__ constexpr uint32_t nextPushEpoch(uint32_t e) {
+  return e + 1 == kPushEpochPeriod ? 0u : e + 1;
+}
+static_assert(kPushEpochPeriod % 3 == 0, "the phase rotation needs a multiple of 3");
+static_assert(nextPushEpoch(kPushEpochPeriod - 1) % 3 == (kPushEpochPeriod - 1 + 1) % 3,
+              "the phase after the wrap follows the one before it");
 
 // Clears, in one receive area of this rank's own memory (n slots of slotBytes), the first
 // `vecs` vectors of every peer's slot: what peers wrote there one launch ago. The own slot is

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   }
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->pushVecs[phase] = static_cast<uint32_t>(a.numVecs);
-  dev::finishEpoch(st->pushEpoch, epoch + 1);
+  dev::finishEpoch(st->pushEpoch, dev::nextPushEpoch(epoch));
 }
 
 }  // namespace

@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   }
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->tsVecs[phase] = static_cast<uint32_t>(L);
-  dev::finishEpoch(st->tsEpoch, epoch + 1);
+  dev::finishEpoch(st->tsEpoch, dev::nextPushEpoch(epoch));
 }
 
 }  // namespace

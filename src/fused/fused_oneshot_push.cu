@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   }
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->pushVecs[phase] = static_cast<uint32_t>(a.numVecs);
-  dev::finishEpoch(st->pushEpoch, epoch + 1);
+  dev::finishEpoch(st->pushEpoch, dev::nextPushEpoch(epoch));
 }
 
 // The cluster form (launched in one-dimensional clusters of C = clusterSize() blocks, where the
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
   dev::clusterExchangeEnd(rowsDone);
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->pushVecs[ph.cur] = static_cast<uint32_t>(a.numVecs);
-  dev::finishEpoch(st->pushEpoch, epoch + 1);
+  dev::finishEpoch(st->pushEpoch, dev::nextPushEpoch(epoch));
 }
 
 struct OneShotClusterKernels {

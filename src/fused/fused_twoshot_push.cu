@@ -104,6 +104,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
           }
           dev::accumulate<T>(acc, x);
         }
+        if (!ok) break;  // a partial sum must not reach the peers' gather slots
         Vec y = dev::packVec<T>(acc);
         dev::sanitize<T>(y);
         for (int k = 1; k < n; ++k) {
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
   }
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->tsVecs[phase] = static_cast<uint32_t>(L);
-  dev::finishEpoch(st->tsEpoch, epoch + 1);
+  dev::finishEpoch(st->tsEpoch, dev::nextPushEpoch(epoch));
 }
 
 // Steps 1-3 of the register and cluster forms, over the whole grid (thread i of the grid
@@ -329,7 +330,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   }
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->tsVecs[phase] = static_cast<uint32_t>(L);
-  dev::finishEpoch(st->tsEpoch, epoch + 1);
+  dev::finishEpoch(st->tsEpoch, dev::nextPushEpoch(epoch));
 }
 
 // The cluster form of the register form (hidden <= 8192, where the communicator's cluster
@@ -392,7 +393,7 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
   dev::clusterExchangeEnd(rowsDone);
 
   if (blockIdx.x == 0 && threadIdx.x == 0) st->tsVecs[ph.cur] = static_cast<uint32_t>(L);
-  dev::finishEpoch(st->tsEpoch, epoch + 1);
+  dev::finishEpoch(st->tsEpoch, dev::nextPushEpoch(epoch));
 }
 
 struct TwoShotClusterKernels {
