@@ -18,6 +18,7 @@
 #include "core/validate.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
+#include "topology/nvml.h"
 #include "topology/probe.h"
 #include "topology/probe_kernels.h"
 #include "transport/check.h"
@@ -362,6 +363,7 @@ void Communicator::exchangeDeviceInfo() {
   (void)cudaDriverGetVersion(&drv);
   (void)cudaRuntimeGetVersion(&rt);
   topo_.cudaDriverVersion = drv;
+  topo_.driverVersion = nvml::driverVersion();  // a tuning table's fingerprint names it
   topo_.cudaRuntimeVersion = rt;
   for (int r = 0; r < nranks_; ++r) {
     const char* p = all.data() + kGpuInfoWire * static_cast<size_t>(r);

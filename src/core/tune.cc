@@ -27,7 +27,11 @@ Path decodePath(int v) {
   return Path{static_cast<anyrAlgo_t>(v & 255), (v & 256) != 0, (v >> 9) & 15};
 }
 
-constexpr int kMaxCands = 8;
+// Candidates measured at one point: every admitted one (an operation has at most 2 + 8: the
+// two fused kernels and the composition with each all-reduce algorithm; 8 cut off the last two
+// host compositions).
+constexpr int kMaxCands = 16;
+static_assert(kMaxCands >= 2 + (anyrNumAlgos - 1), "every admitted candidate is measured");
 
 // One rank's measurements of one point, exchanged through the bootstrap.
 struct PointSample {
@@ -134,8 +138,11 @@ std::vector<std::string> Communicator::tuningSettings() const {
           std::string("programmaticLaunch ") + (pdlOn_ ? "on" : "off") +
               (argsTemplate_.releaseEarly != 0 ? " early" : ""),
           std::string("wire ") + wireName(cfg_.wire),
-          "chunkBytes " + std::to_string(cfg_.chunkBytes),
-          "hostLaunchBytes " + std::to_string(cfg_.hostLaunchBytes),
+          "chunkBytes " + std::to_string(cfg_.chunkBytes) + " oneShotMaxBytes " +
+              std::to_string(cfg_.oneShotMaxBytes) + " twoShotMaxBytes " +
+              std::to_string(cfg_.twoShotMaxBytes),
+          "hostLaunchBytes " + std::to_string(cfg_.hostLaunchBytes) + " copyChunk " +
+              std::to_string(cfg_.hostCopyChunkBytes),
           "hostLowLatencyBytes " + std::to_string(cfg_.hostLowLatencyBytes) + " eager " +
               std::to_string(cfg_.hostLowLatencyEagerBytes)};
 }

@@ -240,7 +240,8 @@ void applyTuning(const TuningTable& t, const std::array<std::vector<Candidate>, 
         warnings->push_back(
             where + p.choice + "' " +
             (c == nullptr ? "is not a known path" : "is not admitted here: " + c->reason) +
-            "; keeping the seed");
+            "; the bucket takes the nearest measured choice that is admitted (the seed's if "
+            "none is)");
         continue;
       }
       if (path.cluster > 1 && !clustersOn) {

@@ -101,7 +101,19 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
   TuningTable tuned;
   if (!tuningFile.empty()) {
     std::string why;
-    if (loadTuningFor(tuningFile, fingerprintOf(t, t.size()), &tuned, &why)) {
+    // The settings a communicator measured under (block caps, cluster and programmatic-launch
+    // probes, sizes) are not in a topology file: taken as the table's own here; the topology,
+    // world size, library and driver are compared. A live communicator compares its own.
+    std::vector<std::string> settings;
+    try {
+      std::ifstream file(tuningFile);
+      std::stringstream text;
+      text << file.rdbuf();
+      settings = tuningFromJson(text.str()).fingerprint.settings;
+    } catch (const Error&) {
+      // malformed: loadTuningFor below says why
+    }
+    if (loadTuningFor(tuningFile, fingerprintOf(t, t.size(), settings), &tuned, &why)) {
       std::vector<std::string> warnings;
       std::array<std::vector<Candidate>, kNumOps> cands;
       for (int o = 0; o < kNumOps; ++o)
@@ -111,7 +123,7 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
       applyTuning(tuned, cands, cfg.fusedCluster != 1, &table, &warnings);
       for (const std::string& w : warnings) std::printf("warning: %s\n", w.c_str());
       in.tuned = &tuned;
-      in.tuningNote = "loaded from " + tuningFile;
+      in.tuningNote = "loaded from " + tuningFile + " (its measured settings assumed)";
     } else {
       in.tuningNote = "ignored: " + why;
     }
