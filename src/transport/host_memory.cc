@@ -102,12 +102,27 @@ class ShmHostMemory final : public HostMemory {
     std::string why = agree(bs, st);
     if (!why.empty()) return why;
 
-    // 2. The others open it; everyone maps and registers it.
+    // 2. The others open it. Once every rank holds it open, the name is no longer needed:
+    // removed at once, so that a rank killed from here on (no destructor runs) leaves nothing
+    // in /dev/shm; the pages live as long as a descriptor or a mapping does.
     st = okStatus();
     if (me != 0) {
       fd_ = shm_open(name, O_RDWR, 0600);
       if (fd_ < 0) st = failStatus(errnoText("shm_open(open)"));
     }
+    why = agree(bs, st);
+    if (owner_) {
+      shm_unlink(name);
+      owner_ = false;
+    }
+    if (!why.empty()) {
+      if (fd_ >= 0) {
+        close(fd_);
+        fd_ = -1;
+      }
+      return why;
+    }
+    // 3. Everyone maps and registers it.
     if (st.ok) {
       void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
       if (p == MAP_FAILED) {
@@ -132,11 +147,6 @@ class ShmHostMemory final : public HostMemory {
       }
     }
     why = agree(bs, st);
-    // 3. Every rank has mapped it (or given up): the name is no longer needed.
-    if (owner_) {
-      shm_unlink(name);
-      owner_ = false;
-    }
     if (fd_ >= 0) {
       close(fd_);
       fd_ = -1;

@@ -5,7 +5,8 @@
 //
 // Lifetime: rank 0 creates the segment (O_EXCL, mode 0600) under a name made of a random
 // nonce broadcast by rank 0; the others open it after a barrier; rank 0 unlinks the name as
-// soon as every rank has mapped it, so nothing is left in /dev/shm even if a process dies.
+// soon as every rank has opened it (before mapping), so nothing is left in /dev/shm if a
+// process dies after that (a kill between creation and the others' open can leave it).
 #pragma once
 
 #include <cstddef>
