@@ -152,10 +152,10 @@ __device__ __forceinline__ uint4 clearVec() {
 
 // The three-phase rotation of a push launch: it writes and reads phase `cur` and clears what
 // peers wrote one launch ago, in phase `prev` (the safety argument is in oneshot_push.cu).
-// The push epochs count launches modulo kPushEpochPeriod, a multiple of 3, so the rotation
-// goes on unbroken where the count wraps (2^32 is not a multiple of 3: at its wrap two
-// consecutive launches would take the same phase, one clearing what a peer was writing).
-constexpr uint32_t kPushEpochPeriod = 3u << 30;
+// The push epochs count launches modulo kPushEpochPeriod (transport/device_handles.h), a
+// multiple of 3, so the rotation goes on unbroken where the count wraps (2^32 is not a
+// multiple of 3: at its wrap two consecutive launches would take the same phase, one clearing
+// what a peer was writing).
 struct Phases {
   uint32_t epoch, cur, prev;
 };

@@ -185,10 +185,36 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   probeNvfp4Encoder();
   decide();
   loadOrTuneAtInit();
+  startPushEpochsForTests();
   bs_->barrier();
   ANYR_LOG(
       Info, rank_,
       "communicator ready: " << nranks_ << " ranks, device " << device_ << ", " << cfg_.describe());
+}
+
+// ANYR_TEST_PUSH_EPOCH (tests only): the push families' epoch for the next launch, rank 0's
+// value, so that a test's calls cross the count's wrap. Every phase of the push areas is
+// cleared first, as a launch of any epoch expects of its current phase.
+void Communicator::startPushEpochsForTests() {
+  int64_t v = -1;
+  if (rank_ == 0 && !env::getString("ANYR_TEST_PUSH_EPOCH").empty()) {
+    v = env::getInt("ANYR_TEST_PUSH_EPOCH");
+  }
+  bs_->broadcast(&v, sizeof(v), 0);
+  if (v < 0 || !facts_.peerMemory) return;
+  if (v >= static_cast<int64_t>(kPushEpochPeriod)) {
+    throwError(anyrInvalidArgument,
+               "environment variable ANYR_TEST_PUSH_EPOCH=" + std::to_string(v) +
+                   " (rank 0's): must be below " + std::to_string(kPushEpochPeriod));
+  }
+  const std::vector<uint32_t> e(static_cast<size_t>(kMaxBlocks), static_cast<uint32_t>(v));
+  clearPushAreas(internalStream_);
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(dState_->pushEpoch, e.data(), e.size() * 4,
+                                  cudaMemcpyHostToDevice, internalStream_));
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(dState_->tsEpoch, e.data(), e.size() * 4, cudaMemcpyHostToDevice,
+                                  internalStream_));
+  waitStreamIdle(internalStream_, "setting ANYR_TEST_PUSH_EPOCH");
+  ANYR_LOG(Warn, rank_, "ANYR_TEST_PUSH_EPOCH: push epochs start at " << v);
 }
 
 void Communicator::probeProgrammaticLaunch() {

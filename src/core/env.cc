@@ -45,6 +45,9 @@ const std::vector<Param>& params() {
       {"ANYR_SELFTEST", "1",
        "1: at init, run every admitted peer algorithm once on a checksum pattern and disable any "
        "that fails on any rank (rank 0's value decides); 0: skip"},
+      {"ANYR_TEST_PUSH_EPOCH", "",
+       "tests only: the push algorithms' next launch count at creation (0..3221225471; rank 0's "
+       "value), so that a test runs calls across the count's wrap"},
       {"ANYR_FAULT_INJECT", "",
        "tests only: corrupt-peer:R makes rank R's mapping of the next rank's workspace point at "
        "its own, so the self-test must catch it"},

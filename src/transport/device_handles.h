@@ -107,6 +107,11 @@ struct ErrorRecord {   // host-mapped pinned memory
 };
 static_assert(sizeof(ErrorRecord) == 32, "ErrorRecord layout");
 
+// The push families (one-shot push and two-shot push, plain and fused) count their launches
+// in LocalState::pushEpoch / tsEpoch modulo this multiple of 3, so that their three-phase
+// buffer rotation (epoch % 3, algo/lamport.cuh) goes on unbroken where the count wraps.
+constexpr uint32_t kPushEpochPeriod = 3u << 30;
+
 // Device-local state of one communicator (not shared with peers). Lives in device memory so
 // that CUDA-graph replays advance it: nothing call-specific is baked into a captured kernel.
 // Epochs are kept per block slot: block b reads slot b at its start and writes it at its end,

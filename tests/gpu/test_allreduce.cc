@@ -171,6 +171,22 @@ TEST(AllReduceGpu, OddWorldSizeSharingGpus) {
   expectRanksPassedWithEqualHashes(results, n);
 }
 
+// The push algorithms' launch count wraps (at 3 x 2^30, a multiple of their three buffer
+// phases) without a seam: two ranks start 4 launches before it (ANYR_TEST_PUSH_EPOCH, inherited
+// by the ranks' processes), and every call across it, of every algorithm, is exact and
+// bit-identical. (With a count wrapping at 2^32, two consecutive launches took one phase.)
+TEST(AllReduceGpu, PushEpochWrapIsSeamless) {
+  REQUIRE_GPU();
+  const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
+  setenv("ANYR_TEST_PUSH_EPOCH", "3221225468", 1);
+  auto results =
+      runRanksCatching(2, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        return sweepRank(rank, nr, id, report, counts, false);
+      });
+  unsetenv("ANYR_TEST_PUSH_EPOCH");
+  expectRanksPassedWithEqualHashes(results, 2);
+}
+
 // World sizes 4, 5 and 8 (up to the widest this library takes on one host) on the visible GPUs,
 // ranks sharing them where there are fewer: every algorithm's protocol at those widths (peer
 // lists of 3 to 7, two-shot partitions into 5 and 8 parts, the host transport's slots), exact and

@@ -556,6 +556,15 @@ TEST(FusedAllReduceGpu, WideRowsInSeveralChunks) {
   runFused(2, {16384}, {300}, true, 0, -1, 600);
 }
 
+// The fused push kernels across the push launch count's wrap (see
+// AllReduceGpu.PushEpochWrapIsSeamless): two ranks start 4 launches before it.
+TEST(FusedAllReduceGpu, PushEpochWrapIsSeamless) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  setenv("ANYR_TEST_PUSH_EPOCH", "3221225468", 1);
+  runFused(2, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
+  unsetenv("ANYR_TEST_PUSH_EPOCH");
+}
+
 // World sizes 4, 5 and 8 on the visible GPUs, ranks sharing them where there are fewer: the fused
 // kernels' pushes to 3 to 7 peers and the two-shot's row shares among 5 and 8 ranks (129 tokens
 // split unevenly), against the composition on every rank.
