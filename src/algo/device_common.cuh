@@ -498,6 +498,16 @@ using Waiter = WaiterT<false>;
 // slots of blocks this launch did not use. Every thread of the block must call it.
 __device__ __forceinline__ uint32_t readEpoch(const uint32_t* slots) { return slots[blockIdx.x]; }
 
+// The flag algorithms' per-block use count for this launch (LocalState::flagUse): what this
+// block's flags carry and wait for. Read after griddepcontrol.wait, as the epochs are.
+__device__ __forceinline__ uint32_t flagUseOf(const LocalState* st) {
+  return st->flagUse[blockIdx.x] + 1;
+}
+// Records this launch's use of the block; call after finishEpoch (its barrier).
+__device__ __forceinline__ void finishFlagUse(LocalState* st, uint32_t use) {
+  if (threadIdx.x == 0) st->flagUse[blockIdx.x] = use;
+}
+
 __device__ __forceinline__ void finishEpoch(uint32_t* slots, uint32_t next) {
   __syncthreads();
   if (blockIdx.x == 0) {

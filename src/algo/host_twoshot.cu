@@ -43,6 +43,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
+  const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t dataBuf = L.dataOffset + (epoch & 1u) * L.dataBytes;
   const uint64_t resBuf = L.resultOffset + (epoch & 1u) * L.resultBytes;
   const uint64_t V = a.numVecs;
@@ -79,10 +80,10 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   __syncthreads();
   const uint64_t dataFlag = L.flagsOffset + offsetof(HostFlags, data) + blockIdx.x * 4u;
   if (threadIdx.x == 0) {
-    dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + dataFlag), epoch);
+    dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + dataFlag), use);
   }
-  bool ok = dev::hostWaitFlags(a.base, L.rankBytes, dataFlag, rank, n, epoch, epoch, a.wait,
-                               kWaitHostData);
+  bool ok =
+      dev::hostWaitFlags(a.base, L.rankBytes, dataFlag, rank, n, use, epoch, a.wait, kWaitHostData);
 
   // 2. Reduce the own segment; publish it.
   if (ok) {
@@ -120,10 +121,10 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   __syncthreads();
   const uint64_t resFlag = L.flagsOffset + offsetof(HostFlags, result) + blockIdx.x * 4u;
   if (ok && threadIdx.x == 0) {
-    dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + resFlag), epoch);
+    dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + resFlag), use);
   }
   if (ok) {
-    ok = dev::hostWaitFlags(a.base, L.rankBytes, resFlag, rank, n, epoch, epoch, a.wait,
+    ok = dev::hostWaitFlags(a.base, L.rankBytes, resFlag, rank, n, use, epoch, a.wait,
                             kWaitHostResult);
   }
 
@@ -149,6 +150,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   }
 
   dev::finishEpoch(st->syncEpoch, epoch);
+  dev::finishFlagUse(st, use);
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const int n = a.nranks;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
+  const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t bufOffset = a.layout.stagingOffset + (epoch & 1u) * a.layout.chunkBytes;
 
   // This block's vector range. With a compressed wire (wire.cuh) the ranges are whole
@@ -77,13 +78,13 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const int t = static_cast<int>(threadIdx.x);
   if (t < n && t != rank) {
     FlagArea* peerFlags = reinterpret_cast<FlagArea*>(a.peerWorkspace[t] + a.layout.flagsOffset);
-    dev::storeReleaseSys(&peerFlags->start[blockIdx.x][rank], epoch);
+    dev::storeReleaseSys(&peerFlags->start[blockIdx.x][rank], use);
   }
   __syncthreads();
   if (t < n && t != rank) {
     const FlagArea* flags = reinterpret_cast<const FlagArea*>(own + a.layout.flagsOffset);
     dev::Waiter waiter(a.wait);
-    while (static_cast<int32_t>(dev::loadAcquireSys(&flags->start[blockIdx.x][t]) - epoch) < 0) {
+    while (static_cast<int32_t>(dev::loadAcquireSys(&flags->start[blockIdx.x][t]) - use) < 0) {
       if (!waiter.keepWaiting(t, kWaitStartFlag, epoch)) {
         blockFailed = 1;
         break;
@@ -119,6 +120,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   }
 
   dev::finishEpoch(st->syncEpoch, epoch);
+  dev::finishFlagUse(st, use);
 }
 
 }  // namespace

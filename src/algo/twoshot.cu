@@ -40,7 +40,7 @@ __device__ __forceinline__ Range subRange(uint64_t numVecs, int n, int seg) {
 
 // Raises flag `which` (start or end) for this block on every peer, then waits for every
 // peer's. Returns false when the wait was abandoned (the communicator is then failed).
-__device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd, uint32_t epoch) {
+__device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd, uint32_t use) {
   __shared__ int blockFailed;
   const int rank = a.rank;
   const int n = a.nranks;
@@ -50,13 +50,13 @@ __device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd,
   if (t < n && t != rank) {
     FlagArea* peer = reinterpret_cast<FlagArea*>(a.peerWorkspace[t] + a.layout.flagsOffset);
     uint32_t* f = isEnd ? &peer->end[blockIdx.x][rank] : &peer->start[blockIdx.x][rank];
-    dev::storeReleaseSys(f, epoch);
+    dev::storeReleaseSys(f, use);
     const FlagArea* own =
         reinterpret_cast<const FlagArea*>(a.peerWorkspace[rank] + a.layout.flagsOffset);
     const uint32_t* w = isEnd ? &own->end[blockIdx.x][t] : &own->start[blockIdx.x][t];
     dev::Waiter waiter(a.wait);
-    while (static_cast<int32_t>(dev::loadAcquireSys(w) - epoch) < 0) {
-      if (!waiter.keepWaiting(t, isEnd ? kWaitEndFlag : kWaitStartFlag, epoch)) {
+    while (static_cast<int32_t>(dev::loadAcquireSys(w) - use) < 0) {
+      if (!waiter.keepWaiting(t, isEnd ? kWaitEndFlag : kWaitStartFlag, use)) {
         blockFailed = 1;
         break;
       }
@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
   const int n = a.nranks;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
+  const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t parity = epoch & 1u;
   const uint64_t stagingOffset = a.layout.stagingOffset + parity * a.layout.chunkBytes;
   const uint64_t resultOffset = a.layout.resultOffset + parity * a.layout.chunkBytes;
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
       dev::storeRelaxed(own + stagingOffset + v * 16, x.u);
     }
   }
-  bool ok = blockBarrier(a, false, epoch);
+  bool ok = blockBarrier(a, false, use);
 
   // 2. Reduce the own segment's sub-range.
   if (ok) {
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
       dev::storeRelaxed(own + resultOffset + v * 16, y.u);
       dev::storeVec<T, kAligned>(out, v, a.count, y);
     }
-    ok = blockBarrier(a, true, epoch);
+    ok = blockBarrier(a, true, use);
   }
 
   // 3. Gather the other segments from their owners.
@@ -126,6 +127,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
   }
 
   dev::finishEpoch(st->syncEpoch, epoch);
+  dev::finishFlagUse(st, use);
 }
 
 }  // namespace

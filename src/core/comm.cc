@@ -185,7 +185,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   probeNvfp4Encoder();
   decide();
   loadOrTuneAtInit();
-  startPushEpochsForTests();
+  startEpochsForTests();
   bs_->barrier();
   ANYR_LOG(
       Info, rank_,
@@ -195,7 +195,27 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
 // ANYR_TEST_PUSH_EPOCH (tests only): the push families' epoch for the next launch, rank 0's
 // value, so that a test's calls cross the count's wrap. Every phase of the push areas is
 // cleared first, as a launch of any epoch expects of its current phase.
-void Communicator::startPushEpochsForTests() {
+void Communicator::startEpochsForTests() {
+  // ANYR_TEST_SYNC_EPOCH (tests only): the flag algorithms' epoch (syncEpoch, device and host
+  // transport), flags left as they are.
+  int64_t sync = -1;
+  if (rank_ == 0 && !env::getString("ANYR_TEST_SYNC_EPOCH").empty()) {
+    sync = env::getInt("ANYR_TEST_SYNC_EPOCH");
+    if (sync < 0 || sync > UINT32_MAX) {
+      throwError(anyrInvalidArgument, "environment variable ANYR_TEST_SYNC_EPOCH=" +
+                                          std::to_string(sync) + ": must be in 0..4294967295");
+    }
+  }
+  bs_->broadcast(&sync, sizeof(sync), 0);
+  if (sync >= 0) {
+    const std::vector<uint32_t> e(static_cast<size_t>(kMaxBlocks), static_cast<uint32_t>(sync));
+    for (LocalState* st : {dState_, dHostState_}) {
+      if (st == nullptr) continue;
+      ANYR_CUDA_CHECK(cudaMemcpyAsync(st->syncEpoch, e.data(), e.size() * 4, cudaMemcpyHostToDevice,
+                                      internalStream_));
+    }
+    waitStreamIdle(internalStream_, "setting ANYR_TEST_SYNC_EPOCH");
+  }
   int64_t v = -1;
   if (rank_ == 0 && !env::getString("ANYR_TEST_PUSH_EPOCH").empty()) {
     v = env::getInt("ANYR_TEST_PUSH_EPOCH");

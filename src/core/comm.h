@@ -173,7 +173,7 @@ class Communicator {
   // Programmatic dependent launch: unless ANYR_PDL=0, probed once (topology/probe_kernels.h)
   // and, where the probe works, used for every kernel the communicator launches on the caller's
   // stream (algorithms, fused kernels, the epilogue). Timing only: ranks need not agree on it.
-  void startPushEpochsForTests();
+  void startEpochsForTests();
   void probeProgrammaticLaunch();
   // Thread-block clusters for the fused one-shot (fused_algo.h): admitted where every rank's
   // probe launch worked and the agreed config does not turn them off.

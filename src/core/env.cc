@@ -48,6 +48,9 @@ const std::vector<Param>& params() {
       {"ANYR_TEST_PUSH_EPOCH", "",
        "tests only: the push algorithms' next launch count at creation (0..3221225471; rank 0's "
        "value), so that a test runs calls across the count's wrap"},
+      {"ANYR_TEST_SYNC_EPOCH", "",
+       "tests only: the flag algorithms' launch epoch at creation (rank 0's value), as if that "
+       "many launches had passed since their flags were last raised"},
       {"ANYR_FAULT_INJECT", "",
        "tests only: corrupt-peer:R makes rank R's mapping of the next rank's workspace point at "
        "its own, so the self-test must catch it"},

@@ -125,8 +125,13 @@ struct LocalState {
   uint32_t pushEpoch[kMaxBlocks];  // one-shot push launches completed
   uint32_t syncEpoch[kMaxBlocks];  // flag-based (pull, two-shot) launches completed
   uint32_t tsEpoch[kMaxBlocks];    // two-shot push launches completed
+  // Flag algorithms (pull, two-shot, host two-shot): launches in which block b ran. A block's
+  // flags carry this count, not syncEpoch, which advances for every slot at every launch: a
+  // block left unused for 2^31 launches would otherwise find flags that old, and the wrapping
+  // comparison `flag - count >= 0` would take them as raised.
+  uint32_t flagUse[kMaxBlocks];
 };
-static_assert(sizeof(LocalState) == 64 + 3 * 4 * kMaxBlocks, "LocalState layout");
+static_assert(sizeof(LocalState) == 64 + 4 * 4 * kMaxBlocks, "LocalState layout");
 
 // Everything a kernel needs to wait safely. Kept in device memory (one per communicator) and
 // passed by pointer, so kernels never take the address of their parameters.
