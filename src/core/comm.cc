@@ -192,49 +192,58 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
       "communicator ready: " << nranks_ << " ranks, device " << device_ << ", " << cfg_.describe());
 }
 
-// ANYR_TEST_PUSH_EPOCH (tests only): the push families' epoch for the next launch, rank 0's
-// value, so that a test's calls cross the count's wrap. Every phase of the push areas is
-// cleared first, as a launch of any epoch expects of its current phase.
-void Communicator::startEpochsForTests() {
-  // ANYR_TEST_SYNC_EPOCH (tests only): the flag algorithms' epoch (syncEpoch, device and host
-  // transport), flags left as they are.
-  int64_t sync = -1;
-  if (rank_ == 0 && !env::getString("ANYR_TEST_SYNC_EPOCH").empty()) {
-    sync = env::getInt("ANYR_TEST_SYNC_EPOCH");
-    if (sync < 0 || sync > UINT32_MAX) {
-      throwError(anyrInvalidArgument, "environment variable ANYR_TEST_SYNC_EPOCH=" +
-                                          std::to_string(sync) + ": must be in 0..4294967295");
+// A tests-only variable's value, rank 0's (-1 when unset there), checked on every rank after
+// the broadcast, so that a malformed or out-of-range value fails every rank together rather
+// than leaving the others waiting in the broadcast.
+int64_t Communicator::testValueOfRank0(const char* name, int64_t max) {
+  struct {
+    int64_t value;
+    int32_t state;  // 0 unset, 1 set, 2 not an integer
+    int32_t pad;
+  } w{-1, 0, 0};
+  if (rank_ == 0 && !env::getString(name).empty()) {
+    try {
+      w.value = env::getInt(name);
+      w.state = 1;
+    } catch (const Error&) {
+      w.state = 2;
     }
   }
-  bs_->broadcast(&sync, sizeof(sync), 0);
-  if (sync >= 0) {
-    const std::vector<uint32_t> e(static_cast<size_t>(kMaxBlocks), static_cast<uint32_t>(sync));
-    for (LocalState* st : {dState_, dHostState_}) {
-      if (st == nullptr) continue;
-      ANYR_CUDA_CHECK(cudaMemcpyAsync(st->syncEpoch, e.data(), e.size() * 4, cudaMemcpyHostToDevice,
-                                      internalStream_));
-    }
-    waitStreamIdle(internalStream_, "setting ANYR_TEST_SYNC_EPOCH");
-  }
-  int64_t v = -1;
-  if (rank_ == 0 && !env::getString("ANYR_TEST_PUSH_EPOCH").empty()) {
-    v = env::getInt("ANYR_TEST_PUSH_EPOCH");
-  }
-  bs_->broadcast(&v, sizeof(v), 0);
-  if (v < 0 || !facts_.peerMemory) return;
-  if (v >= static_cast<int64_t>(kPushEpochPeriod)) {
+  bs_->broadcast(&w, sizeof(w), 0);
+  if (w.state == 0) return -1;
+  if (w.state == 2 || w.value < 0 || w.value > max) {
     throwError(anyrInvalidArgument,
-               "environment variable ANYR_TEST_PUSH_EPOCH=" + std::to_string(v) +
-                   " (rank 0's): must be below " + std::to_string(kPushEpochPeriod));
+               std::string("environment variable ") + name +
+                   (w.state == 1 ? "=" + std::to_string(w.value) : std::string()) +
+                   " (rank 0's): must be an integer in 0.." + std::to_string(max));
   }
-  const std::vector<uint32_t> e(static_cast<size_t>(kMaxBlocks), static_cast<uint32_t>(v));
+  return w.value;
+}
+
+// ANYR_TEST_SYNC_EPOCH and ANYR_TEST_PUSH_EPOCH (tests only): the flag algorithms' epoch
+// (syncEpoch, device and host transport; flags left as they are), and the push families' epoch
+// for the next launch, so that a test's calls run with flags 2^31 launches old or cross the
+// push count's wrap. For the push epoch every phase of the push areas is cleared first, as a
+// launch of any epoch expects of its current phase.
+void Communicator::startEpochsForTests() {
+  auto fill = [&](uint32_t* slots, int64_t value) {
+    const std::vector<uint32_t> e(static_cast<size_t>(kMaxBlocks), static_cast<uint32_t>(value));
+    ANYR_CUDA_CHECK(cudaMemcpyAsync(slots, e.data(), e.size() * sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, internalStream_));
+    waitStreamIdle(internalStream_, "setting a test epoch");
+  };
+  const int64_t sync = testValueOfRank0("ANYR_TEST_SYNC_EPOCH", UINT32_MAX);
+  if (sync >= 0) {
+    for (LocalState* st : {dState_, dHostState_}) {
+      if (st != nullptr) fill(st->syncEpoch, sync);
+    }
+  }
+  const int64_t push = testValueOfRank0("ANYR_TEST_PUSH_EPOCH", kPushEpochPeriod - 1);
+  if (push < 0 || !facts_.peerMemory) return;
   clearPushAreas(internalStream_);
-  ANYR_CUDA_CHECK(cudaMemcpyAsync(dState_->pushEpoch, e.data(), e.size() * 4,
-                                  cudaMemcpyHostToDevice, internalStream_));
-  ANYR_CUDA_CHECK(cudaMemcpyAsync(dState_->tsEpoch, e.data(), e.size() * 4, cudaMemcpyHostToDevice,
-                                  internalStream_));
-  waitStreamIdle(internalStream_, "setting ANYR_TEST_PUSH_EPOCH");
-  ANYR_LOG(Warn, rank_, "ANYR_TEST_PUSH_EPOCH: push epochs start at " << v);
+  fill(dState_->pushEpoch, push);
+  fill(dState_->tsEpoch, push);
+  ANYR_LOG(Warn, rank_, "ANYR_TEST_PUSH_EPOCH: push epochs start at " << push);
 }
 
 void Communicator::probeProgrammaticLaunch() {
@@ -1232,20 +1241,23 @@ std::string Communicator::explainJson() const {
 // Teardown
 // ---------------------------------------------------------------------------------------------
 
-void Communicator::waitStreamIdle(cudaStream_t s, const char* what, int graceMs) {
-  const int ms = cfg_.timeoutMs + graceMs;
+bool Communicator::streamIdleWithin(cudaStream_t s, int ms) {
   auto deadline = Clock::now() + std::chrono::milliseconds(ms);
   while (true) {
     cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return;
+    if (e == cudaSuccess) return true;
     if (e != cudaErrorNotReady) ANYR_CUDA_CHECK(e);
-    if (Clock::now() > deadline) {
-      throwIfFailed();  // a kernel's own timeout names the rank it waited for
-      throwError(anyrTimeout, std::string("rank ") + std::to_string(rank_) + ": " + what +
-                                  " did not finish within " + std::to_string(ms) + " ms");
-    }
+    if (Clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+void Communicator::waitStreamIdle(cudaStream_t s, const char* what, int graceMs) {
+  const int ms = cfg_.timeoutMs + graceMs;
+  if (streamIdleWithin(s, ms)) return;
+  throwIfFailed();  // a kernel's own timeout names the rank it waited for
+  throwError(anyrTimeout, std::string("rank ") + std::to_string(rank_) + ": " + what +
+                              " did not finish within " + std::to_string(ms) + " ms");
 }
 
 void Communicator::destroy() {

@@ -173,6 +173,7 @@ class Communicator {
   // Programmatic dependent launch: unless ANYR_PDL=0, probed once (topology/probe_kernels.h)
   // and, where the probe works, used for every kernel the communicator launches on the caller's
   // stream (algorithms, fused kernels, the epilogue). Timing only: ranks need not agree on it.
+  int64_t testValueOfRank0(const char* name, int64_t max);
   void startEpochsForTests();
   void probeProgrammaticLaunch();
   // Thread-block clusters for the fused one-shot (fused_algo.h): admitted where every rank's
@@ -196,6 +197,8 @@ class Communicator {
   // Waits until `s` is idle, at most the timeout plus graceMs (graceMs: for work whose own
   // waits, bounded by the timeout, start after this wait does, so that their failure, which
   // names the rank waited for, is reported rather than this wait's).
+  // Whether `s` became idle within `ms` (a CUDA error other than not-ready throws).
+  bool streamIdleWithin(cudaStream_t s, int ms);
   void waitStreamIdle(cudaStream_t s, const char* what, int graceMs = 0);
   // The grace past the timeout of host waits for work whose own waits may have started later
   // (teardown, tuning's measurements).

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <thread>
 
 #include "core/comm.h"
 #include "core/error.h"
@@ -412,14 +411,10 @@ TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& pro
     // communicator is failed, so that its destruction aborts NCCL.
     bool idle = true;
     if (s != nullptr) {
-      const auto deadline = std::chrono::steady_clock::now() +
-                            std::chrono::milliseconds(cfg_.timeoutMs + kTeardownGraceMs);
-      while (cudaStreamQuery(s) == cudaErrorNotReady) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          idle = false;
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      try {
+        idle = streamIdleWithin(s, cfg_.timeoutMs + kTeardownGraceMs);
+      } catch (const Error&) {
+        // the stream's error is the measurement's, already being reported
       }
       (void)cudaGetLastError();
     }
