@@ -24,8 +24,11 @@ ncclDataType_t ncclType(anyrDataType_t t) {
   }
 }
 
-// Polls a non-blocking communicator until its pending operation settles or the deadline.
-ncclResult_t settle(ncclComm_t comm, int timeoutMs) {
+// Polls a non-blocking communicator until its pending operation settles or the deadline
+// (then ncclInProgress). Between polls `pause()` sleeps and returns the communicator to poll
+// next; NULL (it was released meanwhile) stops the wait with *released set.
+template <typename Pause>
+ncclResult_t settleWith(ncclComm_t comm, int timeoutMs, Pause&& pause, bool* released) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   ncclResult_t state = ncclInProgress;
   while (true) {
@@ -33,8 +36,23 @@ ncclResult_t settle(ncclComm_t comm, int timeoutMs) {
     if (r != ncclSuccess) return r;
     if (state != ncclInProgress) return state;
     if (std::chrono::steady_clock::now() > deadline) return ncclInProgress;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    comm = pause();
+    if (comm == nullptr) {
+      *released = true;
+      return ncclInProgress;
+    }
   }
+}
+
+ncclResult_t settle(ncclComm_t comm, int timeoutMs) {
+  bool released = false;
+  return settleWith(
+      comm, timeoutMs,
+      [comm] {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        return comm;
+      },
+      &released);
 }
 
 }  // namespace
@@ -99,21 +117,24 @@ void NcclHandle::allReduceSum(const void* in, void* out, size_t count, anyrDataT
   std::unique_lock<std::mutex> lock(mu_);
   if (comm_ == nullptr) throwError(anyrAborted, "the NCCL communicator was released (aborted)");
   ncclResult_t r = ncclAllReduce(in, out, count, type, ncclSum, comm_, stream);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
-  while (r == ncclInProgress) {
-    ncclResult_t state = ncclInProgress;
-    const ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
-    r = q != ncclSuccess ? q : state;
-    if (r != ncclInProgress) break;
-    if (std::chrono::steady_clock::now() > deadline) {
+  if (r == ncclInProgress) {
+    // The mutex is dropped while sleeping, so that an abort is not held up by this wait.
+    bool released = false;
+    r = settleWith(
+        comm_, timeoutMs,
+        [&] {
+          lock.unlock();
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+          lock.lock();
+          return comm_;
+        },
+        &released);
+    if (released) {
+      throwError(anyrAborted, "the communicator was aborted while ncclAllReduce was enqueued");
+    }
+    if (r == ncclInProgress) {
       throwError(anyrTimeout, "ncclAllReduce was still being enqueued after " +
                                   std::to_string(timeoutMs) + " ms");
-    }
-    lock.unlock();
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-    lock.lock();
-    if (comm_ == nullptr) {
-      throwError(anyrAborted, "the communicator was aborted while ncclAllReduce was enqueued");
     }
   }
   checkNccl(r, comm_, "ncclAllReduce");
