@@ -175,20 +175,26 @@ TEST(AllReduceGpu, OddWorldSizeSharingGpus) {
   expectRanksPassedWithEqualHashes(results, n);
 }
 
+// sweepRank on two ranks with a tests-only variable set (the ranks' processes inherit it):
+// `algos`, exact and bit-identical on both ranks.
+void sweepTwoRanksWith(const char* name, const char* value, const std::vector<anyrAlgo_t>& algos) {
+  const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
+  setenv(name, value, 1);
+  auto results =
+      runRanksCatching(2, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+        return sweepRank(rank, nr, id, report, counts, false, algos);
+      });
+  unsetenv(name);
+  expectRanksPassedWithEqualHashes(results, 2);
+}
+
 // The push algorithms' launch count wraps (at 3 x 2^30, a multiple of their three buffer
 // phases) without a seam: two ranks start 4 launches before it (ANYR_TEST_PUSH_EPOCH, inherited
 // by the ranks' processes), and every call across it, of every algorithm, is exact and
 // bit-identical. (With a count wrapping at 2^32, two consecutive launches took one phase.)
 TEST(AllReduceGpu, PushEpochWrapIsSeamless) {
   REQUIRE_GPU();
-  const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
-  setenv("ANYR_TEST_PUSH_EPOCH", "3221225468", 1);
-  auto results =
-      runRanksCatching(2, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        return sweepRank(rank, nr, id, report, counts, false);
-      });
-  unsetenv("ANYR_TEST_PUSH_EPOCH");
-  expectRanksPassedWithEqualHashes(results, 2);
+  sweepTwoRanksWith("ANYR_TEST_PUSH_EPOCH", "3221225468", kEveryAlgo);
 }
 
 // The flag algorithms' flags after a long time unused: the family's epoch starts 2^31 + 5
@@ -198,15 +204,8 @@ TEST(AllReduceGpu, PushEpochWrapIsSeamless) {
 // compare with the epoch: not run here; docs/DESIGN.md.)
 TEST(AllReduceGpu, FlagsLongUnusedAreNotTakenAsRaised) {
   REQUIRE_GPU();
-  const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
-  setenv("ANYR_TEST_SYNC_EPOCH", "2147483653", 1);
-  auto results =
-      runRanksCatching(2, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        return sweepRank(rank, nr, id, report, counts, false,
-                         {anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoHostTwoShot});
-      });
-  unsetenv("ANYR_TEST_SYNC_EPOCH");
-  expectRanksPassedWithEqualHashes(results, 2);
+  sweepTwoRanksWith("ANYR_TEST_SYNC_EPOCH", "2147483653",
+                    {anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoHostTwoShot});
 }
 
 // World sizes 4, 5 and 8 (up to the widest this library takes on one host) on the visible GPUs,
