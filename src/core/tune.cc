@@ -359,9 +359,7 @@ TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& pro
   bs_->broadcast(&o, sizeof(o), 0);
   ANYR_REQUIRE_ARG(o.minBytes >= 2 && o.minBytes <= o.maxBytes && o.maxBytes <= (4ull << 30),
                    "tune.minBytes/maxBytes", "must satisfy 2 <= min <= max <= 4 GiB");
-  ANYR_REQUIRE_ARG(o.hidden >= kFusedMinHidden && o.hidden <= kFusedMaxHidden &&
-                       o.hidden % kFusedHiddenMultiple == 0,
-                   "tune.hidden",
+  ANYR_REQUIRE_ARG(fusedHiddenValid(static_cast<uint64_t>(o.hidden)), "tune.hidden",
                    "must be a multiple of " + std::to_string(kFusedHiddenMultiple) + " in " +
                        std::to_string(kFusedMinHidden) + ".." + std::to_string(kFusedMaxHidden));
   ANYR_REQUIRE_ARG(o.maxTokens >= 1 && o.maxTokens <= 65536, "tune.maxTokens",

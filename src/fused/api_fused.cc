@@ -58,11 +58,9 @@ void validateFused(const void* input, const char* inputName, const void* residua
                    datatype == anyrFloat32 ? std::string("fused op supports bf16 and fp16")
                                            : "fused op supports bf16 and fp16 (got " +
                                                  std::to_string(static_cast<int>(datatype)) + ")");
-  ANYR_REQUIRE_ARG(
-      hidden % kFusedHiddenMultiple == 0 && hidden >= kFusedMinHidden && hidden <= kFusedMaxHidden,
-      "hidden",
-      std::to_string(hidden) + " is not a multiple of 8 in " + std::to_string(kFusedMinHidden) +
-          ".." + std::to_string(kFusedMaxHidden));
+  ANYR_REQUIRE_ARG(fusedHiddenValid(hidden), "hidden",
+                   std::to_string(hidden) + " is not a multiple of 8 in " +
+                       std::to_string(kFusedMinHidden) + ".." + std::to_string(kFusedMaxHidden));
   ANYR_REQUIRE_ARG(tokens <= static_cast<size_t>(INT32_MAX), "tokens",
                    std::to_string(tokens) + " exceeds 2147483647");
   ANYR_REQUIRE_ARG(epsilon > 0.0f && std::isfinite(epsilon), "epsilon",

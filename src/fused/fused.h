@@ -23,6 +23,15 @@ constexpr int kFusedMaxHidden = 16384;
 constexpr int kFusedHiddenMultiple = 8;  // one 16-byte vector of bf16/fp16
 constexpr int kNvfp4BlockElems = 16;     // elements sharing one NVFP4 block scale
 
+// The fused op's rule for a row width: a multiple of 8 (of 16 with NVFP4) in 128..16384.
+constexpr int fusedHiddenMultiple(int quant) {
+  return quant == anyrQuantNvfp4 ? kNvfp4BlockElems : kFusedHiddenMultiple;
+}
+constexpr bool fusedHiddenValid(uint64_t hidden, int quant = anyrQuantNone) {
+  return hidden >= kFusedMinHidden && hidden <= kFusedMaxHidden &&
+         hidden % static_cast<uint64_t>(fusedHiddenMultiple(quant)) == 0;
+}
+
 // Shared scratch of the row epilogue, in floats: one partial sum of squares per slot
 // (kFusedSlots of them, a fixed summation order independent of the block size) and the total.
 constexpr int kFusedSlots = 1024;

@@ -82,8 +82,7 @@ int runParsed(const Args& a, const std::string& command) {
   if (a.sharedExperts >= 0) s.sharedExperts = a.sharedExperts;
   if (a.denseLayers >= 0) s.denseLayers = a.denseLayers;
   if (overridden) s.source += " Overridden on the command line: see the model table.";
-  if (s.hidden % kFusedHiddenMultiple != 0 || s.hidden < kFusedMinHidden ||
-      s.hidden > kFusedMaxHidden) {
+  if (!fusedHiddenValid(static_cast<uint64_t>(s.hidden))) {
     throw CLI::ValidationError(
         "--hidden", "must be a multiple of " + std::to_string(kFusedHiddenMultiple) + " in " +
                         std::to_string(kFusedMinHidden) + ".." + std::to_string(kFusedMaxHidden) +

@@ -396,8 +396,8 @@ int main(int argc, char** argv) {
       parseList(hiddenS, "--hidden", &bo.hiddens);
       parseList(tokensS, "--tokens", &bo.tokens);
       for (size_t h : bo.hiddens) {  // before any buffer is sized or filled for it
-        const size_t multiple = bo.quant == anyrQuantNvfp4 ? 16 : kFusedHiddenMultiple;
-        if (h < kFusedMinHidden || h > kFusedMaxHidden || h % multiple != 0) {
+        const int multiple = fusedHiddenMultiple(bo.quant);
+        if (!fusedHiddenValid(h, bo.quant)) {
           throw CLI::ValidationError("--hidden", std::to_string(h) + " is not a multiple of " +
                                                      std::to_string(multiple) + " in " +
                                                      std::to_string(kFusedMinHidden) + ".." +
