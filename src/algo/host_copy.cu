@@ -13,7 +13,7 @@
 //         made on the caller's stream after the fork, each followed by an event the copy waits
 //         for: packing is fast, so the copies still run back to back), and an event;
 //   sig:  per chunk c, after d2h's chunk-c event, a signal kernel raising the own flag copy[c]
-//         to the epoch;
+//         to the chunk's use count (below);
 //   poll: per chunk c, a wait kernel (bounded, Waiter) for every peer's copy[c], and an event;
 //   h2d:  per chunk c, after poll's chunk-c event, one copy per peer of its chunk into the
 //         device receive staging, and an event;
@@ -23,20 +23,26 @@
 //         rank sent, as every peer decodes it), so every rank gets the same bits, and with the
 //         native wire the bits of every other algorithm. The last chunk's reduction also waits
 //         for sig's last flag (sig waited for every d2h copy; h2d for every poll wait): the
-//         side streams are joined back, and it advances the epoch.
+//         side streams are joined back, and it advances the epoch and the counts below.
 // Fork and join are events, so the whole call is capturable in a CUDA graph.
 //
-// Epochs. Every kernel of a launch reads the same epoch (the transport's LocalState::syncEpoch
-// + 1, on the device, so a replayed graph gets fresh values); only the last reduction, which
-// runs after every other kernel of the launch, advances it. Flags hold epochs and only grow.
+// Counts. The flags carry counts kept on the device (so a replayed graph gets fresh values) in
+// the transport's LocalState: copyReady the number of this host-copy launch (copyLaunches + 1),
+// copy[c] the number of launches that used chunk c (copyUse[c] + 1). Every rank runs the same
+// launches cut into the same chunks, so its counts equal its peers'. Every kernel of a launch
+// reads the same values; only the last reduction, which runs after every other kernel of the
+// launch, advances them (and the epoch, syncEpoch, which the other host algorithms' buffer
+// parity follows). A flag is thus either the count its waiter wants or one less, however long
+// its chunk sat unused; with the epoch, which advances at every host launch, a chunk unused
+// for 2^31 launches (messages that stayed small) would have read its old flag as raised.
 //
 // Buffer reuse. The addresses the copies use are fixed when they are issued (a graph replays
 // them), so the copy buffer cannot alternate with the epoch's parity as the other host
 // algorithms' buffers do: there is one, and its reuse is guarded instead. A launch starts (on
 // the d2h stream, before its first copy) with a barrier: raise the own copyReady flag to the
-// epoch, wait until every peer's reached it. A rank raises it only after its previous launch
-// joined back into its stream, i.e. after its copies out of every peer's buffer completed; so
-// once the barrier passes, no peer still reads this rank's buffer, and it may be overwritten.
+// launch's number, wait until every peer's reached it. A rank raises it only after its previous
+// launch joined back into its stream, i.e. after its copies out of every peer's buffer completed;
+// so once the barrier passes, no peer still reads this rank's buffer, and it may be overwritten.
 // Nor can a peer be two launches ahead (its next barrier needs this rank's flag). The device
 // staging is only touched between the fork and the join of one launch on one rank. Switching
 // between host algorithms stays safe: the barrier also waits for the peers' previous launch of
@@ -67,37 +73,38 @@ __device__ __forceinline__ char* regionOf(const HostArgs& a, int r) {
   return a.base + static_cast<uint64_t>(r) * a.layout.rankBytes;
 }
 
+// The epoch an error record names (the other host kernels' numbering of launches).
 __device__ __forceinline__ uint32_t callEpoch(const HostArgs& a) {
   return dev::readEpoch(a.state->syncEpoch) + 1;
 }
 
 // Launch barrier (one block of 32 threads, on the d2h stream, before its first copy).
 __global__ void hostCopyReadyKernel(HostArgs a) {
-  const uint32_t epoch = callEpoch(a);
+  const uint32_t launch = a.state->copyLaunches + 1;
   const uint64_t off = a.layout.flagsOffset + offsetof(HostFlags, copyReady);
   if (threadIdx.x == 0) {
-    dev::storeReleaseSys(reinterpret_cast<uint32_t*>(regionOf(a, a.rank) + off), epoch);
+    dev::storeReleaseSys(reinterpret_cast<uint32_t*>(regionOf(a, a.rank) + off), launch);
   }
-  (void)dev::hostWaitFlags(a.base, a.layout.rankBytes, off, a.rank, a.nranks, epoch, epoch, a.wait,
-                           kWaitHostReady);
+  (void)dev::hostWaitFlags(a.base, a.layout.rankBytes, off, a.rank, a.nranks, launch, callEpoch(a),
+                           a.wait, kWaitHostReady);
 }
 
 // Chunk c of the own contribution is in host memory (one block of 32 threads, sig stream).
 __global__ void hostCopySignalKernel(HostArgs a, uint32_t c) {
   if (threadIdx.x != 0) return;
-  const uint32_t epoch = callEpoch(a);
+  const uint32_t use = a.state->copyUse[c] + 1;
   __threadfence_system();
   const uint64_t off = a.layout.flagsOffset + offsetof(HostFlags, copy) + 4ull * c;
-  dev::storeReleaseSys(reinterpret_cast<uint32_t*>(regionOf(a, a.rank) + off), epoch);
+  dev::storeReleaseSys(reinterpret_cast<uint32_t*>(regionOf(a, a.rank) + off), use);
 }
 
 // Waits for chunk c of every peer (one block of 32 threads, poll stream). A failed wait has
 // been recorded (naming the rank); the launch's later waits then give up at their first check.
 __global__ void hostCopyWaitKernel(HostArgs a, uint32_t c) {
-  const uint32_t epoch = callEpoch(a);
+  const uint32_t use = a.state->copyUse[c] + 1;
   const uint64_t off = a.layout.flagsOffset + offsetof(HostFlags, copy) + 4ull * c;
-  (void)dev::hostWaitFlags(a.base, a.layout.rankBytes, off, a.rank, a.nranks, epoch, epoch, a.wait,
-                           kWaitHostData);
+  (void)dev::hostWaitFlags(a.base, a.layout.rankBytes, off, a.rank, a.nranks, use, callEpoch(a),
+                           a.wait, kWaitHostData);
 }
 
 template <typename T, bool kAligned>
@@ -131,7 +138,8 @@ __global__ void __launch_bounds__(kAlgoThreads)
 }
 
 // Reduces chunk c: the n contributions in rank order, fp32. The last chunk's kernel also
-// advances the epoch (every block calls finishEpoch).
+// advances the epoch (every block calls finishEpoch) and the launch's counts (block 0; every
+// other kernel of the launch, the only readers, has completed before it starts).
 template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads)
     hostCopyReduceKernel(HostCopyArgs a, uint32_t c, int finish) {
@@ -183,7 +191,14 @@ __global__ void __launch_bounds__(kAlgoThreads)
     }
     if (v < V) dev::storeVec<T, kAligned>(out, v, h.count, dev::packVec<T>(acc));
   }
-  if (finish) dev::finishEpoch(h.state->syncEpoch, dev::readEpoch(h.state->syncEpoch) + 1);
+  if (finish) {
+    dev::finishEpoch(h.state->syncEpoch, dev::readEpoch(h.state->syncEpoch) + 1);
+    if (blockIdx.x == 0) {
+      LocalState* st = h.state;
+      for (uint32_t k = threadIdx.x; k <= c; k += blockDim.x) st->copyUse[k] += 1;
+      if (threadIdx.x == 0) st->copyLaunches += 1;
+    }
+  }
 }
 
 size_t elemBytes(anyrDataType_t dtype) { return dtype == anyrFloat32 ? 4 : 2; }

@@ -11,6 +11,9 @@ namespace anyr {
 constexpr int kMaxLocalRanks = 8;                 // ranks one communicator maps peer to peer
 constexpr int kMaxBlocks = 256;                   // thread blocks per kernel (flags are per block)
 constexpr uint32_t kPushClearWord = 0x80008000u;  // see oneshot_push.cu: dtype-independent
+// Most copy-engine chunks one host-copy launch is cut into (computeHostLayout raises the chunk
+// size so that a launch never needs more): one flag word each (host_handles.h's HostFlags).
+constexpr int kMaxCopyChunks = 1024;
 
 // Flags a peer writes into this rank's workspace. Each flag is its own 32-bit word, so no two
 // flags share a word; start and end barriers use separate arrays.
@@ -118,10 +121,11 @@ constexpr uint32_t kPushEpochPeriod = 3u << 30;
 // and block 0 also advances the slots of blocks the launch did not use, so every slot holds
 // the same value between launches without any atomic or fence at the end of a kernel.
 struct LocalState {
-  uint32_t pushVecs[3];  // one-shot push: vectors per slot written in each phase
-  uint32_t tsVecs[3];    // two-shot push: vectors per segment slot written in each phase
-  int32_t failClaim;     // elects the one thread that writes the ErrorRecord
-  int32_t pad[9];
+  uint32_t pushVecs[3];   // one-shot push: vectors per slot written in each phase
+  uint32_t tsVecs[3];     // two-shot push: vectors per segment slot written in each phase
+  int32_t failClaim;      // elects the one thread that writes the ErrorRecord
+  uint32_t copyLaunches;  // host transport: host-copy launches completed (its barrier's flag)
+  int32_t pad[8];
   uint32_t pushEpoch[kMaxBlocks];  // one-shot push launches completed
   uint32_t syncEpoch[kMaxBlocks];  // flag-based (pull, two-shot) launches completed
   uint32_t tsEpoch[kMaxBlocks];    // two-shot push launches completed
@@ -130,8 +134,12 @@ struct LocalState {
   // block left unused for 2^31 launches would otherwise find flags that old, and the wrapping
   // comparison `flag - count >= 0` would take them as raised.
   uint32_t flagUse[kMaxBlocks];
+  // Host transport, host-copy: launches in which chunk c was used, which is what its flags
+  // carry, for the same reason (a chunk index left unused while messages stay small).
+  uint32_t copyUse[kMaxCopyChunks];
 };
-static_assert(sizeof(LocalState) == 64 + 4 * 4 * kMaxBlocks, "LocalState layout");
+static_assert(sizeof(LocalState) == 64 + 4 * 4 * kMaxBlocks + 4 * kMaxCopyChunks,
+              "LocalState layout");
 
 // Everything a kernel needs to wait safely. Kept in device memory (one per communicator) and
 // passed by pointer, so kernels never take the address of their parameters.

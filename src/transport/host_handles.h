@@ -17,16 +17,13 @@ namespace anyr {
 // data buffers and their epoch (LocalState::syncEpoch of the transport's own state, whose
 // parity picks the buffer), so consecutive calls alternate buffers whichever algorithm runs;
 // each algorithm has its own flag words, so one's values are never mistaken for the other's.
-// Most copy-engine chunks one host-copy launch is cut into (computeHostLayout raises the chunk
-// size so that a launch never needs more): one flag word each.
-constexpr int kMaxCopyChunks = 1024;
-
 struct HostFlags {
-  uint32_t data[kMaxBlocks];      // two-shot: epoch of the last launch whose scatter was complete
-  uint32_t result[kMaxBlocks];    // two-shot: epoch of the last launch whose segment was reduced
+  uint32_t data[kMaxBlocks];      // two-shot: block's use count (LocalState::flagUse) whose
+                                  // scatter was complete
+  uint32_t result[kMaxBlocks];    // two-shot: block's use count whose segment was reduced
   uint32_t rounds[kMaxBlocks];    // one-shot: rounds of contribution published so far, per block
-  uint32_t copy[kMaxCopyChunks];  // host-copy: epoch of the last launch whose chunk c is in place
-  uint32_t copyReady;  // host-copy: epoch of the launch this rank started (its previous is done)
+  uint32_t copy[kMaxCopyChunks];  // host-copy: uses of chunk c (LocalState::copyUse) in place
+  uint32_t copyReady;  // host-copy: number of the launch this rank started (its previous is done)
   uint32_t copyPad[3];
 };
 static_assert(sizeof(HostFlags) == 3 * kMaxBlocks * 4 + kMaxCopyChunks * 4 + 16,

@@ -199,13 +199,13 @@ TEST(AllReduceGpu, PushEpochWrapIsSeamless) {
 
 // The flag algorithms' flags after a long time unused: the family's epoch starts 2^31 + 5
 // launches past the flags the self-test left (ANYR_TEST_SYNC_EPOCH), as if the blocks had sat
-// unused that long. Flags carry per-block use counts, so they still read as not raised until
-// the peers raise them: every call exact and bit-identical. (Host-copy's per-chunk flags still
-// compare with the epoch: not run here; docs/DESIGN.md.)
+// unused that long. Flags carry per-block (host-copy: per-chunk and per-launch) use counts, so
+// they still read as not raised until the peers raise them: every call exact and
+// bit-identical.
 TEST(AllReduceGpu, FlagsLongUnusedAreNotTakenAsRaised) {
   REQUIRE_GPU();
   sweepTwoRanksWith("ANYR_TEST_SYNC_EPOCH", "2147483653",
-                    {anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoHostTwoShot});
+                    {anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy});
 }
 
 // World sizes 4, 5 and 8 (up to the widest this library takes on one host) on the visible GPUs,
