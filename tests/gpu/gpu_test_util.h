@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -22,19 +23,27 @@
 namespace anyr {
 
 // Visible GPUs, asked once in a child process (the test process must stay CUDA-free: it forks
-// the ranks).
-inline int gpuCount() {
+// the ranks); `why` gets what CUDA said ("ok", or its error).
+inline int gpuCount(std::string* why = nullptr) {
   static int n = -1;
-  if (n < 0) {
-    std::string why;
-    n = launch::countGpus(&why);
-  }
+  static std::string said;
+  if (n < 0) n = launch::countGpus(&said);
+  if (why) *why = said;
   return n;
 }
 
-#define REQUIRE_GPU()                                           \
-  do {                                                          \
-    if (gpuCount() == 0) GTEST_SKIP() << "no CUDA GPU visible"; \
+// Skips a test where no GPU is visible, saying what CUDA said. Where the NVIDIA device nodes
+// exist but CUDA finds no GPU (a broken driver, a mismatched runtime), that is a failure, not a
+// skip: the GPU suite must not turn into skips on a GPU machine.
+#define REQUIRE_GPU()                                                     \
+  do {                                                                    \
+    std::string why_;                                                     \
+    if (gpuCount(&why_) == 0) {                                           \
+      if (::access("/dev/nvidiactl", F_OK) == 0) {                        \
+        FAIL() << "/dev/nvidiactl exists but CUDA sees no GPU: " << why_; \
+      }                                                                   \
+      GTEST_SKIP() << "no CUDA GPU visible (" << why_ << ")";             \
+    }                                                                     \
   } while (0)
 
 // Fails the rank (exit code 3) with a message when a call fails.
@@ -212,6 +221,36 @@ inline void printSkipNotes(const std::vector<launch::RankResult>& results) {
     }
   }
 }
+
+// Which of `subjects` rank 0 could not force here: its "SKIP <name>: why" lines (the tests'
+// convention for an algorithm not admitted on this machine), one per skipped subject.
+inline std::string subjectsNotRun(const std::vector<launch::RankResult>& results,
+                                  const std::vector<anyrAlgo_t>& subjects) {
+  std::string out;
+  for (const auto& r : results) {
+    if (r.rank != 0) continue;
+    std::istringstream is(r.message);
+    for (std::string line; std::getline(is, line);) {
+      for (anyrAlgo_t a : subjects) {
+        const std::string head = std::string("SKIP ") + anyrAlgoName(a);
+        if (line.rfind(head, 0) == 0 && line.size() > head.size() &&
+            (line[head.size()] == ':' || line[head.size()] == ' ')) {
+          out += (out.empty() ? "" : "; ") + line.substr(5);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// A test whose subject is these algorithms, every one of them: when one was not admitted here
+// the test is reported skipped (with the reason), not passed with its subject not run. Call it
+// after the checks of what did run.
+#define SKIP_UNLESS_EVERY_SUBJECT_RAN(results, ...)                                 \
+  do {                                                                              \
+    const std::string notRun_ = subjectsNotRun((results), __VA_ARGS__);             \
+    if (!notRun_.empty()) GTEST_SKIP() << "subject not admitted here: " << notRun_; \
+  } while (0)
 
 // expectRanksPassed, and the ranks' outputs bit-identical: every "HASH <key...> <hash>" line
 // (the last word is the hash, the words before it the key) came from all n ranks with the same

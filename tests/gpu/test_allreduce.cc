@@ -176,8 +176,10 @@ TEST(AllReduceGpu, OddWorldSizeSharingGpus) {
 }
 
 // sweepRank on two ranks with a tests-only variable set (the ranks' processes inherit it):
-// `algos`, exact and bit-identical on both ranks.
-void sweepTwoRanksWith(const char* name, const char* value, const std::vector<anyrAlgo_t>& algos) {
+// `algos`, exact and bit-identical on both ranks. Returns the results, for the caller's subject
+// check (SKIP_UNLESS_EVERY_SUBJECT_RAN).
+std::vector<launch::RankResult> sweepTwoRanksWith(const char* name, const char* value,
+                                                  const std::vector<anyrAlgo_t>& algos) {
   const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
   setenv(name, value, 1);
   auto results =
@@ -186,6 +188,7 @@ void sweepTwoRanksWith(const char* name, const char* value, const std::vector<an
       });
   unsetenv(name);
   expectRanksPassedWithEqualHashes(results, 2);
+  return results;
 }
 
 // The push algorithms' launch count wraps (at 3 x 2^30, a multiple of their three buffer
@@ -194,7 +197,8 @@ void sweepTwoRanksWith(const char* name, const char* value, const std::vector<an
 // bit-identical. (With a count wrapping at 2^32, two consecutive launches took one phase.)
 TEST(AllReduceGpu, PushEpochWrapIsSeamless) {
   REQUIRE_GPU();
-  sweepTwoRanksWith("ANYR_TEST_PUSH_EPOCH", "3221225468", kEveryAlgo);
+  const auto results = sweepTwoRanksWith("ANYR_TEST_PUSH_EPOCH", "3221225468", kEveryAlgo);
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoOneShotPush, anyrAlgoTwoShotPush});
 }
 
 // The flag algorithms' flags after a long time unused: the family's epoch starts 2^31 + 5
@@ -204,8 +208,10 @@ TEST(AllReduceGpu, PushEpochWrapIsSeamless) {
 // bit-identical.
 TEST(AllReduceGpu, FlagsLongUnusedAreNotTakenAsRaised) {
   REQUIRE_GPU();
-  sweepTwoRanksWith("ANYR_TEST_SYNC_EPOCH", "2147483653",
-                    {anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy});
+  const std::vector<anyrAlgo_t> subjects = {anyrAlgoOneShotPull, anyrAlgoTwoShot,
+                                            anyrAlgoHostTwoShot, anyrAlgoHostCopy};
+  const auto results = sweepTwoRanksWith("ANYR_TEST_SYNC_EPOCH", "2147483653", subjects);
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, subjects);
 }
 
 // World sizes 4, 5 and 8 (up to the widest this library takes on one host) on the visible GPUs,

@@ -359,9 +359,12 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                 compare(b.inPlace, b.rNorm, bytes, "norm-over-residual");
                 compare(b.residualOut, b.rResidual, bytes, "residual-beside-norm-over-residual");
               }
-              // fp64 reference on a few rows of small cases.
-              if (tokens <= 64 && algo == anyrAlgoAuto) {
+              // fp64 reference on a few rows of small cases, on every algorithm (the checks
+              // above compare with the library's own composition; this one is independent):
+              // normOut within 2 ulp of the exact value, residualOut exact.
+              if (tokens <= 64) {
                 auto norm = toHost(b.norm, bytes, s);
+                auto residOut = toHost(b.residualOut, bytes, s);
                 auto weightH = toHost(b.weight, hidden * 2, s);
                 auto residH = toHost(b.residual, bytes, s);
                 std::vector<unsigned char> expectX =
@@ -391,6 +394,16 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                       break;
                     }
                   }
+                  for (size_t i = 0; resMode && i < hidden; ++i) {
+                    const double got = toDouble(&residOut[(row * hidden + i) * 2], dt);
+                    if (got != rr.r[i]) {
+                      ++failures;
+                      report("FAIL " + key.str() + ": residualOut[" + std::to_string(row) + "][" +
+                             std::to_string(i) + "] = " + std::to_string(got) + ", expected " +
+                             std::to_string(rr.r[i]) + "\n");
+                      break;
+                    }
+                  }
                 }
               }
             }
@@ -405,10 +418,12 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   return failures ? 4 : 0;
 }
 
-// Runs fusedRank on `n` ranks and requires every rank to pass with bit-identical outputs.
-void runFused(int n, const std::vector<size_t>& hiddens, const std::vector<size_t>& tokens,
-              bool allAlgos, size_t rank0Shift, int pdlEnv, double timeoutSec, int clusterEnv = -1,
-              int earlyEnv = -1) {
+// Runs fusedRank on `n` ranks and requires every rank to pass with bit-identical outputs;
+// returns the results (for a subject check).
+std::vector<launch::RankResult> runFused(int n, const std::vector<size_t>& hiddens,
+                                         const std::vector<size_t>& tokens, bool allAlgos,
+                                         size_t rank0Shift, int pdlEnv, double timeoutSec,
+                                         int clusterEnv = -1, int earlyEnv = -1) {
   auto results = launch::runRanks(
       n,
       [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
@@ -422,6 +437,7 @@ void runFused(int n, const std::vector<size_t>& hiddens, const std::vector<size_
       },
       timeoutSec);
   expectRanksPassedWithEqualHashes(results, n);
+  return results;
 }
 
 TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
@@ -561,8 +577,9 @@ TEST(FusedAllReduceGpu, WideRowsInSeveralChunks) {
 TEST(FusedAllReduceGpu, PushEpochWrapIsSeamless) {
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   setenv("ANYR_TEST_PUSH_EPOCH", "3221225468", 1);
-  runFused(2, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
+  const auto results = runFused(2, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
   unsetenv("ANYR_TEST_PUSH_EPOCH");
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoOneShotPush, anyrAlgoTwoShotPush});
 }
 
 // World sizes 4, 5 and 8 on the visible GPUs, ranks sharing them where there are fewer: the fused
