@@ -305,7 +305,11 @@ int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& repo
                  data::dtypeName(dt) + " n=" + std::to_string(count) + (graph ? " graph" : "") +
                  ": " + std::to_string(hbad) + " wrong\n");
         }
-        report("HASH call" + std::to_string(call) + " " + std::to_string(hbad) + "\n");
+        std::vector<unsigned char> got(count * data::dtypeBytes(dt));
+        R_CUDA(cudaMemcpyAsync(got.data(), buf, got.size(), cudaMemcpyDeviceToHost, s));
+        R_CUDA(cudaStreamSynchronize(s));
+        report("HASH call" + std::to_string(call) + " " +
+               std::to_string(data::fnv1a(got.data(), got.size())) + "\n");
       }
     }
   }
