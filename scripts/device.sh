@@ -62,6 +62,10 @@ RC=0
 step() { echo; echo "=== $* ($(date +%T))"; }
 # Records a failed step (the script goes on, and exits non-zero at the end).
 check() { if [ "$1" != 0 ]; then echo "FAILED ($2): exit $1"; RC=1; fi; }
+# A GoogleTest run whose filter matched nothing exits 0: record that as a failure too.
+ran_tests() {
+  grep -qE '^\[==========\] [1-9][0-9]* tests? from .* ran' "$1" || { echo "FAILED ($2): no test ran"; RC=1; }
+}
 
 step "machine"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv | tee "$OUT/gpus.txt"
@@ -84,13 +88,14 @@ if want tests; then
   SEL=()
   [ -n "${GPU_TEST_EXCLUDE:-}" ] && SEL+=(-E "$GPU_TEST_EXCLUDE")
   [ -n "${GPU_TEST_ONLY:-}" ] && SEL+=(-R "$GPU_TEST_ONLY")
-  timeout -k 10 900 ctest --test-dir "$BUILD" -L gpu "${SEL[@]}" --output-on-failure --timeout 600 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "Test +#|tests passed|FAILED|Failure" | tail -60
+  timeout -k 10 900 ctest --test-dir "$BUILD" -L gpu --no-tests=error "${SEL[@]}" --output-on-failure --timeout 600 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "Test +#|tests passed|FAILED|Failure" | tail -60
   check "${PIPESTATUS[0]}" "GPU tests"
 fi
 
 if want probe; then
   step "CPU tests"
   timeout -k 10 300 ctest --test-dir "$BUILD" -LE gpu -j8 2>&1 | tail -3
+  check "${PIPESTATUS[0]}" "CPU tests"
   step "probe"
   timeout -k 10 300 "$A" probe --json "$OUT/topology.json" 2>&1 | tee "$OUT/probe.txt"
 fi
@@ -142,17 +147,20 @@ fi
 if want reliability; then
   T="$BUILD/tests/anyr_gpu_tests"
   step "reliability: stress, 100000 random calls with canaries"
-  ANYR_TEST_STRESS_CALLS=100000 timeout -k 10 560 "$T" --gtest_filter='ReliabilityGpu.Stress*' 2>&1 | tee "$OUT/reliability-stress.log" | grep -E "info|OK|FAIL|Failure|PASSED" | tail -12
+  ANYR_TEST_STRESS_CALLS=100000 timeout -k 10 560 "$T" --gtest_filter='ReliabilityGpu.Stress*' 2>&1 | tee "$OUT/reliability-stress.log" | grep -E "info|OK|FAIL|Failure|PASSED|SKIPPED" | tail -12
   check "${PIPESTATUS[0]}" "stress"
+  ran_tests "$OUT/reliability-stress.log" "stress"
   step "reliability: kill -9 one rank, 20 trials"
-  ANYR_TEST_KILL_TRIALS=20 timeout -k 10 560 "$T" --gtest_filter='ReliabilityGpu.Kill*' 2>&1 | tee "$OUT/reliability-kill.log" | grep -E "info|OK|FAIL|Failure|PASSED" | tail -12
+  ANYR_TEST_KILL_TRIALS=20 timeout -k 10 560 "$T" --gtest_filter='ReliabilityGpu.Kill*' 2>&1 | tee "$OUT/reliability-kill.log" | grep -E "info|OK|FAIL|Failure|PASSED|SKIPPED" | tail -12
   check "${PIPESTATUS[0]}" "kill trials"
+  ran_tests "$OUT/reliability-kill.log" "kill trials"
   if [ -z "${RELIABILITY_SHORT:-}" ]; then
     step "reliability: self-test, fault injection, skipped call, abort, 200 create/destroy"
-    timeout -k 10 560 "$T" --gtest_filter='ReliabilityGpu.*:-ReliabilityGpu.Stress*:ReliabilityGpu.Kill*' 2>&1 | tee "$OUT/reliability-other.log" | grep -E "info|OK|FAIL|Failure|PASSED" | tail -40
+    timeout -k 10 560 "$T" --gtest_filter='ReliabilityGpu.*:-ReliabilityGpu.Stress*:ReliabilityGpu.Kill*' 2>&1 | tee "$OUT/reliability-other.log" | grep -E "info|OK|FAIL|Failure|PASSED|SKIPPED" | tail -40
     check "${PIPESTATUS[0]}" "reliability (other)"
+    ran_tests "$OUT/reliability-other.log" "reliability (other)"
     step "reliability: call discipline (validation mode, threads, streams, devices)"
-    timeout -k 10 560 ctest --test-dir "$BUILD" -L gpu -R 'ReliabilityCalls' --output-on-failure --timeout 300 2>&1 | tee "$OUT/reliability-calls.log" | tail -15
+    timeout -k 10 560 ctest --test-dir "$BUILD" -L gpu --no-tests=error -R 'ReliabilityCalls' --output-on-failure --timeout 300 2>&1 | tee "$OUT/reliability-calls.log" | tail -15
     check "${PIPESTATUS[0]}" "reliability (calls)"
   fi
   step "reliability: anyreduce explain with a corrupted peer mapping on rank 1 (self-test reasons)"
@@ -262,7 +270,7 @@ fi
 
 if want pdl; then
   step "programmatic dependent launch (ANYR_PDL): correctness, then the same benches off and on"
-  timeout -k 10 300 ctest --test-dir "$BUILD" -L gpu -R 'ProgrammaticLaunch' --output-on-failure \
+  timeout -k 10 300 ctest --test-dir "$BUILD" -L gpu --no-tests=error -R 'ProgrammaticLaunch' --output-on-failure \
     --timeout 280 2>&1 | tee "$OUT/pdl-tests.log" | grep -E "INFO|Passed|Failed|tests passed"
   check "${PIPESTATUS[0]}" "PDL test"
   # Plain launches, programmatic launch releasing only at exit, and with the early release
@@ -293,7 +301,7 @@ fi
 
 if want pairs; then
   step "clusters of two at two blocks per SM: the test, then the fused bench with and without"
-  timeout -k 10 300 ctest --test-dir "$BUILD" -L gpu -R 'ClustersOfTwoBeyondOneBlockPerSm' \
+  timeout -k 10 300 ctest --test-dir "$BUILD" -L gpu --no-tests=error -R 'ClustersOfTwoBeyondOneBlockPerSm' \
     --output-on-failure --timeout 280 2>&1 | tee "$OUT/pairs-tests.log" | grep -E "Passed|Failed|tests passed"
   check "${PIPESTATUS[0]}" "pairs test"
   # One block per SM of the smallest GPU (explain's blocks.fusedAndHost): as a grid cap it
@@ -316,7 +324,7 @@ fi
 
 if want clusters; then
   step "fused one-shot in thread-block clusters (ANYR_FUSED_CLUSTER): correctness, then 1/0/2/4/8"
-  timeout -k 10 400 ctest --test-dir "$BUILD" -L gpu -R 'Cluster' --output-on-failure \
+  timeout -k 10 400 ctest --test-dir "$BUILD" -L gpu --no-tests=error -R 'Cluster' --output-on-failure \
     --timeout 380 2>&1 | tee "$OUT/clusters-tests.log" | grep -E "INFO fused clusters|Passed|Failed|tests passed" | sort -u | head -20
   check "${PIPESTATUS[0]}" "cluster tests"
   ANYR_FUSED_CLUSTER=0 timeout -k 10 120 "$A" explain 2>&1 | grep -A12 '"fusedClusters"' | head -13
@@ -353,7 +361,7 @@ if want clustertune; then
   CTL="$OUT/clustertune.txt"
   if [ "${CT_TUNE:-1}" != 0 ]; then
     step "clustertune: tuning GPU tests" | tee -a "$CTL"
-    timeout -k 10 500 ctest --test-dir "$BUILD" -L gpu -R 'DispatchGpu' --output-on-failure \
+    timeout -k 10 500 ctest --test-dir "$BUILD" -L gpu --no-tests=error -R 'DispatchGpu' --output-on-failure \
       --timeout 480 2>&1 | tee "$OUT/clustertune-tests.log" | grep -E "CLUSTER|Passed|Failed|tests passed" | sort -u | tee -a "$CTL"
     check "${PIPESTATUS[0]}" "tuning GPU tests"
     for H in ${TUNE_HIDDENS:-7168 6144}; do
@@ -395,7 +403,7 @@ if want worlds; then
     fi
     DEVS=$(seq -s, 0 $((w - 1)))
     step "world size $w (CUDA_VISIBLE_DEVICES=$DEVS)"
-    CUDA_VISIBLE_DEVICES=$DEVS timeout -k 10 "${WORLD_TEST_S:-400}" ctest --test-dir "$BUILD" -L gpu \
+    CUDA_VISIBLE_DEVICES=$DEVS timeout -k 10 "${WORLD_TEST_S:-400}" ctest --test-dir "$BUILD" -L gpu --no-tests=error \
       -E "${WORLD_TEST_EXCLUDE:-FusedKernelMatrix|CreateDestroy200|WiderWorldSizes|doctor}" --output-on-failure \
       --timeout 300 2>&1 | tee "$OUT/world$w-tests.log" | grep -E "tests passed|Failed|\*\*\*"
     check "${PIPESTATUS[0]}" "GPU tests at world size $w"
@@ -425,8 +433,9 @@ if want oldtargets; then
     check "$?" "build for compute_$t PTX"
     CUDA_VISIBLE_DEVICES=0 timeout -k 10 400 "$OB/tests/anyr_gpu_tests" \
       --gtest_filter='FusedKernel.*:Fused/FusedKernelMatrix.*:AllReduceGpu.OddWorld*:FusedAllReduceGpu.OddWorld*' \
-      2>&1 | tee "$OUT/tests-ptx$t.log" | grep -E "^\[  (PASSED|FAILED) |compared|NVFP4 enc"
+      2>&1 | tee "$OUT/tests-ptx$t.log" | grep -E "^\[  (PASSED|FAILED|SKIPPED) |compared|NVFP4 enc"
     check "${PIPESTATUS[0]}" "GPU tests from compute_$t PTX"
+    ran_tests "$OUT/tests-ptx$t.log" "GPU tests from compute_$t PTX"
   done
 fi
 
