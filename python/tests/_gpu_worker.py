@@ -3,7 +3,10 @@
 Every scenario checks anyreduce against torch.distributed's NCCL all-reduce on inputs of small
 integers, whose sums are exact in every dtype, so results must be bit-identical. A scenario
 that cannot run (e.g. the library has no fused kernel yet) raises Skip with the library's
-message; the parent turns that into pytest.skip.
+message; the parent turns that into pytest.skip. A sub-check that cannot run while the rest of
+the scenario does is recorded with skip_check(what, why): the scenario runs to the end, and the
+parent then reports the test as skipped, naming every sub-check not run and why (never as a
+pass).
 """
 
 from __future__ import annotations
@@ -16,6 +19,14 @@ class Skip(Exception):
     pass
 
 
+SKIPPED_CHECKS: list = []  # [what, why] of each sub-check this rank could not run
+
+
+def skip_check(what: str, why: str) -> None:
+    """Record that sub-check `what` did not run, and why (the parent reports it as a skip)."""
+    SKIPPED_CHECKS.append([what, why])
+
+
 def run(rank: int, world: int, port: int, scenario: str, out_dir: str) -> None:
     import torch
     import torch.distributed as dist
@@ -23,7 +34,7 @@ def run(rank: int, world: int, port: int, scenario: str, out_dir: str) -> None:
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
-    result = {"status": "ok", "rank": rank}
+    result = {"status": "ok", "rank": rank, "skipped_checks": SKIPPED_CHECKS}
     try:
         extra = SCENARIOS[scenario](rank, world)
         if extra:
@@ -107,14 +118,25 @@ def scenario_allreduce(rank: int, world: int):
     ref = nccl_sum(view.contiguous())
     assert_equal(comm.all_reduce(view), ref, "offset view")
 
+    # Every algorithm the library says it admitted (explain's "admission") must be accepted
+    # by set_algorithm and be exact; one it rejected must be refused, and its forced check is
+    # reported as skipped with the library's reason.
+    admission = comm.explain()["admission"]
     forced = []
     for algo in anyreduce.Algo:
         if algo is anyreduce.Algo.AUTO or anyreduce.algo_name(algo) is None:
             continue  # AUTO, or an algorithm newer than the loaded library
+        name = anyreduce.algo_name(algo)
+        assert name in admission, f"explain() has no admission entry for {name}: {admission}"
         try:
             comm.set_algorithm(algo)
-        except anyreduce.Unsupported:
+        except anyreduce.Unsupported as e:
+            assert not admission[name]["admitted"], \
+                f"{name} is admitted per explain() but set_algorithm refused it: {e}"
+            skip_check(f"forced {algo}", f"not admitted here: {e}")
             continue
+        assert admission[name]["admitted"], \
+            f"set_algorithm accepted {name}, which explain() says is rejected: {admission[name]}"
         forced.append(str(algo))
         for n in (1000, (1 << 18) + 1, (5 << 20) + 3):
             x = ints((n,), torch.bfloat16, seed=rank * 31 + n)
@@ -269,6 +291,13 @@ def scenario_fused(rank: int, world: int):
             comm.close()
             raise Skip(str(e)) from None
     has_standalone = lib.has_function("anyrAddRmsNorm")
+    if not has_standalone:
+        skip_check("fused vs standalone add_rms_norm (bit-identical by contract)",
+                   "the library does not export anyrAddRmsNorm")
+    if art.FP8_DTYPE is None:
+        why = f"torch {torch.__version__} has no float8_e4m3fn for the reference"
+        skip_check("FP8 bytes vs torch reference", why)
+        skip_check("NVFP4 values and block scales vs torch reference", why)
     eps = 1e-5
     try:
         for dtype in (torch.bfloat16, torch.float16):
@@ -430,6 +459,7 @@ def scenario_adapters(rank: int, world: int):
     import torch
     import torch.distributed as dist
 
+    import anyreduce
     from anyreduce.adapters import CustomAllreduce, DeviceCommunicator
     from anyreduce.torch import add_rms_norm_reference
 
@@ -469,6 +499,7 @@ def scenario_adapters(rank: int, world: int):
         assert_equal(graph_out, nccl_sum(inp), f"adapter graph replay {it}")
 
     dc = DeviceCommunicator(gloo, device=rank, device_group=dist.group.WORLD)
+    assert dc.ca_comm is not None and not dc.ca_comm.disabled  # else every call would be NCCL's
     assert_equal(dc.all_reduce(x), nccl_sum(x), "DeviceCommunicator bf16")
     xi = ints((100,), torch.int32, seed=rank)
     assert_equal(dc.all_reduce(xi), nccl_sum(xi), "DeviceCommunicator int32 fallback")
@@ -478,19 +509,31 @@ def scenario_adapters(rank: int, world: int):
     assert_equal(dc2.all_reduce(xi), nccl_sum(xi), "fallback returning None")
     assert len(calls) == 1
 
-    # Fused hooks: either done (and right) or declined (and nothing changed).
+    # Fused hooks: taken (and right) when the library exports the fused op and admits it for
+    # these tensors, declined (and nothing changed) otherwise. Whether it is admitted is asked
+    # of the communicator directly first: the same call, outside the adapter; Unsupported
+    # (FunctionNotAvailable included) is a capability answer, the same on every rank.
     tokens, hidden = 5, 1024
     partial = ints((tokens, hidden), torch.bfloat16, seed=rank + 40)
     residual = ints((tokens, hidden), torch.bfloat16, seed=rank + 41)
     weight = torch.ones(hidden, dtype=torch.bfloat16, device="cuda")
     ref_y, ref_r = add_rms_norm_reference(nccl_sum(partial), residual, weight, 1e-6)
+    try:
+        ca.comm.all_reduce_add_rms_norm(partial, residual, weight, 1e-6)
+        declined_why = None
+    except anyreduce.Unsupported as e:
+        declined_why = str(e)
     normed, res = ca.allreduce_residual_rmsnorm(partial, residual, weight, 1e-6)
     fused_taken = normed is not None
-    if fused_taken:
+    if declined_why is None:
+        assert fused_taken, "the library exports and admits the fused op, yet the hook declined"
         assert_equal(res, ref_r, "sglang hook residual")
         torch.testing.assert_close(normed, ref_y, rtol=2e-2, atol=2e-2)
     else:
-        assert res is None
+        assert not fused_taken and res is None, \
+            f"the hook returned a result for an op the library refused: {declined_why}"
+        skip_check("adapter fused hooks (sglang, vllm, DeviceCommunicator) vs reference",
+                   f"the library declines the fused op: {declined_why}")
     assert ca.allreduce_residual_rmsnorm(partial.float(), residual.float(), weight.float()) == (None, None)
     ai, rr = partial.clone(), residual.clone()
     done = ca.fused_allreduce_norm_(ai, rr, weight, 1e-6)
@@ -501,8 +544,20 @@ def scenario_adapters(rank: int, world: int):
     else:
         assert_equal(ai, partial, "declined vllm hook wrote allreduce_in")
         assert_equal(rr, residual, "declined vllm hook wrote residual")
+    # DeviceCommunicator: fused when taken (the fused counters of its communicator show it),
+    # else its fallback (anyreduce all-reduce + add_rms_norm_reference): then this comparison
+    # checks only the fallback's wiring, and the fused path is reported as skipped above.
+    dc_comm = dc.ca_comm.comm.comm
+
+    def fused_calls():
+        c = dc_comm.counters()
+        return c["fused_kernel_calls"] + c["fused_composed_calls"]
+
+    before = fused_calls()
     y, r = dc.all_reduce_add_rms_norm(partial, residual, weight, 1e-6)
-    assert_equal(r, ref_r, "DeviceCommunicator fused residual")
+    assert fused_calls() == before + (1 if fused_taken else 0), \
+        f"DeviceCommunicator fused path taken: expected {fused_taken}"
+    assert_equal(r, ref_r, "DeviceCommunicator add_rms_norm residual")
     torch.testing.assert_close(y, ref_y, rtol=2e-2, atol=2e-2)
     torch.cuda.synchronize()
     ca.close()

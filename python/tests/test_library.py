@@ -124,9 +124,10 @@ def test_no_gpu_is_a_clear_error_not_a_crash(ar):
     if have_gpu_device_nodes():
         try:
             comm = ar.Comm.init_rank(1, uid, 0)
-        except ar.AnyreduceError as e:  # e.g. a driver/runtime mismatch: still a clear error
-            assert e.message
-            return
+        except ar.CudaError as e:  # device nodes but no usable CUDA (driver/runtime mismatch)
+            assert e.code == ar.Result.CUDA_ERROR and e.message.startswith("anyrCommInitRank")
+            pytest.skip(f"GPU device nodes exist but CUDA is not usable here: {e.message}")
+        # Any other AnyreduceError is a failure of the 1-rank init itself: it propagates.
         with comm:
             assert (comm.count, comm.rank) == (1, 0)
             assert isinstance(comm.explain(), dict)
