@@ -246,25 +246,44 @@ void Communicator::startEpochsForTests() {
   ANYR_LOG(Warn, rank_, "ANYR_TEST_PUSH_EPOCH: push epochs start at " << push);
 }
 
+// A probe's round trip on the internal stream: `bytes` of zeroed device memory (stream-ordered,
+// so no device-wide synchronization), `launch` on them, read back into `hostOut`; every wait
+// bounded (waitStreamIdle), none behind other work on the GPU. Returns the launch's own error (a
+// refused launch leaves no sticky error, and hostOut then holds what the memset left); throws
+// on any other failure.
+cudaError_t Communicator::probeOnStream(
+    const char* what, size_t bytes, void* hostOut,
+    const std::function<cudaError_t(void*, cudaStream_t)>& launch) {
+  void* d = nullptr;
+  ANYR_CUDA_CHECK(cudaMallocAsync(&d, bytes, internalStream_));
+  cudaError_t e = cudaMemsetAsync(d, 0, bytes, internalStream_);
+  if (e == cudaSuccess) {
+    e = launch(d, internalStream_);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+  } else {
+    (void)cudaFreeAsync(d, internalStream_);
+    ANYR_CUDA_CHECK(e);
+  }
+  waitStreamIdle(internalStream_, what);
+  // The stream is idle: this copy (to pageable memory, so it returns when done) waits for
+  // nothing else.
+  const cudaError_t c = cudaMemcpyAsync(hostOut, d, bytes, cudaMemcpyDeviceToHost, internalStream_);
+  (void)cudaFreeAsync(d, internalStream_);
+  ANYR_CUDA_CHECK(c);
+  waitStreamIdle(internalStream_, what);
+  return e;
+}
+
 void Communicator::probeProgrammaticLaunch() {
   if (env::getInt("ANYR_PDL") == 0) {
     pdlReason_ = "off (ANYR_PDL=0); not probed";
     return;
   }
-  int* word = nullptr;
-  ANYR_CUDA_CHECK(cudaMalloc(&word, sizeof(int)));
-  const cudaError_t m = cudaMemsetAsync(word, 0, sizeof(int), internalStream_);
-  const cudaError_t e =
-      m == cudaSuccess ? probekernels::launchDependentPair(word, internalStream_) : cudaSuccess;
-  if (e != cudaSuccess) (void)cudaGetLastError();  // a refused launch leaves no sticky error
   int got = 0;
-  const cudaError_t c =
-      cudaMemcpyAsync(&got, word, sizeof(int), cudaMemcpyDeviceToHost, internalStream_);
-  const cudaError_t s = cudaStreamSynchronize(internalStream_);
-  (void)cudaFree(word);
-  ANYR_CUDA_CHECK(m);
-  ANYR_CUDA_CHECK(c);
-  ANYR_CUDA_CHECK(s);
+  const cudaError_t e = probeOnStream(
+      "the programmatic-launch probe", sizeof(int), &got, [](void* word, cudaStream_t s) {
+        return probekernels::launchDependentPair(static_cast<int*>(word), s);
+      });
   pdlOn_ = e == cudaSuccess && got == 2;
   if (e != cudaSuccess) {
     pdlReason_ = std::string("the probe launch was refused: ") + cudaGetErrorString(e);
@@ -281,7 +300,16 @@ void Communicator::probeProgrammaticLaunch() {
 }
 
 void Communicator::probeNvfp4Encoder() {
-  ANYR_CUDA_CHECK(nvfp4EncodesByInstruction(internalStream_, &nvfp4Instruction_));
+  int got = -1;
+  ANYR_CUDA_CHECK(
+      probeOnStream("the NVFP4 encoder probe", sizeof(int), &got, [](void* word, cudaStream_t s) {
+        return launchE2m1InstructionProbe(static_cast<int*>(word), s);
+      }));
+  if (got != 0 && got != 1) {
+    throwError(anyrCudaError,
+               "the NVFP4 encoder probe's kernel wrote " + std::to_string(got) + ", not 0 or 1");
+  }
+  nvfp4Instruction_ = got == 1;
   nvfp4Reason_ =
       nvfp4Instruction_
           ? "the machine code this GPU runs has the e2m1 conversion instruction (a family-specific "
@@ -304,20 +332,11 @@ void Communicator::probeClusters() {
   } else if (!topo_.gpus.empty() && !topo_.gpus[static_cast<size_t>(rank_)].clusterLaunch) {
     why = "the GPU has no thread-block clusters (cudaDevAttrClusterLaunch = 0)";
   } else {
-    unsigned int* out = nullptr;
-    ANYR_CUDA_CHECK(cudaMalloc(&out, 4 * sizeof(unsigned int)));
-    const cudaError_t m = cudaMemsetAsync(out, 0, 4 * sizeof(unsigned int), internalStream_);
-    const cudaError_t e =
-        m == cudaSuccess ? probekernels::launchClusterExchange(out, internalStream_) : cudaSuccess;
-    if (e != cudaSuccess) (void)cudaGetLastError();  // a refused launch leaves no sticky error
     unsigned int got[4] = {0, 0, 0, 0};
-    const cudaError_t c =
-        cudaMemcpyAsync(got, out, sizeof(got), cudaMemcpyDeviceToHost, internalStream_);
-    const cudaError_t s = cudaStreamSynchronize(internalStream_);
-    (void)cudaFree(out);
-    ANYR_CUDA_CHECK(m);
-    ANYR_CUDA_CHECK(c);
-    ANYR_CUDA_CHECK(s);
+    const cudaError_t e =
+        probeOnStream("the cluster probe", sizeof(got), got, [](void* out, cudaStream_t s) {
+          return probekernels::launchClusterExchange(static_cast<unsigned int*>(out), s);
+        });
     if (e != cudaSuccess) {
       why = std::string("the probe's cluster launch was refused: ") + cudaGetErrorString(e);
     } else if (got[0] != 0x5101u || got[1] != 0x5100u) {
@@ -613,7 +632,11 @@ WaitControl* Communicator::newWaitControl(LocalState* state, WorkspaceHeader* ow
   w.nranks = nranks_;
   WaitControl* d = nullptr;
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(WaitControl)));
-  ANYR_CUDA_CHECK(cudaMemcpy(d, &w, sizeof(w), cudaMemcpyHostToDevice));
+  // On the internal stream, bounded: cudaMemcpy would queue behind the application's work on
+  // the legacy default stream. (A copy from pageable memory returns once it is staged.)
+  waitStreamIdle(internalStream_, "the wait control's copy");
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(d, &w, sizeof(w), cudaMemcpyHostToDevice, internalStream_));
+  waitStreamIdle(internalStream_, "the wait control's copy");
   return d;
 }
 

@@ -175,6 +175,8 @@ class Communicator {
   // stream (algorithms, fused kernels, the epilogue). Timing only: ranks need not agree on it.
   int64_t testValueOfRank0(const char* name, int64_t max);
   void startEpochsForTests();
+  cudaError_t probeOnStream(const char* what, size_t bytes, void* hostOut,
+                            const std::function<cudaError_t(void*, cudaStream_t)>& launch);
   void probeProgrammaticLaunch();
   // Thread-block clusters for the fused one-shot (fused_algo.h): admitted where every rank's
   // probe launch worked and the agreed config does not turn them off.

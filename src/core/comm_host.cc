@@ -82,7 +82,8 @@ void Communicator::initHostTransport() {
   std::memcpy(mine + hostLayout_.headerOffset, &h, sizeof(h));
 
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dHostState_), sizeof(LocalState)));
-  ANYR_CUDA_CHECK(cudaMemset(dHostState_, 0, sizeof(LocalState)));
+  ANYR_CUDA_CHECK(cudaMemsetAsync(dHostState_, 0, sizeof(LocalState), internalStream_));
+  waitStreamIdle(internalStream_, "clearing the host transport's state");
   char* dev = host_->device();
   WorkspaceHeader* headers[kMaxLocalRanks] = {};
   for (int r = 0; r < nranks_; ++r) {

@@ -437,9 +437,11 @@ TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& pro
       // 0x3c3c as bf16 is 0.0115: finite small values (the timing does not depend on them).
       ANYR_CUDA_CHECK(cudaMemsetAsync(bufs[i], 0x3c, sizes[i], s));
     }
+    // Bounded waits (a pageable copy would wait for the memsets without a bound of ours).
+    waitStreamIdle(s, "preparing the tuning buffers");
     const float one = 1.0f;
     ANYR_CUDA_CHECK(cudaMemcpyAsync(bufs[7], &one, sizeof(one), cudaMemcpyHostToDevice, s));
-    ANYR_CUDA_CHECK(cudaStreamSynchronize(s));
+    waitStreamIdle(s, "preparing the tuning buffers");
 
     table.fingerprint = fingerprintOf(topo_, nranks_, tuningSettings());
     table.hidden = o.hidden;

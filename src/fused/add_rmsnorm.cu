@@ -129,26 +129,11 @@ __global__ void e2m1InstructionKernel(int* out) { *out = ANYR_E2M1_CVT; }
 
 }  // namespace
 
-cudaError_t nvfp4EncodesByInstruction(cudaStream_t stream, bool* byInstruction) {
-  int* word = nullptr;
-  cudaError_t err = cudaMalloc(&word, sizeof(int));
+cudaError_t launchE2m1InstructionProbe(int* word, cudaStream_t stream) {
+  const cudaError_t err = cudaMemsetAsync(word, 0xff, sizeof(int), stream);
   if (err != cudaSuccess) return err;
-  int got = -1;
-  err = cudaMemsetAsync(word, 0xff, sizeof(int), stream);
-  if (err == cudaSuccess) {
-    e2m1InstructionKernel<<<1, 1, 0, stream>>>(word);
-    err = cudaGetLastError();
-  }
-  if (err == cudaSuccess) {
-    err = cudaMemcpyAsync(&got, word, sizeof(int), cudaMemcpyDeviceToHost, stream);
-  }
-  const cudaError_t sync = cudaStreamSynchronize(stream);
-  if (err == cudaSuccess) err = sync;
-  const cudaError_t freed = cudaFree(word);
-  if (err == cudaSuccess) err = freed;
-  if (err == cudaSuccess && got != 0 && got != 1) err = cudaErrorUnknown;
-  *byInstruction = got == 1;
-  return err;
+  e2m1InstructionKernel<<<1, 1, 0, stream>>>(word);
+  return cudaGetLastError();
 }
 
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,

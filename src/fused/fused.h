@@ -277,9 +277,10 @@ cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const Fused
                              cudaStream_t stream, int threads = 0, bool pdl = false);
 
 // Whether the machine code the current device runs encodes NVFP4 with the GPU's e2m1
-// conversion instruction (ANYR_E2M1_CVT) rather than in fp32 arithmetic: one single-thread
-// kernel on `stream`, which is then synchronized. Every kernel of the library is built for the
-// same targets, so this one answers for all of them.
-cudaError_t nvfp4EncodesByInstruction(cudaStream_t stream, bool* byInstruction);
+// conversion instruction (ANYR_E2M1_CVT) rather than in fp32 arithmetic: sets *word to -1,
+// then one single-thread kernel writes 1 (the instruction) or 0 (fp32 arithmetic) into it, on
+// `stream`; the caller reads it back. Every kernel of the library is built for the same
+// targets, so this one answers for all of them.
+cudaError_t launchE2m1InstructionProbe(int* word, cudaStream_t stream);
 
 }  // namespace anyr

@@ -213,8 +213,10 @@ __global__ void clusterExchangeKernel(unsigned int* out) {
     dev::stAsyncPair(dev::clusterSharedAddr(&received, b ^ 1u), 0x5200u + b, 0x5300u + b,
                      dev::clusterSharedAddr(&bar, b ^ 1u));
     dev::mbarrierArriveExpectTx(&bar, 8u);
+    // Bounded in time (each try_wait may suspend for a system-defined while): 100 ms.
     bool done = false;
-    for (int spin = 0; spin < (1 << 22) && !done; ++spin) done = dev::mbarrierTryWait(&bar, 0u);
+    const uint64_t until = dev::globalTimerNs() + 100000000ull;
+    while (!done && dev::globalTimerNs() < until) done = dev::mbarrierTryWait(&bar, 0u);
     if (done && received.y == received.x + 0x100u) got = received.x;
   }
   dev::clusterArrive();  // the other block's accesses to this block's memory are done
