@@ -105,9 +105,11 @@ NcclBootstrap::~NcclBootstrap() {
   if (switched) (void)cudaSetDevice(prev);
 }
 
+// The device buffers are stream-ordered on stream_ (their only user): freeing them waits for
+// nothing else on the GPU, unlike cudaFree (a server's busy NCCL communicator, say).
 void NcclBootstrap::freeStaging() {
-  if (dIn_ != nullptr) (void)cudaFree(dIn_);
-  if (dOut_ != nullptr) (void)cudaFree(dOut_);
+  if (dIn_ != nullptr) (void)cudaFreeAsync(dIn_, stream_);
+  if (dOut_ != nullptr) (void)cudaFreeAsync(dOut_, stream_);
   if (hIn_ != nullptr) (void)cudaFreeHost(hIn_);
   if (hOut_ != nullptr) (void)cudaFreeHost(hOut_);
   dIn_ = dOut_ = hIn_ = hOut_ = nullptr;
@@ -150,11 +152,13 @@ void NcclBootstrap::init() {
 
 void NcclBootstrap::reserve(size_t bytes) {
   if (bytes <= capacity_) return;
+  // At least 4 KiB, and at least double: few reallocations (pinned host memory is freed with
+  // cudaFreeHost).
+  const size_t cap = std::max<size_t>({bytes, 2 * capacity_, 4096});
   freeStaging();
-  size_t cap = std::max<size_t>(bytes, 256);
-  size_t all = cap * static_cast<size_t>(nranks_);
-  ANYR_CUDA_CHECK(cudaMalloc(&dIn_, cap));
-  ANYR_CUDA_CHECK(cudaMalloc(&dOut_, all));
+  const size_t all = cap * static_cast<size_t>(nranks_);
+  ANYR_CUDA_CHECK(cudaMallocAsync(&dIn_, cap, stream_));
+  ANYR_CUDA_CHECK(cudaMallocAsync(&dOut_, all, stream_));
   ANYR_CUDA_CHECK(cudaHostAlloc(&hIn_, cap, cudaHostAllocDefault));
   ANYR_CUDA_CHECK(cudaHostAlloc(&hOut_, all, cudaHostAllocDefault));
   capacity_ = cap;
