@@ -64,8 +64,8 @@ TEST(NcclBootstrapGpu, CommunicatorFromAnNcclCommunicatorOfOneRank) {
       R_ANYR(anyrAllReduce(in, out, n, anyrBfloat16, anyrSum, comm, s), comm);
       unsigned long long wrong = ~0ull;
       R_CUDA(data::mismatchesNow(anyrBfloat16, out, n, 1, seed, data::kRandom, scratch, s, &wrong));
-      expect(wrong == 0, "seed " + std::to_string(seed) + ": " + std::to_string(wrong) +
-                             " wrong elements");
+      expect(wrong == 0,
+             "seed " + std::to_string(seed) + ": " + std::to_string(wrong) + " wrong elements");
     }
     failures += asyncErrorFailures(comm, report);
     R_ANYR(anyrCommDestroy(comm), nullptr);
