@@ -143,6 +143,13 @@ Config resolveConfig(const anyrConfig_t* user) {
     }
     c.timeoutMs = static_cast<int>(t);
   }
+  // ANYR_DEBUG is read where the first line is logged, which cannot fail: checked here, so a
+  // malformed value is an error like every other variable's.
+  const std::string debug = env::getString("ANYR_DEBUG");
+  if (debug != "NONE" && debug != "WARN" && debug != "INFO" && debug != "TRACE") {
+    throwError(anyrInvalidArgument, "environment variable ANYR_DEBUG='" + debug +
+                                        "': must be NONE, WARN, INFO or TRACE");
+  }
   // sizes
   auto sizeField = [&](size_t field, const char* envName, uint64_t* out) {
     if (user && field != ANYR_CONFIG_UNDEF_SIZE) {
@@ -155,8 +162,11 @@ Config resolveConfig(const anyrConfig_t* user) {
             &c.oneShotMaxBytes);
   sizeField(user ? user->twoShotMaxBytes : ANYR_CONFIG_UNDEF_SIZE, "ANYR_TWOSHOT_MAX_BYTES",
             &c.twoShotMaxBytes);
-  c.chunkBytes = env::getSize("ANYR_CHUNK_BYTES");
-  sizeField(user ? user->chunkBytes : ANYR_CONFIG_UNDEF_SIZE, "ANYR_CHUNK_BYTES", &c.chunkBytes);
+  // The variable (or its registered default) only where the field is not set: an explicit field
+  // wins over a malformed variable too.
+  c.chunkBytes = user && user->chunkBytes != ANYR_CONFIG_UNDEF_SIZE
+                     ? user->chunkBytes
+                     : env::getSize("ANYR_CHUNK_BYTES");
   ANYR_REQUIRE_ARG(
       c.chunkBytes >= (64u << 10) && c.chunkBytes <= (1ull << 30) && c.chunkBytes % 4096 == 0,
       "config.chunkBytes / ANYR_CHUNK_BYTES",

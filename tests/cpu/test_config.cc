@@ -105,6 +105,18 @@ TEST(Config, BadValuesNameTheFieldAndRule) {
     EnvGuard g("ANYR_TIMEOUT_MS", "soon");
     expectInvalid(nullptr, "ANYR_TIMEOUT_MS");
   }
+  {
+    EnvGuard g("ANYR_DEBUG", "info");
+    expectInvalid(nullptr, "ANYR_DEBUG='info': must be NONE, WARN, INFO or TRACE");
+  }
+  {
+    // A malformed variable does not matter where the explicit field is set.
+    EnvGuard g("ANYR_CHUNK_BYTES", "lots");
+    expectInvalid(nullptr, "ANYR_CHUNK_BYTES");
+    anyrConfig_t set = ANYR_CONFIG_INITIALIZER;
+    set.chunkBytes = 1 << 20;
+    EXPECT_EQ(resolveConfig(&set).chunkBytes, 1u << 20);
+  }
 }
 
 TEST(Config, WireRoundTrip) {
