@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: build, then probe every visible GPU and benchmark anyreduce against NCCL on
-# all of them. Without a GPU it builds and says so.
+# all of them. Without a GPU it builds and says so; with one, it probes it and says why no
+# benchmark ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -15,4 +16,14 @@ if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   exit 0
 fi
 "$BUILD/tools/anyreduce" probe
+# GPUs the benchmark would use (CUDA_VISIBLE_DEVICES narrows them).
+ngpu=$(nvidia-smi -L | grep -c '^GPU')
+if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then
+  ngpu=$(printf '%s' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c . || true)
+fi
+if [ "$ngpu" -lt 2 ] && [[ " $* " != *" -n "* && " $* " != *" --nranks"* ]]; then
+  echo "anyreduce: $ngpu GPU visible: probed; an all-reduce benchmark needs two or more GPUs, so"
+  echo "           none ran (bench -n N runs N ranks sharing the GPUs: correctness, not speed)."
+  exit 0
+fi
 "$BUILD/tools/anyreduce" bench "$@"
