@@ -7,9 +7,10 @@
  * General contracts (they hold for every call below unless the call says otherwise):
  *  - No call ever terminates the process. Failures come back as anyrResult_t; the message of
  *    the most recent failure is available from anyrGetLastError().
- *  - Collective calls (anyrCommInitRank*, anyrAllReduce, anyrCommSetAlgorithm,
- *    anyrCommDestroy) must be made by every rank of the communicator, in the same order,
- *    with the same count, datatype, op and algorithm.
+ *  - Collective calls (anyrCommInitRank*, anyrCommInitFromNccl, anyrAllReduce,
+ *    anyrAllReduceAddRmsNorm, anyrCommSetAlgorithm, anyrCommTune, anyrCommDestroy) must be made
+ *    by every rank of the communicator, in the same order, with the same count, datatype, op
+ *    and algorithm (fused: the same tokens, hidden, datatype and quantization).
  *  - Every wait, on the host and on the device, is bounded by the communicator's timeout
  *    (ANYR_TIMEOUT_MS, default 30000 ms). An expired wait names the rank waited for.
  *  - Results are bit-identical on every rank: every anyreduce algorithm accumulates in fp32
@@ -17,8 +18,9 @@
  *  - One call at a time per communicator: a collective call or anyrCommDestroy made while
  *    another thread is inside a call on the same communicator returns anyrInvalidUsage at once
  *    (nothing queued, nothing freed). Calls on different streams run in call order on the
- *    device. ANYR_VALIDATE_CALLS=1 makes every collective call compare its signature across
- *    ranks first and fail on a mismatch instead of hanging (docs/RELIABILITY.md).
+ *    device. ANYR_VALIDATE_CALLS=1 makes every anyrAllReduce, anyrAllReduceAddRmsNorm and
+ *    anyrCommSetAlgorithm call compare its signature across ranks first and fail on a mismatch
+ *    instead of hanging (docs/RELIABILITY.md); the other collective calls are not checked.
  *
  * Alignment rule: send and receive buffers must be aligned to the size of one element
  * (2 bytes for fp16/bf16, 4 for fp32). 16-byte alignment is faster; any element count works.
@@ -90,7 +92,9 @@ typedef enum {
  * Compressed formats quantize every rank's contribution (its own included) to 8 bits with a
  * power-of-two fp32 scale per block of 16 vectors (128 16-bit or 64 fp32 elements) and
  * accumulate the dequantized values in fp32 in rank order: results stay bit-identical on all
- * ranks but are approximate (error bound in docs/WIRE.md). */
+ * ranks but are approximate (error bound in docs/WIRE.md). A non-finite input element (inf or
+ * NaN) travels as a code that decodes to NaN, so the output element there is NaN (the native
+ * wire gives +-inf or NaN). */
 typedef enum {
   anyrWireNative = 0, /* the data type itself: exact */
   anyrWireFp8 = 1,    /* e4m3 + per-block power-of-two scale */
@@ -114,17 +118,20 @@ typedef struct {
   unsigned int version;   /* ANYR_VERSION_CODE */
   int algorithm;          /* anyrAlgo_t to force; ANYR_ALGO; default anyrAlgoAuto */
   int timeoutMs;          /* bound on every wait; ANYR_TIMEOUT_MS; default 30000 */
-  size_t oneShotMaxBytes; /* largest one-shot message; ANYR_ONESHOT_MAX_BYTES */
-  size_t
-      twoShotMaxBytes; /* largest message the auto choice gives two-shot; ANYR_TWOSHOT_MAX_BYTES */
-  size_t chunkBytes;   /* staging size per rank for pull/two-shot; ANYR_CHUNK_BYTES; 8 MiB */
-  int useNccl;         /* 1: create/keep an NCCL communicator; ANYR_USE_NCCL; default 1 */
-  int maxBlocks;       /* cap on thread blocks per kernel; ANYR_MAX_BLOCKS; 0 = automatic */
+  size_t oneShotMaxBytes; /* largest one-shot message; ANYR_ONESHOT_MAX_BYTES; 0 = default
+                             (1 MiB at 2 ranks, else 512 KiB / (nranks - 1), at least 64 KiB) */
+  size_t twoShotMaxBytes; /* largest message the auto choice gives two-shot;
+                             ANYR_TWOSHOT_MAX_BYTES; 0 = default (32 MiB). Either nonzero:
+                             fixed thresholds replace the seed cost model */
+  size_t chunkBytes;      /* staging size per rank for pull/two-shot; ANYR_CHUNK_BYTES; 8 MiB */
+  int useNccl;            /* 1: create/keep an NCCL communicator; ANYR_USE_NCCL; default 1 */
+  int maxBlocks;          /* cap on thread blocks per kernel; ANYR_MAX_BLOCKS; 0 = automatic */
   const char* tuningFile; /* tuning table loaded at init if its fingerprint matches (rank 0
                              reads it); ANYR_TUNING_FILE; default none */
-  int tuneBudgetMs;       /* > 0: with no matching table, tune at init within this budget and
-                             save to tuningFile if set; ANYR_TUNE_BUDGET_MS; default 0 */
-  int wire;         /* anyrWire_t: host-memory algorithms and one-shot pull; ANYR_WIRE; native */
+  int tuneBudgetMs;       /* 0..3600000 ms; > 0: with no matching table, tune at init within
+                             this budget and save to tuningFile if set; ANYR_TUNE_BUDGET_MS;
+                             default 0 (no tuning at init) */
+  int wire; /* anyrWire_t (0..2): host-memory algorithms and one-shot pull; ANYR_WIRE; native */
   int fusedCluster; /* thread-block cluster size of the fused all-reduce + RMSNorm kernels
                        (one-shot, two-shot): 1 = off, 2, 4 or 8; ANYR_FUSED_CLUSTER; 0 = auto */
 } anyrConfig_t;
@@ -147,8 +154,10 @@ ANYR_API anyrResult_t anyrGetVersion(int* version);
  * Distribute the id to the other ranks by any means. */
 ANYR_API anyrResult_t anyrGetUniqueId(anyrUniqueId* uniqueId);
 
-/* Creates the communicator of rank `rank` in `nranks` (2..8 on one host; more, up to 1024, through
- * NCCL). Uses the current CUDA device. Blocks until every rank arrived or the timeout expired; the
+/* Creates the communicator of rank `rank` in `nranks` (1..1024). World size 1 needs no transport:
+ * anyrAllReduce is then a local copy. The peer and host-memory algorithms need 2..8 ranks on one
+ * host; a larger world, or ranks on several hosts, goes through NCCL. Uses the current CUDA
+ * device. Blocks until every rank arrived or the timeout expired; the
  * error then names the ranks that never arrived. config may be NULL. */
 ANYR_API anyrResult_t anyrCommInitRank(anyrComm_t* comm, int nranks, anyrUniqueId uniqueId,
                                        int rank);
@@ -198,7 +207,8 @@ ANYR_API anyrResult_t anyrAllReduce(const void* sendbuff, void* recvbuff, size_t
  * and, when quant != anyrQuantNone, y quantized (see anyrFusedOptions_t). The mean is taken
  * in fp32 over the rounded r, so normOut and residualOut match a separate add+RMSNorm kernel
  * run on the all-reduced tensor. dtype: anyrBfloat16 or anyrFloat16; weight has the same
- * dtype. hidden: a multiple of 8 in 128..16384; tokens: any (0 is a no-op). */
+ * dtype. hidden: a multiple of 8 in 128..16384 (of 16 with NVFP4 output); tokens: any (0 is a
+ * no-op). */
 typedef enum {
   anyrQuantNone = 0,
   anyrQuantFp8 = 1,
@@ -211,11 +221,14 @@ typedef struct {
   unsigned int magic; /* ANYR_FUSED_MAGIC */
   int weightPlusOne;  /* 1: y = r/rms * (1 + weight) (Gemma/Qwen); 0: r/rms * weight */
   int quant;          /* anyrQuant_t */
-  /* FP8 (e4m3, saturating): q = clamp(y * (1 / scale[0]), -448, 448), scale a device pointer
-   * to one fp32 (per-tensor). NVFP4: scale[0] is the fp32 global scale g; each 16-element
-   * block b gets an e4m3 block scale s_b = e4m3(amax_b * (1 / (6 * g))) and elements
-   * q = e2m1(y * (1 / (s_b * g))); dequantized y ~ q * s_b * g. Every operation is one IEEE
-   * fp32 operation (the reciprocals correctly rounded); docs/FUSED.md gives the exact rules. */
+  /* FP8 (e4m3fn): q = e4m3(y * (1 / scale[0])), scale a device pointer to one fp32
+   * (per-tensor); the conversion rounds to nearest even, saturates at +-448, gives 0x7F for
+   * NaN and keeps the sign of zero (-0.0 -> 0x80). NVFP4: scale[0] is the fp32 global scale
+   * g, the dequantization side: g = 1 / SFScaleVal = amax_tensor / (448 * 6) in TensorRT-LLM's
+   * and FlashInfer's terms; each 16-element block b gets an e4m3 block scale
+   * s_b = e4m3(amax_b * (1 / (6 * g))) and elements q = e2m1(y * (1 / (s_b * g))); dequantized
+   * y ~ q * s_b * g. Every operation is one IEEE fp32 operation (the reciprocals correctly
+   * rounded); docs/FUSED.md gives the exact rules. */
   const float* scale;
   void* quantOut;            /* FP8: tokens x hidden bytes. NVFP4: tokens x hidden/2 bytes, two
                                 e2m1 values per byte, element 2i in the low nibble. */
@@ -223,7 +236,7 @@ typedef struct {
                                 if blockScalesSwizzled is given) */
   void* blockScalesSwizzled; /* NVFP4: the same scales in the 128x4 swizzled layout NVFP4
                            GEMMs read (docs/FUSED.md); rows padded to 128, scale columns to 4;
-                           may be NULL */
+                           the padding is never written (docs/FUSED.md); may be NULL */
 } anyrFusedOptions_t;
 #define ANYR_FUSED_MAGIC 0x414e5946u
 #define ANYR_FUSED_OPTIONS_INITIALIZER \
@@ -259,7 +272,8 @@ ANYR_API anyrResult_t anyrCommSetAlgorithm(anyrComm_t comm, anyrAlgo_t algorithm
  * JSON, for ANYR_TUNING_FILE. Collective; allocates and frees temporary device buffers. */
 ANYR_API anyrResult_t anyrCommTune(anyrComm_t comm, int budgetMs, const char* savePath);
 
-/* The algorithm anyrAllReduce would use for this message, without running it. */
+/* The algorithm anyrAllReduce would use for this message, without running it; anyrAlgoAuto on a
+ * communicator of one rank (where anyrAllReduce is a local copy). */
 ANYR_API anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count,
                                              anyrDataType_t datatype, anyrAlgo_t* algorithm);
 

@@ -185,7 +185,8 @@ HostSettings agreeHostSettings(Bootstrap& bs, int rank) {
 void Communicator::initHostCopy() {
   // Device staging of the host-copy algorithm: the own compressed chunks (compressed wire),
   // and every peer's chunks of one launch, copied in from host memory before the reduction:
-  // n x copyBytes in all (the default 16 MiB launch: 34 MiB at 2 ranks, 136 MiB at 8).
+  // n x copyBytes in all (copyBytes: a launch plus one copy chunk, 18 MiB with the default 16 MiB
+  // launch and 2 MiB chunks: 36 MiB at 2 ranks, 144 MiB at 8).
   const uint64_t slot = hostLayout_.copyBytes;
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&copy_.sendStage), slot));
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&copy_.recvStage),

@@ -12,17 +12,21 @@ namespace env {
 
 const std::vector<Param>& params() {
   static const std::vector<Param> table = {
-      {"ANYR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE"},
+      {"ANYR_DEBUG", "WARN",
+       "log level: NONE, WARN, INFO or TRACE (any other value fails communicator creation)"},
       {"ANYR_ALGO", "auto",
        "force an algorithm: auto, oneshot-push, oneshot-pull, twoshot, twoshot-push, nccl, "
        "host-oneshot, host-twoshot, host-copy"},
       {"ANYR_TIMEOUT_MS", "30000",
        "bound on every wait, host and device, in milliseconds (bootstrap, flags, data)"},
       {"ANYR_ONESHOT_MAX_BYTES", "",
-       "largest message for one-shot algorithms (default: 1 MiB for 2 ranks, else 512 KiB / (ranks "
-       "- 1), at least 64 KiB)"},
+       "largest message for one-shot algorithms (unset or 0: the default, 1 MiB for 2 ranks, else "
+       "512 KiB / (ranks - 1), at least 64 KiB; at most 64 MiB); a nonzero value here or in "
+       "ANYR_TWOSHOT_MAX_BYTES replaces the seed cost model by fixed thresholds"},
       {"ANYR_TWOSHOT_MAX_BYTES", "",
-       "largest message the automatic choice gives two-shot before NCCL (default 32 MiB)"},
+       "largest message the automatic choice gives two-shot before NCCL (unset or 0: the "
+       "default, 32 MiB); a nonzero value here or in ANYR_ONESHOT_MAX_BYTES replaces the seed "
+       "cost model by fixed thresholds"},
       {"ANYR_CHUNK_BYTES", "8M",
        "staging buffer per rank for one-shot pull and two-shot; larger messages are chunked"},
       {"ANYR_USE_NCCL", "1", "1: create an NCCL communicator for large messages and fallback"},
@@ -30,7 +34,7 @@ const std::vector<Param>& params() {
       {"ANYR_SOCKET_ADDR", "", "address rank 0 listens on for the rendezvous (default 127.0.0.1)"},
       {"ANYR_SOCKET_IFNAME", "",
        "network interface whose IPv4 address rank 0 listens on (ignored if ANYR_SOCKET_ADDR)"},
-      {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on (0: any free port)"},
+      {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on, 0..65535 (0: any free port)"},
       {"ANYR_PDL", "1",
        "1: launch the communicator's kernels (every peer and host algorithm, the fused kernels, "
        "the add + RMSNorm epilogue) with programmatic dependent launch where the communicator's "
@@ -41,7 +45,10 @@ const std::vector<Param>& params() {
        "to complete), except the fused two-shot's dense shape; 0 = only once its blocks exited "
        "(timing only, ranks may differ)"},
       {"ANYR_PUSH_FENCE", "0",
-       "diagnostic: 1 = system-scope fence after a push kernel's stores, before it polls"},
+       "diagnostic: 1 = every thread of the push kernels (one-shot push, two-shot push and their "
+       "fused kernels) issues a system-scope fence (__threadfence_system) once it pushed its own "
+       "data to the peers (two-shot: the reduce-scatter's pushes), before it clears and polls; "
+       "0 = no fence (the protocol needs none; each rank's own value; timing only)"},
       {"ANYR_SELFTEST", "1",
        "1: at init, run every admitted peer algorithm once on a checksum pattern and disable any "
        "that fails on any rank (rank 0's value decides); 0: skip"},
@@ -55,9 +62,10 @@ const std::vector<Param>& params() {
        "tests only: corrupt-peer:R makes rank R's mapping of the next rank's workspace point at "
        "its own, so the self-test must catch it"},
       {"ANYR_VALIDATE_CALLS", "0",
-       "1: every collective call first compares its signature (call number, kind, count, dtype, "
-       "op) across ranks through the bootstrap and fails on a mismatch instead of hanging "
-       "(costs one bootstrap round trip per call; on when any rank sets it)"},
+       "1: every anyrAllReduce, anyrAllReduceAddRmsNorm and anyrCommSetAlgorithm call first "
+       "compares its signature (call number, kind, count or tokens/hidden/quantization, dtype, op "
+       "or algorithm) across ranks through the bootstrap and fails on a mismatch instead of "
+       "hanging (costs one bootstrap round trip per call; on when any rank sets it)"},
       {"ANYR_TUNING_FILE", "",
        "tuning table (JSON, `anyreduce tune`) loaded at init when its fingerprint matches"},
       {"ANYR_TUNE_BUDGET_MS", "0",

@@ -162,9 +162,11 @@ std::function<int()> addDoctorCommand(CLI::App& app, int argc, char** argv) {
                 "runs, and flag the starvation signature; no run of our own");
   d->add_option("--report", a->report,
                 "Print the verdict and write the HTML report from this measurement JSON");
-  d->add_option("--json", a->json, "Write the measurement here (default doctor.json)")
+  d->add_option("--json", a->json,
+                "Write the measurement here (default doctor.json; with --watch doctor-watch.json)")
       ->each([a](const std::string&) { a->jsonSet = true; });
-  d->add_option("--html", a->html, "Write the HTML report here (default doctor.html)")
+  d->add_option("--html", a->html,
+                "Write the HTML report here (default doctor.html; with --watch doctor-watch.html)")
       ->each([a](const std::string&) { a->htmlSet = true; });
   std::string command = "anyreduce";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
