@@ -47,24 +47,34 @@ cudaError_t dispatchWire(int wire, F&& f) {
 
 __device__ __forceinline__ float pow2f(int k) { return __int_as_float((127 + k) << 23); }
 
-// Smallest k with amax <= qmax * 2^k, clamped to [-100, 100] (so 2^k and 2^-k are normal
-// floats). amax = m * 2^e, m in [0.5, 1): qmax = 0.875 * 2^9 (e4m3) or (127/128) * 2^7 (int8).
+// Smallest k with amax <= qmax * 2^k, clamped to [-126, 126] (so 2^k and 2^-k are normal
+// floats; every finite group of fp32 or bf16, up to 3.4e38, needs k <= 122, so nothing finite
+// saturates; below qmax * 2^-127 the scale stays 2^-126). amax is the group's largest finite
+// |x| (non-finite elements travel as a NaN code, below). amax = m * 2^e, m in [0.5, 1): qmax =
+// 0.875 * 2^9 (e4m3) or (127/128) * 2^7 (int8).
 template <int kWire>
 __device__ __forceinline__ int scaleExponent(float amax) {
-  if (!(amax > 0.f)) return 0;  // zero (or NaN, which fmaxf drops anyway)
-  if (isinf(amax)) return 100;
+  if (!(amax > 0.f)) return 0;  // an all-zero (or all non-finite) group
   int e = 0;
   const float m = frexpf(amax, &e);
   const int k = kWire == kWireFp8 ? e - 9 + (m > 0.875f ? 1 : 0) : e - 7 + (m > 127.f / 128.f);
-  return max(-100, min(100, k));
+  return max(-126, min(126, k));
 }
 
+// The int8 code of a non-finite element (values use -127..127): it decodes to NaN.
+constexpr signed char kInt8NaN = -128;
+
+// One element's code. A non-finite element (inf or NaN) gets the code that decodes to NaN
+// (e4m3 0x7F / 0xFF, int8 -128): it reaches the sum as NaN, and the group's other elements keep
+// their scale.
 template <int kWire>
-__device__ __forceinline__ unsigned char quantize1(float scaled) {
+__device__ __forceinline__ unsigned char quantize1(float x, float inv) {
   if constexpr (kWire == kWireFp8) {
-    return static_cast<unsigned char>(__nv_cvt_float_to_fp8(scaled, __NV_SATFINITE, __NV_E4M3));
+    if (!isfinite(x)) return 0x7F;
+    return static_cast<unsigned char>(__nv_cvt_float_to_fp8(x * inv, __NV_SATFINITE, __NV_E4M3));
   } else {
-    const float r = rintf(fminf(fmaxf(scaled, -127.f), 127.f));
+    if (!isfinite(x)) return static_cast<unsigned char>(kInt8NaN);
+    const float r = rintf(fminf(fmaxf(x * inv, -127.f), 127.f));
     return static_cast<unsigned char>(static_cast<signed char>(static_cast<int>(r)));
   }
 }
@@ -75,7 +85,8 @@ __device__ __forceinline__ float dequantize1(unsigned char q, float s) {
     __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(q), __NV_E4M3);
     return __half2float(__half(h)) * s;
   } else {
-    return static_cast<float>(static_cast<signed char>(q)) * s;
+    const signed char c = static_cast<signed char>(q);
+    return c == kInt8NaN ? __int_as_float(0x7fc00000) : static_cast<float>(c) * s;
   }
 }
 
@@ -91,7 +102,7 @@ __device__ __forceinline__ void wirePut(const Vec& x, char* pay, char* scales, u
 #pragma unroll
   for (int i = 0; i < E; ++i) {
     f[i] = vecElem<T>(x, i);
-    amax = fmaxf(amax, fabsf(f[i]));
+    if (isfinite(f[i])) amax = fmaxf(amax, fabsf(f[i]));
   }
 #pragma unroll
   for (int m = 1; m < kWireGroupVecs; m <<= 1) {
@@ -102,7 +113,7 @@ __device__ __forceinline__ void wirePut(const Vec& x, char* pay, char* scales, u
   WireVec<T> q;
 #pragma unroll
   for (int i = 0; i < E; ++i) {
-    q.b[i] = quantize1<kWire>(f[i] * inv);
+    q.b[i] = quantize1<kWire>(f[i], inv);
     deq[i] = dequantize1<kWire>(q.b[i], s);
   }
   if (!store) return;

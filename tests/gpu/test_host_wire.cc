@@ -83,24 +83,54 @@ double halfUlp(anyrDataType_t t, double v) {
   }
 }
 
-enum Pattern { kCrafted = 0, kRandomScaled = 1 };
+enum Pattern { kCrafted = 0, kRandomScaled = 1, kEdges = 2 };
 
 const char* wireNameOf(anyrWire_t w) { return w == anyrWireFp8 ? "fp8" : "int8"; }
 
-// Rank r's input element i (already representable in the dtype).
-float inputValue(anyrDataType_t t, int pattern, int rank, uint64_t i, uint32_t seed) {
+// Rank r's input element i (already representable in the dtype). kEdges, by wire group
+// (groupElems elements) g: g % 4 == 0, small integers times the dtype's largest power of two
+// used here (2^120; fp16 2^10); 1, times its smallest (2^-120; fp16 2^-14); 2, small integers
+// and an infinity on rank 0 at the group's first element; 3, a NaN on rank 1 at its second.
+float inputValue(anyrDataType_t t, int pattern, int rank, uint64_t i, uint32_t seed,
+                 uint64_t groupElems) {
   if (pattern == kCrafted) {
     const int e = static_cast<int>((i / 64) % 16) - 8;
     return std::ldexp(data::genValue(data::kSmallInts, rank, i, seed), e);
+  }
+  if (pattern == kEdges) {
+    const float v = data::genValue(data::kSmallInts, rank, i, seed);
+    const uint64_t g = i / groupElems, at = i % groupElems;
+    const bool half = t == anyrFloat16;
+    switch (g % 4) {
+      case 0:
+        return std::ldexp(v, half ? 10 : 120);
+      case 1:
+        return std::ldexp(v, half ? -14 : -120);
+      case 2:
+        return rank == 0 && at == 0 ? INFINITY : v;
+      default:
+        return rank == 1 && at == 1 ? NAN : v;
+    }
   }
   const int e = static_cast<int>((i / 256) % 8) - 4;
   return roundTo(t, std::ldexp(data::genValue(data::kRandom, rank, i, seed), e));
 }
 
+// The group's scale s of docs/WIRE.md: the smallest power of two with a <= Q s, 2^-126..2^126.
+double wireScale(anyrWire_t w, double a) {
+  const double q = w == anyrWireFp8 ? 448.0 : 127.0;
+  if (!(a > 0) || !std::isfinite(a)) return 1.0;
+  int k = static_cast<int>(std::ceil(std::log2(a / q)));
+  while (std::ldexp(q, k - 1) >= a) --k;
+  while (std::ldexp(q, k) < a) ++k;
+  return std::ldexp(1.0, std::max(-126, std::min(126, k)));
+}
+
 // Per-element bound of docs/WIRE.md for one quantization of x in a group of max |.| = a.
 double quantErr(anyrWire_t w, double x, double a) {
-  if (w == anyrWireFp8) return std::ldexp(std::fabs(x), -4) + a * std::ldexp(1.0, -10) / 224.0;
-  return a / 127.0;
+  const double s = wireScale(w, a);
+  if (w == anyrWireFp8) return std::ldexp(std::fabs(x), -4) + std::ldexp(s, -10);
+  return s / 2;
 }
 
 int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyrWire_t wire) {
@@ -133,17 +163,21 @@ int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyr
       const size_t es = data::dtypeBytes(dt);
       const uint64_t groupElems = 16 * (16 / es);  // elements per wire group
       for (uint64_t count : counts) {
-        for (int pattern : {kCrafted, kRandomScaled}) {
+        for (int pattern : {kCrafted, kRandomScaled, kEdges}) {
           for (int rep = 0; rep < 2; ++rep) {  // twice: both parity buffers
             ++seed;
             std::ostringstream key;
             key << wireNameOf(wire) << "/" << anyrAlgoName(algo) << "/" << data::dtypeName(dt)
-                << "/n=" << count << (pattern == kCrafted ? "/crafted" : "/random") << "/" << rep;
+                << "/n=" << count
+                << (pattern == kCrafted ? "/crafted"
+                    : pattern == kEdges ? "/edges"
+                                        : "/random")
+                << "/" << rep;
             // Inputs of every rank (each rank needs all of them for the reference).
             std::vector<std::vector<float>> x(static_cast<size_t>(n), std::vector<float>(count));
             for (int r = 0; r < n; ++r) {
               for (uint64_t i = 0; i < count; ++i) {
-                x[static_cast<size_t>(r)][i] = inputValue(dt, pattern, r, i, seed);
+                x[static_cast<size_t>(r)][i] = inputValue(dt, pattern, r, i, seed, groupElems);
               }
             }
             for (uint64_t i = 0; i < count; ++i) {
@@ -161,10 +195,12 @@ int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyr
               const uint64_t g1 = std::min(count, g0 + groupElems);
               std::vector<double> amax(static_cast<size_t>(n), 0.0);
               for (int r = 0; r < n; ++r) {
-                for (uint64_t i = g0; i < g1; ++i) {
-                  amax[static_cast<size_t>(r)] =
-                      std::max(amax[static_cast<size_t>(r)],
-                               std::fabs(static_cast<double>(x[static_cast<size_t>(r)][i])));
+                for (uint64_t i = g0; i < g1; ++i) {  // over finite elements, as the wire
+                  const double v = x[static_cast<size_t>(r)][i];
+                  if (std::isfinite(v)) {
+                    amax[static_cast<size_t>(r)] =
+                        std::max(amax[static_cast<size_t>(r)], std::fabs(v));
+                  }
                 }
               }
               double amaxSum = 0;
@@ -178,7 +214,13 @@ int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyr
                   qe += quantErr(wire, v, amax[static_cast<size_t>(r)]);
                 }
                 const float got = load(dt, hostOut.data(), i);
-                if (pattern == kCrafted) {
+                if (pattern == kEdges && !std::isfinite(exact)) {
+                  if (!std::isnan(got)) {  // a non-finite input travels as NaN
+                    if (bad++ == 0) firstBad = i;
+                  }
+                  continue;
+                }
+                if (pattern == kCrafted || pattern == kEdges) {
                   const float want = roundTo(dt, static_cast<float>(exact));
                   if (std::memcmp(&got, &want, 4) != 0) {
                     if (bad++ == 0) firstBad = i;
