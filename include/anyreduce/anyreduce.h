@@ -102,6 +102,20 @@ typedef enum {
   anyrNumWires = 3
 } anyrWire_t;
 
+/* How the ranks of one host map each other's device memory (the peer algorithms' workspace).
+ * Auto tries legacy CUDA IPC and, where it leaves a pair of ranks unmapped (between containers
+ * that do not share a PID namespace, for one), the virtual-memory kind; anyrCommExplain says
+ * which kind is in use and why. */
+typedef enum {
+  anyrPeerMemoryNone = 0,    /* no peer-mapped workspace, as on GPUs without peer access */
+  anyrPeerMemoryAuto = 1,    /* cuda-ipc, else vmm where that maps more pairs */
+  anyrPeerMemoryCudaIpc = 2, /* cudaIpcGetMemHandle / cudaIpcOpenMemHandle */
+  anyrPeerMemoryVmm = 3,     /* cuMemCreate allocations exported as POSIX file descriptors,
+                                passed over a Unix-domain socket (abstract name, or a path in
+                                ANYR_IPC_SOCKET_DIR); needs no shared PID namespace */
+  anyrNumPeerMemories = 4
+} anyrPeerMemory_t;
+
 #define ANYR_UNIQUE_ID_BYTES 128
 typedef struct {
   char internal[ANYR_UNIQUE_ID_BYTES];
@@ -134,14 +148,15 @@ typedef struct {
   int wire; /* anyrWire_t (0..2): host-memory algorithms and one-shot pull; ANYR_WIRE; native */
   int fusedCluster; /* thread-block cluster size of the fused all-reduce + RMSNorm kernels
                        (one-shot, two-shot): 1 = off, 2, 4 or 8; ANYR_FUSED_CLUSTER; 0 = auto */
+  int peerMemory;   /* anyrPeerMemory_t (0..3); ANYR_PEER_MEMORY; default anyrPeerMemoryAuto */
 } anyrConfig_t;
 #define ANYR_CONFIG_MAGIC 0x414e5952u
-#define ANYR_CONFIG_INITIALIZER                                                        \
-  {                                                                                    \
-    sizeof(anyrConfig_t), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, ANYR_CONFIG_UNDEF_INT, \
-        ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_SIZE,         \
-        ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT, NULL,    \
-        ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT            \
+#define ANYR_CONFIG_INITIALIZER                                                                    \
+  {                                                                                                \
+    sizeof(anyrConfig_t), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, ANYR_CONFIG_UNDEF_INT,             \
+        ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_SIZE,                     \
+        ANYR_CONFIG_UNDEF_SIZE, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT, NULL,                \
+        ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_INT \
   }
 
 /* Library version as ANYR_VERSION_CODE. */

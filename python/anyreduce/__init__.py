@@ -51,6 +51,7 @@ from ._types import (
     Config,
     DataType,
     FusedOptions,
+    PeerMemory,
     Quant,
     RedOp,
     Result,
@@ -68,7 +69,8 @@ __all__ = [
     # library
     "library", "library_path", "load_library", "LIBRARY_ENV_VAR",
     # types
-    "Algo", "Config", "DataType", "FusedOptions", "Quant", "RedOp", "Result", "Wire",
+    "Algo", "Config", "DataType", "FusedOptions", "PeerMemory", "Quant", "RedOp", "Result",
+    "Wire",
     "UNIQUE_ID_BYTES", "ANYR_VERSION_CODE",
     # errors
     "AnyreduceError", "CudaError", "SystemCallError", "InternalError", "InvalidArgument",

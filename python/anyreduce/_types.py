@@ -36,7 +36,8 @@ def _snake(camel: str) -> str:
 
 
 # C enumerator prefix per enum (the part before the member's own name).
-_C_PREFIX = {"Algo": "anyrAlgo", "Quant": "anyrQuant", "Wire": "anyrWire"}
+_C_PREFIX = {"Algo": "anyrAlgo", "Quant": "anyrQuant", "Wire": "anyrWire",
+             "PeerMemory": "anyrPeerMemory"}
 
 
 class _CEnum(enum.IntEnum):
@@ -177,6 +178,33 @@ class Wire(_CEnum):
         return cls(value)
 
 
+class PeerMemory(_CEnum):
+    """anyrPeerMemory_t: how the ranks of one host map each other's workspace."""
+
+    NONE = 0
+    AUTO = 1
+    CUDA_IPC = 2
+    VMM = 3
+
+    @property
+    def short_name(self) -> str:
+        return self.name.lower().replace("_", "-")
+
+    def __str__(self) -> str:
+        return self.short_name
+
+    @classmethod
+    def parse(cls, value: Union["PeerMemory", int, str]) -> "PeerMemory":
+        if isinstance(value, str):
+            key = value.strip().lower()
+            for kind in cls:
+                if key == kind.short_name:
+                    return kind
+            raise ValueError(f"unknown peer memory kind {value!r} "
+                             "('none', 'auto', 'cuda-ipc' or 'vmm')")
+        return cls(value)
+
+
 class Quant(_CEnum):
     """anyrQuant_t."""
 
@@ -205,6 +233,7 @@ NUM_SENTINELS = {
     "anyrNumAlgos": len(Algo),
     "anyrNumQuants": len(Quant),
     "anyrNumWires": len(Wire),
+    "anyrNumPeerMemories": len(PeerMemory),
 }
 
 # ---- ctypes structures --------------------------------------------------------------------
@@ -249,6 +278,7 @@ class anyrConfig_t(ctypes.Structure):  # noqa: N801 (C name)
         ("tuneBudgetMs", ctypes.c_int),  # ANYR_TUNE_BUDGET_MS
         ("wire", ctypes.c_int),
         ("fusedCluster", ctypes.c_int),  # ANYR_FUSED_CLUSTER
+        ("peerMemory", ctypes.c_int),  # ANYR_PEER_MEMORY
     ]
 
     @classmethod
@@ -256,7 +286,7 @@ class anyrConfig_t(ctypes.Structure):  # noqa: N801 (C name)
         """ANYR_CONFIG_INITIALIZER: every tunable at its "undefined" value."""
         u_int, u_size = ANYR_CONFIG_UNDEF_INT, ANYR_CONFIG_UNDEF_SIZE
         return cls(ctypes.sizeof(cls), ANYR_CONFIG_MAGIC, ANYR_VERSION_CODE, u_int, u_int,
-                   u_size, u_size, u_size, u_int, u_int, None, u_int, u_int, u_int)
+                   u_size, u_size, u_size, u_int, u_int, None, u_int, u_int, u_int, u_int)
 
 
 class anyrFusedOptions_t(ctypes.Structure):  # noqa: N801 (C name)
@@ -301,6 +331,9 @@ class Config:
     wire: Wire, int or name: 'native', 'fp8', 'int8' (ANYR_WIRE; default native)
     fused_cluster: thread-block cluster size of the fused all-reduce + RMSNorm kernels:
         0=auto, 1=off, 2, 4 or 8 (ANYR_FUSED_CLUSTER; default 0)
+    peer_memory: PeerMemory, int or name: 'none', 'auto', 'cuda-ipc', 'vmm' (ANYR_PEER_MEMORY;
+        default auto: legacy CUDA IPC, else virtual-memory file descriptors where those map
+        more pairs, e.g. between containers without a shared PID namespace)
     """
 
     algorithm: Optional[Union[Algo, int, str]] = None
@@ -312,6 +345,7 @@ class Config:
     max_blocks: Optional[int] = None
     wire: Optional[Union[Wire, int, str]] = None
     fused_cluster: Optional[int] = None
+    peer_memory: Optional[Union[PeerMemory, int, str]] = None
 
     def to_c(self) -> anyrConfig_t:
         """The anyrConfig_t for this configuration (ANYR_CONFIG_INITIALIZER + set fields)."""
@@ -367,6 +401,8 @@ class Config:
             c.wire = enum_field("wire", self.wire, Wire)
         if self.fused_cluster is not None:
             c.fusedCluster = int_field("fused_cluster", self.fused_cluster)
+        if self.peer_memory is not None:
+            c.peerMemory = enum_field("peer_memory", self.peer_memory, PeerMemory)
         return c
 
 

@@ -11,8 +11,10 @@ import pytest
 
 from anyreduce import _library, _types
 from anyreduce._types import (
+    ANYR_CONFIG_UNDEF_INT,
     Algo,
     DataType,
+    PeerMemory,
     Quant,
     RedOp,
     Result,
@@ -56,6 +58,7 @@ ENUMS = {
     "anyrAlgo_t": Algo,
     "anyrQuant_t": Quant,
     "anyrWire_t": Wire,
+    "anyrPeerMemory_t": PeerMemory,
 }
 
 
@@ -221,6 +224,18 @@ def test_config_wire_and_host_algorithms():
     assert Config(algorithm="host-copy").to_c().algorithm == int(Algo.HOST_COPY) == 8
     with pytest.raises(InvalidArgument, match="config.wire"):
         Config(wire="fp4").to_c()
+
+
+def test_config_peer_memory():
+    from anyreduce import Config, InvalidArgument
+
+    assert Config().to_c().peerMemory == ANYR_CONFIG_UNDEF_INT
+    assert Config(peer_memory="vmm").to_c().peerMemory == int(PeerMemory.VMM) == 3
+    assert Config(peer_memory="cuda-ipc").to_c().peerMemory == 2
+    assert Config(peer_memory=PeerMemory.NONE).to_c().peerMemory == 0
+    assert str(PeerMemory.CUDA_IPC) == "cuda-ipc"
+    with pytest.raises(InvalidArgument, match="config.peer_memory"):
+        Config(peer_memory="posix").to_c()
 
 
 def test_counters_struct_mirrors_header(header):

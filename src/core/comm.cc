@@ -562,22 +562,25 @@ void Communicator::initTransport() {
   facts_.peerMemory = false;
   if (nranks_ < 2) {
     facts_.peerMemoryReason = "a single rank needs no peer memory";
+    peerMemoryNote_ = "none (" + facts_.peerMemoryReason + ")";
     return;
   }
   if (nranks_ > kMaxLocalRanks || !facts_.sameHost) {
     facts_.peerMemoryReason =
         nranks_ > kMaxLocalRanks ? "more than 8 ranks" : "ranks on several hosts";
+    peerMemoryNote_ = "none (" + facts_.peerMemoryReason + ")";
     return;
   }
-  // Diagnostic: behave as GPUs without peer access (rank 0's setting counts for everyone).
-  int32_t peerWanted = env::getInt("ANYR_PEER_MEMORY") != 0 ? 1 : 0;
-  bs_->broadcast(&peerWanted, sizeof(peerWanted), 0);
-  if (!peerWanted) {
-    facts_.peerMemoryReason = "disabled by ANYR_PEER_MEMORY=0";
+  // Diagnostic: behave as GPUs without peer access (rank 0's setting, through the agreed
+  // configuration, counts for everyone).
+  if (cfg_.peerMemory == anyrPeerMemoryNone) {
+    facts_.peerMemoryReason = "disabled by config.peerMemory / ANYR_PEER_MEMORY=none";
+    peerMemoryNote_ = "none (" + facts_.peerMemoryReason + ")";
     return;
   }
   layout_ = computeLayout(cfg_, nranks_);
-  peers_ = createIpcPeerMemory(*bs_, layout_.totalBytes);
+  mapPeerMemory();
+  if (!peers_) return;
   char* base = peers_->local();
   // Header, zeroed flags and check area, cleared push buffers.
   const WorkspaceHeader h = headerOfThisRank(layout_.hash());
@@ -607,6 +610,98 @@ void Communicator::initTransport() {
   argsTemplate_.nranks = nranks_;
   argsTemplate_.pushFence = env::getInt("ANYR_PUSH_FENCE") != 0 ? 1 : 0;
   argsTemplate_.wire = static_cast<int32_t>(cfg_.wire);
+}
+
+int Communicator::mappedPairs(const PeerMemory& m) {
+  const int32_t mine = mappedPeers(m, nranks_, rank_);
+  int total = 0;
+  for (int32_t v : bs_->allGatherValue(mine)) total += v;
+  return total;
+}
+
+std::string Communicator::firstMapFailure(const PeerMemory& m) {
+  struct Failure {
+    int32_t peer;  // -1: every peer mapped
+    char why[124];
+  };
+  Failure mine{};
+  mine.peer = -1;
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_ || m.peer(r) != nullptr) continue;
+    mine.peer = r;
+    std::snprintf(mine.why, sizeof(mine.why), "%s", m.mapError(r).c_str());
+    break;
+  }
+  const std::vector<Failure> all = bs_->allGatherValue(mine);
+  for (int r = 0; r < nranks_; ++r) {
+    const Failure& f = all[static_cast<size_t>(r)];
+    if (f.peer < 0) continue;
+    return "rank " + std::to_string(r) + " cannot map rank " + std::to_string(f.peer) +
+           "'s workspace: " + std::string(f.why, strnlen(f.why, sizeof(f.why)));
+  }
+  return "";
+}
+
+void Communicator::mapPeerMemory() {
+  const anyrPeerMemory_t want = cfg_.peerMemory;
+  const bool forced = want != anyrPeerMemoryAuto;
+  const std::string how = forced ? "forced by config.peerMemory / ANYR_PEER_MEMORY" : "auto";
+  const int pairs = nranks_ * (nranks_ - 1);
+  const FaultInjection fault = parseFaultInjection(env::getString("ANYR_FAULT_INJECT"));
+  const bool failIpc = fault.kind == FaultInjection::IpcOpenFails && fault.rank == rank_;
+  auto counted = [&](int mapped) {
+    return std::to_string(mapped) + " of " + std::to_string(pairs) + " ordered pairs mapped";
+  };
+  // Releases `m` on every rank without freeing a region a peer still maps.
+  auto release = [&](std::unique_ptr<PeerMemory>* m) {
+    (*m)->unmapPeers();
+    bs_->barrier();
+    m->reset();
+  };
+
+  int ipcPairs = -1;
+  std::string ipcWhy;
+  if (want == anyrPeerMemoryCudaIpc || want == anyrPeerMemoryAuto) {
+    peers_ = createIpcPeerMemory(*bs_, layout_.totalBytes, failIpc);
+    ipcPairs = mappedPairs(*peers_);
+    ipcWhy = firstMapFailure(*peers_);
+    if (forced || ipcPairs == pairs) {
+      peerMemoryNote_ = "cuda-ipc (" + how + "): " + counted(ipcPairs) +
+                        (ipcWhy.empty() ? std::string() : "; " + ipcWhy);
+      return;
+    }
+    release(&peers_);
+  }
+  // vmm: forced, or auto after legacy IPC left a pair unmapped.
+  std::string vmmWhy;
+  std::unique_ptr<PeerMemory> vmm =
+      createVmmPeerMemory(*bs_, layout_.totalBytes, cfg_.timeoutMs, &vmmWhy);
+  const int vmmPairs = vmm ? mappedPairs(*vmm) : 0;  // null on every rank or on none
+  if (vmm) vmmWhy = firstMapFailure(*vmm);
+  const std::string vmmText =
+      vmm ? counted(vmmPairs) + (vmmWhy.empty() ? std::string() : "; " + vmmWhy)
+          : "not set up: " + vmmWhy;
+  if (forced) {
+    if (!vmm) {
+      facts_.peerMemoryReason = "vmm (" + how + ") " + vmmText;
+      peerMemoryNote_ = "none: " + facts_.peerMemoryReason;
+      return;
+    }
+    peers_ = std::move(vmm);
+    peerMemoryNote_ = "vmm (" + how + "): " + vmmText;
+    return;
+  }
+  const std::string ipcText = "cuda-ipc " + counted(ipcPairs) + "; " + ipcWhy;
+  if (vmm && vmmPairs > ipcPairs) {
+    peers_ = std::move(vmm);
+    peerMemoryNote_ = "vmm (auto): " + vmmText + " (" + ipcText + ")";
+    return;
+  }
+  // Legacy IPC mapped as many pairs: set up again, and the pair checks decide per pair.
+  if (vmm) release(&vmm);
+  peers_ = createIpcPeerMemory(*bs_, layout_.totalBytes, failIpc);
+  peerMemoryNote_ = "cuda-ipc (auto): " + counted(mappedPairs(*peers_)) + "; " +
+                    firstMapFailure(*peers_) + " (vmm " + vmmText + ")";
 }
 
 WorkspaceHeader Communicator::headerOfThisRank(uint64_t layoutHash) const {
@@ -1256,6 +1351,9 @@ std::string Communicator::explainJson() const {
     j["transport"] = peers_->kind();
     j["workspaceBytes"] = layout_.totalBytes;
   }
+  j["peerMemory"] = {{"kind", peers_ ? peers_->kind() : "none"},
+                     {"setting", peerMemoryName(cfg_.peerMemory)},
+                     {"reason", peerMemoryNote_}};
   explainHost(&j);
   return j.dump(2);
 }

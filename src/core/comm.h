@@ -111,6 +111,15 @@ class Communicator {
   void agreeConfig(const Config& local);
   void initNccl(ncclComm_t externalNccl);
   void initTransport();
+  // Part of initTransport: sets peers_ by cfg_.peerMemory (auto: cuda-ipc, else vmm where that
+  // maps more pairs) and peerMemoryNote_; leaves peers_ null, with facts_.peerMemoryReason, when
+  // no kind could be set up. Collective; every rank takes the same kind.
+  void mapPeerMemory();
+  // Collective: "rank R cannot map rank P's workspace: why" for the first rank with an
+  // unmapped peer in `m`, "" when every pair is mapped; the same text on every rank.
+  std::string firstMapFailure(const PeerMemory& m);
+  // Collective: ordered pairs (r, p) where rank r mapped rank p's workspace in its `m`.
+  int mappedPairs(const PeerMemory& m);
   void checkTransport();
   void decide();
   void loadOrTuneAtInit();
@@ -231,6 +240,7 @@ class Communicator {
   bool teardownClean_ = true;
 
   std::unique_ptr<PeerMemory> peers_;
+  std::string peerMemoryNote_;  // which kind maps the workspace, and why (explain)
   WorkspaceLayout layout_{};
   LocalState* dState_ = nullptr;
   WaitControl* dWait_ = nullptr;

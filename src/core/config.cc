@@ -56,6 +56,35 @@ bool parseWire(const std::string& name, anyrWire_t* out) {
   return false;
 }
 
+const char* peerMemoryName(anyrPeerMemory_t k) {
+  switch (k) {
+    case anyrPeerMemoryNone:
+      return "none";
+    case anyrPeerMemoryAuto:
+      return "auto";
+    case anyrPeerMemoryCudaIpc:
+      return "cuda-ipc";
+    case anyrPeerMemoryVmm:
+      return "vmm";
+    default:
+      return "invalid";
+  }
+}
+
+bool parsePeerMemory(const std::string& name, anyrPeerMemory_t* out) {
+  if (name == "0" || name == "1") {
+    *out = name == "0" ? anyrPeerMemoryNone : anyrPeerMemoryAuto;
+    return true;
+  }
+  for (int i = 0; i < anyrNumPeerMemories; ++i) {
+    if (name == peerMemoryName(static_cast<anyrPeerMemory_t>(i))) {
+      *out = static_cast<anyrPeerMemory_t>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
 Config::Wire Config::toWire() const {
   Wire w{};
   w.algorithm = algorithm;
@@ -67,6 +96,7 @@ Config::Wire Config::toWire() const {
   w.chunkBytes = chunkBytes;
   w.wire = wire;
   w.fusedCluster = fusedCluster;
+  w.peerMemory = peerMemory;
   return w;
 }
 
@@ -81,6 +111,7 @@ Config Config::fromWire(const Wire& w) {
   c.chunkBytes = w.chunkBytes;
   c.wire = static_cast<anyrWire_t>(w.wire);
   c.fusedCluster = w.fusedCluster;
+  c.peerMemory = static_cast<anyrPeerMemory_t>(w.peerMemory);
   return c;
 }
 
@@ -88,7 +119,7 @@ bool Config::operator==(const Config& o) const {
   return algorithm == o.algorithm && timeoutMs == o.timeoutMs && useNccl == o.useNccl &&
          maxBlocks == o.maxBlocks && oneShotMaxBytes == o.oneShotMaxBytes &&
          twoShotMaxBytes == o.twoShotMaxBytes && chunkBytes == o.chunkBytes && wire == o.wire &&
-         fusedCluster == o.fusedCluster;
+         fusedCluster == o.fusedCluster && peerMemory == o.peerMemory;
 }
 
 std::string Config::describe() const {
@@ -96,7 +127,8 @@ std::string Config::describe() const {
   os << "algorithm=" << anyrAlgoName(algorithm) << " timeoutMs=" << timeoutMs
      << " oneShotMaxBytes=" << oneShotMaxBytes << " twoShotMaxBytes=" << twoShotMaxBytes
      << " chunkBytes=" << chunkBytes << " useNccl=" << useNccl << " maxBlocks=" << maxBlocks
-     << " wire=" << wireName(wire) << " fusedCluster=" << fusedCluster;
+     << " wire=" << wireName(wire) << " fusedCluster=" << fusedCluster
+     << " peerMemory=" << peerMemoryName(peerMemory);
   return os.str();
 }
 
@@ -230,6 +262,20 @@ Config resolveConfig(const anyrConfig_t* user) {
   ANYR_REQUIRE_ARG(fusedClusterValid(cluster), "config.fusedCluster / ANYR_FUSED_CLUSTER",
                    std::string(kFusedClusterRule) + " (got " + std::to_string(cluster) + ")");
   c.fusedCluster = static_cast<int>(cluster);
+  // how peers map each other's workspace
+  if (user && user->peerMemory != ANYR_CONFIG_UNDEF_INT) {
+    ANYR_REQUIRE_ARG(user->peerMemory >= 0 && user->peerMemory < anyrNumPeerMemories,
+                     "config.peerMemory",
+                     "must be an anyrPeerMemory_t value (0..3: none, auto, cuda-ipc, vmm)");
+    c.peerMemory = static_cast<anyrPeerMemory_t>(user->peerMemory);
+  } else {
+    const std::string name = env::getString("ANYR_PEER_MEMORY");
+    if (!parsePeerMemory(name, &c.peerMemory)) {
+      throwError(anyrInvalidArgument, "environment variable ANYR_PEER_MEMORY='" + name +
+                                          "': must be none, auto, cuda-ipc or vmm (or 0 = none, "
+                                          "1 = auto)");
+    }
+  }
   return c;
 }
 

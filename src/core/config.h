@@ -25,6 +25,7 @@ struct Config {
   std::string tuningFile;            // "" : none
   int tuneBudgetMs = 0;              // > 0: tune at init (when no matching table was loaded)
   anyrWire_t wire = anyrWireNative;  // host-memory algorithms' wire format
+  anyrPeerMemory_t peerMemory = anyrPeerMemoryAuto;  // how peers map each other's workspace
   // Largest message the host one-shot sends with its low-latency protocol (native wire only):
   // set by the host transport from rank 0's ANYR_HOST_LL_BYTES, so agreed; 0 until then. Not
   // part of Wire; read by the dispatch cost model.
@@ -43,14 +44,14 @@ struct Config {
   struct Wire {
     int32_t algorithm, timeoutMs, useNccl, maxBlocks;
     uint64_t oneShotMaxBytes, twoShotMaxBytes, chunkBytes;
-    int32_t wire, fusedCluster;
+    int32_t wire, fusedCluster, peerMemory, pad;
   };
   Wire toWire() const;
   static Config fromWire(const Wire& w);
   bool operator==(const Config& o) const;
   std::string describe() const;
 };
-static_assert(sizeof(Config::Wire) == 48, "Config::Wire layout");
+static_assert(sizeof(Config::Wire) == 56, "Config::Wire layout");
 
 Config resolveConfig(const anyrConfig_t* user);
 
@@ -73,5 +74,9 @@ std::string algoNames();  // "auto, oneshot-push, oneshot-pull, twoshot, nccl"
 // "native", "fp8", "int8" <-> anyrWire_t. parseWire returns false for an unknown name.
 bool parseWire(const std::string& name, anyrWire_t* out);
 const char* wireName(anyrWire_t w);
+// "none", "auto", "cuda-ipc", "vmm" <-> anyrPeerMemory_t; parsePeerMemory also takes "0"
+// (none) and "1" (auto), the variable's former values. False for anything else.
+bool parsePeerMemory(const std::string& name, anyrPeerMemory_t* out);
+const char* peerMemoryName(anyrPeerMemory_t k);
 
 }  // namespace anyr

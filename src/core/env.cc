@@ -60,7 +60,8 @@ const std::vector<Param>& params() {
        "many launches had passed since their flags were last raised"},
       {"ANYR_FAULT_INJECT", "",
        "tests only: corrupt-peer:R makes rank R's mapping of the next rank's workspace point at "
-       "its own, so the self-test must catch it"},
+       "its own, so the self-test must catch it; ipc-open:R makes every cudaIpcOpenMemHandle of "
+       "rank R fail, as where legacy CUDA IPC does not work"},
       {"ANYR_VALIDATE_CALLS", "0",
        "1: every anyrAllReduce, anyrAllReduceAddRmsNorm and anyrCommSetAlgorithm call first "
        "compares its signature (call number, kind, count or tokens/hidden/quantization, dtype, op "
@@ -74,9 +75,16 @@ const std::vector<Param>& params() {
       {"ANYR_WIRE", "native",
        "wire format of the host-memory algorithms and one-shot pull: native (exact), fp8 or "
        "int8 (per-block scaled, approximate; docs/WIRE.md)"},
-      {"ANYR_PEER_MEMORY", "1",
-       "diagnostic: 0 = no peer-mapped workspace, as on GPUs without peer access (the host "
-       "transport and NCCL remain)"},
+      {"ANYR_PEER_MEMORY", "auto",
+       "how the ranks of one host map each other's workspace: auto (cuda-ipc, else vmm where "
+       "that maps more pairs), cuda-ipc (legacy CUDA IPC), vmm (cuMemCreate allocations whose "
+       "POSIX file descriptors pass over a Unix-domain socket: no shared PID namespace needed), "
+       "none (no peer-mapped workspace, as on GPUs without peer access: the host transport and "
+       "NCCL remain); 0 and 1 mean none and auto; rank 0's value is used"},
+      {"ANYR_IPC_SOCKET_DIR", "",
+       "vmm peer memory: a directory every rank's process can reach, for the Unix-domain "
+       "sockets that pass the file descriptors (path sockets; for processes that share a "
+       "directory but not a network namespace); unset: abstract socket names"},
       {"ANYR_HOST_ROUND", "2",
        "host one-shot: most 16-byte vectors per thread in one pipelined round (1..64; rank "
        "0's value is used)"},

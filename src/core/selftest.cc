@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
 
 #include "algo/selftest_kernels.h"
@@ -74,19 +75,23 @@ struct SelfTest::Outcome {
 FaultInjection parseFaultInjection(const std::string& text) {
   FaultInjection f;
   if (text.empty()) return f;
-  const std::string prefix = "corrupt-peer:";
-  if (text.rfind(prefix, 0) == 0 && text.size() > prefix.size()) {
-    const char* digits = text.c_str() + prefix.size();
+  const std::pair<const char*, FaultInjection::Kind> forms[] = {
+      {"corrupt-peer:", FaultInjection::CorruptPeer}, {"ipc-open:", FaultInjection::IpcOpenFails}};
+  for (const auto& [prefix, kind] : forms) {
+    const size_t len = std::strlen(prefix);
+    if (text.rfind(prefix, 0) != 0 || text.size() <= len) continue;
+    const char* digits = text.c_str() + len;
     char* end = nullptr;
     const long r = std::strtol(digits, &end, 10);
     if (end != digits && *end == '\0' && r >= 0 && r < kMaxLocalRanks) {
-      f.kind = FaultInjection::CorruptPeer;
+      f.kind = kind;
       f.rank = static_cast<int>(r);
       return f;
     }
   }
   throwError(anyrInvalidArgument, "environment variable ANYR_FAULT_INJECT='" + text +
-                                      "': must be empty or corrupt-peer:<rank> with rank in 0.." +
+                                      "': must be empty, corrupt-peer:<rank> or ipc-open:<rank> "
+                                      "with rank in 0.." +
                                       std::to_string(kMaxLocalRanks - 1) + " (tests only)");
 }
 

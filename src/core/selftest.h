@@ -24,10 +24,11 @@ struct SelfCheckResult;
 // or a slow first launch (lazy module loading) do not fail it; paid only when a path fails.
 constexpr int kSelfTestTimeoutMs = 5000;
 
-// Parsed ANYR_FAULT_INJECT: "corrupt-peer:R" -> kind CorruptPeer, rank R. Throws
-// anyrInvalidArgument naming the variable for any other text. "" -> kind None.
+// Parsed ANYR_FAULT_INJECT: "corrupt-peer:R" -> kind CorruptPeer, rank R; "ipc-open:R" ->
+// kind IpcOpenFails (rank R's cudaIpcOpenMemHandle calls fail; read by the transport's setup).
+// Throws anyrInvalidArgument naming the variable for any other text. "" -> kind None.
 struct FaultInjection {
-  enum Kind { None, CorruptPeer } kind = None;
+  enum Kind { None, CorruptPeer, IpcOpenFails } kind = None;
   int rank = -1;
 };
 FaultInjection parseFaultInjection(const std::string& text);

@@ -27,7 +27,7 @@ class IpcPeerMemory final : public PeerMemory {
   explicit IpcPeerMemory(size_t bytes) : bytes_(bytes) {}
 
   // Separate from the constructor so that a failure half way is cleaned up by the destructor.
-  void init(Bootstrap& bs) {
+  void init(Bootstrap& bs, bool failOpens) {
     const int n = bs.size();
     const int me = bs.rank();
     ptrs_.assign(static_cast<size_t>(n), nullptr);
@@ -62,6 +62,12 @@ class IpcPeerMemory final : public PeerMemory {
                                           std::to_string(bytes_);
         continue;
       }
+      if (failOpens) {
+        errors_[static_cast<size_t>(r)] =
+            "cudaIpcOpenMemHandle: failed by ANYR_FAULT_INJECT=ipc-open:" + std::to_string(me) +
+            " (tests only)";
+        continue;
+      }
       void* p = nullptr;
       cudaError_t oe = cudaIpcOpenMemHandle(&p, rec.handle, cudaIpcMemLazyEnablePeerAccess);
       if (oe != cudaSuccess) {
@@ -76,21 +82,26 @@ class IpcPeerMemory final : public PeerMemory {
   }
 
   ~IpcPeerMemory() override {
-    for (size_t r = 0; r < ptrs_.size(); ++r) {
-      if (opened_[r]) {
-        cudaError_t e = cudaIpcCloseMemHandle(ptrs_[r]);
-        if (e != cudaSuccess) {
-          (void)cudaGetLastError();
-          ANYR_LOG(Warn, -1, "cudaIpcCloseMemHandle: " << cudaGetErrorString(e));
-        }
-      }
-    }
+    unmapPeers();
     if (base_ != nullptr) {
       cudaError_t e = cudaFree(base_);
       if (e != cudaSuccess) {
         (void)cudaGetLastError();
         ANYR_LOG(Warn, -1, "cudaFree(workspace): " << cudaGetErrorString(e));
       }
+    }
+  }
+
+  void unmapPeers() override {
+    for (size_t r = 0; r < ptrs_.size(); ++r) {
+      if (!opened_[r]) continue;
+      cudaError_t e = cudaIpcCloseMemHandle(ptrs_[r]);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        ANYR_LOG(Warn, -1, "cudaIpcCloseMemHandle: " << cudaGetErrorString(e));
+      }
+      opened_[r] = false;
+      ptrs_[r] = nullptr;
     }
   }
 
@@ -110,10 +121,16 @@ class IpcPeerMemory final : public PeerMemory {
 
 }  // namespace
 
-std::unique_ptr<PeerMemory> createIpcPeerMemory(Bootstrap& bs, size_t bytes) {
+std::unique_ptr<PeerMemory> createIpcPeerMemory(Bootstrap& bs, size_t bytes, bool failOpens) {
   auto m = std::make_unique<IpcPeerMemory>(bytes);
-  m->init(bs);
+  m->init(bs, failOpens);
   return m;
+}
+
+int mappedPeers(const PeerMemory& m, int nranks, int rank) {
+  int k = 0;
+  for (int r = 0; r < nranks; ++r) k += r != rank && m.peer(r) != nullptr ? 1 : 0;
+  return k;
 }
 
 }  // namespace anyr

@@ -1,7 +1,9 @@
 // Peer-mapped device memory: every rank allocates one region, exports it, and maps every
-// peer's. The CUDA IPC implementation is the first; a second one (virtual-memory allocations
-// exported as POSIX file descriptors, for allocators and containers where legacy IPC fails)
-// can be added behind the same interface.
+// peer's. Two implementations: legacy CUDA IPC (cudaIpcGetMemHandle / cudaIpcOpenMemHandle)
+// and virtual-memory allocations exported as POSIX file descriptors ("vmm": cuMemCreate, the
+// descriptors passed over a Unix-domain socket), which works where legacy IPC does not, e.g.
+// between containers that do not share a PID namespace. The communicator chooses between them
+// (core/comm.cc, initTransport; ANYR_PEER_MEMORY).
 #pragma once
 
 #include <cstddef>
@@ -24,11 +26,32 @@ class PeerMemory {
   virtual char* peer(int r) const = 0;
   virtual const std::string& mapError(int r) const = 0;
   virtual size_t bytes() const = 0;
+  // Releases this process's mappings of the peers' regions (peer(r) is then nullptr for every
+  // r but this rank). Before a collective release: every rank unmaps, a barrier, then the
+  // objects are destroyed, so no region is freed while a peer still maps it.
+  virtual void unmapPeers() = 0;
 };
+
+// Mapped pairs this object established (peer(r) != nullptr for r != own rank).
+int mappedPeers(const PeerMemory& m, int nranks, int rank);
 
 // Collective over `bs`: allocates `bytes` on the current device, exports it with CUDA IPC,
 // exchanges handles and maps every peer's region. Mapping failures are recorded per peer, not
 // thrown; allocation or export failures throw.
-std::unique_ptr<PeerMemory> createIpcPeerMemory(Bootstrap& bs, size_t bytes);
+// `failOpens` (tests only, ANYR_FAULT_INJECT=ipc-open:R): this rank treats every
+// cudaIpcOpenMemHandle as failed, as where legacy IPC does not work.
+std::unique_ptr<PeerMemory> createIpcPeerMemory(Bootstrap& bs, size_t bytes, bool failOpens);
+
+// Collective over `bs`: the same with virtual-memory allocations whose POSIX file descriptors
+// travel over Unix-domain sockets (transport/fd_exchange.h), every wait bounded by timeoutMs.
+// Returns nullptr on every rank, with *whyNot naming the first rank and its reason, when some
+// rank cannot allocate or export one (no virtual memory management, no POSIX descriptor
+// export, a driver without the calls); peers' mapping failures are per pair, as for IPC.
+std::unique_ptr<PeerMemory> createVmmPeerMemory(Bootstrap& bs, size_t bytes, int timeoutMs,
+                                                std::string* whyNot);
+
+// Whether `device` supports the vmm kind (virtual memory management and POSIX file descriptor
+// export); *why says what is missing.
+bool vmmPosixFdSupported(int device, std::string* why);
 
 }  // namespace anyr

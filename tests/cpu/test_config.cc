@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <utility>
+
 #include "core/config.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -195,6 +197,55 @@ TEST(Config, FusedClusterCrossesProcesses) {
   d.fusedCluster = 8;
   EXPECT_FALSE(d == c);
   EXPECT_NE(c.describe().find("fusedCluster=4"), std::string::npos) << c.describe();
+}
+
+TEST(Config, PeerMemoryFromFieldOrEnvironment) {
+  EXPECT_EQ(resolveConfig(nullptr).peerMemory, anyrPeerMemoryAuto);  // the default
+  const std::pair<const char*, anyrPeerMemory_t> names[] = {
+      {"none", anyrPeerMemoryNone},        {"auto", anyrPeerMemoryAuto},
+      {"cuda-ipc", anyrPeerMemoryCudaIpc}, {"vmm", anyrPeerMemoryVmm},
+      {"0", anyrPeerMemoryNone},           {"1", anyrPeerMemoryAuto}};
+  for (const auto& [text, kind] : names) {
+    EnvGuard g("ANYR_PEER_MEMORY", text);
+    EXPECT_EQ(resolveConfig(nullptr).peerMemory, kind) << "ANYR_PEER_MEMORY=" << text;
+    anyrConfig_t u = ANYR_CONFIG_INITIALIZER;
+    u.peerMemory = anyrPeerMemoryVmm;  // the field wins over the variable
+    EXPECT_EQ(resolveConfig(&u).peerMemory, anyrPeerMemoryVmm);
+  }
+  for (int k = 0; k < anyrNumPeerMemories; ++k) {
+    anyrConfig_t u = ANYR_CONFIG_INITIALIZER;
+    u.peerMemory = k;
+    const Config c = resolveConfig(&u);
+    EXPECT_EQ(c.peerMemory, k);
+    EXPECT_TRUE(Config::fromWire(c.toWire()) == c);  // crosses processes
+    anyrPeerMemory_t back = anyrPeerMemoryAuto;
+    EXPECT_TRUE(parsePeerMemory(peerMemoryName(c.peerMemory), &back));
+    EXPECT_EQ(back, c.peerMemory);
+    EXPECT_NE(c.describe().find(std::string("peerMemory=") + peerMemoryName(c.peerMemory)),
+              std::string::npos)
+        << c.describe();
+  }
+  Config a = resolveConfig(nullptr);
+  Config b = a;
+  b.peerMemory = anyrPeerMemoryVmm;
+  EXPECT_FALSE(a == b);
+}
+
+TEST(Config, PeerMemoryBadValuesNameTheArgumentAndRule) {
+  for (int k : {-1, 4, 17}) {
+    anyrConfig_t u = ANYR_CONFIG_INITIALIZER;
+    u.peerMemory = k;
+    expectInvalid(&u, "config.peerMemory");
+    expectInvalid(&u, "none, auto, cuda-ipc, vmm");
+  }
+  for (const char* text : {"2", "ipc", "VMM", "posix", " vmm", "auto "}) {
+    EnvGuard g("ANYR_PEER_MEMORY", text);
+    expectInvalid(nullptr, std::string("ANYR_PEER_MEMORY='") + text + "'");
+    expectInvalid(nullptr, "must be none, auto, cuda-ipc or vmm");
+    anyrConfig_t set = ANYR_CONFIG_INITIALIZER;  // an explicit field does not read the variable
+    set.peerMemory = anyrPeerMemoryCudaIpc;
+    EXPECT_EQ(resolveConfig(&set).peerMemory, anyrPeerMemoryCudaIpc);
+  }
 }
 
 TEST(Config, AlgoNames) {

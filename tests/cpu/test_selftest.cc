@@ -17,8 +17,13 @@ TEST(SelfTest, ParsesTheFaultInjectionSwitch) {
   EXPECT_EQ(f.kind, FaultInjection::CorruptPeer);
   EXPECT_EQ(f.rank, 1);
   EXPECT_EQ(parseFaultInjection("corrupt-peer:7").rank, 7);
-  for (const char* bad : {"corrupt-peer:", "corrupt-peer:x", "corrupt-peer:-1", "corrupt-peer:8",
-                          "corrupt-peer:1x", "corrupt", "1"}) {
+  f = parseFaultInjection("ipc-open:0");
+  EXPECT_EQ(f.kind, FaultInjection::IpcOpenFails);
+  EXPECT_EQ(f.rank, 0);
+  EXPECT_EQ(parseFaultInjection("ipc-open:5").rank, 5);
+  for (const char* bad :
+       {"corrupt-peer:", "corrupt-peer:x", "corrupt-peer:-1", "corrupt-peer:8", "corrupt-peer:1x",
+        "corrupt", "1", "ipc-open:", "ipc-open:8", "ipc-open:-2", "ipc-open:1 ", "ipc-open"}) {
     try {
       parseFaultInjection(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

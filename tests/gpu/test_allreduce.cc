@@ -214,6 +214,27 @@ TEST(AllReduceGpu, FlagsLongUnusedAreNotTakenAsRaised) {
   SKIP_UNLESS_EVERY_SUBJECT_RAN(results, subjects);
 }
 
+// The peer algorithms over the virtual-memory workspace (ANYR_PEER_MEMORY=vmm: cuMemCreate
+// allocations whose POSIX file descriptors pass over a Unix-domain socket): every peer
+// algorithm exact and bit-identical on both ranks, as over legacy CUDA IPC.
+const std::vector<anyrAlgo_t> kPeerAlgos = {anyrAlgoOneShotPush, anyrAlgoOneShotPull,
+                                            anyrAlgoTwoShot, anyrAlgoTwoShotPush};
+TEST(AllReduceGpu, VmmPeerMemoryCarriesEveryPeerAlgorithm) {
+  REQUIRE_GPU();
+  const auto results = sweepTwoRanksWith("ANYR_PEER_MEMORY", "vmm", kPeerAlgos);
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, kPeerAlgos);
+}
+
+// Where legacy CUDA IPC fails (every cudaIpcOpenMemHandle of rank 1, ANYR_FAULT_INJECT=
+// ipc-open:1, as between containers without a shared PID namespace), the automatic choice
+// maps the workspace with vmm (test_peer_memory.cc checks that explain says so): every peer
+// algorithm exact and bit-identical.
+TEST(AllReduceGpu, AutoPeerMemoryWhereLegacyIpcFailsCarriesEveryPeerAlgorithm) {
+  REQUIRE_GPU();
+  const auto results = sweepTwoRanksWith("ANYR_FAULT_INJECT", "ipc-open:1", kPeerAlgos);
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, kPeerAlgos);
+}
+
 // World sizes 4, 5 and 8 (up to the widest this library takes on one host) on the visible GPUs,
 // ranks sharing them where there are fewer: every algorithm's protocol at those widths (peer
 // lists of 3 to 7, two-shot partitions into 5 and 8 parts, the host transport's slots), exact and
