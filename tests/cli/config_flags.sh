@@ -1,5 +1,5 @@
 #!/bin/sh
-# The command line's --max-blocks and --fused-cluster (bench, tune, doctor), --timeout-ms
+# The command line's --max-blocks, --fused-cluster and --peer-memory (bench, tune, doctor), --timeout-ms
 # (bench, tune), bench's --quant-only, and the lists, hidden sizes and output files of bench,
 # tune, explain and doctor: a bad value fails parsing (non-zero exit, before any GPU work) with
 # the flag, the rule and the value; every valid value gets past parsing. CPU only: the valid runs hide every GPU, so they stop at "no CUDA GPU is visible",
@@ -70,6 +70,23 @@ for cmd in bench tune; do
   expect_parsed $cmd --max-blocks 16 --fused-cluster 2
 done
 expect_parsed doctor --preset tiny --max-blocks 32 --fused-cluster 4
+# --peer-memory (bench, tune, doctor): the names ANYR_PEER_MEMORY takes (not its 0 / 1).
+PM="must be none, auto, cuda-ipc or vmm"
+for cmd in bench tune doctor; do
+  for v in 0 1 2 ipc VMM posix ""; do
+    expect_rejected "--peer-memory: $PM (got '$v')" $cmd --peer-memory "$v"
+  done
+  out=$("$A" $cmd --help 2>&1)
+  if ! printf '%s\n' "$out" | grep -qF -- "--peer-memory"; then
+    echo "FAIL: anyreduce $cmd --help lacks '--peer-memory'"
+    failures=$((failures + 1))
+  fi
+done
+for v in none auto cuda-ipc vmm; do
+  expect_parsed bench --peer-memory "$v"
+  expect_parsed tune --peer-memory "$v"
+done
+expect_parsed doctor --preset tiny --peer-memory vmm
 # --timeout-ms (bench, tune, doctor): a bound in milliseconds, at least 1.
 for cmd in bench tune; do
   expect_rejected "--timeout-ms" $cmd --timeout-ms 0

@@ -235,8 +235,9 @@ anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyr
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
   if (o.timeoutMs > 0) cfg.timeoutMs = o.timeoutMs;
   if (o.wire >= 0) cfg.wire = o.wire;
-  if (o.maxBlocks >= 0) cfg.maxBlocks = o.maxBlocks;
-  if (o.fusedCluster >= 0) cfg.fusedCluster = o.fusedCluster;
+  if (o.comm.maxBlocks >= 0) cfg.maxBlocks = o.comm.maxBlocks;
+  if (o.comm.fusedCluster >= 0) cfg.fusedCluster = o.comm.fusedCluster;
+  if (o.comm.peerMemory >= 0) cfg.peerMemory = o.comm.peerMemory;
   anyrComm_t comm = nullptr;
   BENCH_ANYR(anyrCommInitRankConfig(&comm, nranks, id, rank, &cfg), nullptr);
   BENCH_ANYR(anyrCommGetNcclComm(comm, nccl), comm);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
+#include "comm_flags.h"
 
 namespace anyr {
 namespace tool {
@@ -24,10 +25,9 @@ struct BenchOptions {
   int calls = 20;    // calls per timed sample (per graph)
   int samples = 25;  // timed samples; the median is reported
   int warmup = 5;
-  int timeoutMs = 0;      // 0: the library default / ANYR_TIMEOUT_MS
-  int wire = -1;          // anyrWire_t of the host-memory algorithms; -1: ANYR_WIRE / native
-  int maxBlocks = -1;     // config.maxBlocks (--max-blocks); -1: ANYR_MAX_BLOCKS / automatic
-  int fusedCluster = -1;  // config.fusedCluster (--fused-cluster); -1: ANYR_FUSED_CLUSTER / 0
+  int timeoutMs = 0;  // 0: the library default / ANYR_TIMEOUT_MS
+  int wire = -1;      // anyrWire_t of the host-memory algorithms; -1: ANYR_WIRE / native
+  CommFlags comm;     // --max-blocks, --fused-cluster, --peer-memory
   double timeoutSec = 1800;
   std::string jsonPath;
   // --op add-rmsnorm
@@ -49,8 +49,8 @@ struct TuneCliOptions {
   int budgetMs = 0;
   int calls = 10, samples = 7;
   double timeoutSec = 1800;
-  int timeoutMs = 0;                      // as BenchOptions': 0 the library default
-  int maxBlocks = -1, fusedCluster = -1;  // as BenchOptions': the communicator's config
+  int timeoutMs = 0;  // as BenchOptions': 0 the library default
+  CommFlags comm;     // as BenchOptions': the communicator's config
 };
 int runTune(const TuneCliOptions& t);
 
@@ -77,7 +77,7 @@ std::string fmtBytes(uint64_t b);
 void sumOverRanks(float* dStats, size_t n, anyrComm_t comm, void* nccl, cudaStream_t s);
 
 // Selects the rank's GPU (rank % ngpus) and creates its communicator with the bench's
-// timeout, wire, maxBlocks and fusedCluster (those set; the rest from the environment); *nccl
+// timeout, wire and CommFlags (those set; the rest from the environment); *nccl
 // receives the communicator's NCCL communicator (ncclComm_t), or NULL.
 anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,
                          int ngpus, void** nccl);

@@ -24,17 +24,31 @@ CLI::Validator configRule(bool (*valid)(int64_t), const char* rule) {
 
 }  // namespace
 
-void addConfigFlags(CLI::App* cmd, int* maxBlocks, int* fusedCluster) {
-  cmd->add_option("--max-blocks", *maxBlocks,
+void addConfigFlags(CLI::App* cmd, CommFlags* flags) {
+  cmd->add_option("--max-blocks", flags->maxBlocks,
                   std::string("Cap on thread blocks per kernel (config.maxBlocks; overrides "
                               "ANYR_MAX_BLOCKS): ") +
                       kMaxBlocksRule)
       ->check(configRule(maxBlocksValid, kMaxBlocksRule));
-  cmd->add_option("--fused-cluster", *fusedCluster,
+  cmd->add_option("--fused-cluster", flags->fusedCluster,
                   std::string("Thread-block cluster size of the fused all-reduce + RMSNorm "
                               "kernels (config.fusedCluster; overrides ANYR_FUSED_CLUSTER): ") +
                       kFusedClusterRule)
       ->check(configRule(fusedClusterValid, kFusedClusterRule));
+  // The names the library's ANYR_PEER_MEMORY takes (core/config.h), turned into the field's value.
+  cmd->add_option("--peer-memory", flags->peerMemory,
+                  "How the ranks map each other's workspace (config.peerMemory; overrides "
+                  "ANYR_PEER_MEMORY): none, auto, cuda-ipc or vmm")
+      ->transform(CLI::Validator(
+          [](std::string& text) {
+            anyrPeerMemory_t k = anyrPeerMemoryAuto;
+            if (text == "0" || text == "1" || !parsePeerMemory(text, &k)) {
+              return "must be none, auto, cuda-ipc or vmm (got '" + text + "')";
+            }
+            text = std::to_string(static_cast<int>(k));
+            return std::string();
+          },
+          ""));
 }
 
 }  // namespace tool

@@ -39,8 +39,7 @@ int runTune(const TuneCliOptions& t) {
                      [&](int rank, int n, const anyrUniqueId& id, int ngpus, const RankReport&) {
                        BenchOptions bo;
                        bo.timeoutMs = t.timeoutMs;
-                       bo.maxBlocks = t.maxBlocks;
-                       bo.fusedCluster = t.fusedCluster;
+                       bo.comm = t.comm;
                        void* nccl = nullptr;
                        anyrComm_t comm = openBenchComm(bo, rank, n, id, ngpus, &nccl);
                        Communicator::TuneOptions o;

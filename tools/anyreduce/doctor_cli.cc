@@ -40,7 +40,7 @@ struct Args {
   int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, intermediate = 0;
   int experts = -1, topk = 0, moeIntermediate = 0, sharedExperts = -1, denseLayers = -1;
   int shardAs = 0, nranks = 0, samples = 15, sampleMs = 0, timeoutMs = 0;
-  int maxBlocks = -1, fusedCluster = -1;  // -1: the environment's
+  tool::CommFlags comm;  // -1: the environment's
   bool jsonSet = false, htmlSet = false;
 };
 
@@ -104,8 +104,7 @@ int runParsed(const Args& a, const std::string& command) {
   o.samples = a.samples;
   if (a.sampleMs > 0) o.sampleMs = a.sampleMs;
   o.timeoutMs = a.timeoutMs;
-  o.maxBlocks = a.maxBlocks;
-  o.fusedCluster = a.fusedCluster;
+  o.comm = a.comm;
   o.jsonPath = a.json;
   o.htmlPath = a.html;
   o.command = command;
@@ -156,7 +155,7 @@ std::function<int()> addDoctorCommand(CLI::App& app, int argc, char** argv) {
                 "Token counts of the latency-by-size sweep (default 1,2,...,256)");
   d->add_option("--timeout-ms", a->timeoutMs, "Bound on every wait inside anyreduce")
       ->check(CLI::Range(1, 86400000));
-  addConfigFlags(d, &a->maxBlocks, &a->fusedCluster);
+  addConfigFlags(d, &a->comm);
   d->add_option("--watch", a->watch,
                 "Sample NVML on every GPU for this long (e.g. 30s, 2m) while another workload "
                 "runs, and flag the starvation signature; no run of our own");

@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
                   "Time every admitted candidate and the dispatched choice (all-reduce over the "
                   "size range, fused op 1..2048 tokens at hidden 6144); fail if dispatch is over "
                   "1.03x the fastest (tuned table) or 1.10x NCCL (seed only)");
-  tool::addConfigFlags(bench, &bo.maxBlocks, &bo.fusedCluster);
+  tool::addConfigFlags(bench, &bo.comm);
 
   auto* tune = app.add_subcommand(
       "tune", "Measure every admitted path per operation and size; write a tuning table");
@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   tune->add_option("--timeout-ms", to.timeoutMs, "Bound on every wait inside anyreduce")
       ->check(CLI::Range(1, 86400000));
-  tool::addConfigFlags(tune, &to.maxBlocks, &to.fusedCluster);  // the table is measured under them
+  tool::addConfigFlags(tune, &to.comm);  // the table is measured under them
 
   auto* explain =
       app.add_subcommand("explain", "Show admission and the algorithm chosen per message size");

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "anyreduce/comm_flags.h"
+
 namespace anyr {
 namespace doctor {
 
@@ -46,7 +48,7 @@ struct RunOptions {
   int sustainMs = 2000;  // replays per mode and batch while NVML samples
   int sampleMs = 20;     // NVML sampling interval
   int timeoutMs = 0;
-  int maxBlocks = -1, fusedCluster = -1;  // config fields; -1: the environment's
+  tool::CommFlags comm;  // config fields; -1: the environment's
   double timeoutSec = 900;
   std::vector<int> sweepTokens = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   std::string jsonPath = "doctor.json";

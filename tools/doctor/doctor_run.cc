@@ -232,8 +232,7 @@ int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id
                double t0, const std::string& rankFile) {
   tool::BenchOptions bo;
   bo.timeoutMs = o.timeoutMs;
-  bo.maxBlocks = o.maxBlocks;
-  bo.fusedCluster = o.fusedCluster;
+  bo.comm = o.comm;
   void* ncclVoid = nullptr;
   Step st;
   st.comm = tool::openBenchComm(bo, rank, nranks, id, ngpus, &ncclVoid);
