@@ -46,10 +46,10 @@
 #                instruction; NCU_HIDDEN, default 6144; NCU_QUANT: none|fp8|nvfp4; NCU_KERNELS:
 #                the kernel names, space-separated; NCU_ARGS: more anyr_fused_floor arguments,
 #                e.g. "--twoshot --rows 128")
-#   pidns        peer memory across PID namespaces: two ranks (tools/peers/pidns_check.py), rank 1
-#                under unshare --pid (as containers that share no PID namespace), with
-#                ANYR_PEER_MEMORY auto, cuda-ipc and vmm: the kind each maps, and every admitted
-#                peer algorithm exact
+#   namespaces   peer memory across Linux namespaces: two ranks (tools/peers/namespace_check.py),
+#                rank 1 in a new PID namespace, IPC namespace or both (unshare; as containers that
+#                share none), with ANYR_PEER_MEMORY auto, cuda-ipc and vmm: the kind each maps,
+#                and every admitted peer algorithm exact
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -469,38 +469,38 @@ if want ncu; then
   fi
 fi
 
-if want pidns; then
-  step "peer memory across PID namespaces: rank 1 under unshare --pid (containers without a shared PID namespace)"
-  PIDNS_PY=(env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" PYTHONPATH="$PWD/python" python3 tools/peers/pidns_check.py)
-  ISOLATE=()
-  if unshare --pid --fork --mount-proc true 2>/dev/null; then
-    ISOLATE=(unshare --pid --fork --mount-proc)
-  elif unshare --user --map-root-user --pid --fork --mount-proc true 2>/dev/null; then
-    ISOLATE=(unshare --user --map-root-user --pid --fork --mount-proc)
-  fi
-  if [ ${#ISOLATE[@]} -eq 0 ]; then
-    echo "SKIPPED: this machine does not permit unshare --pid (nor within a user namespace)"
-  else
-    echo "isolating with: ${ISOLATE[*]}"
+if want namespaces; then
+  step "peer memory across Linux namespaces: rank 1 under unshare (containers that share no PID or IPC namespace)"
+  NS_PY=(env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" PYTHONPATH="$PWD/python" python3 tools/peers/namespace_check.py)
+  # How rank 1 is isolated: "shared" (not at all), a new PID namespace, a new IPC namespace, both.
+  declare -A ISO=([shared]="" [pid]="--pid --fork --mount-proc" [ipc]="--ipc" [pid+ipc]="--pid --fork --mount-proc --ipc")
+  for where in shared pid ipc pid+ipc; do
+    W=()
+    if [ "$where" != shared ]; then
+      # shellcheck disable=SC2206 # the unshare flags, word-split
+      W=(unshare ${ISO[$where]})
+      if ! "${W[@]}" true 2>/dev/null; then
+        # shellcheck disable=SC2206
+        W=(unshare --user --map-root-user ${ISO[$where]})
+        "${W[@]}" true 2>/dev/null || { echo "SKIPPED $where: unshare ${ISO[$where]} is not permitted here"; continue; }
+      fi
+    fi
     for kind in auto cuda-ipc vmm; do
-      for where in shared isolated; do
-        F="$OUT/pidns-$kind-$where"
-        rm -f "$F.id"
-        W=(); [ "$where" = isolated ] && W=("${ISOLATE[@]}")
-        ANYR_PEER_MEMORY=$kind timeout -k 5 90 "${PIDNS_PY[@]}" --rank 0 --id-file "$F.id" >"$F-0.json" 2>"$F-0.err" &
-        P0=$!
-        ANYR_PEER_MEMORY=$kind timeout -k 5 90 "${W[@]}" "${PIDNS_PY[@]}" --rank 1 --id-file "$F.id" >"$F-1.json" 2>"$F-1.err"
-        RC1=$?
-        wait $P0
-        RC0=$?
-        echo "--- ANYR_PEER_MEMORY=$kind, rank 1 $where: exit $RC0 / $RC1"
-        cat "$F-0.json" "$F-1.json"
-        [ -s "$F-1.json" ] || tail -3 "$F-1.err"
-        check "$RC0" "pidns $kind $where rank 0"
-        check "$RC1" "pidns $kind $where rank 1"
-      done
+      F="$OUT/ns-$kind-$where"
+      rm -f "$F.id"
+      ANYR_PEER_MEMORY=$kind timeout -k 5 90 "${NS_PY[@]}" --rank 0 --id-file "$F.id" >"$F-0.json" 2>"$F-0.err" &
+      P0=$!
+      ANYR_PEER_MEMORY=$kind timeout -k 5 90 "${W[@]}" "${NS_PY[@]}" --rank 1 --id-file "$F.id" >"$F-1.json" 2>"$F-1.err"
+      RC1=$?
+      wait $P0
+      RC0=$?
+      echo "--- ANYR_PEER_MEMORY=$kind, rank 1: $where${W[*]:+ (${W[*]})}: exit $RC0 / $RC1"
+      cat "$F-0.json" "$F-1.json"
+      [ -s "$F-1.json" ] || tail -3 "$F-1.err"
+      check "$RC0" "namespaces $kind $where rank 0"
+      check "$RC1" "namespaces $kind $where rank 1"
     done
-  fi
+  done
 fi
 
 step "done: $([ $RC = 0 ] && echo "every step passed" || echo "SOME STEPS FAILED (see FAILED lines)")"

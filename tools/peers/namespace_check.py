@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""One rank of a two-process check of the peer-memory kinds across PID namespaces: run rank 1
-under `unshare --pid --fork --mount-proc` (scripts/device.sh pidns) to stand in for two
-containers that do not share a PID namespace, where legacy CUDA IPC is known to fail.
+"""One rank of a two-process check of the peer-memory kinds across Linux namespaces: run rank 1
+under `unshare` (scripts/device.sh namespaces: a PID namespace, an IPC namespace, or both) to
+stand in for two containers that do not share them, where legacy CUDA IPC is reported to fail.
 
 Rank 0 writes the unique id to --id-file (atomically); the other rank waits for it (bounded).
 Each rank then creates a communicator (ANYR_PEER_MEMORY chooses the kind), prints one JSON line
@@ -9,7 +9,7 @@ with the kind explain reports and its reason, and checks an all-reduce of small 
 (rank + 1 everywhere: every element must be the sum) with every peer algorithm that is
 admitted, and with the automatic choice. Exit status 0 when every check it could run passed.
 
-Usage: python3 tools/peers/pidns_check.py --rank R --nranks 2 --id-file PATH [--timeout-s 60]
+Usage: python3 tools/peers/namespace_check.py --rank R --nranks 2 --id-file PATH [--timeout-s 60]
 """
 import argparse
 import json
@@ -47,6 +47,7 @@ def main() -> int:
     comm = anyreduce.Comm.init_rank(a.nranks, uid, a.rank)
     ex = comm.explain()
     out = {"rank": a.rank, "pid": os.getpid(), "pidns": os.readlink("/proc/self/ns/pid"),
+           "ipcns": os.readlink("/proc/self/ns/ipc"),
            "kind": ex["peerMemory"]["kind"], "reason": ex["peerMemory"]["reason"],
            "checks": {}}
     failures = 0
