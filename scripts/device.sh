@@ -49,7 +49,8 @@
 #   namespaces   peer memory across Linux namespaces: two ranks (tools/peers/namespace_check.py),
 #                rank 1 in a new PID namespace, IPC namespace or both (unshare; as containers that
 #                share none), with ANYR_PEER_MEMORY auto, cuda-ipc and vmm: the kind each maps,
-#                and every admitted peer algorithm exact
+#                and every admitted peer algorithm exact; then rank 1 with a host name of its own
+#                (UTS namespace), without and with a shared ANYR_HOST_ID
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -501,6 +502,28 @@ if want namespaces; then
       check "$RC1" "namespaces $kind $where rank 1"
     done
   done
+  # Rank 1 with a host name of its own (a UTS namespace, as a container): without ANYR_HOST_ID
+  # the ranks look like two hosts (no peer or host-memory transport: reported, not a failure of
+  # this script); with the same ANYR_HOST_ID on both they are one host again.
+  if unshare --uts true 2>/dev/null; then
+    for hostid in "" same-host; do
+      F="$OUT/ns-uts-${hostid:-none}"
+      rm -f "$F.id"
+      ANYR_HOST_ID=$hostid timeout -k 5 90 "${NS_PY[@]}" --rank 0 --id-file "$F.id" >"$F-0.json" 2>"$F-0.err" &
+      P0=$!
+      ANYR_HOST_ID=$hostid timeout -k 5 90 unshare --uts sh -c 'hostname anyr-other-host && exec "$@"' sh \
+        "${NS_PY[@]}" --rank 1 --id-file "$F.id" >"$F-1.json" 2>"$F-1.err"
+      RC1=$?
+      wait $P0
+      RC0=$?
+      echo "--- rank 1 under unshare --uts with its own host name, ANYR_HOST_ID='$hostid': exit $RC0 / $RC1"
+      cat "$F-0.json" "$F-1.json"
+      for r in 0 1; do [ -s "$F-$r.json" ] || grep -m2 -E 'Error|error|rror:' "$F-$r.err" | cut -c1-300; done
+      [ -n "$hostid" ] && { check "$RC0" "namespaces uts rank 0"; check "$RC1" "namespaces uts rank 1"; }
+    done
+  else
+    echo "SKIPPED uts: unshare --uts is not permitted here"
+  fi
 fi
 
 step "done: $([ $RC = 0 ] && echo "every step passed" || echo "SOME STEPS FAILED (see FAILED lines)")"

@@ -35,6 +35,10 @@ const std::vector<Param>& params() {
       {"ANYR_SOCKET_IFNAME", "",
        "network interface whose IPv4 address rank 0 listens on (ignored if ANYR_SOCKET_ADDR)"},
       {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on, 0..65535 (0: any free port)"},
+      {"ANYR_HOST_ID", "",
+       "the host identity ranks compare to know they share a host (unset: the host name and the "
+       "kernel's boot id); set the same value in containers of one host whose host names "
+       "differ, so that they use the peer and host-memory transports"},
       {"ANYR_PDL", "1",
        "1: launch the communicator's kernels (every peer and host algorithm, the fused kernels, "
        "the add + RMSNorm epilogue) with programmatic dependent launch where the communicator's "

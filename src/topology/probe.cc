@@ -52,11 +52,11 @@ uint64_t fnv1a64(const std::string& s) {
   return h;
 }
 
-// Equal for GPUs of one host (and one boot), different across hosts.
+// Equal for GPUs of one host (and one boot), different across hosts (hostHashOf). Read at every
+// probe: ANYR_HOST_ID may be set by the process before it creates a communicator.
 uint64_t localHostHash() {
-  static const uint64_t h =
-      fnv1a64(localHostName() + "\n" + readFirstLine("/proc/sys/kernel/random/boot_id"));
-  return h;
+  return hostHashOf(env::getString("ANYR_HOST_ID"), localHostName(),
+                    readFirstLine("/proc/sys/kernel/random/boot_id"));
 }
 
 std::string uuidString(const cudaUUID_t& u) {
@@ -519,6 +519,12 @@ void probePair(Session& ses, Topology& t, int s, int d) {
 }
 
 }  // namespace
+
+uint64_t hostHashOf(const std::string& hostId, const std::string& hostName,
+                    const std::string& bootId) {
+  if (!hostId.empty()) return fnv1a64("ANYR_HOST_ID\n" + hostId);
+  return fnv1a64(hostName + "\n" + bootId);
+}
 
 // ---------------------------------------------------------------------------------------------
 

@@ -5,13 +5,22 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 #include "topology/topology.h"
 
 namespace anyr {
 
+// The identity ranks compare to know they share a host: a hash of `hostId` (ANYR_HOST_ID) when
+// it is not empty, else of the host name and the kernel's boot id. Containers of one host whose
+// host names differ (their own UTS namespaces) set the same ANYR_HOST_ID to be seen as one host
+// (peer and host-memory transports); two hosts never share a boot id.
+uint64_t hostHashOf(const std::string& hostId, const std::string& hostName,
+                    const std::string& bootId);
+
 // Facts about one CUDA device of this process (no transfers): driver properties, NUMA node
-// from sysfs, PCIe link from NVML (0 when unknown), and a hash of the host name and boot id.
+// from sysfs, PCIe link from NVML (0 when unknown), and hostHashOf this host.
 // Throws anyrInvalidArgument for a device ordinal out of range, anyrCudaError on CUDA failure.
 GpuInfo probeGpu(int cudaDevice);
 

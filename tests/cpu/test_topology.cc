@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "topology/nvml.h"
+#include "topology/probe.h"
 #include "topology/topology.h"
 
 namespace anyr {
@@ -759,6 +760,19 @@ TEST(TopologyNvml, QueriesDegradeWithoutNvml) {
   }
   nvml::shutdown();
   nvml::shutdown();  // idempotent
+}
+
+// The host identity: the host name and boot id by default, so containers of one host with
+// different host names look like different hosts, unless they share ANYR_HOST_ID; an
+// ANYR_HOST_ID never equals a default identity by accident of its text.
+TEST(Topology, HostIdentity) {
+  const std::string boot = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+  EXPECT_EQ(hostHashOf("", "node7", boot), hostHashOf("", "node7", boot));
+  EXPECT_NE(hostHashOf("", "node7", boot), hostHashOf("", "node7-c2", boot));     // another name
+  EXPECT_NE(hostHashOf("", "node7", boot), hostHashOf("", "node7", boot + "0"));  // another boot
+  EXPECT_EQ(hostHashOf("rack3-node7", "c1", boot), hostHashOf("rack3-node7", "c2", "x"));
+  EXPECT_NE(hostHashOf("rack3-node7", "c1", boot), hostHashOf("rack3-node8", "c1", boot));
+  EXPECT_NE(hostHashOf("node7\n" + boot, "", ""), hostHashOf("", "node7", boot));
 }
 
 }  // namespace
