@@ -670,6 +670,24 @@ void Communicator::mapPeerMemory() {
                         (ipcWhy.empty() ? std::string() : "; " + ipcWhy);
       return;
     }
+    // vmm can map only pairs whose devices reach each other (the driver's peer access, or one
+    // GPU): where no pair IPC left unmapped is such a pair, it cannot do better (GPUs without
+    // peer access), and is not set up.
+    int32_t reachable = 0;
+    for (int p = 0; p < nranks_; ++p) {
+      const PairInfo& pi = topo_.pair(rank_, p);
+      if (p != rank_ && peers_->peer(p) == nullptr &&
+          (pi.driverPeerAccess || pi.link == LinkType::Self)) {
+        ++reachable;
+      }
+    }
+    int reachableTotal = 0;
+    for (int32_t v : bs_->allGatherValue(reachable)) reachableTotal += v;
+    if (reachableTotal == 0) {
+      peerMemoryNote_ = "cuda-ipc (auto): " + counted(ipcPairs) + "; " + ipcWhy +
+                        " (vmm not tried: no unmapped pair has peer access)";
+      return;
+    }
     release(&peers_);
   }
   // vmm: forced, or auto after legacy IPC left a pair unmapped.
