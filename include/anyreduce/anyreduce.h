@@ -103,8 +103,8 @@ typedef enum {
 } anyrWire_t;
 
 /* How the ranks of one host map each other's device memory (the peer algorithms' workspace).
- * Auto tries legacy CUDA IPC and, where it leaves a pair of ranks unmapped (between containers
- * that do not share a PID namespace, for one), the virtual-memory kind; anyrCommExplain says
+ * Auto tries legacy CUDA IPC and, where it leaves a pair of ranks unmapped (as reported between
+ * containers that do not share a PID namespace), the virtual-memory kind; anyrCommExplain says
  * which kind is in use and why. */
 typedef enum {
   anyrPeerMemoryNone = 0,    /* no peer-mapped workspace, as on GPUs without peer access */

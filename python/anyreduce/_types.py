@@ -333,7 +333,7 @@ class Config:
         0=auto, 1=off, 2, 4 or 8 (ANYR_FUSED_CLUSTER; default 0)
     peer_memory: PeerMemory, int or name: 'none', 'auto', 'cuda-ipc', 'vmm' (ANYR_PEER_MEMORY;
         default auto: legacy CUDA IPC, else virtual-memory file descriptors where those map
-        more pairs, e.g. between containers without a shared PID namespace)
+        more pairs, as reported between containers without a shared PID namespace)
     """
 
     algorithm: Optional[Union[Algo, int, str]] = None

@@ -8,7 +8,7 @@
 // unique id; every sender then connects to every peer and sends its descriptor with SCM_RIGHTS
 // and the receiver's secret, and a receiver keeps only descriptors that carry its secret from
 // a rank it expects. No process id is involved: this works between processes in different PID
-// namespaces (containers that do not share one), where legacy CUDA IPC fails.
+// namespaces (containers that do not share one), where legacy CUDA IPC is reported to fail.
 //
 // Every wait is bounded by the deadline; a descriptor that did not arrive is reported per rank.
 #pragma once

@@ -1,8 +1,9 @@
 // Peer-mapped device memory: every rank allocates one region, exports it, and maps every
 // peer's. Two implementations: legacy CUDA IPC (cudaIpcGetMemHandle / cudaIpcOpenMemHandle)
 // and virtual-memory allocations exported as POSIX file descriptors ("vmm": cuMemCreate, the
-// descriptors passed over a Unix-domain socket), which works where legacy IPC does not, e.g.
-// between containers that do not share a PID namespace. The communicator chooses between them
+// descriptors passed over a Unix-domain socket), which uses no process ids, for where legacy
+// IPC fails (as reported between containers that do not share a PID namespace; not reproduced
+// with unshare on the lent H200s, docs/DESIGN.md). The communicator chooses between them
 // (core/comm.cc, initTransport; ANYR_PEER_MEMORY).
 #pragma once
 

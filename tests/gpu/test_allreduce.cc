@@ -226,7 +226,7 @@ TEST(AllReduceGpu, VmmPeerMemoryCarriesEveryPeerAlgorithm) {
 }
 
 // Where legacy CUDA IPC fails (every cudaIpcOpenMemHandle of rank 1, ANYR_FAULT_INJECT=
-// ipc-open:1, as between containers without a shared PID namespace), the automatic choice
+// ipc-open:1, as reported between containers without a shared PID namespace), the automatic choice
 // maps the workspace with vmm (test_peer_memory.cc checks that explain says so): every peer
 // algorithm exact and bit-identical.
 TEST(AllReduceGpu, AutoPeerMemoryWhereLegacyIpcFailsCarriesEveryPeerAlgorithm) {
