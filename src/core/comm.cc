@@ -562,20 +562,17 @@ void Communicator::initTransport() {
   facts_.peerMemory = false;
   if (nranks_ < 2) {
     facts_.peerMemoryReason = "a single rank needs no peer memory";
-    peerMemoryNote_ = "none (" + facts_.peerMemoryReason + ")";
     return;
   }
   if (nranks_ > kMaxLocalRanks || !facts_.sameHost) {
     facts_.peerMemoryReason =
         nranks_ > kMaxLocalRanks ? "more than 8 ranks" : "ranks on several hosts";
-    peerMemoryNote_ = "none (" + facts_.peerMemoryReason + ")";
     return;
   }
   // Diagnostic: behave as GPUs without peer access (rank 0's setting, through the agreed
   // configuration, counts for everyone).
   if (cfg_.peerMemory == anyrPeerMemoryNone) {
     facts_.peerMemoryReason = "disabled by config.peerMemory / ANYR_PEER_MEMORY=none";
-    peerMemoryNote_ = "none (" + facts_.peerMemoryReason + ")";
     return;
   }
   layout_ = computeLayout(cfg_, nranks_);
@@ -612,34 +609,47 @@ void Communicator::initTransport() {
   argsTemplate_.wire = static_cast<int32_t>(cfg_.wire);
 }
 
-int Communicator::mappedPairs(const PeerMemory& m) {
-  const int32_t mine = mappedPeers(m, nranks_, rank_);
-  int total = 0;
-  for (int32_t v : bs_->allGatherValue(mine)) total += v;
-  return total;
-}
-
-std::string Communicator::firstMapFailure(const PeerMemory& m) {
-  struct Failure {
-    int32_t peer;  // -1: every peer mapped
-    char why[124];
+Communicator::MapSummary Communicator::summarize(const PeerMemory& m) {
+  // Per rank: the peers it mapped, those it did not whose devices reach its own (the driver's
+  // peer access, or one GPU), and its first unmapped peer with the reason. One gather.
+  struct Row {
+    int32_t mapped;
+    int32_t reachableUnmapped;
+    int32_t firstFailed;  // -1: every peer mapped
+    char why[116];
   };
-  Failure mine{};
-  mine.peer = -1;
-  for (int r = 0; r < nranks_; ++r) {
-    if (r == rank_ || m.peer(r) != nullptr) continue;
-    mine.peer = r;
-    std::snprintf(mine.why, sizeof(mine.why), "%s", m.mapError(r).c_str());
-    break;
+  static_assert(sizeof(Row) == 128, "Row layout");
+  Row mine{};
+  mine.firstFailed = -1;
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    if (m.peer(p) != nullptr) {
+      ++mine.mapped;
+      continue;
+    }
+    const PairInfo& pi = topo_.pair(rank_, p);
+    if (pi.driverPeerAccess || pi.link == LinkType::Self) ++mine.reachableUnmapped;
+    if (mine.firstFailed < 0) {
+      mine.firstFailed = p;
+      std::snprintf(mine.why, sizeof(mine.why), "%s", m.mapError(p).c_str());
+    }
   }
-  const std::vector<Failure> all = bs_->allGatherValue(mine);
+  MapSummary out;
+  std::string failure;
+  const std::vector<Row> rows = bs_->allGatherValue(mine);
   for (int r = 0; r < nranks_; ++r) {
-    const Failure& f = all[static_cast<size_t>(r)];
-    if (f.peer < 0) continue;
-    return "rank " + std::to_string(r) + " cannot map rank " + std::to_string(f.peer) +
-           "'s workspace: " + std::string(f.why, strnlen(f.why, sizeof(f.why)));
+    const Row& row = rows[static_cast<size_t>(r)];
+    out.mapped += row.mapped;
+    out.reachableUnmapped += row.reachableUnmapped;
+    if (failure.empty() && row.firstFailed >= 0) {
+      failure = "; rank " + std::to_string(r) + " cannot map rank " +
+                std::to_string(row.firstFailed) +
+                "'s workspace: " + std::string(row.why, strnlen(row.why, sizeof(row.why)));
+    }
   }
-  return "";
+  out.text = std::to_string(out.mapped) + " of " + std::to_string(nranks_ * (nranks_ - 1)) +
+             " ordered pairs mapped" + failure;
+  return out;
 }
 
 void Communicator::mapPeerMemory() {
@@ -649,9 +659,6 @@ void Communicator::mapPeerMemory() {
   const int pairs = nranks_ * (nranks_ - 1);
   const FaultInjection fault = parseFaultInjection(env::getString("ANYR_FAULT_INJECT"));
   const bool failIpc = fault.kind == FaultInjection::IpcOpenFails && fault.rank == rank_;
-  auto counted = [&](int mapped) {
-    return std::to_string(mapped) + " of " + std::to_string(pairs) + " ordered pairs mapped";
-  };
   // Releases `m` on every rank without freeing a region a peer still maps.
   auto release = [&](std::unique_ptr<PeerMemory>* m) {
     (*m)->unmapPeers();
@@ -659,33 +666,19 @@ void Communicator::mapPeerMemory() {
     m->reset();
   };
 
-  int ipcPairs = -1;
-  std::string ipcWhy;
+  MapSummary ipc;
   if (want == anyrPeerMemoryCudaIpc || want == anyrPeerMemoryAuto) {
     peers_ = createIpcPeerMemory(*bs_, layout_.totalBytes, failIpc);
-    ipcPairs = mappedPairs(*peers_);
-    ipcWhy = firstMapFailure(*peers_);
-    if (forced || ipcPairs == pairs) {
-      peerMemoryNote_ = "cuda-ipc (" + how + "): " + counted(ipcPairs) +
-                        (ipcWhy.empty() ? std::string() : "; " + ipcWhy);
+    ipc = summarize(*peers_);
+    if (forced || ipc.mapped == pairs) {
+      peerMemoryNote_ = "cuda-ipc (" + how + "): " + ipc.text;
       return;
     }
-    // vmm can map only pairs whose devices reach each other (the driver's peer access, or one
-    // GPU): where no pair IPC left unmapped is such a pair, it cannot do better (GPUs without
-    // peer access), and is not set up.
-    int32_t reachable = 0;
-    for (int p = 0; p < nranks_; ++p) {
-      const PairInfo& pi = topo_.pair(rank_, p);
-      if (p != rank_ && peers_->peer(p) == nullptr &&
-          (pi.driverPeerAccess || pi.link == LinkType::Self)) {
-        ++reachable;
-      }
-    }
-    int reachableTotal = 0;
-    for (int32_t v : bs_->allGatherValue(reachable)) reachableTotal += v;
-    if (reachableTotal == 0) {
-      peerMemoryNote_ = "cuda-ipc (auto): " + counted(ipcPairs) + "; " + ipcWhy +
-                        " (vmm not tried: no unmapped pair has peer access)";
+    // vmm can map only pairs whose devices reach each other: where no pair IPC left unmapped
+    // is such a pair, it cannot do better (GPUs without peer access), and is not set up.
+    if (ipc.reachableUnmapped == 0) {
+      peerMemoryNote_ =
+          "cuda-ipc (auto): " + ipc.text + " (vmm not tried: no unmapped pair has peer access)";
       return;
     }
     release(&peers_);
@@ -694,32 +687,31 @@ void Communicator::mapPeerMemory() {
   std::string vmmWhy;
   std::unique_ptr<PeerMemory> vmm =
       createVmmPeerMemory(*bs_, layout_.totalBytes, cfg_.timeoutMs, &vmmWhy);
-  const int vmmPairs = vmm ? mappedPairs(*vmm) : 0;  // null on every rank or on none
-  if (vmm) vmmWhy = firstMapFailure(*vmm);
-  const std::string vmmText =
-      vmm ? counted(vmmPairs) + (vmmWhy.empty() ? std::string() : "; " + vmmWhy)
-          : "not set up: " + vmmWhy;
+  MapSummary v;  // null on every rank or on none
+  if (vmm) v = summarize(*vmm);
+  const std::string vmmText = vmm ? v.text : "not set up: " + vmmWhy;
   if (forced) {
     if (!vmm) {
       facts_.peerMemoryReason = "vmm (" + how + ") " + vmmText;
-      peerMemoryNote_ = "none: " + facts_.peerMemoryReason;
       return;
     }
     peers_ = std::move(vmm);
     peerMemoryNote_ = "vmm (" + how + "): " + vmmText;
     return;
   }
-  const std::string ipcText = "cuda-ipc " + counted(ipcPairs) + "; " + ipcWhy;
-  if (vmm && vmmPairs > ipcPairs) {
+  if (vmm && v.mapped > ipc.mapped) {
     peers_ = std::move(vmm);
-    peerMemoryNote_ = "vmm (auto): " + vmmText + " (" + ipcText + ")";
+    peerMemoryNote_ = "vmm (auto): " + vmmText + " (cuda-ipc " + ipc.text + ")";
     return;
   }
   // Legacy IPC mapped as many pairs: set up again, and the pair checks decide per pair.
   if (vmm) release(&vmm);
   peers_ = createIpcPeerMemory(*bs_, layout_.totalBytes, failIpc);
-  peerMemoryNote_ = "cuda-ipc (auto): " + counted(mappedPairs(*peers_)) + "; " +
-                    firstMapFailure(*peers_) + " (vmm " + vmmText + ")";
+  peerMemoryNote_ = "cuda-ipc (auto): " + summarize(*peers_).text + " (vmm " + vmmText + ")";
+}
+
+std::string Communicator::peerMemoryText() const {
+  return peers_ ? peerMemoryNote_ : "none (" + facts_.peerMemoryReason + ")";
 }
 
 WorkspaceHeader Communicator::headerOfThisRank(uint64_t layoutHash) const {
@@ -1371,7 +1363,7 @@ std::string Communicator::explainJson() const {
   }
   j["peerMemory"] = {{"kind", peers_ ? peers_->kind() : "none"},
                      {"setting", peerMemoryName(cfg_.peerMemory)},
-                     {"reason", peerMemoryNote_}};
+                     {"reason", peerMemoryText()}};
   explainHost(&j);
   return j.dump(2);
 }

@@ -115,11 +115,18 @@ class Communicator {
   // maps more pairs) and peerMemoryNote_; leaves peers_ null, with facts_.peerMemoryReason, when
   // no kind could be set up. Collective; every rank takes the same kind.
   void mapPeerMemory();
-  // Collective: "rank R cannot map rank P's workspace: why" for the first rank with an
-  // unmapped peer in `m`, "" when every pair is mapped; the same text on every rank.
-  std::string firstMapFailure(const PeerMemory& m);
-  // Collective: ordered pairs (r, p) where rank r mapped rank p's workspace in its `m`.
-  int mappedPairs(const PeerMemory& m);
+  // Collective: what `m` maps, the same on every rank. `mapped`: ordered pairs (r, p) where rank
+  // r mapped rank p's workspace; `reachableUnmapped`: unmapped pairs whose devices reach each
+  // other (the driver's peer access, or one GPU); `text`: "M of P ordered pairs mapped", and the
+  // first rank's first unmapped peer with its reason.
+  struct MapSummary {
+    int mapped = 0;
+    int reachableUnmapped = 0;
+    std::string text;
+  };
+  MapSummary summarize(const PeerMemory& m);
+  // Which kind maps the workspace and why, or "none (why not)" (explain).
+  std::string peerMemoryText() const;
   void checkTransport();
   void decide();
   void loadOrTuneAtInit();
@@ -240,7 +247,7 @@ class Communicator {
   bool teardownClean_ = true;
 
   std::unique_ptr<PeerMemory> peers_;
-  std::string peerMemoryNote_;  // which kind maps the workspace, and why (explain)
+  std::string peerMemoryNote_;  // with peers_: which kind maps the workspace, and why
   WorkspaceLayout layout_{};
   LocalState* dState_ = nullptr;
   WaitControl* dWait_ = nullptr;

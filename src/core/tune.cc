@@ -90,7 +90,7 @@ std::string Communicator::explainText() const {
   in.tuned = tuned_.get();
   in.forced = static_cast<anyrAlgo_t>(forced_.load());
   in.tuningNote = tuningNote_;
-  if (nranks_ > 1) in.launchNotes.push_back("peer memory: " + peerMemoryNote_);
+  if (nranks_ > 1) in.launchNotes.push_back("peer memory: " + peerMemoryText());
   in.launchNotes.push_back(
       std::string("programmatic launch: ") + (pdlOn_ ? "on" : "off") + " (" + pdlReason_ + ")" +
       (argsTemplate_.releaseEarly != 0 ? "; kernels release the next launch early (ANYR_PDL_EARLY)"

@@ -127,10 +127,4 @@ std::unique_ptr<PeerMemory> createIpcPeerMemory(Bootstrap& bs, size_t bytes, boo
   return m;
 }
 
-int mappedPeers(const PeerMemory& m, int nranks, int rank) {
-  int k = 0;
-  for (int r = 0; r < nranks; ++r) k += r != rank && m.peer(r) != nullptr ? 1 : 0;
-  return k;
-}
-
 }  // namespace anyr

@@ -33,9 +33,6 @@ class PeerMemory {
   virtual void unmapPeers() = 0;
 };
 
-// Mapped pairs this object established (peer(r) != nullptr for r != own rank).
-int mappedPeers(const PeerMemory& m, int nranks, int rank);
-
 // Collective over `bs`: allocates `bytes` on the current device, exports it with CUDA IPC,
 // exchanges handles and maps every peer's region. Mapping failures are recorded per peer, not
 // thrown; allocation or export failures throw.
