@@ -39,6 +39,26 @@ struct VmmRecord {
 };
 static_assert(sizeof(VmmRecord) == 256, "VmmRecord layout");
 
+// Collective: every rank's local outcome, its region's size or why it has none, into *all.
+// Returns "" when every rank has its region, else the first failing rank's reason (the same on
+// every rank).
+std::string agreeOnRegions(Bootstrap& bs, const std::string& localWhy, uint64_t bytes,
+                           std::vector<VmmRecord>* all) {
+  VmmRecord mine{};
+  mine.ok = localWhy.empty() ? 1 : 0;
+  mine.bytes = bytes;
+  std::snprintf(mine.error, sizeof(mine.error), "%s", localWhy.c_str());
+  *all = bs.allGatherValue(mine);
+  for (int r = 0; r < bs.size(); ++r) {
+    const VmmRecord& rec = (*all)[static_cast<size_t>(r)];
+    if (!rec.ok) {
+      return "rank " + std::to_string(r) + ": " +
+             std::string(rec.error, strnlen(rec.error, sizeof(rec.error)));
+    }
+  }
+  return "";
+}
+
 class VmmPeerMemory final : public PeerMemory {
  public:
   VmmPeerMemory(const CuDriver& d, size_t bytes) : d_(d), requested_(bytes) {}
@@ -74,28 +94,17 @@ class VmmPeerMemory final : public PeerMemory {
     return "";
   }
 
-  // Collective: agree on the local outcomes, exchange descriptors, map every peer's region.
-  // Returns "" when every rank has its region (peers' mapping failures are per pair, in
-  // mapError); otherwise the first rank's reason, the same on every rank.
-  std::string connect(Bootstrap& bs, const std::string& localWhy, int timeoutMs) {
+  size_t allocatedBytes() const { return bytes_; }
+
+  // Collective, once every rank has its region (agreeOnRegions gave `all`): exchange
+  // descriptors and map every peer's region. Peers' mapping failures are per pair, in mapError.
+  void connect(Bootstrap& bs, const std::vector<VmmRecord>& all, int timeoutMs) {
     const int n = bs.size();
     const int me = bs.rank();
     me_ = me;
     ptrs_.assign(static_cast<size_t>(n), nullptr);
     errors_.assign(static_cast<size_t>(n), "");
     peers_.resize(static_cast<size_t>(n));
-    VmmRecord mine{};
-    mine.ok = localWhy.empty() ? 1 : 0;
-    mine.bytes = bytes_;
-    std::snprintf(mine.error, sizeof(mine.error), "%s", localWhy.c_str());
-    const std::vector<VmmRecord> all = bs.allGatherValue(mine);
-    for (int r = 0; r < n; ++r) {
-      const VmmRecord& rec = all[static_cast<size_t>(r)];
-      if (!rec.ok) {
-        return "rank " + std::to_string(r) + ": " +
-               std::string(rec.error, strnlen(rec.error, sizeof(rec.error)));
-      }
-    }
     ptrs_[static_cast<size_t>(me)] = reinterpret_cast<char*>(own_.va);
     FdExchange ex = exchangeFds(bs, exported_.fd(), "", timeoutMs);
     for (int r = 0; r < n; ++r) {
@@ -129,7 +138,6 @@ class VmmPeerMemory final : public PeerMemory {
       ptrs_[i] = reinterpret_cast<char*>(m.va);
     }
     exported_.close();  // every peer that could import has
-    return "";
   }
 
   ~VmmPeerMemory() override {
@@ -212,23 +220,11 @@ std::unique_ptr<PeerMemory> createVmmPeerMemory(Bootstrap& bs, size_t bytes, int
       why = m->createLocal(device);
     }
   }
-  if (m == nullptr) {
-    // Still collective: the peers learn why through the same gather.
-    VmmRecord mine{};
-    std::snprintf(mine.error, sizeof(mine.error), "%s", why.c_str());
-    const std::vector<VmmRecord> all = bs.allGatherValue(mine);
-    for (int r = 0; r < bs.size(); ++r) {
-      const VmmRecord& rec = all[static_cast<size_t>(r)];
-      if (!rec.ok) {
-        *whyNot = "rank " + std::to_string(r) + ": " +
-                  std::string(rec.error, strnlen(rec.error, sizeof(rec.error)));
-        break;
-      }
-    }
-    return nullptr;
-  }
-  *whyNot = m->connect(bs, why, timeoutMs);
+  // Collective whatever happened here (m null means `why` says why): the peers learn it.
+  std::vector<VmmRecord> all;
+  *whyNot = agreeOnRegions(bs, why, m ? m->allocatedBytes() : 0, &all);
   if (!whyNot->empty()) return nullptr;
+  m->connect(bs, all, timeoutMs);
   return m;
 }
 
