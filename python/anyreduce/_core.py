@@ -460,12 +460,21 @@ class Comm:
         norm_out = r / sqrt(mean(r^2) + eps) * w (+ quantization per `options`).
         Raises FunctionNotAvailable if the loaded library predates this function."""
         fn = "anyrAllReduceAddRmsNorm"
-        tokens, hidden = _sizes(fn, tokens, hidden)
+        if not (tokens.__class__ is int and hidden.__class__ is int
+                and 0 <= tokens < _SIZE_T_END and 0 <= hidden < _SIZE_T_END):
+            tokens, hidden = _sizes(fn, tokens, hidden)
         call = self._lib.anyrAllReduceAddRmsNorm  # FunctionNotAvailable when not exported
-        opts = _fused_options(options)
-        self._check(call(partial or None, residual_in or None, residual_out or None, weight or None,
-                         float(epsilon), norm_out or None, tokens, hidden, _dtype_arg(dtype, fn),
-                         byref(opts), self.handle, stream or None), fn)
+        opts = options if options.__class__ is anyrFusedOptions_t else _fused_options(options)
+        if dtype.__class__ is not DataType:
+            dtype = _dtype_arg(dtype, fn)
+        h = self._handle
+        if h is None:
+            raise InvalidUsage(Result.INVALID_USAGE, "the communicator was closed")
+        r = call(partial or None, residual_in or None, residual_out or None, weight or None,
+                 float(epsilon), norm_out or None, tokens, hidden, dtype, byref(opts), h,
+                 stream or None)
+        if r != 0:
+            raise make_error(r, self._lib.message_for(r, fn, h), fn)
 
     def __repr__(self) -> str:
         if self._handle is None:

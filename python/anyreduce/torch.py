@@ -26,7 +26,7 @@ from . import _core
 from ._core import Comm, get_unique_id
 from ._errors import AnyreduceError, make_error
 from ._library import library
-from ._types import Algo, Config, DataType, FusedOptions, Quant
+from ._types import Algo, Config, DataType, FusedOptions, Quant, anyrFusedOptions_t
 
 __all__ = [
     "Communicator",
@@ -52,6 +52,17 @@ _BYTE_DTYPES = tuple(d for d in (torch.uint8, FP8_DTYPE) if d is not None)
 _FP4_DTYPES = tuple(d for d in (torch.uint8, _FP4_PACKED) if d is not None)
 
 DeviceLike = Union[torch.device, int, str, None]
+
+# The current stream of a device as a cudaStream_t int. torch's private raw getter (the one its
+# compiled code uses) costs a fraction of torch.cuda.current_stream(d).cuda_stream, which builds
+# a Stream object each call: 3-6 us of an eager call's host time (docs/PERFORMANCE.md).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(index: int) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 def to_anyr_dtype(dtype: torch.dtype) -> DataType:
@@ -121,6 +132,17 @@ def _empty_bytes(shape: Sequence[int], device: torch.device, zero: bool = False,
     return t.view(FP8_DTYPE) if as_fp8 and FP8_DTYPE is not None else t
 
 
+def _plain_options(weight_plus_one: bool) -> anyrFusedOptions_t:
+    o = anyrFusedOptions_t.initializer()
+    o.weightPlusOne = 1 if weight_plus_one else 0
+    return o
+
+
+# The C options of an unquantized fused call, built once per form (the library only reads
+# them): building them per call was several us of an eager call's host time.
+_PLAIN_OPTIONS = {False: _plain_options(False), True: _plain_options(True)}
+
+
 class _Fused:
     """Checked arguments and outputs of one anyrAllReduceAddRmsNorm / anyrAddRmsNorm call."""
 
@@ -155,7 +177,7 @@ class _Fused:
                 raise ValueError(f"residual_out must not alias {x_name}: peers may still be "
                                  f"reading {x_name} while this rank writes its results")
         try:
-            q = Quant.parse(quant)
+            q = Quant.NONE if quant is None else Quant.parse(quant)
         except ValueError as e:
             raise ValueError(str(e)) from None
         if out is None:
@@ -165,12 +187,13 @@ class _Fused:
             # May be `x` itself (in place); a partial overlap is the library's to refuse.
             _check_like(out, "out", x, x_name, device)
 
-        opts = FusedOptions(weight_plus_one=bool(weight_plus_one), quant=q)
         if q is Quant.NONE:
             if scale is not None or quant_out is not None or scales_out is not None:
                 raise ValueError("scale, quant_out and scales_out are only for quant='fp8'/'nvfp4'")
             result: Tuple[torch.Tensor, ...] = (out, residual_out)
+            opts: Union[FusedOptions, anyrFusedOptions_t] = _PLAIN_OPTIONS[bool(weight_plus_one)]
         else:
+            opts = FusedOptions(weight_plus_one=bool(weight_plus_one), quant=q)
             if scale is None:
                 raise ValueError(f"scale is required for quant={q.name.lower()!r}: a CUDA float32 "
                                  "tensor of one element")
@@ -247,7 +270,7 @@ def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torc
                   quant_out=quant_out, scales_out=scales_out, fused=False)
     _require(library(), "anyrAddRmsNorm")
     with torch.cuda.device(x.device):
-        _core.add_rms_norm(*call.c_args, stream=torch.cuda.current_stream(x.device).cuda_stream)
+        _core.add_rms_norm(*call.c_args, stream=_current_stream(x.device.index))
     return call.result
 
 
@@ -361,7 +384,7 @@ class Communicator:
     # -- helpers -----------------------------------------------------------------------------
 
     def _stream(self) -> int:
-        return torch.cuda.current_stream(self.device).cuda_stream
+        return _current_stream(self._index)
 
     def _launch(self, fn, *args) -> None:
         # Kernels go to the communicator's device; make it current for the call if it is not.
@@ -482,3 +505,4 @@ def _global_rank(group: Any, group_rank: int) -> int:
     if get is not None:
         return get(group, group_rank)
     return dist.get_process_group_ranks(group)[group_rank]
+
