@@ -36,6 +36,8 @@ __all__ = [
     "ALL_REDUCE_DTYPES",
     "FUSED_DTYPES",
     "FP8_DTYPE",
+    "OPS_NAMESPACE",
+    "registered_ops",
 ]
 
 _TO_ANYR = {
@@ -305,6 +307,7 @@ class Communicator:
         self.rank = comm.rank
         self.world_size = comm.count
         self._index = self.device.index
+        self._handle: Optional[int] = None
 
     # -- creation ----------------------------------------------------------------------------
 
@@ -362,10 +365,26 @@ class Communicator:
             comm = Comm.init_rank(nranks, unique_id, rank, config)
         return cls(comm, dev)
 
+    @property
+    def op_handle(self) -> int:
+        """An int naming this communicator to the ``torch.ops.anyreduce`` operators (for
+        torch.compile; see ``anyreduce._torch_ops``). The same for the communicator's life;
+        refused by the operators once it is closed."""
+        if self.comm.closed:
+            raise ValueError("the communicator is closed: it has no handle")
+        if self._handle is None:
+            self._handle = _torch_ops.register(self)
+        return self._handle
+
     def close(self) -> None:
         """Destroy the communicator (collective; idempotent)."""
-        with torch.cuda.device(self._index):
-            self.comm.close()
+        try:
+            with torch.cuda.device(self._index):
+                self.comm.close()
+        finally:
+            if self.comm.closed:  # not when another thread's call kept it open
+                _torch_ops.unregister(self._handle)
+                self._handle = None
 
     def abort(self) -> None:
         self.comm.abort()
@@ -506,3 +525,15 @@ def _global_rank(group: Any, group_rank: int) -> int:
         return get(group, group_rank)
     return dist.get_process_group_ranks(group)[group_rank]
 
+
+# The torch.ops.anyreduce operators (torch.compile); registered when this module is imported.
+from . import _torch_ops  # noqa: E402  (it uses the definitions above)
+
+OPS_NAMESPACE = "anyreduce"  # _torch_ops.NAMESPACE (which may still be importing this module)
+
+
+def registered_ops() -> list:
+    """The qualified names of the operators this module registered (``anyreduce::all_reduce``,
+    ...), or [] when another copy of anyreduce in the process registered them first
+    (``anyreduce._torch_ops.NOT_REGISTERED_REASON`` says so)."""
+    return list(_torch_ops.REGISTERED)

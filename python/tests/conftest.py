@@ -6,7 +6,8 @@
   fail), else the newest build/src or build-*/src/libanyreduce.so of this checkout (then
   exported as ANYREDUCE_LIBRARY, so spawned workers load the same file). With neither, the
   tests that need the library skip and say why.
-* `gpu` tests need torch and 2 CUDA GPUs; they skip with the reason otherwise.
+* `gpu` tests need torch and 2 CUDA GPUs; `gpu_shared` tests need torch and one (their ranks
+  share GPUs where there are fewer than 2). Both skip with the reason otherwise.
 """
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ NO_LIBRARY_REASON = (
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs torch and at least 2 CUDA GPUs (skipped otherwise)")
+    config.addinivalue_line("markers", "gpu_shared: needs torch and a CUDA GPU; ranks share GPUs "
+                            "where there are fewer than 2 (skipped otherwise)")
 
 
-def gpu_skip_reason() -> Optional[str]:
+def gpu_skip_reason(min_gpus: int = 2) -> Optional[str]:
     try:
         import torch
     except ImportError:
@@ -64,21 +67,20 @@ def gpu_skip_reason() -> Optional[str]:
     if not torch.cuda.is_available():
         return "torch sees no CUDA GPU"
     n = torch.cuda.device_count()
-    if n < 2:
-        return f"needs 2 CUDA GPUs, torch sees {n}"
+    if n < min_gpus:
+        return f"needs {min_gpus} CUDA GPUs, torch sees {n}"
     if BUILT_LIBRARY is None:
         return NO_LIBRARY_REASON
     return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items) -> None:
-    gpu_items = [item for item in items if "gpu" in item.keywords]
-    if not gpu_items:
-        return
-    reason = gpu_skip_reason()
-    if reason is not None:
-        for item in gpu_items:
-            item.add_marker(pytest.mark.skip(reason=f"gpu test: {reason}"))
+    for marker, min_gpus in (("gpu", 2), ("gpu_shared", 1)):
+        marked = [item for item in items if marker in item.keywords]
+        reason = gpu_skip_reason(min_gpus) if marked else None
+        if reason is not None:
+            for item in marked:
+                item.add_marker(pytest.mark.skip(reason=f"{marker} test: {reason}"))
 
 
 @pytest.fixture(scope="session")
