@@ -51,6 +51,10 @@
 #                share none), with ANYR_PEER_MEMORY auto, cuda-ipc and vmm: the kind each maps,
 #                and every admitted peer algorithm exact; then rank 1 with a host name of its own
 #                (UTS namespace), without and with a shared ANYR_HOST_ID
+#   torchops     the torch.ops.anyreduce operators (torch.compile): their tests (two ranks, sharing
+#                the GPU where there is one), the torch CPU tests, and the host time per eager
+#                call through each Python door (tools/peers/torch_ops_overhead.py); builds only the
+#                library
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -84,6 +88,7 @@ ONLY=()
 case "${SECTIONS[*]}" in
   hostphases) ONLY=(--target anyr_host_phases) ;;
   ncu | profile) ONLY=(--target anyr_fused_floor) ;;
+  torchops) ONLY=(--target anyreduce) ;;
 esac
 cmake --build "$BUILD" -j"$JOBS" "${ONLY[@]}" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
@@ -138,7 +143,7 @@ fi
 
 if want python; then
   step "python GPU tests"
-  timeout -k 10 300 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" python3 -m pytest -q -rs python/tests 2>&1 | tail -15
+  timeout -k 10 560 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" python3 -m pytest -q -rs python/tests 2>&1 | tail -15
   check "${PIPESTATUS[0]}" "python tests"
   step "examples/tp_decoder.py (int inputs: bit-identical check; then timing)"
   for f in "" --fused; do
@@ -147,6 +152,17 @@ if want python; then
       --steps 100 2>&1 | grep -v Warning | tee -a "$OUT/tp_decoder.txt"
     check "${PIPESTATUS[0]}" "tp_decoder $f"
   done
+fi
+
+if want torchops; then
+  step "torch.ops.anyreduce operators: tests (eager, torch.compile, CUDA graph, opcheck)"
+  timeout -k 10 540 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" python3 -m pytest -v -rs \
+    python/tests/test_torch_ops.py python/tests/test_torch_cpu.py 2>&1 | tee "$OUT/torch-ops-tests.txt" | tail -30
+  check "${PIPESTATUS[0]}" "torch ops tests"
+  step "host time per eager call through each Python door"
+  timeout -k 10 200 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" PYTHONPATH="$PWD/python" \
+    python3 tools/peers/torch_ops_overhead.py --json "$OUT/torch-ops-overhead.json" 2>&1 | grep -v Warning | tee "$OUT/torch-ops-overhead.txt"
+  check "${PIPESTATUS[0]}" "torch ops overhead"
 fi
 
 if want reliability; then
