@@ -53,8 +53,8 @@
 #                (UTS namespace), without and with a shared ANYR_HOST_ID
 #   torchops     the torch.ops.anyreduce operators (torch.compile): their tests (two ranks, sharing
 #                the GPU where there is one), the torch CPU tests, and the host time per eager
-#                call through each Python door (tools/peers/torch_ops_overhead.py); builds only the
-#                library
+#                call through each Python door (tools/peers/torch_ops_overhead.py) and through the C
+#                API beside the CUDA calls it is made of (anyr_host_overhead); builds only those
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -88,7 +88,7 @@ ONLY=()
 case "${SECTIONS[*]}" in
   hostphases) ONLY=(--target anyr_host_phases) ;;
   ncu | profile) ONLY=(--target anyr_fused_floor) ;;
-  torchops) ONLY=(--target anyreduce) ;;
+  torchops) ONLY=(--target anyreduce anyr_host_overhead) ;;
 esac
 cmake --build "$BUILD" -j"$JOBS" "${ONLY[@]}" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
@@ -163,6 +163,8 @@ if want torchops; then
   timeout -k 10 200 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" PYTHONPATH="$PWD/python" \
     python3 tools/peers/torch_ops_overhead.py --json "$OUT/torch-ops-overhead.json" 2>&1 | grep -v Warning | tee "$OUT/torch-ops-overhead.txt"
   check "${PIPESTATUS[0]}" "torch ops overhead"
+  timeout -k 10 150 "$BUILD/tools/anyr_host_overhead" 2>&1 | tee "$OUT/host-overhead.txt"
+  check "${PIPESTATUS[0]}" "anyr_host_overhead"
 fi
 
 if want reliability; then
