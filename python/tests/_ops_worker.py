@@ -181,6 +181,34 @@ def compiled_inductor(comm, rank, world):
     _compiled_checks(comm, rank, world, "inductor", dynamic=False)
 
 
+def compiled_reduce_overhead(comm, rank, world):
+    """inductor's CUDA graphs (mode="reduce-overhead"): the first calls run eagerly and record,
+    the later ones replay; every call's outputs (copied before the next call, which reuses
+    their memory) bit-identical to the eager layer's on the same fresh inputs."""
+    import torch
+
+    try:
+        import triton  # noqa: F401
+    except ImportError as e:
+        SKIPPED_CHECKS.append(["torch.compile mode='reduce-overhead'", f"triton: {e}"])
+        return
+    ops, h = torch.ops.anyreduce, comm.op_handle
+
+    def layer(p, res, w):
+        s = ops.all_reduce(p, h)
+        normed, r = ops.all_reduce_add_rms_norm(p, res, w, 1e-6, h, False)
+        return s + 1, normed, r
+
+    torch._dynamo.reset()
+    c_layer = torch.compile(layer, mode="reduce-overhead", fullgraph=True)
+    for call in range(4):
+        p, res, w = fused_inputs(world, rank, 2, 1024, 80 + call)
+        got = [t.clone() for t in c_layer(p, res, w)]
+        want = layer(p, res, w)
+        for name, a, b in zip(("all_reduce+1", "normed", "residual"), got, want):
+            same(a, b, f"reduce-overhead call {call}: {name}")
+
+
 def cuda_graph(comm, rank, world):
     import torch
 
@@ -236,8 +264,8 @@ def opcheck(comm, rank, world):
         torch.library.opcheck(op, args)
 
 
-SECTIONS = [eager_all_reduce, eager_fused, compiled_aot_eager, compiled_inductor, cuda_graph,
-            opcheck]
+SECTIONS = [eager_all_reduce, eager_fused, compiled_aot_eager, compiled_inductor,
+            compiled_reduce_overhead, cuda_graph, opcheck]
 
 
 def unique_id_from_rank0(rank: int, path: Path, timeout_s: float = 60) -> bytes:

@@ -3,8 +3,8 @@
 Without a GPU (torch needed): the schemas, the fake implementations' shapes and dtypes on meta
 tensors, CPU tensors refused naming the argument, handles. With a GPU (marker `gpu_shared`: one
 GPU is enough, two ranks then share it): every operator eagerly, under torch.compile
-(aot_eager, static and dynamic shapes; inductor where triton imports), captured in a CUDA
-graph, and through torch.library.opcheck, bit-identical to the Communicator calls they wrap
+(aot_eager, static and dynamic shapes; inductor and mode="reduce-overhead" where triton
+imports), captured in a CUDA graph, and through torch.library.opcheck, bit-identical to the Communicator calls they wrap
 (per-rank bodies in _ops_worker.py). Skipped without torch, saying so."""
 
 from __future__ import annotations
