@@ -1,7 +1,10 @@
-"""Per-rank bodies of the GPU tests (test_gpu.py spawns one process per GPU running `run`).
+"""Per-rank bodies of the GPU tests (test_gpu.py spawns one process per rank running `run`).
 
-Every scenario checks anyreduce against torch.distributed's NCCL all-reduce on inputs of small
-integers, whose sums are exact in every dtype, so results must be bit-identical. A scenario
+Every scenario checks anyreduce against torch.distributed's all-reduce on inputs of small
+integers, whose sums are exact in every dtype, so results must be bit-identical. With a GPU per
+rank the process group is NCCL's; with fewer GPUs than ranks, rank r runs on GPU r % GPUs (the
+ranks share it: a correctness run) and the group is gloo's, the reference sums then taken on
+the CPU in float64 or int64 (exact for these inputs). A scenario
 that cannot run (e.g. the library has no fused kernel yet) raises Skip with the library's
 message; the parent turns that into pytest.skip. A sub-check that cannot run while the rest of
 the scenario does is recorded with skip_check(what, why): the scenario runs to the end, and the
@@ -20,6 +23,7 @@ class Skip(Exception):
 
 
 SKIPPED_CHECKS: list = []  # [what, why] of each sub-check this rank could not run
+DEVICE = 0  # this rank's GPU (run() sets it)
 
 
 def skip_check(what: str, why: str) -> None:
@@ -31,8 +35,13 @@ def run(rank: int, world: int, port: int, scenario: str, out_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    global DEVICE
+    gpus = torch.cuda.device_count()
+    DEVICE = rank % gpus
+    torch.cuda.set_device(DEVICE)
+    # NCCL needs a GPU per rank; ranks sharing a GPU meet over gloo.
+    backend = "nccl" if gpus >= world else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     result = {"status": "ok", "rank": rank, "skipped_checks": SKIPPED_CHECKS}
     try:
@@ -59,11 +68,18 @@ def ints(shape, dtype, seed: int, lo: int = -8, hi: int = 8):
 
 
 def nccl_sum(x, group=None):
+    """torch.distributed's sum of x over `group`: NCCL's on the GPU, or (ranks sharing a GPU,
+    a gloo group) the CPU's in float64 / int64, cast back: exact for small integers."""
+    import torch
     import torch.distributed as dist
 
-    y = x.clone()
-    dist.all_reduce(y, group=group)
-    return y
+    if dist.get_backend(group) == "nccl":
+        y = x.clone()
+        dist.all_reduce(y, group=group)
+        return y
+    wide = x.detach().to("cpu", torch.float64 if x.is_floating_point() else torch.int64)
+    dist.all_reduce(wide, group=group)
+    return wide.to(x.dtype).to(x.device)
 
 
 def assert_equal(got, want, what: str) -> None:
@@ -96,7 +112,7 @@ def scenario_allreduce(rank: int, world: int):
     gloo = dist.new_group(backend="gloo")
     comm = Communicator.from_process_group(gloo)
     assert (comm.rank, comm.world_size) == (rank, world)
-    assert comm.device == torch.device("cuda", rank)
+    assert comm.device == torch.device("cuda", DEVICE)
     sizes = [0, 1, 7, 1000, 4099, 65536 + 3, 1 << 20, (3 << 20) + 5]
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for n in sizes:
@@ -422,8 +438,11 @@ def scenario_errors(rank: int, world: int):
     raises(ValueError, "tensor must be a CUDA tensor", lambda: comm.all_reduce(torch.ones(8)))
     raises(ValueError, "out has shape", lambda: comm.all_reduce(x, out=torch.empty(65, dtype=x.dtype, device="cuda")))
     raises(TypeError, "out has dtype", lambda: comm.all_reduce(x, out=torch.empty(64, dtype=torch.float16, device="cuda")))
-    raises(ValueError, "communicator's device",
-           lambda: comm.all_reduce(torch.ones(8, device=f"cuda:{(rank + 1) % world}")))
+    if torch.cuda.device_count() > 1:
+        raises(ValueError, "communicator's device",
+               lambda: comm.all_reduce(torch.ones(8, device=f"cuda:{(DEVICE + 1) % world}")))
+    else:
+        skip_check("a tensor on another GPU refused", "one GPU: no other GPU to put it on")
     raises(TypeError, "torch.Tensor", lambda: comm.all_reduce([1.0, 2.0]))
     w = torch.ones(256, dtype=torch.bfloat16, device="cuda")
     p = torch.ones(4, 256, dtype=torch.bfloat16, device="cuda")
@@ -464,7 +483,7 @@ def scenario_adapters(rank: int, world: int):
     from anyreduce.torch import add_rms_norm_reference
 
     gloo = dist.new_group(backend="gloo")
-    ca = CustomAllreduce(gloo, rank)
+    ca = CustomAllreduce(gloo, DEVICE)
     assert not ca.disabled
     x = ints((4096,), torch.bfloat16, seed=rank)
     x0 = x.clone()
@@ -477,7 +496,7 @@ def scenario_adapters(rank: int, world: int):
     assert not ca.should_custom_ar(i32) and ca.custom_all_reduce(i32) is None
     nc = torch.ones(8, 8, dtype=torch.bfloat16, device="cuda").t()
     assert ca.custom_all_reduce(nc) is None
-    small = CustomAllreduce(gloo, rank, max_size=1024)
+    small = CustomAllreduce(gloo, DEVICE, max_size=1024)
     assert small.custom_all_reduce(x) is None  # 8 KB > max_size
     assert small.custom_all_reduce(x[:256]) is not None
     small.close()
@@ -498,13 +517,13 @@ def scenario_adapters(rank: int, world: int):
         g.replay()
         assert_equal(graph_out, nccl_sum(inp), f"adapter graph replay {it}")
 
-    dc = DeviceCommunicator(gloo, device=rank, device_group=dist.group.WORLD)
+    dc = DeviceCommunicator(gloo, device=DEVICE, device_group=dist.group.WORLD)
     assert dc.ca_comm is not None and not dc.ca_comm.disabled  # else every call would be NCCL's
     assert_equal(dc.all_reduce(x), nccl_sum(x), "DeviceCommunicator bf16")
     xi = ints((100,), torch.int32, seed=rank)
     assert_equal(dc.all_reduce(xi), nccl_sum(xi), "DeviceCommunicator int32 fallback")
     calls = []
-    dc2 = DeviceCommunicator(gloo, device=rank, device_group=dist.group.WORLD,
+    dc2 = DeviceCommunicator(gloo, device=DEVICE, device_group=dist.group.WORLD,
                              fallback=lambda t: calls.append(t) or None)
     assert_equal(dc2.all_reduce(xi), nccl_sum(xi), "fallback returning None")
     assert len(calls) == 1

@@ -1,5 +1,7 @@
-"""Multi-GPU tests: 2 ranks spawned with torch.multiprocessing, each on its own GPU, checking
-anyreduce against torch.distributed's NCCL all-reduce (bit-exact on small integers).
+"""Multi-rank tests: 2 ranks spawned with torch.multiprocessing, each on its own GPU where there
+are two (NCCL's torch.distributed all-reduce the reference), sharing one where there is one
+(gloo's, summing on the CPU; a correctness run): anyreduce against it, bit-exact on small
+integers (marker gpu_shared; the example, which needs NCCL on two GPUs, is marked gpu).
 The per-rank bodies are in _gpu_worker.py. Skipped, with the reason, without torch, without 2
 GPUs or without a built library (see conftest.py). A scenario some of whose sub-checks could
 not run here (an algorithm not admitted, no FP8 dtype in torch, ...) still runs every other
@@ -19,7 +21,7 @@ import pytest
 
 from conftest import REPO_ROOT
 
-pytestmark = pytest.mark.gpu
+pytestmark = pytest.mark.gpu_shared
 
 WORLD = 2
 TIMEOUT_S = 300
@@ -95,6 +97,7 @@ def test_server_adapters(tmp_path):
     spawn("adapters", tmp_path, check=ranks_agree)
 
 
+@pytest.mark.gpu
 def test_example_tp_decoder_agrees_with_nccl():
     """examples/tp_decoder.py, self-spawning, small sizes: anyreduce == NCCL bit for bit."""
     example = REPO_ROOT / "examples" / "tp_decoder.py"
