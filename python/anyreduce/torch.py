@@ -369,7 +369,9 @@ class Communicator:
     def op_handle(self) -> int:
         """An int naming this communicator to the ``torch.ops.anyreduce`` operators (for
         torch.compile; see ``anyreduce._torch_ops``). The same for the communicator's life;
-        refused by the operators once it is closed."""
+        refused by the operators once it is closed. Read it outside compiled code first: the
+        first read registers the communicator (under a lock, which torch.compile does not
+        trace)."""
         if self.comm.closed:
             raise ValueError("the communicator is closed: it has no handle")
         if self._handle is None:
