@@ -186,28 +186,28 @@ class FusedOptions {
   }
   // e4m3 output: q = e4m3(y * (1 / scale[0])), tokens x hidden bytes.
   FusedOptions& fp8(const float* scale, void* quantOut) {
-    o_.quant = anyrQuantFp8;
-    o_.scale = scale;
-    o_.quantOut = quantOut;
-    o_.blockScales = nullptr;
-    o_.blockScalesSwizzled = nullptr;
-    return *this;
+    return quantized(anyrQuantFp8, scale, quantOut, nullptr, nullptr);
   }
   // NVFP4 output with global scale g = globalScale[0]: tokens x hidden/2 bytes of e2m1 pairs,
   // block scales row-major (blockScales) and/or in the swizzled 128x4 layout (swizzled); either
   // may be nullptr, not both.
   FusedOptions& nvfp4(const float* globalScale, void* quantOut, void* blockScales, void* swizzled) {
-    o_.quant = anyrQuantNvfp4;
-    o_.scale = globalScale;
-    o_.quantOut = quantOut;
-    o_.blockScales = blockScales;
-    o_.blockScalesSwizzled = swizzled;
-    return *this;
+    return quantized(anyrQuantNvfp4, globalScale, quantOut, blockScales, swizzled);
   }
 
   const anyrFusedOptions_t* get() const { return &o_; }
 
  private:
+  FusedOptions& quantized(anyrQuant_t mode, const float* scale, void* out, void* blockScales,
+                          void* swizzled) {
+    o_.quant = mode;
+    o_.scale = scale;
+    o_.quantOut = out;
+    o_.blockScales = blockScales;
+    o_.blockScalesSwizzled = swizzled;
+    return *this;
+  }
+
   anyrFusedOptions_t o_;
 };
 
