@@ -22,6 +22,7 @@ from ._core import (
     error_string,
     get_unique_id,
     last_error,
+    share_unique_id,
     version,
     version_code,
     version_info,
@@ -64,7 +65,7 @@ UNIQUE_ID_BYTES = ANYR_UNIQUE_ID_BYTES
 __all__ = [
     "__version__",
     # calls
-    "Comm", "get_unique_id", "version", "version_code", "version_info", "algo_name",
+    "Comm", "get_unique_id", "share_unique_id", "version", "version_code", "version_info", "algo_name",
     "error_string", "last_error", "add_rms_norm",
     # library
     "library", "library_path", "load_library", "LIBRARY_ENV_VAR",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes
 import json
 import operator
+import os
+import time
 import warnings
 from ctypes import byref, c_int, c_size_t, c_void_p
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
@@ -138,6 +140,41 @@ def get_unique_id() -> bytes:
     uid = UniqueId()
     lib.check(lib.anyrGetUniqueId(byref(uid)), "anyrGetUniqueId")
     return uid.to_bytes()
+
+
+def share_unique_id(path: Union[str, "os.PathLike[str]"], rank: int,
+                    timeout_s: float = 60.0) -> bytes:
+    """The unique id of a communicator, handed over through a file every rank can reach: rank 0
+    makes it (get_unique_id; its process then listens on the id's address) and writes it to
+    `path` atomically, readable by its owner only (the id holds the bootstrap secret); every
+    other rank waits for the file, at most `timeout_s` seconds, and reads it. `path` must not
+    exist before the run (use a fresh name per run): a rank that started first would read an
+    old id. Raises TimeoutError naming the rank and the path."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"share_unique_id: argument 'rank': must be an int >= 0, got {rank!r}")
+    if not timeout_s > 0:
+        raise ValueError(f"share_unique_id: argument 'timeout_s': must be > 0, got {timeout_s!r}")
+    path = os.fspath(path)
+    if rank == 0:
+        uid = get_unique_id()
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(uid)
+        os.replace(tmp, path)
+        return uid
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"share_unique_id: rank {rank}: rank 0 wrote no unique id to "
+                               f"{path} within {timeout_s} s")
+        time.sleep(0.01)
+    with open(path, "rb") as f:
+        uid = f.read()
+    if len(uid) != ANYR_UNIQUE_ID_BYTES:
+        raise ValueError(f"share_unique_id: {path} holds {len(uid)} bytes, not a unique id "
+                         f"({ANYR_UNIQUE_ID_BYTES} bytes)")
+    return uid
 
 
 def algo_name(algorithm: Union[Algo, int]) -> Optional[str]:

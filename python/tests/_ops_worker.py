@@ -9,8 +9,6 @@ are deterministic, so the ranks stay in step), and the parent reports every fail
 """
 
 import json
-import os
-import time
 import traceback
 from pathlib import Path
 
@@ -268,32 +266,16 @@ SECTIONS = [eager_all_reduce, eager_fused, compiled_aot_eager, compiled_inductor
             compiled_reduce_overhead, cuda_graph, opcheck]
 
 
-def unique_id_from_rank0(rank: int, path: Path, timeout_s: float = 60) -> bytes:
-    """Rank 0 makes the unique id (its process then listens on the id's address) and writes it
-    to `path` atomically; the other ranks wait for the file (bounded)."""
-    import anyreduce
-
-    if rank == 0:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(anyreduce.get_unique_id())
-        os.replace(tmp, path)
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"rank {rank}: rank 0 wrote no unique id to {path} in {timeout_s} s")
-        time.sleep(0.01)
-    return path.read_bytes()
-
-
 def run(rank: int, world: int, out_dir: str) -> None:
     import torch
 
+    import anyreduce
     import anyreduce.torch as art
 
     device = rank % torch.cuda.device_count()
     torch.cuda.set_device(device)
     failures = []
-    unique_id = unique_id_from_rank0(rank, Path(out_dir, "unique_id"))
+    unique_id = anyreduce.share_unique_id(Path(out_dir, "unique_id"), rank)
     comm = art.Communicator.from_unique_id(world, unique_id, rank, device=device)
     h = comm.op_handle
     for section in SECTIONS:

@@ -41,6 +41,24 @@ def test_unique_id_is_128_bytes_and_fresh(ar):
     assert any(a), "unique id is all zeros"
 
 
+def test_unique_id_shared_through_a_file(ar, tmp_path):
+    path = tmp_path / "uid"
+    mine = ar.share_unique_id(path, 0)
+    assert len(mine) == 128 and path.read_bytes() == mine
+    assert path.stat().st_mode & 0o777 == 0o600, "the id holds the secret: owner only"
+    assert ar.share_unique_id(str(path), 1, timeout_s=1) == mine
+    assert list(tmp_path.iterdir()) == [path], "the temporary file was left behind"
+    with pytest.raises(TimeoutError, match=r"rank 2: rank 0 wrote no unique id to .*missing"):
+        ar.share_unique_id(tmp_path / "missing", 2, timeout_s=0.05)
+    (tmp_path / "short").write_bytes(b"abc")
+    with pytest.raises(ValueError, match="holds 3 bytes, not a unique id"):
+        ar.share_unique_id(tmp_path / "short", 1, timeout_s=1)
+    with pytest.raises(ValueError, match="argument 'rank'"):
+        ar.share_unique_id(path, -1)
+    with pytest.raises(ValueError, match="argument 'timeout_s'"):
+        ar.share_unique_id(path, 1, timeout_s=0)
+
+
 def test_nranks_zero_is_invalid_argument_naming_nranks(ar):
     with pytest.raises(ar.InvalidArgument, match="nranks") as ei:
         ar.Comm.init_rank(0, ar.get_unique_id(), 0)

@@ -3,7 +3,8 @@
 under `unshare` (scripts/device.sh namespaces: a PID namespace, an IPC namespace, or both) to
 stand in for two containers that do not share them, where legacy CUDA IPC is reported to fail.
 
-Rank 0 writes the unique id to --id-file (atomically); the other rank waits for it (bounded).
+Rank 0 writes the unique id to --id-file and the other rank waits for it, bounded
+(anyreduce.share_unique_id).
 Each rank then creates a communicator (ANYR_PEER_MEMORY chooses the kind), prints one JSON line
 with the kind explain reports and its reason, and checks an all-reduce of small integers
 (rank + 1 everywhere: every element must be the sum) with every peer algorithm that is
@@ -15,7 +16,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 
 def main() -> int:
@@ -29,19 +29,11 @@ def main() -> int:
     import torch
     import anyreduce
 
-    if a.rank == 0:
-        tmp = a.id_file + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(anyreduce.get_unique_id())
-        os.replace(tmp, a.id_file)
-    deadline = time.monotonic() + a.timeout_s
-    while not os.path.exists(a.id_file):
-        if time.monotonic() > deadline:
-            print(json.dumps({"rank": a.rank, "error": "no unique id in %s" % a.id_file}))
-            return 1
-        time.sleep(0.01)
-    with open(a.id_file, "rb") as f:
-        uid = f.read()
+    try:
+        uid = anyreduce.share_unique_id(a.id_file, a.rank, a.timeout_s)
+    except TimeoutError as e:
+        print(json.dumps({"rank": a.rank, "error": str(e)}))
+        return 1
 
     torch.cuda.set_device(a.rank % torch.cuda.device_count())
     comm = anyreduce.Comm.init_rank(a.nranks, uid, a.rank)

@@ -20,24 +20,6 @@ import statistics
 import time
 
 
-def unique_id_from_rank0(rank: int, path: str, timeout_s: float = 60) -> bytes:
-    """Rank 0 makes the id (its process listens on the id's address) and writes it to `path`
-    atomically; rank 1 waits for the file (bounded)."""
-    import anyreduce
-
-    if rank == 0:
-        with open(path + ".tmp", "wb") as f:
-            f.write(anyreduce.get_unique_id())
-        os.replace(path + ".tmp", path)
-    deadline = time.monotonic() + timeout_s
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"rank {rank}: no unique id in {path} after {timeout_s} s")
-        time.sleep(0.01)
-    with open(path, "rb") as f:
-        return f.read()
-
-
 def profile(call, calls: int) -> None:
     """cProfile of `calls` calls of `call` on this rank: the 25 functions of most own time."""
     import cProfile
@@ -54,9 +36,10 @@ def profile(call, calls: int) -> None:
 def body(rank: int, world: int, elements: int, out: str, profiled: str = "") -> None:
     import torch
 
+    import anyreduce
     import anyreduce.torch as art
 
-    uid = unique_id_from_rank0(rank, f"{out}.unique_id")
+    uid = anyreduce.share_unique_id(f"{out}.unique_id", rank)
     dev = rank % torch.cuda.device_count()
     torch.cuda.set_device(dev)
     comm = art.Communicator.from_unique_id(world, uid, rank, device=dev)
