@@ -82,6 +82,22 @@ def nccl_sum(x, group=None):
     return wide.to(x.dtype).to(x.device)
 
 
+def capture_after_warm_up(step):
+    """Runs `step` once on a side stream (the warm-up outside capture torch recommends), then
+    captures it in a CUDA graph: returns (graph, what the captured step returned)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    return graph, out
+
+
 def assert_equal(got, want, what: str) -> None:
     import torch
 
@@ -188,14 +204,7 @@ def scenario_graph(rank: int, world: int):
         comm.all_reduce(big)
         return inplace * 2
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up outside capture, as torch recommends
-        step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        doubled = step()
+    g, doubled = capture_after_warm_up(step)
     for it in range(4):
         small.copy_(ints(small.shape, small.dtype, seed=rank * 100 + it))
         big_in = ints(big.shape, big.dtype, seed=rank * 100 + it + 50)

@@ -210,6 +210,8 @@ def compiled_reduce_overhead(comm, rank, world):
 def cuda_graph(comm, rank, world):
     import torch
 
+    from _gpu_worker import capture_after_warm_up
+
     ops, h = torch.ops.anyreduce, comm.op_handle
     p, res, w = fused_inputs(world, rank, 8, 1024, 60)
     x = rank_ints((5000,), torch.float16, rank, 61)
@@ -218,14 +220,7 @@ def cuda_graph(comm, rank, world):
         return (ops.all_reduce(x, h),) + tuple(ops.all_reduce_add_rms_norm(p, res, w, 1e-6, h,
                                                                            False))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up outside capture, as torch recommends
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y, normed, r = step()
+    graph, (y, normed, r) = capture_after_warm_up(step)
     for salt in (62, 63):  # replays on fresh inputs
         x.copy_(rank_ints((5000,), torch.float16, rank, salt))
         p2, res2, _ = fused_inputs(world, rank, 8, 1024, salt)
