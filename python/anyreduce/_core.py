@@ -501,7 +501,7 @@ class Comm:
                 and 0 <= tokens < _SIZE_T_END and 0 <= hidden < _SIZE_T_END):
             tokens, hidden = _sizes(fn, tokens, hidden)
         call = self._lib.anyrAllReduceAddRmsNorm  # FunctionNotAvailable when not exported
-        opts = options if options.__class__ is anyrFusedOptions_t else _fused_options(options)
+        opts = _fused_options(options)
         if dtype.__class__ is not DataType:
             dtype = _dtype_arg(dtype, fn)
         h = self._handle

@@ -57,7 +57,7 @@ DeviceLike = Union[torch.device, int, str, None]
 
 # The current stream of a device as a cudaStream_t int. torch's private raw getter (the one its
 # compiled code uses) costs a fraction of torch.cuda.current_stream(d).cuda_stream, which builds
-# a Stream object each call: 3-6 us of an eager call's host time (docs/PERFORMANCE.md).
+# a Stream object each call: 3-8 us of an eager call's host time (docs/PERFORMANCE.md).
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
@@ -134,15 +134,9 @@ def _empty_bytes(shape: Sequence[int], device: torch.device, zero: bool = False,
     return t.view(FP8_DTYPE) if as_fp8 and FP8_DTYPE is not None else t
 
 
-def _plain_options(weight_plus_one: bool) -> anyrFusedOptions_t:
-    o = anyrFusedOptions_t.initializer()
-    o.weightPlusOne = 1 if weight_plus_one else 0
-    return o
-
-
 # The C options of an unquantized fused call, built once per form (the library only reads
 # them): building them per call was several us of an eager call's host time.
-_PLAIN_OPTIONS = {False: _plain_options(False), True: _plain_options(True)}
+_PLAIN_OPTIONS = {w: FusedOptions(weight_plus_one=w).to_c() for w in (False, True)}
 
 
 class _Fused:
@@ -179,7 +173,7 @@ class _Fused:
                 raise ValueError(f"residual_out must not alias {x_name}: peers may still be "
                                  f"reading {x_name} while this rank writes its results")
         try:
-            q = Quant.NONE if quant is None else Quant.parse(quant)
+            q = Quant.parse(quant)
         except ValueError as e:
             raise ValueError(str(e)) from None
         if out is None:
