@@ -16,7 +16,8 @@ nodes, and functionalization sees which arguments they write::
         return normed, residual
 
 A communicator is named by its ``op_handle`` (an int, since operator schemas take no Python
-objects); a graph holds the int, so the communicator must stay open while the graph runs.
+objects; every communicator has one from its creation); a graph holds the int, so the
+communicator must stay open (and referenced) while the graph runs.
 The handle of a closed communicator is refused by name. Each operator runs the same checked
 call as the ``Communicator`` method it wraps, on the current stream, and so may be captured
 in CUDA graphs. The operators are registered directly for the CUDA dispatch key
@@ -26,6 +27,7 @@ Python layer; the two were not compared here.
 
 import itertools
 import threading
+import weakref
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -58,17 +60,23 @@ SCHEMAS: Dict[str, str] = {
 }
 
 # ---- handles -------------------------------------------------------------------------------
+# Every Communicator takes its handle when it is created (Communicator.__init__), so reading
+# op_handle needs no lock and nothing torch.compile would have to trace. The table holds weak
+# references: registering keeps no communicator alive, and the handle of one that was collected
+# is refused as a closed one's is.
 
 _lock = threading.Lock()
 _numbers = itertools.count(1)
-_open: Dict[int, "art.Communicator"] = {}
+_open: Dict[int, "weakref.ReferenceType[art.Communicator]"] = {}
 
 
 def register(comm: "art.Communicator") -> int:
-    """A new handle for `comm` (Communicator.op_handle calls this once per communicator)."""
+    """A new handle for `comm` (Communicator.__init__ calls this once per communicator)."""
     with _lock:
         handle = next(_numbers)
-        _open[handle] = comm
+        # The entry goes when the communicator is collected (the callback takes no lock: the
+        # collector may run it in a thread that holds _lock; dict.pop is atomic by itself).
+        _open[handle] = weakref.ref(comm, lambda _ref, h=handle: _open.pop(h, None))
     return handle
 
 
@@ -81,7 +89,8 @@ def unregister(handle: Optional[int]) -> None:
 def communicator(handle: int, op: str) -> "art.Communicator":
     """The open communicator named by `handle`, or ValueError naming the operator's argument."""
     with _lock:
-        comm = _open.get(handle)
+        ref = _open.get(handle)
+    comm = ref() if ref is not None else None
     if comm is None:
         raise ValueError(f"{NAMESPACE}::{op}: argument 'comm': {handle} is not the handle of an "
                          "open communicator (use Communicator.op_handle of one that is not closed)")

@@ -301,7 +301,9 @@ class Communicator:
         self.rank = comm.rank
         self.world_size = comm.count
         self._index = self.device.index
-        self._handle: Optional[int] = None
+        # The operators' name for it (op_handle), taken now: a read under torch.compile then
+        # finds a plain attribute, no registration to trace.
+        self._handle: Optional[int] = _torch_ops.register(self)
 
     # -- creation ----------------------------------------------------------------------------
 
@@ -362,14 +364,11 @@ class Communicator:
     @property
     def op_handle(self) -> int:
         """An int naming this communicator to the ``torch.ops.anyreduce`` operators (for
-        torch.compile; see ``anyreduce._torch_ops``). The same for the communicator's life;
-        refused by the operators once it is closed. Read it outside compiled code first: the
-        first read registers the communicator (under a lock, which torch.compile does not
-        trace)."""
-        if self.comm.closed:
+        torch.compile; see ``anyreduce._torch_ops``), given when the communicator is created.
+        The same for the communicator's life; refused by the operators once it is closed (or
+        garbage-collected: the operators keep no reference to it)."""
+        if self.comm.closed or self._handle is None:
             raise ValueError("the communicator is closed: it has no handle")
-        if self._handle is None:
-            self._handle = _torch_ops.register(self)
         return self._handle
 
     def close(self) -> None:

@@ -272,6 +272,9 @@ def run(rank: int, world: int, out_dir: str) -> None:
     failures = []
     unique_id = anyreduce.share_unique_id(Path(out_dir, "unique_id"), rank)
     comm = art.Communicator.from_unique_id(world, unique_id, rank, device=device)
+    # Registered at creation, before any read of op_handle (nothing for torch.compile to trace).
+    if anyreduce._torch_ops.communicator(comm._handle, "all_reduce") is not comm:
+        failures.append("a new communicator was not registered for the operators")
     h = comm.op_handle
     for section in SECTIONS:
         try:

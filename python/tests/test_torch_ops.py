@@ -9,8 +9,10 @@ imports), captured in a CUDA graph, and through torch.library.opcheck, bit-ident
 
 from __future__ import annotations
 
+import gc
 import json
 import time
+import weakref
 
 import pytest
 
@@ -93,6 +95,21 @@ def test_handles_name_open_communicators_only():
     _torch_ops.unregister(None)
     with pytest.raises(ValueError, match=rf"anyreduce::all_reduce: argument 'comm': {h} is not "
                                          "the handle of an open communicator"):
+        _torch_ops.communicator(h, "all_reduce")
+
+
+def test_handles_keep_no_communicator_alive():
+    class Fake:
+        pass
+
+    c = Fake()
+    h = _torch_ops.register(c)
+    alive = weakref.ref(c)
+    del c
+    gc.collect()
+    assert alive() is None
+    assert h not in _torch_ops._open  # the entry went with it
+    with pytest.raises(ValueError, match=rf"argument 'comm': {h} is not the handle of an open"):
         _torch_ops.communicator(h, "all_reduce")
 
 
