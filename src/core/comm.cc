@@ -659,6 +659,7 @@ void Communicator::mapPeerMemory() {
   const int pairs = nranks_ * (nranks_ - 1);
   const FaultInjection fault = parseFaultInjection(env::getString("ANYR_FAULT_INJECT"));
   const bool failIpc = fault.kind == FaultInjection::IpcOpenFails && fault.rank == rank_;
+  const bool coarseVmm = fault.kind == FaultInjection::VmmGranularity && fault.rank == rank_;
   // Releases `m` on every rank without freeing a region a peer still maps.
   auto release = [&](std::unique_ptr<PeerMemory>* m) {
     (*m)->unmapPeers();
@@ -686,7 +687,7 @@ void Communicator::mapPeerMemory() {
   // vmm: forced, or auto after legacy IPC left a pair unmapped.
   std::string vmmWhy;
   std::unique_ptr<PeerMemory> vmm =
-      createVmmPeerMemory(*bs_, layout_.totalBytes, cfg_.timeoutMs, &vmmWhy);
+      createVmmPeerMemory(*bs_, layout_.totalBytes, cfg_.timeoutMs, coarseVmm, &vmmWhy);
   MapSummary v;  // null on every rank or on none
   if (vmm) v = summarize(*vmm);
   const std::string vmmText = vmm ? v.text : "not set up: " + vmmWhy;

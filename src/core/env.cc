@@ -65,7 +65,8 @@ const std::vector<Param>& params() {
       {"ANYR_FAULT_INJECT", "",
        "tests only: corrupt-peer:R makes rank R's mapping of the next rank's workspace point at "
        "its own, so the self-test must catch it; ipc-open:R makes every cudaIpcOpenMemHandle of "
-       "rank R fail, as where legacy CUDA IPC does not work"},
+       "rank R fail, as where legacy CUDA IPC does not work; vmm-granularity:R makes rank R "
+       "report a coarser vmm allocation granularity than its peers, as a GPU of another model"},
       {"ANYR_VALIDATE_CALLS", "0",
        "1: every anyrAllReduce, anyrAllReduceAddRmsNorm and anyrCommSetAlgorithm call first "
        "compares its signature (call number, kind, count or tokens/hidden/quantization, dtype, op "

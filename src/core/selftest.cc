@@ -76,7 +76,9 @@ FaultInjection parseFaultInjection(const std::string& text) {
   FaultInjection f;
   if (text.empty()) return f;
   const std::pair<const char*, FaultInjection::Kind> forms[] = {
-      {"corrupt-peer:", FaultInjection::CorruptPeer}, {"ipc-open:", FaultInjection::IpcOpenFails}};
+      {"corrupt-peer:", FaultInjection::CorruptPeer},
+      {"ipc-open:", FaultInjection::IpcOpenFails},
+      {"vmm-granularity:", FaultInjection::VmmGranularity}};
   for (const auto& [prefix, kind] : forms) {
     const size_t len = std::strlen(prefix);
     if (text.rfind(prefix, 0) != 0 || text.size() <= len) continue;
@@ -90,7 +92,8 @@ FaultInjection parseFaultInjection(const std::string& text) {
     }
   }
   throwError(anyrInvalidArgument, "environment variable ANYR_FAULT_INJECT='" + text +
-                                      "': must be empty, corrupt-peer:<rank> or ipc-open:<rank> "
+                                      "': must be empty, corrupt-peer:<rank>, ipc-open:<rank> or "
+                                      "vmm-granularity:<rank> "
                                       "with rank in 0.." +
                                       std::to_string(kMaxLocalRanks - 1) + " (tests only)");
 }

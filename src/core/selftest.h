@@ -25,10 +25,12 @@ struct SelfCheckResult;
 constexpr int kSelfTestTimeoutMs = 5000;
 
 // Parsed ANYR_FAULT_INJECT: "corrupt-peer:R" -> kind CorruptPeer, rank R; "ipc-open:R" ->
-// kind IpcOpenFails (rank R's cudaIpcOpenMemHandle calls fail; read by the transport's setup).
+// kind IpcOpenFails (rank R's cudaIpcOpenMemHandle calls fail; read by the transport's setup);
+// "vmm-granularity:R" -> kind VmmGranularity (rank R reports a coarser vmm allocation
+// granularity than its peers; read by the transport's setup).
 // Throws anyrInvalidArgument naming the variable for any other text. "" -> kind None.
 struct FaultInjection {
-  enum Kind { None, CorruptPeer, IpcOpenFails } kind = None;
+  enum Kind { None, CorruptPeer, IpcOpenFails, VmmGranularity } kind = None;
   int rank = -1;
 };
 FaultInjection parseFaultInjection(const std::string& text);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,11 +43,23 @@ std::unique_ptr<PeerMemory> createIpcPeerMemory(Bootstrap& bs, size_t bytes, boo
 
 // Collective over `bs`: the same with virtual-memory allocations whose POSIX file descriptors
 // travel over Unix-domain sockets (transport/fd_exchange.h), every wait bounded by timeoutMs.
+// The ranks first agree on one allocation granularity (vmmCommonGranularity of each device's
+// recommended one), so every region has the same size on GPUs whose granularities differ.
 // Returns nullptr on every rank, with *whyNot naming the first rank and its reason, when some
 // rank cannot allocate or export one (no virtual memory management, no POSIX descriptor
 // export, a driver without the calls); peers' mapping failures are per pair, as for IPC.
+// `coarserGranularity` (tests only, ANYR_FAULT_INJECT=vmm-granularity:R): this rank reports a
+// granularity above `bytes`, as a GPU of another model might report a larger one.
 std::unique_ptr<PeerMemory> createVmmPeerMemory(Bootstrap& bs, size_t bytes, int timeoutMs,
-                                                std::string* whyNot);
+                                                bool coarserGranularity, std::string* whyNot);
+
+// The largest allocation granularity the ranks may agree on (1 GiB).
+constexpr uint64_t kVmmMaxGranularity = uint64_t{1} << 30;
+
+// The least common multiple of every rank's allocation granularity (grans[r]: rank r's), the
+// granularity every rank's region is sized and aligned with; 0 with *why naming the first rank
+// whose granularity is 0 or leaves no common one up to kVmmMaxGranularity.
+uint64_t vmmCommonGranularity(const std::vector<uint64_t>& grans, std::string* why);
 
 // Whether `device` supports the vmm kind (virtual memory management and POSIX file descriptor
 // export); *why says what is missing.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
@@ -59,28 +60,56 @@ std::string agreeOnRegions(Bootstrap& bs, const std::string& localWhy, uint64_t 
   return "";
 }
 
+// What this rank's regions are created with: device memory exportable as a POSIX descriptor.
+CUmemAllocationProp allocationProp(CUdevice dev) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+// This rank's recommended allocation granularity in *gran; "" on success, else why.
+// `coarser` (tests only, ANYR_FAULT_INJECT=vmm-granularity:R): report the smallest power of two
+// above `bytes` instead, as a GPU of another model might, so this rank's region would differ
+// in size from its peers' unless the ranks agree on one granularity.
+std::string localGranularity(const CuDriver& d, int device, size_t bytes, bool coarser,
+                             uint64_t* gran) {
+  CUdevice dev = 0;
+  CUresult r = d.deviceGet(&dev, device);
+  if (r != CUDA_SUCCESS) return d.text("cuDeviceGet", r);
+  const CUmemAllocationProp prop = allocationProp(dev);
+  size_t g = 0;
+  r = d.memGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  if (r != CUDA_SUCCESS) return d.text("cuMemGetAllocationGranularity", r);
+  *gran = g == 0 ? uint64_t{2} << 20 : g;
+  if (coarser) {
+    uint64_t p = *gran;
+    while (p <= bytes) p *= 2;
+    ANYR_LOG(
+        Warn, -1,
+        "ANYR_FAULT_INJECT: vmm granularity " << p << " instead of " << *gran << " (tests only)");
+    *gran = p;
+  }
+  return "";
+}
+
 class VmmPeerMemory final : public PeerMemory {
  public:
   VmmPeerMemory(const CuDriver& d, size_t bytes) : d_(d), requested_(bytes) {}
 
-  // Local part: allocation, mapping, export. "" on success, else why (nothing thrown: the
-  // outcome is agreed with the peers first).
-  std::string createLocal(int device) {
+  // Local part: allocation, mapping, export, with the granularity every rank agreed on (a
+  // multiple of each rank's own: vmmCommonGranularity), so every region has the same size. ""
+  // on success, else why (nothing thrown: the outcome is agreed with the peers first).
+  std::string createLocal(int device, uint64_t granularity) {
     CUdevice dev = 0;
     CUresult r = d_.deviceGet(&dev, device);
     if (r != CUDA_SUCCESS) return d_.text("cuDeviceGet", r);
     device_ = dev;
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    size_t gran = 0;
-    r = d_.memGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-    if (r != CUDA_SUCCESS) return d_.text("cuMemGetAllocationGranularity", r);
-    if (gran == 0) gran = 2u << 20;
-    bytes_ = (requested_ + gran - 1) / gran * gran;
-    granularity_ = gran;
+    const CUmemAllocationProp prop = allocationProp(dev);
+    granularity_ = granularity;
+    bytes_ = (requested_ + granularity_ - 1) / granularity_ * granularity_;
     r = d_.memCreate(&own_.handle, bytes_, &prop, 0);
     if (r != CUDA_SUCCESS) return d_.text("cuMemCreate", r);
     own_.haveHandle = true;
@@ -203,29 +232,56 @@ class VmmPeerMemory final : public PeerMemory {
 }  // namespace
 
 std::unique_ptr<PeerMemory> createVmmPeerMemory(Bootstrap& bs, size_t bytes, int timeoutMs,
-                                                std::string* whyNot) {
+                                                bool coarserGranularity, std::string* whyNot) {
   std::string why;
   const CuDriver* d = cuDriver(&why);
-  std::unique_ptr<VmmPeerMemory> m;
+  int device = 0;
+  uint64_t gran = 0;
   if (d != nullptr) {
-    int device = 0;
     const cudaError_t e = cudaGetDevice(&device);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       why = std::string("cudaGetDevice: ") + cudaGetErrorString(e);
-    } else if (!vmmPosixFdSupported(device, &why)) {
-      // why says which capability is missing
-    } else {
-      m = std::make_unique<VmmPeerMemory>(*d, bytes);
-      why = m->createLocal(device);
-    }
+    } else if (vmmPosixFdSupported(device, &why)) {
+      why = localGranularity(*d, device, bytes, coarserGranularity, &gran);
+    }  // else why says which capability is missing
   }
-  // Collective whatever happened here (m null means `why` says why): the peers learn it.
+  // Collective whatever happened here: first every rank's granularity (or why it has none), so
+  // that all regions get one size even on GPUs whose granularities differ.
   std::vector<VmmRecord> all;
+  *whyNot = agreeOnRegions(bs, why, gran, &all);
+  if (!whyNot->empty()) return nullptr;
+  std::vector<uint64_t> grans;
+  for (const VmmRecord& rec : all) grans.push_back(rec.bytes);
+  const uint64_t common = vmmCommonGranularity(grans, &why);
+  std::unique_ptr<VmmPeerMemory> m;
+  if (why.empty()) {
+    m = std::make_unique<VmmPeerMemory>(*d, bytes);
+    why = m->createLocal(device, common);
+  }
+  // Then each rank's region (m null means `why` says why): the peers learn it.
   *whyNot = agreeOnRegions(bs, why, m ? m->allocatedBytes() : 0, &all);
   if (!whyNot->empty()) return nullptr;
   m->connect(bs, all, timeoutMs);
   return m;
+}
+
+uint64_t vmmCommonGranularity(const std::vector<uint64_t>& grans, std::string* why) {
+  uint64_t common = 1;
+  for (size_t r = 0; r < grans.size(); ++r) {
+    const uint64_t g = grans[r];
+    // Both at most 2^30 here, so the product below stays within 64 bits.
+    const uint64_t lcm = g == 0 || g > kVmmMaxGranularity ? 0 : common / std::gcd(common, g) * g;
+    if (lcm == 0 || lcm > kVmmMaxGranularity) {
+      *why = "rank " + std::to_string(r) + "'s allocation granularity " + std::to_string(g) +
+             " leaves no common granularity of the ranks in 1.." +
+             std::to_string(kVmmMaxGranularity) + " bytes";
+      return 0;
+    }
+    common = lcm;
+  }
+  why->clear();
+  return common;
 }
 
 bool vmmPosixFdSupported(int device, std::string* why) {

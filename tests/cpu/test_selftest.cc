@@ -21,9 +21,13 @@ TEST(SelfTest, ParsesTheFaultInjectionSwitch) {
   EXPECT_EQ(f.kind, FaultInjection::IpcOpenFails);
   EXPECT_EQ(f.rank, 0);
   EXPECT_EQ(parseFaultInjection("ipc-open:5").rank, 5);
+  f = parseFaultInjection("vmm-granularity:1");
+  EXPECT_EQ(f.kind, FaultInjection::VmmGranularity);
+  EXPECT_EQ(f.rank, 1);
   for (const char* bad :
        {"corrupt-peer:", "corrupt-peer:x", "corrupt-peer:-1", "corrupt-peer:8", "corrupt-peer:1x",
-        "corrupt", "1", "ipc-open:", "ipc-open:8", "ipc-open:-2", "ipc-open:1 ", "ipc-open"}) {
+        "corrupt", "1", "ipc-open:", "ipc-open:8", "ipc-open:-2", "ipc-open:1 ", "ipc-open",
+        "vmm-granularity:", "vmm-granularity", "vmm-granularity:9"}) {
     try {
       parseFaultInjection(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

@@ -1,7 +1,8 @@
 // How the ranks map each other's workspace (config.peerMemory / ANYR_PEER_MEMORY): legacy CUDA
 // IPC, virtual-memory allocations whose POSIX file descriptors pass over a Unix-domain socket
 // (vmm), none, and the automatic choice, including where legacy IPC fails on one rank
-// (ANYR_FAULT_INJECT=ipc-open:1). For each: the kind explain reports and its reason, the
+// (ANYR_FAULT_INJECT=ipc-open:1) and where one rank's vmm granularity is coarser
+// (vmm-granularity:1). For each: the kind explain reports and its reason, the
 // admission of the peer algorithms, and an automatic all-reduce exact on every rank. Then user
 // buffers from virtual-memory allocations (as PyTorch's expandable segments make them): every
 // algorithm takes them and is exact.
@@ -52,6 +53,14 @@ const std::vector<KindCase>& kindCases() {
        {"vmm (forced by config.peerMemory / ANYR_PEER_MEMORY): 2 of 2 ordered pairs mapped"},
        true},
       {"none", anyrPeerMemoryNone, nullptr, "none", {"disabled by config.peerMemory"}, false},
+      // Rank 1 reports a granularity above the workspace's size (as a GPU of another model may
+      // report a larger one): the ranks agree on one, so both regions have one size and map.
+      {"vmm, rank 1 with a coarser granularity",
+       anyrPeerMemoryVmm,
+       "vmm-granularity:1",
+       "vmm",
+       {"vmm (forced by config.peerMemory / ANYR_PEER_MEMORY): 2 of 2 ordered pairs mapped"},
+       true},
       {"auto, IPC failing on rank 1",
        anyrPeerMemoryAuto,
        "ipc-open:1",
