@@ -35,14 +35,15 @@ struct Mapping {
 struct VmmRecord {
   int32_t ok;  // 1: allocated, mapped and exported
   int32_t pad;
-  uint64_t bytes;  // the allocation's size (the request rounded up to the granularity)
+  uint64_t bytes;  // the value agreed on: the rank's granularity, then its allocation's size
   char error[240];
 };
 static_assert(sizeof(VmmRecord) == 256, "VmmRecord layout");
 
-// Collective: every rank's local outcome, its region's size or why it has none, into *all.
-// Returns "" when every rank has its region, else the first failing rank's reason (the same on
-// every rank).
+// Collective: every rank's local outcome, a value (its allocation granularity in the first
+// round, its region's size in the second) or why it has none, into *all (the value in .bytes).
+// Returns "" when every rank succeeded, else the first failing rank's reason (the same on every
+// rank).
 std::string agreeOnRegions(Bootstrap& bs, const std::string& localWhy, uint64_t bytes,
                            std::vector<VmmRecord>* all) {
   VmmRecord mine{};
@@ -74,14 +75,11 @@ CUmemAllocationProp allocationProp(CUdevice dev) {
 // `coarser` (tests only, ANYR_FAULT_INJECT=vmm-granularity:R): report the smallest power of two
 // above `bytes` instead, as a GPU of another model might, so this rank's region would differ
 // in size from its peers' unless the ranks agree on one granularity.
-std::string localGranularity(const CuDriver& d, int device, size_t bytes, bool coarser,
+std::string localGranularity(const CuDriver& d, CUdevice dev, size_t bytes, bool coarser,
                              uint64_t* gran) {
-  CUdevice dev = 0;
-  CUresult r = d.deviceGet(&dev, device);
-  if (r != CUDA_SUCCESS) return d.text("cuDeviceGet", r);
   const CUmemAllocationProp prop = allocationProp(dev);
   size_t g = 0;
-  r = d.memGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  const CUresult r = d.memGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
   if (r != CUDA_SUCCESS) return d.text("cuMemGetAllocationGranularity", r);
   *gran = g == 0 ? uint64_t{2} << 20 : g;
   if (coarser) {
@@ -102,15 +100,12 @@ class VmmPeerMemory final : public PeerMemory {
   // Local part: allocation, mapping, export, with the granularity every rank agreed on (a
   // multiple of each rank's own: vmmCommonGranularity), so every region has the same size. ""
   // on success, else why (nothing thrown: the outcome is agreed with the peers first).
-  std::string createLocal(int device, uint64_t granularity) {
-    CUdevice dev = 0;
-    CUresult r = d_.deviceGet(&dev, device);
-    if (r != CUDA_SUCCESS) return d_.text("cuDeviceGet", r);
+  std::string createLocal(CUdevice dev, uint64_t granularity) {
     device_ = dev;
     const CUmemAllocationProp prop = allocationProp(dev);
     granularity_ = granularity;
     bytes_ = (requested_ + granularity_ - 1) / granularity_ * granularity_;
-    r = d_.memCreate(&own_.handle, bytes_, &prop, 0);
+    CUresult r = d_.memCreate(&own_.handle, bytes_, &prop, 0);
     if (r != CUDA_SUCCESS) return d_.text("cuMemCreate", r);
     own_.haveHandle = true;
     const std::string why = mapHere(&own_);
@@ -235,16 +230,21 @@ std::unique_ptr<PeerMemory> createVmmPeerMemory(Bootstrap& bs, size_t bytes, int
                                                 bool coarserGranularity, std::string* whyNot) {
   std::string why;
   const CuDriver* d = cuDriver(&why);
-  int device = 0;
+  CUdevice dev = 0;
   uint64_t gran = 0;
   if (d != nullptr) {
+    int device = 0;
     const cudaError_t e = cudaGetDevice(&device);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       why = std::string("cudaGetDevice: ") + cudaGetErrorString(e);
-    } else if (vmmPosixFdSupported(device, &why)) {
-      why = localGranularity(*d, device, bytes, coarserGranularity, &gran);
-    }  // else why says which capability is missing
+    } else if (!vmmPosixFdSupported(device, &why)) {
+      // why says which capability is missing
+    } else if (const CUresult r = d->deviceGet(&dev, device); r != CUDA_SUCCESS) {
+      why = d->text("cuDeviceGet", r);
+    } else {
+      why = localGranularity(*d, dev, bytes, coarserGranularity, &gran);
+    }
   }
   // Collective whatever happened here: first every rank's granularity (or why it has none), so
   // that all regions get one size even on GPUs whose granularities differ.
@@ -257,7 +257,7 @@ std::unique_ptr<PeerMemory> createVmmPeerMemory(Bootstrap& bs, size_t bytes, int
   std::unique_ptr<VmmPeerMemory> m;
   if (why.empty()) {
     m = std::make_unique<VmmPeerMemory>(*d, bytes);
-    why = m->createLocal(device, common);
+    why = m->createLocal(dev, common);
   }
   // Then each rank's region (m null means `why` says why): the peers learn it.
   *whyNot = agreeOnRegions(bs, why, m ? m->allocatedBytes() : 0, &all);
