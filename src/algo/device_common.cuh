@@ -497,6 +497,19 @@ struct WaiterT {
 };
 using Waiter = WaiterT<false>;
 
+// Whether this communicator has stopped: a wait of this rank gave up, or its host refused a
+// call or was aborted and set failClaim (Communicator::stopEverywhere). A kernel that starts
+// on a stopped communicator -- one still queued, or replayed from a captured graph -- returns
+// at once: it writes to no peer and no output, so it cannot pair with a peer's call. The
+// flag lives beside the epochs in device memory: read after the epochs are (its load overlaps
+// theirs), it costs no extra round trip. Block-uniform (one read, a barrier): every thread of
+// the block calls it, before the kernel's first barrier.
+__device__ __forceinline__ bool commStopped(const LocalState* st) {
+  const int32_t stopped =
+      threadIdx.x == 0 ? *reinterpret_cast<const volatile int32_t*>(&st->failClaim) : 0;
+  return __syncthreads_or(stopped != 0) != 0;
+}
+
 // Per-block epochs (see LocalState). Every thread reads its block's slot at kernel start;
 // finishEpoch() writes the next value after the block is done, and block 0 also advances the
 // slots of blocks this launch did not use. Every thread of the block must call it.

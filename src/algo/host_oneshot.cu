@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
+  if (dev::commStopped(st)) return;
   const uint64_t buf = L.dataOffset + (epoch & 1u) * L.dataBytes;
   const uint64_t V = a.numVecs;
   // This block's range: a multiple of kHostBlockQuantum vectors, so wire groups and warps

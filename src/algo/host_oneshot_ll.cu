@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
+  if (dev::commStopped(st)) return;
   const uint64_t buf = L.llOffset + (epoch & 1u) * L.llBytes;
   const uint64_t V = a.numVecs;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;

@@ -43,6 +43,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
+  if (dev::commStopped(st)) return;
   const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t dataBuf = L.dataOffset + (epoch & 1u) * L.dataBytes;
   const uint64_t resBuf = L.resultOffset + (epoch & 1u) * L.resultBytes;

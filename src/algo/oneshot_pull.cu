@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const int n = a.nranks;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
+  if (dev::commStopped(st)) return;
   const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t bufOffset = a.layout.stagingOffset + (epoch & 1u) * a.layout.chunkBytes;
 

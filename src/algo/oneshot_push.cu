@@ -36,6 +36,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->pushEpoch);
+  if (dev::commStopped(st)) return;
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.pushSlotBytes;

@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
   const int n = a.nranks;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
+  if (dev::commStopped(st)) return;
   const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t parity = epoch & 1u;
   const uint64_t stagingOffset = a.layout.stagingOffset + parity * a.layout.chunkBytes;

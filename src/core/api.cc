@@ -157,7 +157,6 @@ anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count, anyrDat
 
 anyrResult_t anyrCommTune(anyrComm_t comm, int budgetMs, const char* savePath) {
   return anyr::guarded(comm, "anyrCommTune", [&] {
-    ANYR_REQUIRE_ARG(budgetMs >= 0, "budgetMs", "must be >= 0 (0 = no limit)");
     anyr::Communicator& c = anyr::liveComm(comm);
     anyr::Communicator::TuneOptions o;
     o.budgetMs = budgetMs;

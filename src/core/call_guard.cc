@@ -174,8 +174,7 @@ CallGuard::Scope::~Scope() {
 }
 
 void CallGuard::exchange(Bootstrap& bs, int rank, CallSignature sig,
-                         const std::function<void()>& check,
-                         const std::function<void(const Error&)>& broken) {
+                         const std::function<void()>& check, bool& settled) {
   sig.seq = ++seq_;
   CallVote mine;
   mine.sig = sig;
@@ -191,10 +190,10 @@ void CallGuard::exchange(Bootstrap& bs, int rank, CallSignature sig,
   try {
     votes = bs.allGatherValue(mine);
   } catch (const Error& e) {
-    broken(e);
     rethrowWithContext(e,
                        "exchanging the signature of " + sig.describe() + " (ANYR_VALIDATE_CALLS)");
   }
+  settled = true;
   std::string msg;
   anyrResult_t r = judgeVotes(votes, rank, &msg);
   if (r != anyrSuccess) {

@@ -97,21 +97,23 @@ class CallGuard {
 
   // Runs the local argument check `check` (throws anyr::Error on bad arguments). Without
   // validation mode, that is all. With it, exchanges {sig, check result} with every rank and
-  // throws judgeVotes' verdict. A failure of the exchange itself (a rank that never made the
-  // call: anyrTimeout naming it) is passed to `broken` before it propagates.
+  // throws judgeVotes' verdict; `settled` becomes true once every rank's vote is in, so that
+  // the verdict (a refusal or a mismatch, the same on every rank, nothing launched anywhere)
+  // needs no repair. It stays false when the local check refused without validation mode, or
+  // when the exchange itself failed (a rank that never made the call: anyrTimeout naming it).
   // A template so the fast path (validation off) costs one branch: no std::function is made.
-  template <typename Check, typename Broken>
-  void checked(Bootstrap& bs, int rank, CallSignature sig, Check&& check, Broken&& broken) {
+  template <typename Check>
+  void checked(Bootstrap& bs, int rank, CallSignature sig, Check&& check, bool& settled) {
     if (!validating_) {
       check();
       return;
     }
-    exchange(bs, rank, sig, check, broken);
+    exchange(bs, rank, sig, check, settled);
   }
 
  private:
   void exchange(Bootstrap& bs, int rank, CallSignature sig, const std::function<void()>& check,
-                const std::function<void(const Error&)>& broken);
+                bool& settled);
 
   std::mutex mu_;
   std::atomic<const char*> holder_{nullptr};

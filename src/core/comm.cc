@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -904,10 +906,19 @@ anyrResult_t Communicator::asyncError(std::string* msg) {
                                    "waiting for rank " +
                                    std::to_string(e.waitedRank) + " (" + where + ")");
       } else {
-        const std::string cause =
-            e.cause > 0 ? " (it timed out waiting for rank " + std::to_string(e.cause - 1) + ")"
-                        : "";
-        setFailed(anyrRemoteError, "rank " + std::to_string(e.waitedRank) + " failed" + cause +
+        std::string failed = " failed";
+        if (e.cause > 0) {
+          failed += " (it timed out waiting for rank " + std::to_string(e.cause - 1) + ")";
+        } else if (e.cause == kCauseRefused || e.cause == kCauseAborted) {
+          if (e.cause == kCauseRefused) {
+            const std::string note = stopNote();
+            failed = " refused a call that this rank made";
+            if (!note.empty()) failed += " (its " + note + ")";
+          } else {
+            failed = " was aborted or destroyed while this rank waited for it";
+          }
+        }
+        setFailed(anyrRemoteError, "rank " + std::to_string(e.waitedRank) + failed +
                                        " and stopped the communicator (rank " +
                                        std::to_string(rank_) + " was waiting in " + where + ")");
       }
@@ -930,6 +941,147 @@ anyrResult_t Communicator::asyncError(std::string* msg) {
   return static_cast<anyrResult_t>(failCode_.load());
 }
 
+void Communicator::requireHealthy(bool& settled) {
+  std::string msg;
+  const anyrResult_t failed = asyncError(&msg);
+  settled = failed != anyrSuccess;
+  if (settled) throwError(failed, "communicator has failed: " + msg);
+}
+
+namespace {
+
+// "argument 'NAME': ..." -> "NAME"; otherwise the message's first words (what a peer's error
+// repeats about this rank's refusal: WorkspaceHeader::stopWhat holds 27 characters).
+std::string refusedWhat(const std::string& msg) {
+  const std::string tag = "argument '";
+  const size_t a = msg.find(tag);
+  if (a != std::string::npos) {
+    const size_t b = msg.find('\'', a + tag.size());
+    if (b != std::string::npos)
+      return "argument '" + msg.substr(a + tag.size(), b - a - tag.size()) + "'";
+  }
+  return msg;
+}
+
+}  // namespace
+
+void Communicator::refuse(const char* fn, const Error& e, bool holdingGuard) {
+  const uint64_t call = callCount_ + (holdingGuard ? 0 : 1);
+  const std::string what = std::string(fn) + " " + refusedWhat(e.what());
+  setFailed(anyrInvalidUsage,
+            "rank " + std::to_string(rank_) + " refused its call #" + std::to_string(call) + " (" +
+                fn + ": " + e.what() +
+                "); its peers may have made that call, so the communicator is stopped on every "
+                "rank (no later call can pair with theirs): destroy it and create a new one");
+  ANYR_LOG(Warn, rank_,
+           fn << " refused after its peers may have made it; stopping the communicator on "
+                 "every rank: "
+              << e.what());
+  {
+    std::lock_guard<std::mutex> lock(failMu_);
+    stopWhat_ = what;
+  }
+  if (holdingGuard) {
+    stopPending_.store(false);
+    stopEverywhere(kCauseRefused, what, true);
+  } else {
+    // Another thread is inside a call the peers have matched: let it launch, then stop.
+    stopPending_.store(true);
+  }
+}
+
+void Communicator::applyPendingStop() {
+  if (!stopPending_.exchange(false)) return;
+  std::string what;
+  {
+    std::lock_guard<std::mutex> lock(failMu_);
+    what = stopWhat_;
+  }
+  stopEverywhere(kCauseRefused, what, true);
+}
+
+void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool afterOwnWork) {
+  if (stopped_.exchange(true)) return;
+  // Bounded by the timeout as a whole: a copy that cannot complete is logged, not waited for.
+  try {
+    if (afterOwnWork && haveLastWork_ && !eventDoneWithin(lastWork_, cfg_.timeoutMs)) {
+      ANYR_LOG(Warn, rank_, "stopping: this rank's last call had not finished; stopping anyway");
+    }
+    const int32_t one = 1;
+    for (LocalState* st : {dState_, dHostState_}) {
+      if (st == nullptr) continue;
+      ANYR_CUDA_CHECK(cudaMemcpyAsync(&st->failClaim, &one, sizeof(one), cudaMemcpyHostToDevice,
+                                      internalStream_));
+    }
+    WorkspaceHeader note{};
+    note.stopCall = static_cast<uint32_t>(callCount_);
+    std::snprintf(note.stopWhat, sizeof(note.stopWhat), "%s", what.c_str());
+    const int32_t by = rank_ + 1;
+    constexpr size_t kNoteOffset = offsetof(WorkspaceHeader, stopCall);
+    constexpr size_t kNoteBytes = sizeof(note.stopCall) + sizeof(note.stopWhat);
+    static_assert(offsetof(WorkspaceHeader, stopWhat) == kNoteOffset + sizeof(note.stopCall),
+                  "stopCall and stopWhat are adjacent");
+    // The peer workspaces: device memory mapped into this process (a copy engine writes them,
+    // so spinning kernels do not hold it up). Note, then cause, then the word waits check.
+    if (peers_ && nranks_ <= kMaxLocalRanks) {
+      for (int p = 0; p < nranks_; ++p) {
+        char* h = argsTemplate_.peerWorkspace[p];
+        if (p == rank_ || h == nullptr) continue;
+        h += layout_.headerOffset;
+        ANYR_CUDA_CHECK(cudaMemcpyAsync(h + kNoteOffset, &note.stopCall, kNoteBytes,
+                                        cudaMemcpyHostToDevice, internalStream_));
+        ANYR_CUDA_CHECK(cudaMemcpyAsync(h + offsetof(WorkspaceHeader, abortCause), &cause,
+                                        sizeof(cause), cudaMemcpyHostToDevice, internalStream_));
+        ANYR_CUDA_CHECK(cudaMemcpyAsync(h + offsetof(WorkspaceHeader, abortedBy), &by, sizeof(by),
+                                        cudaMemcpyHostToDevice, internalStream_));
+      }
+    }
+    // The host segment: this process's own mapping of it.
+    if (host_) {
+      for (int p = 0; p < nranks_; ++p) {
+        if (p == rank_) continue;
+        char* h = host_->host() + static_cast<uint64_t>(p) * hostLayout_.rankBytes +
+                  hostLayout_.headerOffset;
+        std::memcpy(h + kNoteOffset, &note.stopCall, kNoteBytes);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        *reinterpret_cast<volatile int32_t*>(h + offsetof(WorkspaceHeader, abortCause)) = cause;
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        *reinterpret_cast<volatile int32_t*>(h + offsetof(WorkspaceHeader, abortedBy)) = by;
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+      }
+    }
+    if (!streamIdleWithin(internalStream_, cfg_.timeoutMs)) {
+      ANYR_LOG(
+          Warn, rank_,
+          "stopping: telling the peers to stop did not finish within " << cfg_.timeoutMs << " ms");
+    }
+  } catch (const Error& e) {
+    ANYR_LOG(Warn, rank_, "stopping the communicator on every rank: " << e.what());
+  }
+}
+
+std::string Communicator::stopNote() {
+  WorkspaceHeader h{};
+  bool have = false;
+  if (host_) {
+    const char* mine = host_->host() + static_cast<uint64_t>(rank_) * hostLayout_.rankBytes +
+                       hostLayout_.headerOffset;
+    std::memcpy(&h, mine, sizeof(h));
+    have = h.stopWhat[0] != '\0';
+  }
+  if (!have && peers_ && nranks_ <= kMaxLocalRanks && argsTemplate_.peerWorkspace[rank_]) {
+    if (cudaMemcpyAsync(&h, argsTemplate_.peerWorkspace[rank_] + layout_.headerOffset, sizeof(h),
+                        cudaMemcpyDeviceToHost, internalStream_) == cudaSuccess &&
+        streamIdleWithin(internalStream_, cfg_.timeoutMs)) {
+      have = h.stopWhat[0] != '\0';
+    }
+    (void)cudaGetLastError();
+  }
+  if (!have) return "";
+  h.stopWhat[sizeof(h.stopWhat) - 1] = '\0';
+  return "call #" + std::to_string(h.stopCall) + ": " + h.stopWhat;
+}
+
 void Communicator::throwIfFailed() {
   std::string msg;
   anyrResult_t r = asyncError(&msg);
@@ -940,6 +1092,9 @@ void Communicator::abort() {
   if (hAbort_ != nullptr) *hAbort_ = 1;
   setFailed(anyrAborted,
             "rank " + std::to_string(rank_) + ": communicator aborted by anyrCommAbort");
+  // This rank's kernels still queued or in captured graphs must not pair with the peers'
+  // calls, and the peers must not wait out their timeout for it.
+  stopEverywhere(kCauseAborted, "anyrCommAbort", false);
   nccl_.release(false);
 }
 
@@ -977,36 +1132,38 @@ void Communicator::validate(const void* sendbuff, void* recvbuff, size_t count,
 
 void Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count,
                              anyrDataType_t dtype, anyrRedOp_t op, cudaStream_t stream) {
-  CallGuard::Scope busy(calls_, "anyrAllReduce");
-  DeviceScope onDevice(device_);
-  throwIfFailed();
-  bool capturing = false;
-  calls_.checked(
-      *bs_, rank_, CallSignature::allReduce(count, dtype, op),
-      [&] {
-        capturing = streamCapturing(stream);
-        validate(sendbuff, recvbuff, count, dtype, op, stream, capturing);
-      },
-      [&](const Error& e) { setFailed(e.code(), e.what()); });
-  if (count == 0) return;
-  const size_t bytes = count * dtypeSize(dtype);
-  if (nranks_ == 1) {
-    if (sendbuff != recvbuff) {
-      ANYR_CUDA_CHECK(cudaMemcpyAsync(recvbuff, sendbuff, bytes, cudaMemcpyDeviceToDevice, stream));
+  collectiveCall("anyrAllReduce", [&](bool& settled) {
+    DeviceScope onDevice(device_);
+    bool capturing = false;
+    calls_.checked(
+        *bs_, rank_, CallSignature::allReduce(count, dtype, op),
+        [&] {
+          capturing = streamCapturing(stream);
+          validate(sendbuff, recvbuff, count, dtype, op, stream, capturing);
+        },
+        settled);
+    requireHealthy(settled);
+    if (count == 0) return;
+    const size_t bytes = count * dtypeSize(dtype);
+    if (nranks_ == 1) {
+      if (sendbuff != recvbuff) {
+        ANYR_CUDA_CHECK(
+            cudaMemcpyAsync(recvbuff, sendbuff, bytes, cudaMemcpyDeviceToDevice, stream));
+      }
+      return;
     }
-    return;
-  }
-  orderAfterLastWork(stream, capturing);
-  const anyrAlgo_t algo = pathFor(Op::AllReduce, bytes).algo;
-  counters_.note(algo, bytes, CallKind::AllReduce, forced_.load() != anyrAlgoAuto, capturing);
-  if (algo == anyrAlgoNccl) {
-    nccl_.allReduceSum(sendbuff, recvbuff, count, dtype, stream, cfg_.timeoutMs);
+    orderAfterLastWork(stream, capturing);
+    const anyrAlgo_t algo = pathFor(Op::AllReduce, bytes).algo;
+    counters_.note(algo, bytes, CallKind::AllReduce, forced_.load() != anyrAlgoAuto, capturing);
+    if (algo == anyrAlgoNccl) {
+      nccl_.allReduceSum(sendbuff, recvbuff, count, dtype, stream, cfg_.timeoutMs);
+      noteWork(stream, capturing);
+      return;
+    }
+    if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
+    launchPeerAlgo(algo, sendbuff, recvbuff, count, dtype, stream);
     noteWork(stream, capturing);
-    return;
-  }
-  if (algo == anyrAlgoAuto) throwError(anyrUnsupported, "no all-reduce algorithm is admitted");
-  launchPeerAlgo(algo, sendbuff, recvbuff, count, dtype, stream);
-  noteWork(stream, capturing);
+  });
 }
 
 void Communicator::noteWork(cudaStream_t stream, bool capturing) {
@@ -1029,9 +1186,17 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
                                        void* normOut, size_t tokens, size_t hidden,
                                        anyrDataType_t dtype, const anyrFusedOptions_t* options,
                                        cudaStream_t stream) {
-  CallGuard::Scope busy(calls_, "anyrAllReduceAddRmsNorm");
+  collectiveCall("anyrAllReduceAddRmsNorm", [&](bool& settled) {
+    fusedCall(partial, residualIn, residualOut, weight, epsilon, normOut, tokens, hidden, dtype,
+              options, stream, settled);
+  });
+}
+
+void Communicator::fusedCall(const void* partial, const void* residualIn, void* residualOut,
+                             const void* weight, float epsilon, void* normOut, size_t tokens,
+                             size_t hidden, anyrDataType_t dtype, const anyrFusedOptions_t* options,
+                             cudaStream_t stream, bool& settled) {
   DeviceScope onDevice(device_);
-  throwIfFailed();
   bool capturing = false;
   FusedParams p{};
   auto check = [&] {
@@ -1046,7 +1211,8 @@ void Communicator::allReduceAddRmsNorm(const void* partial, const void* residual
   };
   calls_.checked(*bs_, rank_,
                  CallSignature::fused(tokens, hidden, dtype, options ? options->quant : 0), check,
-                 [&](const Error& e) { setFailed(e.code(), e.what()); });
+                 settled);
+  requireHealthy(settled);
   if (tokens == 0) return;
   const size_t es = dtypeSize(dtype);
   const size_t rowBytes = hidden * es;
@@ -1266,19 +1432,25 @@ void Communicator::throwLaunchFailed(anyrAlgo_t algo, cudaError_t e) {
 }
 
 void Communicator::setAlgorithm(anyrAlgo_t algo) {
-  CallGuard::Scope busy(calls_, "anyrCommSetAlgorithm");
-  auto check = [&] {
-    ANYR_REQUIRE_ARG(
-        algo >= 0 && algo < anyrNumAlgos, "algorithm",
-        "must be one of " + algoNames() + " (0.." + std::to_string(anyrNumAlgos - 1) + ")");
-    if (nranks_ > 1) {
-      const std::string err = overrideError(admission_, algo);
-      if (!err.empty()) throwError(anyrUnsupported, err);
-    }
-  };
-  calls_.checked(*bs_, rank_, CallSignature::setAlgorithm(algo), check,
-                 [&](const Error& e) { setFailed(e.code(), e.what()); });
-  forced_.store(algo);
+  // Collective: the ranks' kernels must take the same algorithm, so a rank that refuses the
+  // change while its peers make it would pair differently shaped launches.
+  collectiveCall("anyrCommSetAlgorithm", [&](bool& settled) {
+    auto check = [&] {
+      ANYR_REQUIRE_ARG(
+          algo >= 0 && algo < anyrNumAlgos, "algorithm",
+          "must be one of " + algoNames() + " (0.." + std::to_string(anyrNumAlgos - 1) + ")");
+      if (nranks_ > 1) {
+        const std::string err = overrideError(admission_, algo);
+        // Admission is agreed at init: every rank refuses the same algorithm alike, and none
+        // changes what it runs, so nothing can pair wrongly.
+        settled = !err.empty();
+        if (!err.empty()) throwError(anyrUnsupported, err);
+      }
+    };
+    calls_.checked(*bs_, rank_, CallSignature::setAlgorithm(algo), check, settled);
+    requireHealthy(settled);
+    forced_.store(algo);
+  });
 }
 
 anyrAlgo_t Communicator::queryAlgorithm(size_t count, anyrDataType_t dtype) const {
@@ -1373,15 +1545,24 @@ std::string Communicator::explainJson() const {
 // Teardown
 // ---------------------------------------------------------------------------------------------
 
-bool Communicator::streamIdleWithin(cudaStream_t s, int ms) {
+template <typename Query>
+bool Communicator::doneWithin(Query&& query, int ms) {
   auto deadline = Clock::now() + std::chrono::milliseconds(ms);
   while (true) {
-    cudaError_t e = cudaStreamQuery(s);
+    cudaError_t e = query();
     if (e == cudaSuccess) return true;
     if (e != cudaErrorNotReady) ANYR_CUDA_CHECK(e);
     if (Clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+bool Communicator::streamIdleWithin(cudaStream_t s, int ms) {
+  return doneWithin([s] { return cudaStreamQuery(s); }, ms);
+}
+
+bool Communicator::eventDoneWithin(cudaEvent_t ev, int ms) {
+  return doneWithin([ev] { return cudaEventQuery(ev); }, ms);
 }
 
 void Communicator::waitStreamIdle(cudaStream_t s, const char* what, int graceMs) {
@@ -1419,6 +1600,15 @@ void Communicator::destroy() {
       teardownClean_ = false;
       ANYR_LOG(Warn, rank_, "destroy: peers did not all reach teardown: " << e.what());
     }
+  }
+  // 3. The frees in the destructor wait for every kernel of this process's context. Where this
+  // rank's work may still be queued or running -- a failed communicator, an unfinished last
+  // call, graph replays (not tracked by lastWork_) -- stop it: its kernels that start now
+  // return at once and those waiting give up at their next check, so the frees wait for
+  // nothing of this communicator's beyond that, and the peers are told not to wait for it.
+  if (failCode_.load() != anyrSuccess || !teardownClean_) {
+    if (hAbort_ != nullptr) *hAbort_ = 1;
+    stopEverywhere(kCauseAborted, "anyrCommDestroy", false);
   }
 }
 

@@ -61,6 +61,10 @@ class Communicator {
                            size_t hidden, anyrDataType_t dtype, const anyrFusedOptions_t* options,
                            cudaStream_t stream);
   void setAlgorithm(anyrAlgo_t algo);
+  // allReduceAddRmsNorm's body, under collectiveCall.
+  void fusedCall(const void* partial, const void* residualIn, void* residualOut, const void* weight,
+                 float epsilon, void* normOut, size_t tokens, size_t hidden, anyrDataType_t dtype,
+                 const anyrFusedOptions_t* options, cudaStream_t stream, bool& settled);
   anyrAlgo_t queryAlgorithm(size_t count, anyrDataType_t dtype) const;
   std::string explainJson() const;
 
@@ -89,6 +93,7 @@ class Communicator {
   // Collective. Measures, agrees (slowest rank counts, rank 0 decides and broadcasts), and
   // installs the result; returns it. `progress` is called on rank 0 only.
   TuningTable tune(const TuneOptions& o, const TuneProgress& progress);
+  TuningTable tuneHealthy(const TuneOptions& o, const TuneProgress& progress);  // tune's body
   // The cluster sizes tuning measures besides the automatic rule's for `tokens` rows of
   // `hidden` (bf16, quantization `quant`) in fused kernel `algo` (none where clusters are off,
   // configured, or not taken).
@@ -96,6 +101,19 @@ class Communicator {
 
   // anyrSuccess, or the failure recorded by device waits / abort; *msg receives the text.
   anyrResult_t asyncError(std::string* msg);
+
+  // Runs one collective call (all-reduce, fused, setAlgorithm, tune) under the call guard:
+  // body(settled). A call this rank refuses -- bad arguments, another thread inside a call, a
+  // launch that failed -- may already have been made by its peers, whose kernels then wait for
+  // this rank's part; were this rank to go on, its next call would pair with their pending one
+  // and every later sum would be wrong. So a refusal fails the communicator here (refuse):
+  // later calls are refused, this rank's queued and graph-captured kernels do nothing, and the
+  // peers are stopped, so their matching call fails at once naming this rank and what it
+  // refused. Nothing is repaired where nothing can pair wrongly: a communicator that had
+  // already failed, and a call every rank refused together in validation mode (the body sets
+  // `settled` once the ranks agreed on the call). The refusal's own error is rethrown as is.
+  template <typename Body>
+  void collectiveCall(const char* fn, Body&& body);
 
   int rank() const { return rank_; }
   int size() const { return nranks_; }
@@ -217,6 +235,9 @@ class Communicator {
   // names the rank waited for, is reported rather than this wait's).
   // Whether `s` became idle within `ms` (a CUDA error other than not-ready throws).
   bool streamIdleWithin(cudaStream_t s, int ms);
+  bool eventDoneWithin(cudaEvent_t e, int ms);  // likewise for an event
+  template <typename Query>
+  bool doneWithin(Query&& query, int ms);
   void waitStreamIdle(cudaStream_t s, const char* what, int graceMs = 0);
   // The grace past the timeout of host waits for work whose own waits may have started later
   // (teardown, tuning's measurements).
@@ -318,6 +339,30 @@ class Communicator {
   std::atomic<int> failCode_{anyrSuccess};
   std::string failMsg_;
   void setFailed(anyrResult_t code, const std::string& msg);
+
+  // Refusals (collectiveCall). callCount_: collective calls entered on this rank (the number a
+  // refusal names). A refusal by a thread that found another inside a call fails the
+  // communicator at once but stops the kernels when the holder leaves (stopPending_), so the
+  // holder's own call, which the peers have matched, completes first.
+  uint64_t callCount_ = 0;
+  std::atomic<bool> stopPending_{false};
+  std::atomic<bool> stopped_{false};  // stopEverywhere ran (it runs once)
+  std::string stopWhat_;              // under failMu_: what to write in the peers' headers
+  void refuse(const char* fn, const Error& e, bool holdingGuard);
+  void applyPendingStop();
+  // In every collective call after its argument check (arguments are judged first, also on a
+  // failed communicator): throws the communicator's failure, which is `settled` (nothing new
+  // to repair); else clears `settled`, since from here on a failure is this rank's alone.
+  void requireHealthy(bool& settled);
+  // Sets this rank's failClaim in each transport's state (its kernels that start afterwards
+  // touch no peer and no output: dev::commStopped) and writes {stopCall, stopWhat, abortCause
+  // = cause, abortedBy = this rank} into every peer's headers, so that their waits stop.
+  // Waits for this rank's last eager work first when `afterOwnWork` (bounded by the timeout).
+  // Best effort and bounded: failures are logged.
+  void stopEverywhere(int32_t cause, const std::string& what, bool afterOwnWork);
+  // What a peer that stopped this rank from its host wrote in this rank's headers:
+  // "call #N: WHAT", or empty.
+  std::string stopNote();
 };
 
 // Workspace layout for an agreed configuration.
@@ -327,6 +372,23 @@ size_t dtypeSize(anyrDataType_t t);
 
 // x rounded up to a multiple of a (workspace and host-segment layouts).
 inline uint64_t roundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+template <typename Body>
+void Communicator::collectiveCall(const char* fn, Body&& body) {
+  bool settled = false;
+  bool holding = false;
+  try {
+    CallGuard::Scope busy(calls_, fn);
+    holding = true;
+    ++callCount_;
+    applyPendingStop();
+    body(settled);
+    applyPendingStop();
+  } catch (const Error& e) {
+    if (!settled) refuse(fn, e, holding);
+    throw;
+  }
+}
 
 template <typename Args, typename Launch>
 void Communicator::launchInPieces(anyrAlgo_t algo, const Args& tmpl, const void* in, void* out,

@@ -351,10 +351,21 @@ void Communicator::tuneClusterSize(Op op, Path chosen, int tokens, const TuneOpt
 
 TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& progress) {
   // One call from start to end: its measurements, forced paths and new table are not to
-  // interleave with another thread's calls, nor to outlive an anyrCommDestroy.
-  CallGuard::Scope busy(calls_, "anyrCommTune");
-  throwIfFailed();
-  ANYR_REQUIRE_ARG(nranks_ > 1, "comm", "tuning needs 2 ranks or more");
+  // interleave with another thread's calls, nor to outlive an anyrCommDestroy. Collective: a
+  // rank that refuses it or fails in it stops the communicator on every rank (collectiveCall).
+  TuningTable result;
+  collectiveCall("anyrCommTune", [&](bool& settled) {
+    ANYR_REQUIRE_ARG(local.budgetMs >= 0, "budgetMs", "must be >= 0 (0 = no limit)");
+    // Every rank refuses a single-rank communicator alike.
+    settled = nranks_ <= 1;
+    ANYR_REQUIRE_ARG(nranks_ > 1, "comm", "tuning needs 2 ranks or more");
+    requireHealthy(settled);
+    result = tuneHealthy(local, progress);
+  });
+  return result;
+}
+
+TuningTable Communicator::tuneHealthy(const TuneOptions& local, const TuneProgress& progress) {
   // Rank 0's options are everyone's.
   TuneOptions o = local;
   bs_->broadcast(&o, sizeof(o), 0);

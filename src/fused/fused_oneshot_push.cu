@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->pushEpoch);
+  if (dev::commStopped(st)) return;
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.pushSlotBytes;
@@ -212,6 +213,9 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->pushEpoch);
+  // A stopped communicator (dev::commStopped): no push and no wait; every row then fails
+  // alike through the cluster exchange, so no block leaves its cluster behind.
+  const bool stopped = dev::commStopped(st);
   const uint32_t epoch = ph.epoch;
   const uint64_t slot = a.layout.pushSlotBytes;
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
@@ -234,7 +238,7 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
     for (int row = cluster; row < rows; row += clusters) {
       Vec x;
       loadMine(row, x);
-      if (mineV) pushToPeers(a, off0 + (static_cast<uint64_t>(row) * H + v) * 16, x.u);
+      if (mineV && !stopped) pushToPeers(a, off0 + (static_cast<uint64_t>(row) * H + v) * 16, x.u);
       if (row == cluster) mine = x;
     }
   }
@@ -258,7 +262,7 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
     dev::RowOutputs<T, Q, kAligned> o(p, rowBase + row, me.qscale);
     o.pin();
     float acc[8] = {};
-    bool ok = true;
+    bool ok = !stopped;
     for (int s = 0; s < n && ok; ++s) {
       if (s == rank) {
         dev::accumulate<T>(acc, mine);

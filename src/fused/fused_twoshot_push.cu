@@ -48,6 +48,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->tsEpoch);
+  if (dev::commStopped(st)) return;
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
@@ -266,6 +267,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->tsEpoch);
+  if (dev::commStopped(st)) return;
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
@@ -350,6 +352,9 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->tsEpoch);
+  // A stopped communicator (dev::commStopped): no scatter and no wait; every row then fails
+  // alike through the cluster exchange, so no block leaves its cluster behind.
+  const bool stopped = dev::commStopped(st);
   const uint32_t epoch = ph.epoch;
   const uint64_t slot = a.layout.tsSlotBytes;
   const int H = p.hidden / 8;
@@ -360,12 +365,12 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
   const int cluster = me.cluster, clusters = me.clusters, first = me.first;
 
   // Scatter; the weight, the first residual row and the exchange's setup; clear and reduce.
-  scatterRows<T>(a, in, inAligned, rows, H, ph);
+  if (!stopped) scatterRows<T>(a, in, inAligned, rows, H, ph);
   me.loadConstants(p);
   if (cluster < rows) me.loadResidual(p, rowBase + cluster);
   dev::clusterExchangeBegin(xch);
   dev::Waiter waiter(a.wait);
-  bool ok = clearAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
+  bool ok = !stopped && clearAndReduce<T>(a, in, inAligned, rows, H, ph, waiter);
 
   char* gather = dev::twoShotArea(a, rank, ph.cur, 1);
   uint32_t rowsDone = 0;

@@ -34,11 +34,18 @@ struct WorkspaceHeader {
   int32_t nranks;
   uint64_t layoutHash;  // hash of the offsets below; equal on every rank
   int32_t abortedBy;    // 0, or 1 + the rank that failed and told this rank to stop
-  int32_t abortCause;   // 0, or 1 + the rank that rank timed out waiting for (written first)
-  int32_t pad[8];
+  int32_t abortCause;   // 0, 1 + the rank that rank timed out waiting for, or a kCause* (first)
+  // Written by a rank that stops this one from the host (a refused call, an abort), before
+  // abortCause: that rank's call number and what it refused (NUL-terminated, truncated).
+  uint32_t stopCall;
+  char stopWhat[28];
 };
 static_assert(sizeof(WorkspaceHeader) == 64, "WorkspaceHeader layout");
 constexpr uint32_t kWorkspaceMagic = 0x414e5957u;  // "ANYW"
+// WorkspaceHeader::abortCause values other than a rank: why a peer stopped this rank from its
+// host rather than from a failed wait.
+constexpr int32_t kCauseRefused = -1;  // it refused a call its peers may have made
+constexpr int32_t kCauseAborted = -2;  // anyrCommAbort on it
 constexpr uint32_t kWorkspaceLayoutVersion = 1;
 
 // Offsets inside one rank's workspace. Computed from the agreed configuration, therefore

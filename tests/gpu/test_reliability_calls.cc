@@ -310,10 +310,20 @@ TEST(ReliabilityCallsGpu, SecondThreadOnABusyCommunicatorIsRefusedNotDeadlocked)
             report("FAIL rank 1's call\n");
           }
         }
-        // Both ranks: the communicator is healthy afterwards.
-        if (checkedAllReduce(comm, b, 4096, anyrFloat32, rank, n, 32, s2) != 0) {
+        // Both ranks: the refused call may have been matched by the peer (it was not here, but
+        // a rank cannot know), so the refusal stopped the communicator once the first thread's
+        // call was done: a later call is refused, naming rank 0's refusal, on both ranks.
+        R_CUDA(data::fillInput(anyrFloat32, b, 4096, rank, 32, data::kSmallInts, s2));
+        const anyrResult_t later = anyrAllReduce(b, b, 4096, anyrFloat32, anyrSum, comm, s2);
+        R_CUDA(waitStream(s2, 30));
+        anyrResult_t async = anyrSuccess;
+        if (later == anyrSuccess) anyrCommGetAsyncError(comm, &async);
+        const std::string laterMsg = anyrGetLastError(comm);
+        if ((later == anyrSuccess && async == anyrSuccess) ||
+            laterMsg.find("rank 0 refused") == std::string::npos) {
           ++failures;
-          report("FAIL call after the refusal\n");
+          report(std::string("FAIL call after the refusal: ") + anyrGetErrorString(later) + "/" +
+                 anyrGetErrorString(async) + ": " + laterMsg + "\n");
         }
         R_CUDA(cudaFree(a));
         R_CUDA(cudaFree(b));
