@@ -86,10 +86,15 @@ const std::vector<Param>& params() {
        "POSIX file descriptors pass over a Unix-domain socket: no shared PID namespace needed), "
        "none (no peer-mapped workspace, as on GPUs without peer access: the host transport and "
        "NCCL remain); 0 and 1 mean none and auto; rank 0's value is used"},
+      {"ANYR_IPC_SOCKET", "path",
+       "vmm peer memory, the Unix-domain sockets that pass the file descriptors: path (socket "
+       "files in an owner-only directory, ANYR_IPC_SOCKET_DIR) or abstract (abstract names, "
+       "reachable within one network namespace, for processes that share no directory); "
+       "either way only connections of the same user are served"},
       {"ANYR_IPC_SOCKET_DIR", "",
-       "vmm peer memory: a directory every rank's process can reach, for the Unix-domain "
-       "sockets that pass the file descriptors (path sockets; for processes that share a "
-       "directory but not a network namespace); unset: abstract socket names"},
+       "vmm peer memory, path sockets: a directory every rank's process can reach (unset: "
+       "/tmp); the sockets live in its subdirectory anyreduce-<uid>, created 0700 and refused "
+       "if another user owns it; stale sockets of killed processes are removed there"},
       {"ANYR_HOST_ROUND", "2",
        "host one-shot: most 16-byte vectors per thread in one pipelined round (1..64; rank "
        "0's value is used)"},
