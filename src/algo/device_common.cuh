@@ -498,16 +498,17 @@ struct WaiterT {
 using Waiter = WaiterT<false>;
 
 // Whether this communicator has stopped: a wait of this rank gave up, or its host refused a
-// call or was aborted and set failClaim (Communicator::stopEverywhere). A kernel that starts
-// on a stopped communicator -- one still queued, or replayed from a captured graph -- returns
-// at once: it writes to no peer and no output, so it cannot pair with a peer's call. The
-// flag lives beside the epochs in device memory: read after the epochs are (its load overlaps
-// theirs), it costs no extra round trip. Block-uniform (one read, a barrier): every thread of
-// the block calls it, before the kernel's first barrier.
-__device__ __forceinline__ bool commStopped(const LocalState* st) {
-  const int32_t stopped =
-      threadIdx.x == 0 ? *reinterpret_cast<const volatile int32_t*>(&st->failClaim) : 0;
-  return __syncthreads_or(stopped != 0) != 0;
+// call, was aborted or destroyed, and set failClaim (Communicator::stopEverywhere). A kernel
+// that starts on a stopped communicator -- one still queued, or replayed from a captured graph
+// -- must make nothing visible to a peer: each kernel reads this at its start and skips its
+// first peer-visible write (its pushes, its staged data's flag, its published lines). Every
+// later step of a kernel waits for its peers first, and a stopped rank's waits give up at their
+// first check, so nothing of its call can pair with a peer's. The load is not waited for here:
+// its value is first needed at that write, behind the kernel's own input loads, so the check
+// adds no round trip to the fast path. Per thread, no barrier: threads that read it at the
+// moment it is set may differ, and a stopped rank's results are errors either way.
+__device__ __forceinline__ bool stopRequested(const LocalState* st) {
+  return *reinterpret_cast<const volatile int32_t*>(&st->failClaim) != 0;
 }
 
 // Per-block epochs (see LocalState). Every thread reads its block's slot at kernel start;

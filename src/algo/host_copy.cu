@@ -81,9 +81,9 @@ __device__ __forceinline__ uint32_t callEpoch(const HostArgs& a) {
 // Launch barrier (one block of 32 threads, on the d2h stream, before its first copy).
 __global__ void hostCopyReadyKernel(HostArgs a) {
   const uint32_t launch = a.state->copyLaunches + 1;
-  if (dev::commStopped(a.state)) return;  // signals nothing to the peers
+  const bool stopped = dev::stopRequested(a.state);
   const uint64_t off = a.layout.flagsOffset + offsetof(HostFlags, copyReady);
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && !stopped) {
     dev::storeReleaseSys(reinterpret_cast<uint32_t*>(regionOf(a, a.rank) + off), launch);
   }
   (void)dev::hostWaitFlags(a.base, a.layout.rankBytes, off, a.rank, a.nranks, launch, callEpoch(a),
@@ -92,8 +92,7 @@ __global__ void hostCopyReadyKernel(HostArgs a) {
 
 // Chunk c of the own contribution is in host memory (one block of 32 threads, sig stream).
 __global__ void hostCopySignalKernel(HostArgs a, uint32_t c) {
-  if (dev::commStopped(a.state)) return;  // signals nothing to the peers
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x != 0 || dev::stopRequested(a.state)) return;  // nothing to peers once stopped
   const uint32_t use = a.state->copyUse[c] + 1;
   __threadfence_system();
   const uint64_t off = a.layout.flagsOffset + offsetof(HostFlags, copy) + 4ull * c;
@@ -104,7 +103,6 @@ __global__ void hostCopySignalKernel(HostArgs a, uint32_t c) {
 // been recorded (naming the rank); the launch's later waits then give up at their first check.
 __global__ void hostCopyWaitKernel(HostArgs a, uint32_t c) {
   const uint32_t use = a.state->copyUse[c] + 1;
-  if (dev::commStopped(a.state)) return;
   const uint64_t off = a.layout.flagsOffset + offsetof(HostFlags, copy) + 4ull * c;
   (void)dev::hostWaitFlags(a.base, a.layout.rankBytes, off, a.rank, a.nranks, use, callEpoch(a),
                            a.wait, kWaitHostData);

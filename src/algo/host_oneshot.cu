@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
-  if (dev::commStopped(st)) return;
+  const bool stopped = dev::stopRequested(st);
   const uint64_t buf = L.dataOffset + (epoch & 1u) * L.dataBytes;
   const uint64_t V = a.numVecs;
   // This block's range: a multiple of kHostBlockQuantum vectors, so wire groups and warps
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
     if (k < rounds) {
       writeRound(k);
       __syncthreads();
-      if (threadIdx.x == 0) {
+      if (threadIdx.x == 0 && !stopped) {
         dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + flagOff),
                              seq0 + static_cast<uint32_t>(k) + 1);
       }

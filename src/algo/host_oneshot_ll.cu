@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
-  if (dev::commStopped(st)) return;
+  const bool stopped = dev::stopRequested(st);
   const uint64_t buf = L.llOffset + (epoch & 1u) * L.llBytes;
   const uint64_t V = a.numVecs;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
 
   // Publish: every vector of this thread, as two flagged lines.
   char* own = lines(rank);
-  for (uint64_t v = first; v < V; v += stride) {
+  for (uint64_t v = first; v < V && !stopped; v += stride) {
     const Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
     dev::storeSys(own + v * 32, make_uint4(x.w[0], epoch, x.w[1], epoch));
     dev::storeSys(own + v * 32 + 16, make_uint4(x.w[2], epoch, x.w[3], epoch));

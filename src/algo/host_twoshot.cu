@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
-  if (dev::commStopped(st)) return;
+  const bool stopped = dev::stopRequested(st);
   const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t dataBuf = L.dataOffset + (epoch & 1u) * L.dataBytes;
   const uint64_t resBuf = L.resultOffset + (epoch & 1u) * L.resultBytes;
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   }
   __syncthreads();
   const uint64_t dataFlag = L.flagsOffset + offsetof(HostFlags, data) + blockIdx.x * 4u;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && !stopped) {
     dev::storeReleaseSys(reinterpret_cast<uint32_t*>(region(rank) + dataFlag), use);
   }
   bool ok =

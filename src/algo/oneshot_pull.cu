@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const int n = a.nranks;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
-  if (dev::commStopped(st)) return;
+  const bool stopped = dev::stopRequested(st);
   const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t bufOffset = a.layout.stagingOffset + (epoch & 1u) * a.layout.chunkBytes;
 
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   __shared__ int blockFailed;
   if (threadIdx.x == 0) blockFailed = 0;
   const int t = static_cast<int>(threadIdx.x);
-  if (t < n && t != rank) {
+  if (t < n && t != rank && !stopped) {
     FlagArea* peerFlags = reinterpret_cast<FlagArea*>(a.peerWorkspace[t] + a.layout.flagsOffset);
     dev::storeReleaseSys(&peerFlags->start[blockIdx.x][rank], use);
   }

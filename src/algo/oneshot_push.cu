@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->pushEpoch);
-  if (dev::commStopped(st)) return;
+  const bool stopped = dev::stopRequested(st);
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.pushSlotBytes;
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   for (uint64_t v = first; v < a.numVecs; v += stride) {
     Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
     sanitize<T>(x);
-    for (int k = 1; k < n; ++k) {
+    for (int k = 1; k < n && !stopped; ++k) {
       int p = (rank + k) % n;
       char* dst = a.peerWorkspace[p] + a.layout.pushOffset + phase * phaseBytes +
                   static_cast<uint64_t>(rank) * slot + v * 16;

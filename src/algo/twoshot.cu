@@ -38,9 +38,11 @@ __device__ __forceinline__ Range subRange(uint64_t numVecs, int n, int seg) {
   return Range{lo, min(segHi, lo + per)};
 }
 
-// Raises flag `which` (start or end) for this block on every peer, then waits for every
-// peer's. Returns false when the wait was abandoned (the communicator is then failed).
-__device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd, uint32_t use) {
+// Raises flag `which` (start or end) for this block on every peer (not where the communicator
+// stopped: dev::stopRequested), then waits for every peer's. Returns false when the wait was
+// abandoned (the communicator is then failed).
+__device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd, uint32_t use,
+                                             bool stopped) {
   __shared__ int blockFailed;
   const int rank = a.rank;
   const int n = a.nranks;
@@ -50,7 +52,7 @@ __device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd,
   if (t < n && t != rank) {
     FlagArea* peer = reinterpret_cast<FlagArea*>(a.peerWorkspace[t] + a.layout.flagsOffset);
     uint32_t* f = isEnd ? &peer->end[blockIdx.x][rank] : &peer->start[blockIdx.x][rank];
-    dev::storeReleaseSys(f, use);
+    if (!stopped) dev::storeReleaseSys(f, use);
     const FlagArea* own =
         reinterpret_cast<const FlagArea*>(a.peerWorkspace[rank] + a.layout.flagsOffset);
     const uint32_t* w = isEnd ? &own->end[blockIdx.x][t] : &own->start[blockIdx.x][t];
@@ -75,7 +77,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
   const int n = a.nranks;
   LocalState* st = a.state;
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
-  if (dev::commStopped(st)) return;
+  const bool stopped = dev::stopRequested(st);
   const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t parity = epoch & 1u;
   const uint64_t stagingOffset = a.layout.stagingOffset + parity * a.layout.chunkBytes;
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
       dev::storeRelaxed(own + stagingOffset + v * 16, x.u);
     }
   }
-  bool ok = blockBarrier(a, false, use);
+  bool ok = blockBarrier(a, false, use, stopped);
 
   // 2. Reduce the own segment's sub-range.
   if (ok) {
@@ -111,7 +113,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
       dev::storeRelaxed(own + resultOffset + v * 16, y.u);
       dev::storeVec<T, kAligned>(out, v, a.count, y);
     }
-    ok = blockBarrier(a, true, use);
+    ok = blockBarrier(a, true, use, stopped);
   }
 
   // 3. Gather the other segments from their owners.

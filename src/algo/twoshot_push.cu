@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->tsEpoch);
-  if (dev::commStopped(st)) return;
+  const bool stopped = dev::stopRequested(st);
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
@@ -55,6 +55,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
       if (v >= V) continue;
       Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
       dev::sanitize<T>(x);
+      if (stopped) continue;
       dev::storeSys(dev::twoShotArea(a, s, phase, 0) + static_cast<uint64_t>(rank) * slot + i * 16,
                     x.u);
     }

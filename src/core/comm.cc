@@ -107,8 +107,9 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
 
   // Host-mapped failure record and abort word: kernels write/read them without any host
   // synchronization; the host reads them on every call.
-  ANYR_CUDA_CHECK(cudaHostAlloc(&hostMapped_, 64, cudaHostAllocMapped | cudaHostAllocPortable));
-  std::memset(hostMapped_, 0, 64);
+  ANYR_CUDA_CHECK(
+      cudaHostAlloc(&hostMapped_, kHostMappedBytes, cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(hostMapped_, 0, kHostMappedBytes);
   hError_ = static_cast<ErrorRecord*>(hostMapped_);
   hAbort_ =
       reinterpret_cast<volatile int32_t*>(static_cast<char*>(hostMapped_) + sizeof(ErrorRecord));
@@ -189,6 +190,7 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   loadOrTuneAtInit();
   startEpochsForTests();
   bs_->barrier();
+  callCount_ = 0;  // the application's calls are numbered from 1 (init made some of its own)
   ANYR_LOG(
       Info, rank_,
       "communicator ready: " << nranks_ << " ranks, device " << device_ << ", " << cfg_.describe());
@@ -967,60 +969,67 @@ std::string refusedWhat(const std::string& msg) {
 
 void Communicator::refuse(const char* fn, const Error& e, bool holdingGuard) {
   const uint64_t call = callCount_ + (holdingGuard ? 0 : 1);
-  const std::string what = std::string(fn) + " " + refusedWhat(e.what());
-  setFailed(anyrInvalidUsage,
-            "rank " + std::to_string(rank_) + " refused its call #" + std::to_string(call) + " (" +
-                fn + ": " + e.what() +
-                "); its peers may have made that call, so the communicator is stopped on every "
-                "rank (no later call can pair with theirs): destroy it and create a new one");
+  const std::string msg =
+      "rank " + std::to_string(rank_) + " refused its call #" + std::to_string(call) + " (" + fn +
+      ": " + e.what() +
+      "); its peers may have made that call, so the communicator is stopped on every rank (no "
+      "later call can pair with theirs): destroy it and create a new one";
   ANYR_LOG(Warn, rank_,
            fn << " refused after its peers may have made it; stopping the communicator on "
                  "every rank: "
               << e.what());
   {
     std::lock_guard<std::mutex> lock(failMu_);
-    stopWhat_ = what;
+    pendingFailMsg_ = msg;
+    stopWhat_ = refusedWhat(e.what());
   }
-  if (holdingGuard) {
-    stopPending_.store(false);
-    stopEverywhere(kCauseRefused, what, true);
-  } else {
-    // Another thread is inside a call the peers have matched: let it launch, then stop.
-    stopPending_.store(true);
-  }
+  stopPending_.store(true);
+  // Another thread is inside a call that the peers have matched: it fails the communicator
+  // once that call is launched (applyPendingStop at its end), not before.
+  if (holdingGuard) applyPendingStop();
 }
 
 void Communicator::applyPendingStop() {
   if (!stopPending_.exchange(false)) return;
-  std::string what;
+  std::string msg, what;
   {
     std::lock_guard<std::mutex> lock(failMu_);
+    msg = pendingFailMsg_;
     what = stopWhat_;
   }
+  setFailed(anyrInvalidUsage, msg);
   stopEverywhere(kCauseRefused, what, true);
 }
 
 void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool afterOwnWork) {
   if (stopped_.exchange(true)) return;
-  // Bounded by the timeout as a whole: a copy that cannot complete is logged, not waited for.
+  // Every copy is asynchronous from pinned memory on the communicator's own stream, so this is
+  // allowed while the calling thread captures a graph; bounded by the timeout as a whole: a
+  // copy that cannot complete is logged, not waited for.
   try {
     if (afterOwnWork && haveLastWork_ && !eventDoneWithin(lastWork_, cfg_.timeoutMs)) {
       ANYR_LOG(Warn, rank_, "stopping: this rank's last call had not finished; stopping anyway");
     }
-    const int32_t one = 1;
+    StopStaging* stage = stopStaging();
+    std::memset(stage, 0, sizeof(*stage));
+    stage->one = 1;
+    stage->cause = cause;
+    stage->by = rank_ + 1;
+    stage->call = static_cast<uint32_t>(callCount_);
+    std::snprintf(stage->what, sizeof(stage->what), "%s", what.c_str());
     for (LocalState* st : {dState_, dHostState_}) {
       if (st == nullptr) continue;
-      ANYR_CUDA_CHECK(cudaMemcpyAsync(&st->failClaim, &one, sizeof(one), cudaMemcpyHostToDevice,
-                                      internalStream_));
+      ANYR_CUDA_CHECK(cudaMemcpyAsync(&st->failClaim, &stage->one, sizeof(stage->one),
+                                      cudaMemcpyHostToDevice, internalStream_));
     }
-    WorkspaceHeader note{};
-    note.stopCall = static_cast<uint32_t>(callCount_);
-    std::snprintf(note.stopWhat, sizeof(note.stopWhat), "%s", what.c_str());
-    const int32_t by = rank_ + 1;
     constexpr size_t kNoteOffset = offsetof(WorkspaceHeader, stopCall);
-    constexpr size_t kNoteBytes = sizeof(note.stopCall) + sizeof(note.stopWhat);
-    static_assert(offsetof(WorkspaceHeader, stopWhat) == kNoteOffset + sizeof(note.stopCall),
+    constexpr size_t kNoteBytes =
+        sizeof(WorkspaceHeader::stopCall) + sizeof(WorkspaceHeader::stopWhat);
+    static_assert(offsetof(WorkspaceHeader, stopWhat) == kNoteOffset + sizeof(uint32_t),
                   "stopCall and stopWhat are adjacent");
+    static_assert(offsetof(StopStaging, what) == offsetof(StopStaging, call) + sizeof(uint32_t) &&
+                      sizeof(StopStaging::what) == sizeof(WorkspaceHeader::stopWhat),
+                  "the staged note has the header's layout");
     // The peer workspaces: device memory mapped into this process (a copy engine writes them,
     // so spinning kernels do not hold it up). Note, then cause, then the word waits check.
     if (peers_ && nranks_ <= kMaxLocalRanks) {
@@ -1028,12 +1037,12 @@ void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool a
         char* h = argsTemplate_.peerWorkspace[p];
         if (p == rank_ || h == nullptr) continue;
         h += layout_.headerOffset;
-        ANYR_CUDA_CHECK(cudaMemcpyAsync(h + kNoteOffset, &note.stopCall, kNoteBytes,
+        ANYR_CUDA_CHECK(cudaMemcpyAsync(h + kNoteOffset, &stage->call, kNoteBytes,
                                         cudaMemcpyHostToDevice, internalStream_));
-        ANYR_CUDA_CHECK(cudaMemcpyAsync(h + offsetof(WorkspaceHeader, abortCause), &cause,
-                                        sizeof(cause), cudaMemcpyHostToDevice, internalStream_));
-        ANYR_CUDA_CHECK(cudaMemcpyAsync(h + offsetof(WorkspaceHeader, abortedBy), &by, sizeof(by),
-                                        cudaMemcpyHostToDevice, internalStream_));
+        ANYR_CUDA_CHECK(cudaMemcpyAsync(h + offsetof(WorkspaceHeader, abortCause), &stage->cause,
+                                        sizeof(int32_t), cudaMemcpyHostToDevice, internalStream_));
+        ANYR_CUDA_CHECK(cudaMemcpyAsync(h + offsetof(WorkspaceHeader, abortedBy), &stage->by,
+                                        sizeof(int32_t), cudaMemcpyHostToDevice, internalStream_));
       }
     }
     // The host segment: this process's own mapping of it.
@@ -1042,11 +1051,11 @@ void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool a
         if (p == rank_) continue;
         char* h = host_->host() + static_cast<uint64_t>(p) * hostLayout_.rankBytes +
                   hostLayout_.headerOffset;
-        std::memcpy(h + kNoteOffset, &note.stopCall, kNoteBytes);
+        std::memcpy(h + kNoteOffset, &stage->call, kNoteBytes);
         std::atomic_thread_fence(std::memory_order_seq_cst);
         *reinterpret_cast<volatile int32_t*>(h + offsetof(WorkspaceHeader, abortCause)) = cause;
         std::atomic_thread_fence(std::memory_order_seq_cst);
-        *reinterpret_cast<volatile int32_t*>(h + offsetof(WorkspaceHeader, abortedBy)) = by;
+        *reinterpret_cast<volatile int32_t*>(h + offsetof(WorkspaceHeader, abortedBy)) = rank_ + 1;
         std::atomic_thread_fence(std::memory_order_seq_cst);
       }
     }
@@ -1061,6 +1070,7 @@ void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool a
 }
 
 std::string Communicator::stopNote() {
+  std::lock_guard<std::mutex> lock(stopNoteMu_);
   WorkspaceHeader h{};
   bool have = false;
   if (host_) {
@@ -1070,9 +1080,12 @@ std::string Communicator::stopNote() {
     have = h.stopWhat[0] != '\0';
   }
   if (!have && peers_ && nranks_ <= kMaxLocalRanks && argsTemplate_.peerWorkspace[rank_]) {
-    if (cudaMemcpyAsync(&h, argsTemplate_.peerWorkspace[rank_] + layout_.headerOffset, sizeof(h),
-                        cudaMemcpyDeviceToHost, internalStream_) == cudaSuccess &&
+    // Into pinned memory, asynchronously: allowed while this thread captures a graph.
+    WorkspaceHeader* pinned = &stopStaging()->readBack;
+    if (cudaMemcpyAsync(pinned, argsTemplate_.peerWorkspace[rank_] + layout_.headerOffset,
+                        sizeof(h), cudaMemcpyDeviceToHost, internalStream_) == cudaSuccess &&
         streamIdleWithin(internalStream_, cfg_.timeoutMs)) {
+      std::memcpy(&h, pinned, sizeof(h));
       have = h.stopWhat[0] != '\0';
     }
     (void)cudaGetLastError();
@@ -1601,6 +1614,8 @@ void Communicator::destroy() {
       ANYR_LOG(Warn, rank_, "destroy: peers did not all reach teardown: " << e.what());
     }
   }
+  // A refusal by another thread that no call has applied yet (collectiveCall).
+  applyPendingStop();
   // 3. The frees in the destructor wait for every kernel of this process's context. Where this
   // rank's work may still be queued or running -- a failed communicator, an unfinished last
   // call, graph replays (not tracked by lastWork_) -- stop it: its kernels that start now

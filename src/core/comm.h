@@ -340,22 +340,41 @@ class Communicator {
   std::string failMsg_;
   void setFailed(anyrResult_t code, const std::string& msg);
 
-  // Refusals (collectiveCall). callCount_: collective calls entered on this rank (the number a
-  // refusal names). A refusal by a thread that found another inside a call fails the
-  // communicator at once but stops the kernels when the holder leaves (stopPending_), so the
-  // holder's own call, which the peers have matched, completes first.
+  // Refusals (collectiveCall). callCount_: collective calls entered on this rank since init
+  // (the number a refusal names). A refusal by a thread that found another inside a call is
+  // applied (the communicator failed, the kernels and the peers stopped) when the holder's call
+  // is launched, or at the next call's entry (stopPending_), so the holder's own call, which
+  // the peers have matched, is neither refused nor cut short.
   uint64_t callCount_ = 0;
   std::atomic<bool> stopPending_{false};
   std::atomic<bool> stopped_{false};  // stopEverywhere ran (it runs once)
   std::string stopWhat_;              // under failMu_: what to write in the peers' headers
+  std::string pendingFailMsg_;        // under failMu_: the refusal's message, until applied
+  std::mutex stopNoteMu_;             // stopNote's use of the pinned read-back staging
   void refuse(const char* fn, const Error& e, bool holdingGuard);
+  // Pinned staging of stopEverywhere's copies and stopNote's read-back, in hostMapped_ after
+  // the ErrorRecord and the abort word (asynchronous copies need a pinned source).
+  struct StopStaging {
+    int32_t one;
+    int32_t cause;
+    int32_t by;
+    uint32_t call;
+    char what[28];
+    int32_t pad[7];
+    WorkspaceHeader readBack;
+  };
+  static constexpr size_t kStopStagingOffset = 64;
+  static constexpr size_t kHostMappedBytes = kStopStagingOffset + sizeof(StopStaging);
+  StopStaging* stopStaging() {
+    return reinterpret_cast<StopStaging*>(static_cast<char*>(hostMapped_) + kStopStagingOffset);
+  }
   void applyPendingStop();
   // In every collective call after its argument check (arguments are judged first, also on a
   // failed communicator): throws the communicator's failure, which is `settled` (nothing new
   // to repair); else clears `settled`, since from here on a failure is this rank's alone.
   void requireHealthy(bool& settled);
   // Sets this rank's failClaim in each transport's state (its kernels that start afterwards
-  // touch no peer and no output: dev::commStopped) and writes {stopCall, stopWhat, abortCause
+  // make nothing visible to a peer: dev::stopRequested) and writes {stopCall, stopWhat, abortCause
   // = cause, abortedBy = this rank} into every peer's headers, so that their waits stop.
   // Waits for this rank's last eager work first when `afterOwnWork` (bounded by the timeout).
   // Best effort and bounded: failures are logged.

@@ -33,8 +33,10 @@ using dev::Vec;
 
 // Vector x into slot [rank] of every peer's push buffer, `off` bytes into the push area (the
 // phase, the slot and the vector's place included).
-__device__ __forceinline__ void pushToPeers(const AllReduceArgs& a, uint64_t off, const uint4& x) {
-  for (int d = 1; d < a.nranks; ++d) {
+// Nothing once the communicator stopped (`stopped`: dev::stopRequested).
+__device__ __forceinline__ void pushToPeers(const AllReduceArgs& a, uint64_t off, const uint4& x,
+                                            bool stopped) {
+  for (int d = 1; d < a.nranks && !stopped; ++d) {
     dev::storeSys(a.peerWorkspace[(a.rank + d) % a.nranks] + a.layout.pushOffset + off, x);
   }
 }
@@ -45,7 +47,8 @@ __device__ __forceinline__ void pushToPeers(const AllReduceArgs& a, uint64_t off
 // launch with few rows runs more blocks than rows (the extra ones only push and clear).
 template <typename T>
 __device__ __forceinline__ void pushLaunchRows(const AllReduceArgs& a, const T* in, bool inAligned,
-                                               int rows, int H, uint64_t phaseOffset) {
+                                               int rows, int H, uint64_t phaseOffset,
+                                               bool stopped) {
   const uint64_t slotOffset = phaseOffset + static_cast<uint64_t>(a.rank) * a.layout.pushSlotBytes;
   constexpr int kBatch = 4;
   const uint64_t total = static_cast<uint64_t>(rows) * H;
@@ -65,7 +68,7 @@ __device__ __forceinline__ void pushLaunchRows(const AllReduceArgs& a, const T* 
       const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
       if (v >= last) continue;
       dev::sanitize<T>(x[u]);
-      pushToPeers(a, slotOffset + v * 16, x[u].u);
+      pushToPeers(a, slotOffset + v * 16, x[u].u, stopped);
     }
   }
 }
@@ -82,7 +85,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->pushEpoch);
-  if (dev::commStopped(st)) return;
+  const bool stopped = dev::stopRequested(st);
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.pushSlotBytes;
@@ -128,7 +131,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const int64_t base = static_cast<int64_t>(rowBase) * p.hidden;
   if (static_cast<const void*>(static_cast<const T*>(p.normOut) + base) != a.input &&
       static_cast<const void*>(static_cast<const T*>(p.residualOut) + base) != a.input) {
-    pushLaunchRows<T>(a, in, inAligned, rows, H, phase * phaseBytes);
+    pushLaunchRows<T>(a, in, inAligned, rows, H, phase * phaseBytes, stopped);
     if (static_cast<int>(blockIdx.x) < rows) loadMine(blockIdx.x, mine);
   } else {
     const uint64_t off0 = phase * phaseBytes + static_cast<uint64_t>(rank) * slot;
@@ -139,7 +142,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       for (int k = 0; k < VPT; ++k) {
         const int j = threadIdx.x + k * blockDim.x;
         if (j >= H) continue;
-        pushToPeers(a, off0 + (static_cast<uint64_t>(row) * H + j) * 16, x[k].u);
+        pushToPeers(a, off0 + (static_cast<uint64_t>(row) * H + j) * 16, x[k].u, stopped);
       }
       if (row == static_cast<int>(blockIdx.x)) {
 #pragma unroll
@@ -213,9 +216,9 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->pushEpoch);
-  // A stopped communicator (dev::commStopped): no push and no wait; every row then fails
-  // alike through the cluster exchange, so no block leaves its cluster behind.
-  const bool stopped = dev::commStopped(st);
+  // A stopped communicator (dev::stopRequested): no push and no wait; every row then fails
+  // through the cluster exchange, so no block leaves its cluster behind.
+  const bool stopped = dev::stopRequested(st);
   const uint32_t epoch = ph.epoch;
   const uint64_t slot = a.layout.pushSlotBytes;
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
     for (int row = cluster; row < rows; row += clusters) {
       Vec x;
       loadMine(row, x);
-      if (mineV && !stopped) pushToPeers(a, off0 + (static_cast<uint64_t>(row) * H + v) * 16, x.u);
+      if (mineV) pushToPeers(a, off0 + (static_cast<uint64_t>(row) * H + v) * 16, x.u, stopped);
       if (row == cluster) mine = x;
     }
   }

@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->tsEpoch);
-  if (dev::commStopped(st)) return;
+  const bool stopped = dev::stopRequested(st);
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
     for (int k = 1; k < n; ++k) {
       const int s = (rank + k) % n;
       const int row = s * Lr + i;
-      if (row >= rows) continue;
+      if (row >= rows || stopped) continue;
       for (int j = threadIdx.x; j < H; j += blockDim.x) {
         Vec x = dev::loadRowVec(in, static_cast<uint64_t>(row) * H + j, a.count, inAligned);
         dev::sanitize<T>(x);
@@ -169,7 +169,7 @@ struct SegmentGrid {
 
 template <typename T>
 __device__ __forceinline__ void scatterRows(const AllReduceArgs& a, const T* in, bool inAligned,
-                                            int rows, int H, const dev::Phases& ph) {
+                                            int rows, int H, const dev::Phases& ph, bool stopped) {
   const int rank = a.rank;
   const int n = a.nranks;
   const uint64_t slot = a.layout.tsSlotBytes;
@@ -181,7 +181,7 @@ __device__ __forceinline__ void scatterRows(const AllReduceArgs& a, const T* in,
     for (int k = 1; k < n; ++k) {
       const int s = (rank + k) % n;
       const uint64_t v = static_cast<uint64_t>(s) * L + i;
-      if (v >= V) continue;
+      if (v >= V || stopped) continue;  // nothing to peers once stopped (dev::stopRequested)
       Vec x = dev::loadRowVec(in, v, a.count, inAligned);
       dev::sanitize<T>(x);
       dev::storeSys(dev::twoShotArea(a, s, ph.cur, 0) + static_cast<uint64_t>(rank) * slot + i * 16,
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->tsEpoch);
-  if (dev::commStopped(st)) return;
+  const bool stopped = dev::stopRequested(st);
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
 
   // 1. Scatter; then the weight and the block's first residual row (the peers wait for the
   // scatter; the loads' latency hides behind the reduce's wait).
-  scatterRows<T>(a, in, inAligned, rows, H, ph);
+  scatterRows<T>(a, in, inAligned, rows, H, ph, stopped);
   Vec w[VPT];
   Vec res[VPT];
   dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, p.hidden,
@@ -352,9 +352,9 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
   const int n = a.nranks;
   LocalState* st = a.state;
   const dev::Phases ph = dev::phasesOf(st->tsEpoch);
-  // A stopped communicator (dev::commStopped): no scatter and no wait; every row then fails
-  // alike through the cluster exchange, so no block leaves its cluster behind.
-  const bool stopped = dev::commStopped(st);
+  // A stopped communicator (dev::stopRequested): no scatter and no wait; every row then fails
+  // through the cluster exchange, so no block leaves its cluster behind.
+  const bool stopped = dev::stopRequested(st);
   const uint32_t epoch = ph.epoch;
   const uint64_t slot = a.layout.tsSlotBytes;
   const int H = p.hidden / 8;
@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
   const int cluster = me.cluster, clusters = me.clusters, first = me.first;
 
   // Scatter; the weight, the first residual row and the exchange's setup; clear and reduce.
-  if (!stopped) scatterRows<T>(a, in, inAligned, rows, H, ph);
+  scatterRows<T>(a, in, inAligned, rows, H, ph, stopped);
   me.loadConstants(p);
   if (cluster < rows) me.loadResidual(p, rowBase + cluster);
   dev::clusterExchangeBegin(xch);
