@@ -37,7 +37,7 @@ fi
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 FLAGS="-std=c++17 -O1 -g $SAN -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror
        -I$ROOT/include -I$ROOT/src -I$ROOT/tests -isystem $CUDA_HOME/include"
-LIBS="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lpthread -ldl"
+LIBS="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcrypto -lpthread -ldl"
 
 # The library sources the parsers live in (and what they need: errors, logging, env).
 LIB_SOURCES=(src/bootstrap/message.cc src/bootstrap/unique_id.cc src/bootstrap/socket.cc

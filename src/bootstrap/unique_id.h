@@ -65,7 +65,8 @@ UniqueIdInfo decodeUniqueId(const anyrUniqueId& id);
 // Throws anyrSystemError.
 void randomBytes(void* buf, size_t len);
 
-// Constant-time comparison of two secrets (no early exit on the first differing byte).
+// Constant-time comparison of two secrets (CRYPTO_memcmp: no early exit on the first differing
+// byte).
 bool secretsEqual(const UniqueIdSecret& a, const UniqueIdSecret& b);
 
 }  // namespace anyr
