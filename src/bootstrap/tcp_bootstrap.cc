@@ -36,10 +36,11 @@
 // allGather. Each rank sends GATHER with its contribution to rank 0; rank 0 reads all of them
 // concurrently (poll), checks every size against its own, concatenates them in rank order and
 // sends GATHER_ALL to each rank. Any failure seen by rank 0 (a rank missing at the deadline, a
-// closed connection, a size mismatch, a malformed or unauthenticated message) is sent as ABORT
-// to every connected rank, so that all ranks report the same cause, naming the rank at fault.
-// Invalid arguments (NULL buffers, too many bytes), found before any exchange, are thrown to the
-// caller alone and leave the bootstrap usable. barrier() is a 0-byte allGather.
+// closed connection, a size mismatch, a malformed or unauthenticated message, a failed system
+// call or any other error inside its bootstrap operations) is sent as ABORT to every connected
+// rank, so that all ranks report the same cause, naming the rank at fault. Invalid arguments
+// (NULL buffers, too many bytes), found before any exchange, are thrown to the caller alone and
+// leave the bootstrap usable. barrier() is a 0-byte allGather.
 //
 // Deadlines. Every operation is bounded by timeoutMs from its start. Ranks other than 0 wait
 // for rank 0's answer a little longer (verdictGraceMs) so that, when rank 0 gives up on a
@@ -57,7 +58,9 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -192,6 +195,12 @@ std::string rankList(const std::vector<int>& ranks) {
   return s;
 }
 
+// "bootstrap: x" -> "x", so that a reason is not prefixed twice.
+std::string withoutPrefix(const std::string& msg) {
+  const std::string prefix = "bootstrap: ";
+  return msg.compare(0, prefix.size(), prefix) == 0 ? msg.substr(prefix.size()) : msg;
+}
+
 class TcpBootstrap final : public Bootstrap {
  public:
   TcpBootstrap(const UniqueIdInfo& info, int rank, int nranks, int timeoutMs)
@@ -246,12 +255,17 @@ class TcpBootstrap final : public Bootstrap {
   [[noreturn]] void fail(anyrResult_t code, const std::string& msg);
   // Rank 0: sends ABORT(reason) to every connected rank, closes them, then fails.
   [[noreturn]] void abortAll(anyrResult_t code, const std::string& reason);
+  // Rank 0: runs `op`; any exception it throws that is not already a recorded failure becomes
+  // an ABORT to every connected rank (abortAll), so no failure leaves them without its cause.
+  template <typename Op>
+  void asRoot(Op&& op);
   void checkUsable() const;
 
   PendingStep pumpPending(Pending* p);
   PendingStep onHandshakeMessage(Pending* p);
   void reject(Pending* p, anyrResult_t code, const std::string& reason, bool warn);
   void evictIdlest(std::vector<Pending>* pending);
+  void rendezvousRootImpl();
   void allGatherRoot(const void* in, void* out, size_t bytes);
   void pumpInbound(int r, Inbound* in, uint8_t* dst, size_t bytes);
   void finishInbound(int r, Inbound* in, size_t bytes);
@@ -316,6 +330,22 @@ void TcpBootstrap::abortAll(anyrResult_t code, const std::string& reason) {
     closeGracefully(&s);
   }
   fail(code, "bootstrap: " + reason);
+}
+
+template <typename Op>
+void TcpBootstrap::asRoot(Op&& op) {
+  try {
+    op();
+  } catch (const Error& e) {
+    if (failed_) throw;  // already sent to the ranks (abortAll) or recorded
+    abortAll(e.code(), withoutPrefix(e.what()));
+  } catch (const std::bad_alloc&) {
+    if (failed_) throw;
+    abortAll(anyrSystemError, "rank 0 ran out of host memory");
+  } catch (const std::exception& e) {
+    if (failed_) throw;
+    abortAll(anyrInternalError, std::string("rank 0: ") + e.what());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -487,6 +517,10 @@ TcpBootstrap::PendingStep TcpBootstrap::onHandshakeMessage(Pending* p) {
 }
 
 void TcpBootstrap::rendezvousRoot() {
+  asRoot([this] { rendezvousRootImpl(); });
+}
+
+void TcpBootstrap::rendezvousRootImpl() {
   Deadline deadline(timeoutMs_);
   Socket listener = takeListener(info_.secret, info_.addr);
   if (nranks_ == 1) return;
@@ -850,7 +884,7 @@ void TcpBootstrap::allGather(const void* in, void* out, size_t bytes) {
     return;
   }
   if (rank_ == 0) {
-    allGatherRoot(in, out, bytes);
+    asRoot([&] { allGatherRoot(in, out, bytes); });
   } else {
     allGatherPeer(in, out, bytes);
   }

@@ -1,13 +1,15 @@
 // The TCP bootstrap's authentication and its defences against strangers (issue 40, parts 2 and
 // 3): a fake rank 0 learns nothing about the secret and is refused; forged, replayed and
 // injected messages are refused in both directions; idle connections neither stall the
-// rendezvous nor take a real rank's place. Plus the MACs and the handshake parsers.
+// rendezvous nor take a real rank's place; a failure inside rank 0 after the rendezvous reaches
+// every rank as ABORT with its cause. Plus the MACs and the handshake parsers.
 //
 // Multi-process tests fork one process per rank (processes.h); ports are always 0.
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -525,6 +527,71 @@ TEST(BootstrapAuth, HandshakeDeadlineVariableIsChecked) {
           << e.what();
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A failure inside rank 0 after ranks connected reaches them as ABORT with its cause. The
+// failure is a real one: with RLIMIT_NOFILE lowered below the number of descriptors rank 0
+// polls, poll() fails with EINVAL.
+
+void lowerDescriptorLimit() {
+  rlimit lim;
+  getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = 1;
+  setrlimit(RLIMIT_NOFILE, &lim);
+}
+
+TEST(BootstrapAuth, RankZeroFailureInAllGatherIsSentAsAbort) {
+  anyrUniqueId id = loopbackId();
+  Processes procs;
+  for (int r = 0; r < 3; ++r) {
+    procs.spawn([id, r]() -> std::string {
+      auto bs = createTcpBootstrap(id, r, 3, 5000);
+      if (r == 0) lowerDescriptorLimit();
+      bs->barrier();
+      return "barrier completed";
+    });
+  }
+  auto res = procs.waitAll(20000);
+  EXPECT_EQ(res[0].code, anyrSystemError) << res[0].describe();
+  EXPECT_EQ(res[0].message, "bootstrap: poll in allGather: Invalid argument");
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_EQ(res[r].code, anyrSystemError) << res[r].describe();
+    EXPECT_TRUE(contains(res[r].message, "aborted: poll in allGather: Invalid argument"))
+        << res[r].message;
+    EXPECT_LT(res[r].elapsedMs, 4000) << "rank " << r << " waited for its deadline";
+  }
+}
+
+TEST(BootstrapAuth, RankZeroFailureDuringRendezvousIsSentAsAbort) {
+  // Rank 1 arrives; rank 2 never does. Half a second in, rank 0's descriptor limit drops and a
+  // connection wakes its poll, which then fails.
+  anyrUniqueId id = loopbackId();
+  const SocketAddress addr = decodeUniqueId(id).addr;
+  Processes procs;
+  for (int r = 0; r < 2; ++r) {
+    procs.spawn([id, r, addr]() -> std::string {
+      if (r == 0) {
+        std::thread([addr] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          int fd = ::socket(addr.family(), SOCK_STREAM, 0);  // before the limit drops
+          lowerDescriptorLimit();
+          (void)::connect(fd, reinterpret_cast<const sockaddr*>(&addr.storage), addr.len);
+        }).detach();
+      }
+      auto bs = createTcpBootstrap(id, r, 3, 5000);
+      return "rendezvous completed without rank 2";
+    });
+  }
+  auto res = procs.waitAll(20000);
+  EXPECT_EQ(res[0].code, anyrSystemError) << res[0].describe();
+  EXPECT_EQ(res[0].message, "bootstrap: poll while rank 0 waited for the ranks: Invalid argument");
+  EXPECT_EQ(res[1].code, anyrSystemError) << res[1].describe();
+  EXPECT_TRUE(contains(res[1].message, "rank 0 at " + addr.toString() +
+                                           " aborted: poll while rank 0 waited for the ranks: "
+                                           "Invalid argument"))
+      << res[1].message;
+  EXPECT_LT(res[1].elapsedMs, 4000) << "rank 1 waited for its deadline";
 }
 
 // ---------------------------------------------------------------------------------------------
