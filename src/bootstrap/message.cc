@@ -21,8 +21,37 @@ const char* msgTypeName(uint16_t type) {
       return "GATHER_ALL";
     case MsgType::kAbort:
       return "ABORT";
+    case MsgType::kChallenge:
+      return "CHALLENGE";
+    case MsgType::kProof:
+      return "PROOF";
   }
   return "unknown";
+}
+
+bool msgTypeAuthenticated(uint16_t type) {
+  switch (static_cast<MsgType>(type)) {
+    case MsgType::kWelcome:
+    case MsgType::kGather:
+    case MsgType::kGatherAll:
+    case MsgType::kAbort:
+      return true;
+    default:
+      return false;
+  }
+}
+
+size_t handshakePayloadBytes(uint16_t type) {
+  switch (static_cast<MsgType>(type)) {
+    case MsgType::kHello:
+      return kNonceBytes;
+    case MsgType::kChallenge:
+      return kNonceBytes + kMacBytes;
+    case MsgType::kProof:
+      return kMacBytes;
+    default:
+      return 0;
+  }
 }
 
 void encodeHeader(const MsgHeader& h, uint8_t out[kMsgHeaderBytes]) {
@@ -65,8 +94,7 @@ bool parseHeader(const uint8_t* data, size_t len, MsgHeader* out, std::string* e
                            std::to_string(kMsgProtocolVersion) +
                            " (are all ranks running the same anyreduce?)");
   }
-  if (h.type < static_cast<uint16_t>(MsgType::kHello) ||
-      h.type > static_cast<uint16_t>(MsgType::kAbort)) {
+  if (h.type < kMsgTypeFirst || h.type > kMsgTypeLast) {
     return fail(error, "unknown message type " + std::to_string(h.type));
   }
   if (h.nranks < 1 || h.nranks > kMsgMaxRanks) {
@@ -82,6 +110,38 @@ bool parseHeader(const uint8_t* data, size_t len, MsgHeader* out, std::string* e
                            std::to_string(kMsgMaxPayload));
   }
   if (out != nullptr) *out = h;
+  return true;
+}
+
+bool parseHandshake(const MsgHeader& h, const uint8_t* payload, size_t len, HandshakeFields* out,
+                    std::string* error) {
+  const size_t want = handshakePayloadBytes(h.type);
+  if (want == 0) {
+    return fail(error, std::string(msgTypeName(h.type)) + " is not a handshake message");
+  }
+  if (h.length != want) {
+    return fail(error, "malformed " + std::string(msgTypeName(h.type)) + ": payload of " +
+                           std::to_string(h.length) + " bytes, expected " + std::to_string(want));
+  }
+  if (payload == nullptr || len != want) {
+    return fail(error, "truncated " + std::string(msgTypeName(h.type)) + ": " +
+                           std::to_string(payload == nullptr ? 0 : len) + " of " +
+                           std::to_string(want) + " payload bytes");
+  }
+  HandshakeFields f;
+  switch (static_cast<MsgType>(h.type)) {
+    case MsgType::kHello:
+      std::copy(payload, payload + kNonceBytes, f.nonce);
+      break;
+    case MsgType::kChallenge:
+      std::copy(payload, payload + kNonceBytes, f.nonce);
+      std::copy(payload + kNonceBytes, payload + kNonceBytes + kMacBytes, f.mac);
+      break;
+    default:  // PROOF
+      std::copy(payload, payload + kMacBytes, f.mac);
+      break;
+  }
+  if (out != nullptr) *out = f;
   return true;
 }
 

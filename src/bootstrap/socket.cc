@@ -278,11 +278,18 @@ Socket connectWithRetry(const SocketAddress& addr, const Deadline& deadline,
   }
 }
 
-Socket acceptNow(const Socket& listener) {
+Socket acceptNow(const Socket& listener, SocketAddress* from) {
   for (;;) {
-    int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    SocketAddress a;
+    a.len = sizeof(a.storage);
+    int fd = ::accept4(listener.fd(), reinterpret_cast<sockaddr*>(&a.storage), &a.len,
+                       SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
       setNoDelay(fd);
+      if (from != nullptr) {
+        if (a.len > sizeof(a.storage)) a.len = 0;  // truncated: unknown
+        *from = a;
+      }
       return Socket(fd);
     }
     if (errno == EINTR) continue;

@@ -92,8 +92,9 @@ Socket connectWithRetry(const SocketAddress& addr, const Deadline& deadline,
                         std::string* lastError);
 
 // Accepts one pending connection without waiting. Returns an invalid Socket when none is
-// pending (or on a transient error such as a connection reset before accept).
-Socket acceptNow(const Socket& listener);
+// pending (or on a transient error such as a connection reset before accept). The remote
+// address goes to *from when non-null (len 0 if unknown).
+Socket acceptNow(const Socket& listener, SocketAddress* from = nullptr);
 
 enum class IoResult {
   kDone,     // all bytes moved

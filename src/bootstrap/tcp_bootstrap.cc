@@ -4,19 +4,43 @@
 // listening socket in a process-wide registry keyed by that secret. Rank 0's createTcpBootstrap
 // adopts the socket when the id was made in its process (or in a process it was forked from);
 // otherwise it binds the id's address and port itself. Every other rank connects (retrying
-// until the deadline) and sends HELLO with the secret. Rank 0 checks each HELLO (header,
-// secret in constant time, nranks, rank not taken); a connection that fails a check gets REJECT
-// with the reason and is closed, and rank 0 keeps waiting for the real ranks. Once all ranks
-// are in, rank 0 sends WELCOME to each and closes the listener. If the deadline expires first,
-// rank 0 throws anyrTimeout naming exactly the ranks that never arrived and sends the same text
-// in ABORT to the ranks that did, which throw it too.
+// until the deadline) and the two authenticate each other without the secret ever crossing the
+// wire (bootstrap/auth.h): the rank sends HELLO with its rank, world size and a fresh nonce;
+// rank 0 answers CHALLENGE, its own nonce and a MAC keyed by the secret that proves it holds
+// it; the rank checks that MAC before it sends anything that depends on the secret, and refuses
+// a process that cannot produce it (another program that took the id's port, say) with an error
+// naming that process's address; otherwise it answers PROOF, which rank 0 checks. A connection
+// that fails a check before it proved the secret (malformed, not a HELLO, a wrong PROOF) gets
+// REJECT with the reason and is closed, and rank 0 keeps waiting for the real ranks (a rank
+// that receives REJECT reports it as not authenticated: it has no MAC). Once the proof holds,
+// rank 0 checks the world size and that the rank is neither 0 nor already taken, and refuses a
+// rank that fails this with an (authenticated) ABORT giving the reason. Once all ranks are
+// in, rank 0 sends WELCOME to each and closes the listener. If the deadline expires first,
+// rank 0 throws anyrTimeout naming exactly the ranks that never arrived and sends the same
+// text in ABORT to the ranks that did, which throw it too.
+//
+// Strangers. A connection that has not completed its handshake has a deadline of its own
+// (ANYR_BOOTSTRAP_HELLO_MS from its accept, at most the timeout), after which it gets REJECT
+// and is closed; at most kMaxPendingConnections wait at once, and when another one arrives the
+// one idle the longest is closed. So connections that never authenticate can hold neither
+// rank 0's attention nor a slot a real rank needs; a rank is counted only once its proof holds.
+//
+// Messages after the handshake. WELCOME, GATHER, GATHER_ALL and ABORT carry a MAC under the
+// connection's session key over their direction, their sequence number on the connection,
+// header and payload. The receiver verifies it before it acts on the message: a forged,
+// replayed, reflected or reordered message is refused with an error naming the address it came
+// from and the rank it claimed, and the bootstrap is unusable from then on (as after any
+// failure). A REJECT, which has no MAC, is refused likewise once the handshake is done. Traffic
+// is authenticated, not encrypted.
 //
 // allGather. Each rank sends GATHER with its contribution to rank 0; rank 0 reads all of them
 // concurrently (poll), checks every size against its own, concatenates them in rank order and
 // sends GATHER_ALL to each rank. Any failure seen by rank 0 (a rank missing at the deadline, a
-// closed connection, a size mismatch, a malformed message) is sent as ABORT to every rank, so
-// that all ranks report the same cause, naming the rank at fault. barrier() is a 0-byte
-// allGather.
+// closed connection, a size mismatch, a malformed or unauthenticated message, a failed system
+// call or any other error inside its bootstrap operations) is sent as ABORT to every connected
+// rank, so that all ranks report the same cause, naming the rank at fault. Invalid arguments
+// (NULL buffers, too many bytes), found before any exchange, are thrown to the caller alone and
+// leave the bootstrap usable. barrier() is a 0-byte allGather.
 //
 // Deadlines. Every operation is bounded by timeoutMs from its start. Ranks other than 0 wait
 // for rank 0's answer a little longer (verdictGraceMs) so that, when rank 0 gives up on a
@@ -31,16 +55,21 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "bootstrap/auth.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/message.h"
 #include "bootstrap/socket.h"
 #include "bootstrap/unique_id.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -48,16 +77,33 @@ namespace anyr {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 // Listening sockets kept by createUniqueId beyond this count are closed, oldest first, so
 // that a process creating many ids it never uses as rank 0 does not run out of descriptors.
 constexpr size_t kMaxRegisteredListeners = 64;
-// Connections that have not yet sent a complete HELLO; more are refused.
+// Connections that have not completed their handshake; when another arrives, the one idle the
+// longest is closed.
 constexpr size_t kMaxPendingConnections = 256;
-// Time given to REJECT and ABORT sends (best effort: the peer may be gone).
+// Time given to ABORT sends to connected ranks (best effort: the rank may be gone).
 constexpr int kNoticeSendMs = 1000;
+// Largest accepted ANYR_BOOTSTRAP_HELLO_MS.
+constexpr int64_t kMaxHandshakeMs = 600000;
 
 // Extra time a rank other than 0 waits for rank 0's answer beyond timeoutMs: see above.
 int verdictGraceMs(int timeoutMs) { return std::min(std::max(timeoutMs / 4, 500), 5000); }
+
+// ANYR_BOOTSTRAP_HELLO_MS, at most timeoutMs. Throws anyrInvalidArgument naming the variable.
+int handshakeDeadlineMs(int timeoutMs) {
+  const char* name = "ANYR_BOOTSTRAP_HELLO_MS";
+  int64_t v = env::getInt(name);
+  if (v < 1 || v > kMaxHandshakeMs) {
+    throwError(anyrInvalidArgument, std::string("environment variable ") + name + "='" +
+                                        env::getString(name) + "': must be in [1, " +
+                                        std::to_string(kMaxHandshakeMs) + "] milliseconds");
+  }
+  return static_cast<int>(std::min<int64_t>(v, timeoutMs));
+}
 
 // ---------------------------------------------------------------------------------------------
 // Registry of listening sockets made by createUniqueId in this process.
@@ -100,19 +146,44 @@ Socket takeListener(const UniqueIdSecret& secret, const SocketAddress& addr) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Sending
 
-IoResult sendMessage(int fd, MsgType type, int rank, int nranks, const void* payload, size_t len,
-                     const Deadline& deadline, int* err) {
+MsgHeader makeHeader(MsgType type, int rank, int nranks, size_t len) {
   MsgHeader h;
   h.type = static_cast<uint16_t>(type);
   h.rank = static_cast<uint32_t>(rank);
   h.nranks = static_cast<uint32_t>(nranks);
   h.length = static_cast<uint32_t>(len);
-  uint8_t wire[kMsgHeaderBytes];
-  encodeHeader(h, wire);
-  IoResult r = sendAll(fd, wire, sizeof(wire), deadline, err);
-  if (r != IoResult::kDone || len == 0) return r;
-  return sendAll(fd, payload, len, deadline, err);
+  return h;
+}
+
+// A message without MAC: the handshake's and REJECT.
+IoResult sendPlain(int fd, MsgType type, int rank, int nranks, const void* payload, size_t len,
+                   const Deadline& deadline, int* err) {
+  std::vector<uint8_t> wire(kMsgHeaderBytes + len);
+  encodeHeader(makeHeader(type, rank, nranks, len), wire.data());
+  if (len > 0) std::memcpy(wire.data() + kMsgHeaderBytes, payload, len);
+  return sendAll(fd, wire.data(), wire.size(), deadline, err);
+}
+
+// A message with its MAC under the connection's session key; consumes a sequence number.
+IoResult sendSealed(int fd, Session* session, Direction dir, MsgType type, int rank, int nranks,
+                    const void* payload, size_t len, const Deadline& deadline, int* err) {
+  uint8_t hdr[kMsgHeaderBytes];
+  encodeHeader(makeHeader(type, rank, nranks, len), hdr);
+  const Mac mac = messageMac(session->key, dir, session->sendSeq++, hdr, payload, len);
+  constexpr size_t kCoalesceBytes = 64u << 10;  // small messages go out in one send
+  if (len <= kCoalesceBytes) {
+    std::vector<uint8_t> wire(kMsgHeaderBytes + len + kMacBytes);
+    std::memcpy(wire.data(), hdr, kMsgHeaderBytes);
+    if (len > 0) std::memcpy(wire.data() + kMsgHeaderBytes, payload, len);
+    std::memcpy(wire.data() + kMsgHeaderBytes + len, mac.data(), kMacBytes);
+    return sendAll(fd, wire.data(), wire.size(), deadline, err);
+  }
+  IoResult r = sendAll(fd, hdr, sizeof(hdr), deadline, err);
+  if (r == IoResult::kDone) r = sendAll(fd, payload, len, deadline, err);
+  if (r == IoResult::kDone) r = sendAll(fd, mac.data(), mac.size(), deadline, err);
+  return r;
 }
 
 std::string rankList(const std::vector<int>& ranks) {
@@ -122,6 +193,12 @@ std::string rankList(const std::vector<int>& ranks) {
     s += std::to_string(ranks[i]);
   }
   return s;
+}
+
+// "bootstrap: x" -> "x", so that a reason is not prefixed twice.
+std::string withoutPrefix(const std::string& msg) {
+  const std::string prefix = "bootstrap: ";
+  return msg.compare(0, prefix.size(), prefix) == 0 ? msg.substr(prefix.size()) : msg;
 }
 
 class TcpBootstrap final : public Bootstrap {
@@ -143,19 +220,33 @@ class TcpBootstrap final : public Bootstrap {
   void rendezvousPeer();
 
  private:
-  // A connection to rank 0 that has not yet sent a complete HELLO.
+  // A connection to rank 0 that has not completed its handshake.
   struct Pending {
     Socket sock;
-    uint8_t buf[kMsgHeaderBytes + kUniqueIdSecretBytes];
+    std::string from;             // the remote address, for messages
+    Deadline handshake{0};        // ANYR_BOOTSTRAP_HELLO_MS from its accept
+    Clock::time_point lastHeard;  // accept, or the last bytes received
+    bool challenged = false;      // false: reading HELLO; true: CHALLENGE sent, reading PROOF
+    uint8_t buf[kMsgHeaderBytes + kNonceBytes + kMacBytes];
     size_t got = 0;
     size_t want = kMsgHeaderBytes;
+    uint32_t rank = 0;  // as its HELLO claims
+    uint32_t nranks = 0;
+    Nonce rankNonce{};
+    Nonce rootNonce{};
   };
   // Rank 0's receive state for one rank's GATHER.
   struct Inbound {
     uint8_t hdr[kMsgHeaderBytes];
     size_t hdrGot = 0;
     bool haveHeader = false;
-    size_t payloadGot = 0;
+    MsgHeader h;
+    bool expected = false;         // a GATHER of this rank of the agreed size
+    uint8_t* body = nullptr;       // where its payload goes: the output slot, or scratch
+    std::vector<uint8_t> scratch;  // payload of any other message, kept to verify its MAC
+    size_t bodyGot = 0;
+    uint8_t mac[kMacBytes];
+    size_t macGot = 0;
     bool done = false;
   };
   enum class PendingStep { kWaiting, kAccepted, kDropped };
@@ -164,31 +255,52 @@ class TcpBootstrap final : public Bootstrap {
   [[noreturn]] void fail(anyrResult_t code, const std::string& msg);
   // Rank 0: sends ABORT(reason) to every connected rank, closes them, then fails.
   [[noreturn]] void abortAll(anyrResult_t code, const std::string& reason);
+  // Rank 0: runs `op`; any exception it throws that is not already a recorded failure becomes
+  // an ABORT to every connected rank (abortAll), so no failure leaves them without its cause.
+  template <typename Op>
+  void asRoot(Op&& op);
   void checkUsable() const;
 
   PendingStep pumpPending(Pending* p);
-  void reject(Pending* p, anyrResult_t code, const std::string& reason);
+  PendingStep onHandshakeMessage(Pending* p);
+  void reject(Pending* p, anyrResult_t code, const std::string& reason, bool warn);
+  void evictIdlest(std::vector<Pending>* pending);
+  void rendezvousRootImpl();
   void allGatherRoot(const void* in, void* out, size_t bytes);
   void pumpInbound(int r, Inbound* in, uint8_t* dst, size_t bytes);
+  void finishInbound(int r, Inbound* in, size_t bytes);
   void allGatherPeer(const void* in, void* out, size_t bytes);
 
-  // Rank != 0: the next header from rank 0; REJECT and ABORT are read and thrown.
-  MsgHeader recvFromRoot(const Deadline& deadline, const char* waitingFor);
-  // Rank != 0: reads the payload of the REJECT/ABORT whose header `h` was read; fails with it.
-  [[noreturn]] void failWithNotice(const MsgHeader& h, const Deadline& deadline, const char* doing);
+  // Rank != 0: the next message from rank 0, verified. A message of type `type` with `len`
+  // payload bytes has them written to `into` and returns; ABORT (verified) and REJECT fail with
+  // their reason; anything else fails naming what arrived.
+  void recvFromRoot(const Deadline& deadline, const char* waitingFor, MsgType type, void* into,
+                    size_t len);
+  // The same, for a message whose header `wire` was already read.
+  void finishFromRoot(const uint8_t* wire, const Deadline& deadline, const char* waitingFor,
+                      MsgType type, void* into, size_t len);
+  // Rank != 0: reads the `len`-byte reason of a REJECT or ABORT; fails if it cannot.
+  std::vector<uint8_t> readReason(const MsgHeader& h, const Deadline& deadline, const char* doing);
   // Rank != 0, after a failed send to rank 0: fails with rank 0's ABORT/REJECT if it sent one.
   void throwPendingNotice(const char* doing);
   [[noreturn]] void failOnRoot(IoResult r, int err, const Deadline& deadline, const char* doing);
 
   std::string rootText() const { return "rank 0 at " + addrText_; }
+  std::string me() const { return "rank " + std::to_string(rank_); }
 
   UniqueIdInfo info_;
   std::string addrText_;
   int rank_;
   int nranks_;
   int timeoutMs_;
-  std::vector<Socket> peers_;  // rank 0: the connection to rank r at index r
-  Socket root_;                // other ranks: the connection to rank 0
+  // Rank 0: index r holds rank r's connection, its session and its remote address.
+  std::vector<Socket> peers_;
+  std::vector<Session> sessions_;
+  std::vector<std::string> peerAddr_;
+  // Other ranks: the connection to rank 0; `authenticated_` once this rank sent its PROOF.
+  Socket root_;
+  Session session_;
+  bool authenticated_ = false;
   bool failed_ = false;
   std::string failMsg_;
 };
@@ -209,29 +321,66 @@ void TcpBootstrap::checkUsable() const {
 void TcpBootstrap::abortAll(anyrResult_t code, const std::string& reason) {
   std::vector<uint8_t> payload = encodeReason(code, reason);
   Deadline deadline(kNoticeSendMs);
-  for (Socket& s : peers_) {
+  for (size_t r = 0; r < peers_.size(); ++r) {
+    Socket& s = peers_[r];
     if (!s.valid()) continue;
     int err = 0;
-    (void)sendMessage(s.fd(), MsgType::kAbort, 0, nranks_, payload.data(), payload.size(), deadline,
-                      &err);
+    (void)sendSealed(s.fd(), &sessions_[r], Direction::kFromRoot, MsgType::kAbort, 0, nranks_,
+                     payload.data(), payload.size(), deadline, &err);
     closeGracefully(&s);
   }
   fail(code, "bootstrap: " + reason);
 }
 
+template <typename Op>
+void TcpBootstrap::asRoot(Op&& op) {
+  try {
+    op();
+  } catch (const Error& e) {
+    if (failed_) throw;  // already sent to the ranks (abortAll) or recorded
+    abortAll(e.code(), withoutPrefix(e.what()));
+  } catch (const std::bad_alloc&) {
+    if (failed_) throw;
+    abortAll(anyrSystemError, "rank 0 ran out of host memory");
+  } catch (const std::exception& e) {
+    if (failed_) throw;
+    abortAll(anyrInternalError, std::string("rank 0: ") + e.what());
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rank 0: rendezvous
 
-void TcpBootstrap::reject(Pending* p, anyrResult_t code, const std::string& reason) {
-  ANYR_LOG(Warn, 0, "bootstrap: rejected a connection to " << addrText_ << ": " << reason);
+void TcpBootstrap::reject(Pending* p, anyrResult_t code, const std::string& reason, bool warn) {
+  if (warn) {
+    ANYR_LOG(Warn, 0,
+             "bootstrap: rejected a connection from " << p->from << " to " << addrText_ << ": "
+                                                      << reason);
+  } else {
+    ANYR_LOG(
+        Info, 0,
+        "bootstrap: closed a connection from " << p->from << " to " << addrText_ << ": " << reason);
+  }
   std::vector<uint8_t> payload = encodeReason(code, reason);
   int err = 0;
-  (void)sendMessage(p->sock.fd(), MsgType::kReject, 0, nranks_, payload.data(), payload.size(),
-                    Deadline(kNoticeSendMs), &err);
+  // One attempt, never a wait: a stranger must not hold rank 0 up.
+  (void)sendPlain(p->sock.fd(), MsgType::kReject, 0, nranks_, payload.data(), payload.size(),
+                  Deadline(0), &err);
   closeGracefully(&p->sock);
 }
 
-// Reads what a pending connection has sent; validates its HELLO once complete.
+void TcpBootstrap::evictIdlest(std::vector<Pending>* pending) {
+  auto idlest = std::min_element(
+      pending->begin(), pending->end(),
+      [](const Pending& a, const Pending& b) { return a.lastHeard < b.lastHeard; });
+  reject(&*idlest, anyrRemoteError,
+         "closed to make room: more than " + std::to_string(kMaxPendingConnections) +
+             " connections were waiting to authenticate and this one was idle the longest",
+         false);
+  pending->erase(idlest);
+}
+
+// Reads what a pending connection has sent; handles each complete handshake message.
 TcpBootstrap::PendingStep TcpBootstrap::pumpPending(Pending* p) {
   for (;;) {
     size_t got = 0;
@@ -240,73 +389,142 @@ TcpBootstrap::PendingStep TcpBootstrap::pumpPending(Pending* p) {
     if (r == IoResult::kTimeout) return PendingStep::kWaiting;  // nothing more for now
     if (r != IoResult::kDone) {
       ANYR_LOG(Info, 0,
-               "bootstrap: a connection went away before completing its HELLO ("
-                   << ioResultText(r, err) << ")");
+               "bootstrap: a connection from " << p->from << " went away during its handshake ("
+                                               << ioResultText(r, err) << ")");
       p->sock.close();
       return PendingStep::kDropped;
     }
+    p->lastHeard = Clock::now();
     p->got += got;
     if (p->got < p->want) continue;
-
+    if (p->got > kMsgHeaderBytes) {
+      PendingStep step = onHandshakeMessage(p);
+      if (step != PendingStep::kWaiting) return step;
+      continue;
+    }
+    // A header is complete: check it before reading its fixed-size payload.
+    const char* stage = p->challenged ? "PROOF" : "HELLO";
+    const MsgType want = p->challenged ? MsgType::kProof : MsgType::kHello;
     MsgHeader h;
     std::string why;
     if (!parseHeader(p->buf, kMsgHeaderBytes, &h, &why)) {
-      reject(p, anyrRemoteError, "malformed HELLO: " + why);
+      reject(p, anyrRemoteError, std::string("malformed ") + stage + ": " + why, true);
       return PendingStep::kDropped;
     }
-    if (h.type != static_cast<uint16_t>(MsgType::kHello)) {
+    if (h.type != static_cast<uint16_t>(want)) {
       reject(p, anyrRemoteError,
-             std::string("expected HELLO, got ") + msgTypeName(h.type) + " from rank " +
-                 std::to_string(h.rank));
+             std::string("expected ") + stage + ", got " + msgTypeName(h.type) + " from rank " +
+                 std::to_string(h.rank),
+             true);
       return PendingStep::kDropped;
     }
-    if (h.length != kUniqueIdSecretBytes) {
+    if (p->challenged && (h.rank != p->rank || h.nranks != p->nranks)) {
       reject(p, anyrRemoteError,
-             "malformed HELLO: payload of " + std::to_string(h.length) + " bytes, expected " +
-                 std::to_string(kUniqueIdSecretBytes));
+             "PROOF for rank " + std::to_string(h.rank) + " of " + std::to_string(h.nranks) +
+                 " after a HELLO for rank " + std::to_string(p->rank) + " of " +
+                 std::to_string(p->nranks),
+             true);
       return PendingStep::kDropped;
     }
-    if (p->want == kMsgHeaderBytes) {
-      p->want += kUniqueIdSecretBytes;
-      continue;
-    }
-
-    UniqueIdSecret secret;
-    std::memcpy(secret.data(), p->buf + kMsgHeaderBytes, secret.size());
-    int r0 = static_cast<int>(h.rank);
-    if (!secretsEqual(secret, info_.secret)) {
-      reject(p, anyrInvalidArgument,
-             "wrong secret from a connection claiming rank " + std::to_string(r0) +
-                 ": its unique id is not the one rank 0 was created with");
+    const size_t body = handshakePayloadBytes(h.type);
+    if (h.length != body) {
+      reject(p, anyrRemoteError,
+             std::string("malformed ") + stage + ": payload of " + std::to_string(h.length) +
+                 " bytes, expected " + std::to_string(body),
+             true);
       return PendingStep::kDropped;
     }
-    if (static_cast<int>(h.nranks) != nranks_) {
-      reject(p, anyrInvalidArgument,
-             "nranks mismatch: rank 0 was created with " + std::to_string(nranks_) +
-                 " ranks, rank " + std::to_string(r0) + " with " + std::to_string(h.nranks));
-      return PendingStep::kDropped;
-    }
-    if (r0 == 0) {
-      reject(p, anyrInvalidArgument,
-             "a second process claims rank 0 (every rank must be given a distinct rank)");
-      return PendingStep::kDropped;
-    }
-    if (peers_[static_cast<size_t>(r0)].valid()) {
-      reject(p, anyrInvalidArgument,
-             "rank " + std::to_string(r0) +
-                 " is already connected (every rank must be given a distinct rank)");
-      return PendingStep::kDropped;
-    }
-    peers_[static_cast<size_t>(r0)] = std::move(p->sock);
-    ANYR_LOG(Trace, 0, "bootstrap: rank " << r0 << " arrived");
-    return PendingStep::kAccepted;
+    p->want = kMsgHeaderBytes + body;
   }
 }
 
+// A complete HELLO (answered with CHALLENGE) or PROOF (checked; the rank is counted).
+TcpBootstrap::PendingStep TcpBootstrap::onHandshakeMessage(Pending* p) {
+  MsgHeader h;
+  HandshakeFields f;
+  std::string why;
+  if (!parseHeader(p->buf, kMsgHeaderBytes, &h, &why) ||
+      !parseHandshake(h, p->buf + kMsgHeaderBytes, p->got - kMsgHeaderBytes, &f, &why)) {
+    reject(p, anyrRemoteError, "malformed handshake: " + why, true);  // checked before: a bug
+    return PendingStep::kDropped;
+  }
+  if (!p->challenged) {
+    p->rank = h.rank;
+    p->nranks = h.nranks;
+    std::copy(f.nonce, f.nonce + kNonceBytes, p->rankNonce.begin());
+    p->rootNonce = randomNonce();
+    const Mac mac = challengeMac(info_.secret, p->rankNonce, p->rootNonce, p->rank, p->nranks);
+    uint8_t payload[kNonceBytes + kMacBytes];
+    std::copy(p->rootNonce.begin(), p->rootNonce.end(), payload);
+    std::copy(mac.begin(), mac.end(), payload + kNonceBytes);
+    int err = 0;
+    // A fresh connection's send buffer holds these 84 bytes: one attempt, never a wait.
+    IoResult r = sendPlain(p->sock.fd(), MsgType::kChallenge, 0, static_cast<int>(p->nranks),
+                           payload, sizeof(payload), Deadline(0), &err);
+    if (r != IoResult::kDone) {
+      ANYR_LOG(Info, 0,
+               "bootstrap: a connection from " << p->from << " claiming rank " << p->rank
+                                               << " did not take its CHALLENGE ("
+                                               << ioResultText(r, err) << ")");
+      p->sock.close();
+      return PendingStep::kDropped;
+    }
+    p->challenged = true;
+    p->got = 0;
+    p->want = kMsgHeaderBytes;
+    return PendingStep::kWaiting;
+  }
+
+  const std::string claim =
+      "the connection from " + p->from + " claiming rank " + std::to_string(p->rank);
+  const Mac expected = proofMac(info_.secret, p->rankNonce, p->rootNonce, p->rank, p->nranks);
+  if (!macMatches(expected, f.mac)) {
+    reject(p, anyrInvalidArgument,
+           "wrong secret: " + claim +
+               " sent a PROOF that does not match the unique id rank 0 was created with",
+           true);
+    return PendingStep::kDropped;
+  }
+  // The rank holds the secret: from here on every message to it carries a MAC.
+  Session session;
+  session.key = deriveSessionKey(info_.secret, p->rankNonce, p->rootNonce, p->rank, p->nranks);
+  const int r0 = static_cast<int>(p->rank);
+  std::string refusal;
+  if (static_cast<int>(p->nranks) != nranks_) {
+    refusal = "nranks mismatch: rank 0 was created with " + std::to_string(nranks_) +
+              " ranks, rank " + std::to_string(r0) + " with " + std::to_string(p->nranks);
+  } else if (r0 == 0) {
+    refusal = "a second process claims rank 0 (every rank must be given a distinct rank)";
+  } else if (peers_[static_cast<size_t>(r0)].valid()) {
+    refusal = "rank " + std::to_string(r0) +
+              " is already connected (every rank must be given a distinct rank)";
+  }
+  if (!refusal.empty()) {
+    ANYR_LOG(Warn, 0, "bootstrap: refused " << claim << " to " << addrText_ << ": " << refusal);
+    std::vector<uint8_t> payload = encodeReason(anyrInvalidArgument, refusal);
+    int err = 0;
+    (void)sendSealed(p->sock.fd(), &session, Direction::kFromRoot, MsgType::kAbort, 0,
+                     static_cast<int>(p->nranks), payload.data(), payload.size(),
+                     Deadline(kNoticeSendMs), &err);
+    closeGracefully(&p->sock);
+    return PendingStep::kDropped;
+  }
+  peers_[static_cast<size_t>(r0)] = std::move(p->sock);
+  sessions_[static_cast<size_t>(r0)] = session;
+  peerAddr_[static_cast<size_t>(r0)] = p->from;
+  ANYR_LOG(Trace, 0, "bootstrap: rank " << r0 << " arrived from " << p->from);
+  return PendingStep::kAccepted;
+}
+
 void TcpBootstrap::rendezvousRoot() {
+  asRoot([this] { rendezvousRootImpl(); });
+}
+
+void TcpBootstrap::rendezvousRootImpl() {
   Deadline deadline(timeoutMs_);
   Socket listener = takeListener(info_.secret, info_.addr);
   if (nranks_ == 1) return;
+  const int handshakeMs = handshakeDeadlineMs(timeoutMs_);
   if (!listener.valid()) {
     try {
       listener = listenOn(info_.addr);
@@ -320,12 +538,18 @@ void TcpBootstrap::rendezvousRoot() {
            "bootstrap: waiting at " << addrText_ << " for " << nranks_ - 1 << " rank(s), up to "
                                     << timeoutMs_ << " ms");
   peers_.resize(static_cast<size_t>(nranks_));
+  sessions_.resize(static_cast<size_t>(nranks_));
+  peerAddr_.resize(static_cast<size_t>(nranks_));
   std::vector<Pending> pending;
+  auto dropClosed = [&pending] {
+    pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                 [](const Pending& p) { return !p.sock.valid(); }),
+                  pending.end());
+  };
   int arrived = 1;
   std::vector<pollfd> fds;
   while (arrived < nranks_) {
-    int waitMs = deadline.remainingMs();
-    if (waitMs == 0) {
+    if (deadline.expired()) {
       std::vector<int> missing;
       for (int r = 1; r < nranks_; ++r) {
         if (!peers_[static_cast<size_t>(r)].valid()) missing.push_back(r);
@@ -334,6 +558,18 @@ void TcpBootstrap::rendezvousRoot() {
                                 " did not arrive at " + addrText_ + " within " +
                                 std::to_string(timeoutMs_) + " ms");
     }
+    int waitMs = deadline.remainingMs();
+    for (Pending& p : pending) {
+      if (p.handshake.expired()) {
+        reject(&p, anyrTimeout,
+               std::string("no complete handshake within ") + std::to_string(handshakeMs) +
+                   " ms of connecting (ANYR_BOOTSTRAP_HELLO_MS)",
+               false);
+      } else {
+        waitMs = std::min(waitMs, p.handshake.remainingMs());
+      }
+    }
+    dropClosed();
     // [listener][pending...][ranks already in, watched for an early close]
     fds.clear();
     fds.push_back(pollfd{listener.fd(), POLLIN, 0});
@@ -356,45 +592,48 @@ void TcpBootstrap::rendezvousRoot() {
                  "rank " + std::to_string(r) + " closed the connection before every rank arrived");
       }
       if (k > 0) {
-        abortAll(anyrRemoteError, "rank " + std::to_string(r) +
-                                      " sent data before every rank arrived (protocol error)");
+        abortAll(anyrRemoteError, "rank " + std::to_string(r) + " (" +
+                                      peerAddr_[static_cast<size_t>(r)] +
+                                      ") sent data before every rank arrived (protocol error)");
       }
     }
-    size_t nPending = pending.size();
+    const size_t nPending = pending.size();
     for (size_t i = 0; i < nPending; ++i) {
       if (fds[1 + i].revents == 0) continue;
-      PendingStep step = pumpPending(&pending[i]);
-      if (step == PendingStep::kAccepted) ++arrived;
+      if (pumpPending(&pending[i]) == PendingStep::kAccepted) ++arrived;
     }
-    pending.erase(std::remove_if(pending.begin(), pending.end(),
-                                 [](const Pending& p) { return !p.sock.valid(); }),
-                  pending.end());
+    dropClosed();
     if (fds[0].revents != 0) {
-      for (;;) {
-        Socket s = acceptNow(listener);
+      // Bounded, so that a flood of connections cannot keep rank 0 from its deadline.
+      for (size_t k = 0; k < kMaxPendingConnections; ++k) {
+        SocketAddress from;
+        Socket s = acceptNow(listener, &from);
         if (!s.valid()) break;
-        if (pending.size() >= kMaxPendingConnections) {
-          ANYR_LOG(Warn, 0,
-                   "bootstrap: more than " << kMaxPendingConnections
-                                           << " connections without a HELLO; refusing one");
-          continue;  // s closes
-        }
-        pending.push_back(Pending{});
-        pending.back().sock = std::move(s);
+        if (pending.size() >= kMaxPendingConnections) evictIdlest(&pending);
+        pending.emplace_back();
+        Pending& p = pending.back();
+        p.sock = std::move(s);
+        p.from = from.toString();
+        p.handshake = Deadline(handshakeMs);
+        p.lastHeard = Clock::now();
       }
     }
   }
-  // Connections still half-way through a HELLO were not ranks of this communicator.
+  // Connections still half-way through a handshake were not ranks of this communicator.
   for (Pending& p : pending) {
-    reject(&p, anyrRemoteError, "every rank arrived before this connection sent a complete HELLO");
+    reject(&p, anyrRemoteError,
+           p.challenged ? "every rank arrived before this connection sent its PROOF"
+                        : "every rank arrived before this connection sent a complete HELLO",
+           false);
   }
   listener.close();
 
   Deadline sendDeadline(timeoutMs_);
   for (int r = 1; r < nranks_; ++r) {
     int err = 0;
-    IoResult res = sendMessage(peers_[static_cast<size_t>(r)].fd(), MsgType::kWelcome, 0, nranks_,
-                               nullptr, 0, sendDeadline, &err);
+    IoResult res = sendSealed(peers_[static_cast<size_t>(r)].fd(),
+                              &sessions_[static_cast<size_t>(r)], Direction::kFromRoot,
+                              MsgType::kWelcome, 0, nranks_, nullptr, 0, sendDeadline, &err);
     if (res != IoResult::kDone) {
       abortAll(res == IoResult::kTimeout ? anyrTimeout : anyrRemoteError,
                "rank " + std::to_string(r) + " " + ioResultText(res, err) +
@@ -408,27 +647,17 @@ void TcpBootstrap::rendezvousRoot() {
 // ---------------------------------------------------------------------------------------------
 // Ranks other than 0: rendezvous and helpers
 
-void TcpBootstrap::failWithNotice(const MsgHeader& h, const Deadline& deadline, const char* doing) {
+std::vector<uint8_t> TcpBootstrap::readReason(const MsgHeader& h, const Deadline& deadline,
+                                              const char* doing) {
   if (h.length > kMsgMaxReason) {
-    fail(anyrRemoteError, "bootstrap: rank " + std::to_string(rank_) + " received a " +
-                              msgTypeName(h.type) + " of " + std::to_string(h.length) +
-                              " bytes from " + rootText());
+    fail(anyrRemoteError, "bootstrap: " + me() + " received a " + msgTypeName(h.type) + " of " +
+                              std::to_string(h.length) + " bytes from " + rootText());
   }
   std::vector<uint8_t> payload(h.length);
   int err = 0;
   IoResult r = recvAll(root_.fd(), payload.data(), payload.size(), deadline, &err);
   if (r != IoResult::kDone) failOnRoot(r, err, deadline, doing);
-  anyrResult_t code;
-  std::string text;
-  if (!parseReason(payload.data(), payload.size(), &code, &text)) {
-    code = anyrRemoteError;
-    text = "(unreadable reason)";
-  }
-  if (h.type == static_cast<uint16_t>(MsgType::kReject)) {
-    fail(code, "bootstrap: rank " + std::to_string(rank_) + " was rejected by " + rootText() +
-                   ": " + text);
-  }
-  fail(code, "bootstrap: rank " + std::to_string(rank_) + ": " + rootText() + " aborted: " + text);
+  return payload;
 }
 
 void TcpBootstrap::throwPendingNotice(const char* doing) {
@@ -438,54 +667,120 @@ void TcpBootstrap::throwPendingNotice(const char* doing) {
   int err = 0;
   if (recvAll(root_.fd(), wire, sizeof(wire), shortWait, &err) != IoResult::kDone) return;
   MsgHeader h;
-  if (!parseHeader(wire, sizeof(wire), &h, nullptr) || h.rank != 0) return;
+  if (!parseHeader(wire, sizeof(wire), &h, nullptr)) return;
   if (h.type == static_cast<uint16_t>(MsgType::kAbort) ||
       h.type == static_cast<uint16_t>(MsgType::kReject)) {
-    failWithNotice(h, shortWait, doing);
+    // Fails with the notice, or with why it was refused.
+    finishFromRoot(wire, shortWait, doing, MsgType::kAbort, nullptr, 0);
   }
 }
 
 void TcpBootstrap::failOnRoot(IoResult r, int err, const Deadline& deadline, const char* doing) {
   if (r == IoResult::kTimeout) {
-    fail(anyrTimeout, "bootstrap: rank " + std::to_string(rank_) + " timed out after " +
+    fail(anyrTimeout, "bootstrap: " + me() + " timed out after " +
                           std::to_string(deadline.timeoutMs()) + " ms waiting for " + rootText() +
                           " (" + doing + ")");
   }
   if (r == IoResult::kClosed) {
-    fail(anyrRemoteError, "bootstrap: " + rootText() + " closed the connection (rank " +
-                              std::to_string(rank_) + " was " + doing + ")");
+    fail(anyrRemoteError,
+         "bootstrap: " + rootText() + " closed the connection (" + me() + " was " + doing + ")");
   }
-  fail(anyrSystemError, "bootstrap: rank " + std::to_string(rank_) + " lost " + rootText() + " (" +
-                            doing + "): " + ioResultText(r, err));
+  fail(anyrSystemError,
+       "bootstrap: " + me() + " lost " + rootText() + " (" + doing + "): " + ioResultText(r, err));
 }
 
-MsgHeader TcpBootstrap::recvFromRoot(const Deadline& deadline, const char* waitingFor) {
+void TcpBootstrap::recvFromRoot(const Deadline& deadline, const char* waitingFor, MsgType type,
+                                void* into, size_t len) {
   uint8_t wire[kMsgHeaderBytes];
   int err = 0;
   IoResult r = recvAll(root_.fd(), wire, sizeof(wire), deadline, &err);
   if (r != IoResult::kDone) failOnRoot(r, err, deadline, waitingFor);
+  finishFromRoot(wire, deadline, waitingFor, type, into, len);
+}
+
+void TcpBootstrap::finishFromRoot(const uint8_t* wire, const Deadline& deadline,
+                                  const char* waitingFor, MsgType type, void* into, size_t len) {
   MsgHeader h;
   std::string why;
-  if (!parseHeader(wire, sizeof(wire), &h, &why)) {
-    fail(anyrRemoteError, "bootstrap: rank " + std::to_string(rank_) +
-                              " received a malformed message from " + rootText() + ": " + why);
+  if (!parseHeader(wire, kMsgHeaderBytes, &h, &why)) {
+    fail(anyrRemoteError,
+         "bootstrap: " + me() + " received a malformed message from " + rootText() + ": " + why);
   }
+  const std::string what = std::string(msgTypeName(h.type)) + " claiming rank " +
+                           std::to_string(h.rank) + " from " + addrText_;
+  if (h.type == static_cast<uint16_t>(MsgType::kReject)) {
+    std::vector<uint8_t> payload = readReason(h, deadline, waitingFor);
+    anyrResult_t code;
+    std::string text;
+    if (!parseReason(payload.data(), payload.size(), &code, &text)) {
+      code = anyrRemoteError;
+      text = "(unreadable reason)";
+    }
+    if (!authenticated_) {
+      // Before the CHALLENGE verified, the sender is not known to be rank 0: say so.
+      fail(code, "bootstrap: " + me() + " was rejected by " + rootText() +
+                     " (a REJECT, not authenticated): " + text);
+    }
+    // Rank 0 sends REJECT only to connections it has not authenticated.
+    fail(anyrRemoteError, "bootstrap: " + me() + " refused a " + what +
+                              " after the handshake: a REJECT carries no MAC (its text: " + text +
+                              ")");
+  }
+  if (!msgTypeAuthenticated(h.type)) {
+    fail(anyrRemoteError, "bootstrap: " + me() + " refused an unexpected " + what + " while " +
+                              waitingFor + " (after the handshake every message carries a MAC)");
+  }
+  if (h.type == static_cast<uint16_t>(MsgType::kAbort) && h.length > kMsgMaxReason) {
+    fail(anyrRemoteError, "bootstrap: " + me() + " received an ABORT of " +
+                              std::to_string(h.length) + " bytes from " + rootText());
+  }
+  // The payload, then the MAC; nothing is acted on before the MAC verifies.
+  const bool expected = h.type == static_cast<uint16_t>(type) && h.length == len;
+  std::vector<uint8_t> scratch;
+  uint8_t* body = static_cast<uint8_t*>(into);
+  if (!expected) {
+    scratch.resize(h.length);
+    body = scratch.data();
+  }
+  uint8_t mac[kMacBytes];
+  int err = 0;
+  IoResult r = recvAll(root_.fd(), body, h.length, deadline, &err);
+  if (r == IoResult::kDone) r = recvAll(root_.fd(), mac, sizeof(mac), deadline, &err);
+  if (r != IoResult::kDone) failOnRoot(r, err, deadline, waitingFor);
+  const Mac want =
+      messageMac(session_.key, Direction::kFromRoot, session_.recvSeq, wire, body, h.length);
+  if (!macMatches(want, mac)) {
+    fail(anyrRemoteError,
+         "bootstrap: " + me() + " refused a forged, replayed or reordered " + what + " while " +
+             waitingFor + ": its MAC does not verify (message " + std::to_string(session_.recvSeq) +
+             " from rank 0 on this connection)");
+  }
+  ++session_.recvSeq;
   if (h.rank != 0) {
-    fail(anyrRemoteError, "bootstrap: rank " + std::to_string(rank_) + " received a " +
-                              msgTypeName(h.type) + " claiming to be from rank " +
-                              std::to_string(h.rank) + " from " + rootText());
+    fail(anyrRemoteError, "bootstrap: " + me() + " received a " + msgTypeName(h.type) +
+                              " claiming to be from rank " + std::to_string(h.rank) + " from " +
+                              rootText());
   }
-  if (h.type == static_cast<uint16_t>(MsgType::kReject) ||
-      h.type == static_cast<uint16_t>(MsgType::kAbort)) {
-    failWithNotice(h, deadline, waitingFor);
+  if (h.type == static_cast<uint16_t>(MsgType::kAbort)) {
+    anyrResult_t code;
+    std::string text;
+    if (!parseReason(body, h.length, &code, &text)) {
+      code = anyrRemoteError;
+      text = "(unreadable reason)";
+    }
+    fail(code, "bootstrap: " + me() + ": " + rootText() + " aborted: " + text);
   }
   if (static_cast<int>(h.nranks) != nranks_) {
-    fail(anyrRemoteError, "bootstrap: rank " + std::to_string(rank_) + " received a " +
-                              msgTypeName(h.type) + " for " + std::to_string(h.nranks) +
-                              " ranks from " + rootText() + " (this rank has " +
-                              std::to_string(nranks_) + ")");
+    fail(anyrRemoteError, "bootstrap: " + me() + " received a " + msgTypeName(h.type) + " for " +
+                              std::to_string(h.nranks) + " ranks from " + rootText() +
+                              " (this rank has " + std::to_string(nranks_) + ")");
   }
-  return h;
+  if (!expected) {
+    fail(anyrRemoteError, "bootstrap: " + me() + " expected " +
+                              msgTypeName(static_cast<uint16_t>(type)) + " of " +
+                              std::to_string(len) + " bytes from " + rootText() + ", got " +
+                              msgTypeName(h.type) + " of " + std::to_string(h.length) + " bytes");
+  }
 }
 
 void TcpBootstrap::rendezvousPeer() {
@@ -494,23 +789,80 @@ void TcpBootstrap::rendezvousPeer() {
   std::string lastError = "no attempt";
   root_ = connectWithRetry(info_.addr, deadline, &lastError);
   if (!root_.valid()) {
-    fail(anyrTimeout, "bootstrap: rank " + std::to_string(rank_) + " could not connect to " +
-                          rootText() + " within " + std::to_string(timeoutMs_) +
-                          " ms (last error: " + lastError + ")");
+    fail(anyrTimeout, "bootstrap: " + me() + " could not connect to " + rootText() + " within " +
+                          std::to_string(timeoutMs_) + " ms (last error: " + lastError + ")");
   }
+  const Nonce rankNonce = randomNonce();
   int err = 0;
-  IoResult r = sendMessage(root_.fd(), MsgType::kHello, rank_, nranks_, info_.secret.data(),
-                           info_.secret.size(), deadline, &err);
+  IoResult r = sendPlain(root_.fd(), MsgType::kHello, rank_, nranks_, rankNonce.data(),
+                         rankNonce.size(), deadline, &err);
   if (r != IoResult::kDone) {
     if (r != IoResult::kTimeout) throwPendingNotice("sending HELLO");
     failOnRoot(r, err, deadline, "sending HELLO");
   }
-  MsgHeader h = recvFromRoot(verdict, "waiting for every rank to arrive");
-  if (h.type != static_cast<uint16_t>(MsgType::kWelcome) || h.length != 0) {
-    fail(anyrRemoteError, "bootstrap: rank " + std::to_string(rank_) + " expected WELCOME from " +
-                              rootText() + ", got " + msgTypeName(h.type) + " of " +
-                              std::to_string(h.length) + " bytes");
+
+  // CHALLENGE: whoever listens at the id's address proves that it holds the secret before this
+  // rank sends anything that depends on it.
+  const char* waiting = "waiting for rank 0's CHALLENGE";
+  uint8_t wire[kMsgHeaderBytes];
+  r = recvAll(root_.fd(), wire, sizeof(wire), verdict, &err);
+  if (r != IoResult::kDone) failOnRoot(r, err, verdict, waiting);
+  MsgHeader h;
+  std::string why;
+  if (!parseHeader(wire, sizeof(wire), &h, &why)) {
+    fail(anyrRemoteError, "bootstrap: " + me() + " received a malformed message from " + addrText_ +
+                              " instead of a CHALLENGE: " + why);
   }
+  if (h.type == static_cast<uint16_t>(MsgType::kReject)) {
+    finishFromRoot(wire, verdict, waiting, MsgType::kChallenge, nullptr, 0);  // fails with it
+  }
+  const std::string notProven =
+      "; refused it: it has not proven that it holds the unique id's secret, and nothing that "
+      "depends on the secret was sent to it";
+  if (h.type != static_cast<uint16_t>(MsgType::kChallenge)) {
+    fail(anyrRemoteError, "bootstrap: " + me() + " expected a CHALLENGE from " + addrText_ +
+                              ", got " + msgTypeName(h.type) + notProven);
+  }
+  if (h.length != handshakePayloadBytes(h.type) || static_cast<int>(h.nranks) != nranks_ ||
+      h.rank != 0) {
+    fail(anyrRemoteError, "bootstrap: " + me() + " received a malformed CHALLENGE from " +
+                              addrText_ + " (rank " + std::to_string(h.rank) + " of " +
+                              std::to_string(h.nranks) + ", " + std::to_string(h.length) +
+                              " bytes)" + notProven);
+  }
+  uint8_t payload[kNonceBytes + kMacBytes];
+  r = recvAll(root_.fd(), payload, sizeof(payload), verdict, &err);
+  if (r != IoResult::kDone) failOnRoot(r, err, verdict, waiting);
+  HandshakeFields f;
+  if (!parseHandshake(h, payload, sizeof(payload), &f, &why)) {
+    fail(anyrRemoteError, "bootstrap: " + me() + " received a malformed CHALLENGE from " +
+                              addrText_ + ": " + why + notProven);
+  }
+  Nonce rootNonce;
+  std::copy(f.nonce, f.nonce + kNonceBytes, rootNonce.begin());
+  const auto rank = static_cast<uint32_t>(rank_);
+  const auto nranks = static_cast<uint32_t>(nranks_);
+  if (!macMatches(challengeMac(info_.secret, rankNonce, rootNonce, rank, nranks), f.mac)) {
+    root_.close();
+    fail(anyrRemoteError,
+         "bootstrap: " + me() + " refused the process at " + addrText_ +
+             ": its CHALLENGE does not prove that it holds the unique id's secret, so it is not "
+             "rank 0 of this unique id (another process may hold the id's port, for instance "
+             "after the id's creator exited) or this rank's unique id is not rank 0's; nothing "
+             "that depends on the secret was sent to it");
+  }
+
+  // PROOF, then the session: every later message carries a MAC.
+  const Mac proof = proofMac(info_.secret, rankNonce, rootNonce, rank, nranks);
+  r = sendPlain(root_.fd(), MsgType::kProof, rank_, nranks_, proof.data(), proof.size(), deadline,
+                &err);
+  session_.key = deriveSessionKey(info_.secret, rankNonce, rootNonce, rank, nranks);
+  authenticated_ = true;
+  if (r != IoResult::kDone) {
+    if (r != IoResult::kTimeout) throwPendingNotice("sending PROOF");
+    failOnRoot(r, err, deadline, "sending PROOF");
+  }
+  recvFromRoot(verdict, "waiting for every rank to arrive", MsgType::kWelcome, nullptr, 0);
   ANYR_LOG(Trace, rank_, "bootstrap: welcomed by " << rootText());
 }
 
@@ -532,13 +884,14 @@ void TcpBootstrap::allGather(const void* in, void* out, size_t bytes) {
     return;
   }
   if (rank_ == 0) {
-    allGatherRoot(in, out, bytes);
+    asRoot([&] { allGatherRoot(in, out, bytes); });
   } else {
     allGatherPeer(in, out, bytes);
   }
 }
 
-// Reads what rank r has sent of its GATHER, into dst (its slot of the output).
+// Reads what rank r has sent of its GATHER: the payload into dst (its slot of the output) when
+// the header is the expected one, then the MAC.
 void TcpBootstrap::pumpInbound(int r, Inbound* in, uint8_t* dst, size_t bytes) {
   int fd = peers_[static_cast<size_t>(r)].fd();
   std::string who = "rank " + std::to_string(r);
@@ -548,41 +901,78 @@ void TcpBootstrap::pumpInbound(int r, Inbound* in, uint8_t* dst, size_t bytes) {
     IoResult res;
     if (!in->haveHeader) {
       res = recvSome(fd, in->hdr + in->hdrGot, kMsgHeaderBytes - in->hdrGot, &got, &err);
+    } else if (in->bodyGot < in->h.length) {
+      res = recvSome(fd, in->body + in->bodyGot, in->h.length - in->bodyGot, &got, &err);
     } else {
-      res = recvSome(fd, dst + in->payloadGot, bytes - in->payloadGot, &got, &err);
+      res = recvSome(fd, in->mac + in->macGot, kMacBytes - in->macGot, &got, &err);
     }
     if (res == IoResult::kTimeout) return;  // nothing more for now
     if (res == IoResult::kClosed) abortAll(anyrRemoteError, who + " closed the connection");
     if (res == IoResult::kError) {
       abortAll(anyrRemoteError, "connection to " + who + " failed: " + ioResultText(res, err));
     }
-    if (in->haveHeader) {
-      in->payloadGot += got;
-      in->done = in->payloadGot == bytes;
-      continue;
+    if (!in->haveHeader) {
+      in->hdrGot += got;
+      if (in->hdrGot < kMsgHeaderBytes) continue;
+      std::string why;
+      if (!parseHeader(in->hdr, kMsgHeaderBytes, &in->h, &why)) {
+        abortAll(anyrRemoteError, "allGather: malformed message from " + who + " (" +
+                                      peerAddr_[static_cast<size_t>(r)] + "): " + why);
+      }
+      if (!msgTypeAuthenticated(in->h.type)) {
+        abortAll(anyrRemoteError, "allGather: refused an unauthenticated " +
+                                      std::string(msgTypeName(in->h.type)) + " claiming rank " +
+                                      std::to_string(in->h.rank) + " from " +
+                                      peerAddr_[static_cast<size_t>(r)] + " (" + who +
+                                      "'s connection): expected GATHER with its MAC");
+      }
+      in->expected = in->h.type == static_cast<uint16_t>(MsgType::kGather) &&
+                     static_cast<int>(in->h.rank) == r &&
+                     static_cast<int>(in->h.nranks) == nranks_ && in->h.length == bytes;
+      if (in->expected) {
+        in->body = dst;
+      } else {
+        in->scratch.resize(in->h.length);
+        in->body = in->scratch.data();
+      }
+      in->haveHeader = true;
+    } else if (in->bodyGot < in->h.length) {
+      in->bodyGot += got;
+    } else {
+      in->macGot += got;
+      if (in->macGot == kMacBytes) finishInbound(r, in, bytes);
     }
-    in->hdrGot += got;
-    if (in->hdrGot < kMsgHeaderBytes) continue;
-    MsgHeader h;
-    std::string why;
-    if (!parseHeader(in->hdr, kMsgHeaderBytes, &h, &why)) {
-      abortAll(anyrRemoteError, "allGather: malformed message from " + who + ": " + why);
-    }
-    if (h.type != static_cast<uint16_t>(MsgType::kGather) || static_cast<int>(h.rank) != r ||
-        static_cast<int>(h.nranks) != nranks_) {
-      abortAll(anyrRemoteError, "allGather: expected GATHER from " + who + " of " +
-                                    std::to_string(nranks_) + ", got " + msgTypeName(h.type) +
-                                    " claiming rank " + std::to_string(h.rank) + " of " +
-                                    std::to_string(h.nranks));
-    }
-    if (h.length != bytes) {
-      abortAll(anyrRemoteError, "allGather: " + who + " contributed " + std::to_string(h.length) +
-                                    " bytes but rank 0 contributed " + std::to_string(bytes) +
-                                    " (every rank must contribute the same number of bytes)");
-    }
-    in->haveHeader = true;
-    in->done = bytes == 0;
   }
+}
+
+// Rank r's message is complete: verifies its MAC, then that it is the GATHER expected.
+void TcpBootstrap::finishInbound(int r, Inbound* in, size_t bytes) {
+  const std::string who = "rank " + std::to_string(r);
+  Session& s = sessions_[static_cast<size_t>(r)];
+  const Mac want =
+      messageMac(s.key, Direction::kToRoot, s.recvSeq, in->hdr, in->body, in->h.length);
+  if (!macMatches(want, in->mac)) {
+    abortAll(anyrRemoteError, "allGather: refused a forged, replayed or reordered " +
+                                  std::string(msgTypeName(in->h.type)) + " claiming rank " +
+                                  std::to_string(in->h.rank) + " from " +
+                                  peerAddr_[static_cast<size_t>(r)] + " (" + who +
+                                  "'s connection): its MAC does not verify");
+  }
+  ++s.recvSeq;
+  const MsgHeader& h = in->h;
+  if (h.type != static_cast<uint16_t>(MsgType::kGather) || static_cast<int>(h.rank) != r ||
+      static_cast<int>(h.nranks) != nranks_) {
+    abortAll(anyrRemoteError, "allGather: expected GATHER from " + who + " of " +
+                                  std::to_string(nranks_) + ", got " + msgTypeName(h.type) +
+                                  " claiming rank " + std::to_string(h.rank) + " of " +
+                                  std::to_string(h.nranks));
+  }
+  if (h.length != bytes) {
+    abortAll(anyrRemoteError, "allGather: " + who + " contributed " + std::to_string(h.length) +
+                                  " bytes but rank 0 contributed " + std::to_string(bytes) +
+                                  " (every rank must contribute the same number of bytes)");
+  }
+  in->done = true;
 }
 
 void TcpBootstrap::allGatherRoot(const void* in, void* out, size_t bytes) {
@@ -626,8 +1016,9 @@ void TcpBootstrap::allGatherRoot(const void* in, void* out, size_t bytes) {
   size_t total = bytes * static_cast<size_t>(nranks_);
   for (int r = 1; r < nranks_; ++r) {
     int err = 0;
-    IoResult res = sendMessage(peers_[static_cast<size_t>(r)].fd(), MsgType::kGatherAll, 0, nranks_,
-                               o, total, sendDeadline, &err);
+    IoResult res = sendSealed(peers_[static_cast<size_t>(r)].fd(),
+                              &sessions_[static_cast<size_t>(r)], Direction::kFromRoot,
+                              MsgType::kGatherAll, 0, nranks_, o, total, sendDeadline, &err);
     if (res != IoResult::kDone) {
       abortAll(res == IoResult::kTimeout ? anyrTimeout : anyrRemoteError,
                "allGather: rank " + std::to_string(r) + " " + ioResultText(res, err) +
@@ -640,21 +1031,15 @@ void TcpBootstrap::allGatherPeer(const void* in, void* out, size_t bytes) {
   Deadline deadline(timeoutMs_);
   Deadline verdict(timeoutMs_ + verdictGraceMs(timeoutMs_));
   int err = 0;
-  IoResult r = sendMessage(root_.fd(), MsgType::kGather, rank_, nranks_, in, bytes, deadline, &err);
+  IoResult r = sendSealed(root_.fd(), &session_, Direction::kToRoot, MsgType::kGather, rank_,
+                          nranks_, in, bytes, deadline, &err);
   if (r != IoResult::kDone) {
     if (r != IoResult::kTimeout) throwPendingNotice("sending its allGather contribution");
     failOnRoot(r, err, deadline, "sending its allGather contribution");
   }
-  MsgHeader h = recvFromRoot(verdict, "waiting for the allGather result");
-  size_t total = bytes * static_cast<size_t>(nranks_);
-  if (h.type != static_cast<uint16_t>(MsgType::kGatherAll) || h.length != total) {
-    fail(anyrRemoteError, "bootstrap: rank " + std::to_string(rank_) + " expected GATHER_ALL of " +
-                              std::to_string(total) + " bytes from " + rootText() + ", got " +
-                              msgTypeName(h.type) + " of " + std::to_string(h.length) + " bytes");
-  }
-  if (total == 0) return;
-  r = recvAll(root_.fd(), out, total, verdict, &err);
-  if (r != IoResult::kDone) failOnRoot(r, err, verdict, "receiving the allGather result");
+  // The result lands in `out` before its MAC is checked; on any failure `out` is unspecified.
+  recvFromRoot(verdict, "waiting for the allGather result", MsgType::kGatherAll, out,
+               bytes * static_cast<size_t>(nranks_));
 }
 
 }  // namespace

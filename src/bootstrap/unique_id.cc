@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -130,9 +131,7 @@ void randomBytes(void* buf, size_t len) {
 }
 
 bool secretsEqual(const UniqueIdSecret& a, const UniqueIdSecret& b) {
-  volatile uint8_t diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff = static_cast<uint8_t>(diff | (a[i] ^ b[i]));
-  return diff == 0;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace anyr

@@ -1,6 +1,8 @@
-// What anyrUniqueId.internal[] holds: rank 0's bootstrap address and a random secret that every
-// rank presents in its HELLO. The id is copied between processes (and hosts) by the user, so
-// the layout is explicit bytes, big-endian, with a checksum; decode rejects anything else.
+// What anyrUniqueId.internal[] holds: rank 0's bootstrap address and a random secret with which
+// rank 0 and every other rank prove to each other that they hold the same id (bootstrap/auth.h;
+// the secret itself never crosses the wire). The id is copied between processes (and hosts) by
+// the user, so the layout is explicit bytes, big-endian, with a checksum; decode rejects
+// anything else.
 //
 //   offset size field
 //        0    4 magic         kUniqueIdMagic ("ANUI")
@@ -65,7 +67,8 @@ UniqueIdInfo decodeUniqueId(const anyrUniqueId& id);
 // Throws anyrSystemError.
 void randomBytes(void* buf, size_t len);
 
-// Constant-time comparison of two secrets (no early exit on the first differing byte).
+// Constant-time comparison of two secrets (CRYPTO_memcmp: no early exit on the first differing
+// byte).
 bool secretsEqual(const UniqueIdSecret& a, const UniqueIdSecret& b);
 
 }  // namespace anyr

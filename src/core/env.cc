@@ -35,6 +35,10 @@ const std::vector<Param>& params() {
       {"ANYR_SOCKET_IFNAME", "",
        "network interface whose IPv4 address rank 0 listens on (ignored if ANYR_SOCKET_ADDR)"},
       {"ANYR_SOCKET_PORT", "0", "port rank 0 listens on, 0..65535 (0: any free port)"},
+      {"ANYR_BOOTSTRAP_HELLO_MS", "1000",
+       "rank 0 closes a bootstrap connection that has not completed its handshake (HELLO, then "
+       "PROOF of the unique id's secret) within this many ms of connecting, 1..600000 (at most "
+       "the timeout), so that connections that never authenticate cannot stall the rendezvous"},
       {"ANYR_HOST_ID", "",
        "the host identity ranks compare to know they share a host (unset: the host name and the "
        "kernel's boot id); set the same value in containers of one host whose host names "

@@ -29,6 +29,7 @@
 #include "bootstrap/message.h"
 #include "bootstrap/socket.h"
 #include "bootstrap/unique_id.h"
+#include "bootstrap_raw.h"
 #include "core/error.h"
 #include "processes.h"
 
@@ -36,6 +37,7 @@ namespace anyr {
 namespace {
 
 using namespace anyr::proctest;  // NOLINT: the harness
+using namespace anyr::rawtest;   // NOLINT: raw protocol clients
 
 uint8_t pattern(int rank, int round, size_t i) {
   return static_cast<uint8_t>(rank * 131 + round * 17 + i * 7 + (i >> 8));
@@ -59,45 +61,6 @@ void checkedAllGather(Bootstrap* bs, int round, size_t bytes) {
       }
     }
   }
-}
-
-// What a raw client received: "REJECT: <reason>", "EOF", "TIMEOUT", or "OTHER ...".
-std::string readReply(int fd, int timeoutMs) {
-  Deadline deadline(timeoutMs);
-  uint8_t wire[kMsgHeaderBytes];
-  int err = 0;
-  IoResult r = recvAll(fd, wire, sizeof(wire), deadline, &err);
-  if (r == IoResult::kClosed) return "EOF";
-  if (r == IoResult::kTimeout) return "TIMEOUT";
-  if (r != IoResult::kDone) return "OTHER " + ioResultText(r, err);
-  MsgHeader h;
-  std::string why;
-  if (!parseHeader(wire, sizeof(wire), &h, &why)) return "OTHER bad header: " + why;
-  if (h.type != static_cast<uint16_t>(MsgType::kReject)) {
-    return std::string("OTHER ") + msgTypeName(h.type);
-  }
-  std::vector<uint8_t> payload(h.length);
-  if (recvAll(fd, payload.data(), payload.size(), deadline, &err) != IoResult::kDone) {
-    return "OTHER truncated REJECT";
-  }
-  anyrResult_t code;
-  std::string text;
-  if (!parseReason(payload.data(), payload.size(), &code, &text)) return "OTHER bad reason";
-  return "REJECT: " + text;
-}
-
-std::vector<uint8_t> headerBytes(uint32_t magic, uint16_t version, MsgType type, uint32_t rank,
-                                 uint32_t nranks, uint32_t length) {
-  MsgHeader h;
-  h.magic = magic;
-  h.version = version;
-  h.type = static_cast<uint16_t>(type);
-  h.rank = rank;
-  h.nranks = nranks;
-  h.length = length;
-  std::vector<uint8_t> out(kMsgHeaderBytes);
-  encodeHeader(h, out.data());
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -195,12 +158,16 @@ TEST(TcpBootstrap, WrongSecretIsRejectedWhileRealRanksComplete) {
   auto res = procs.waitAll(30000);
   EXPECT_TRUE(res[rank0].finished && res[rank0].code == 0) << res[rank0].describe();
   EXPECT_TRUE(res[rank1].finished && res[rank1].code == 0) << res[rank1].describe();
+  // Rank 0 proves itself first; with another secret the impostor cannot verify that proof
+  // (nor can rank 0 tell a wrong id from a fake rank 0), so it refuses rank 0 and sends nothing
+  // that depends on its secret.
   EXPECT_TRUE(res[impostor].finished) << res[impostor].describe();
-  EXPECT_EQ(res[impostor].code, anyrInvalidArgument) << res[impostor].describe();
-  EXPECT_TRUE(contains(res[impostor].message, "was rejected by rank 0 at "))
+  EXPECT_EQ(res[impostor].code, anyrRemoteError) << res[impostor].describe();
+  EXPECT_TRUE(contains(res[impostor].message,
+                       "rank 1 refused the process at " + info.addr.toString() +
+                           ": its CHALLENGE does not prove that it holds the unique id's secret"))
       << res[impostor].message;
-  EXPECT_TRUE(contains(res[impostor].message, "wrong secret")) << res[impostor].message;
-  EXPECT_LT(res[impostor].elapsedMs, 4000) << "the rejection should be prompt";
+  EXPECT_LT(res[impostor].elapsedMs, 4000) << "the refusal should be prompt";
 }
 
 TEST(TcpBootstrap, DuplicateRankAndNranksMismatchAreRejected) {
@@ -253,12 +220,23 @@ TEST(TcpBootstrap, MalformedConnectionsAreRejectedWhileRealRanksComplete) {
     const char* name;
     std::vector<uint8_t> bytes;
     bool shutWrite;        // close the sending side after the bytes
-    const char* expected;  // substring of what the client must receive
+    std::string expected;  // substring of what the client must receive
   };
   std::string http = "GET / HTTP/1.1\r\nHost: anyreduce\r\n\r\n";
   http.resize(64, 'x');
   std::vector<uint8_t> hello =
-      headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kHello, 1, 3, kUniqueIdSecretBytes);
+      headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kHello, 1, 3, kNonceBytes);
+  std::vector<uint8_t> fullHello = hello;
+  fullHello.resize(kMsgHeaderBytes + kNonceBytes, 0x11);
+  // A PROOF made without the secret (the CHALLENGE's nonce is not even known yet).
+  const std::vector<uint8_t> guessedMac(kMacBytes, 0x22);
+  std::vector<uint8_t> helloAndGuess = fullHello;
+  std::vector<uint8_t> guess = plainMessage(MsgType::kProof, 1, 3, guessedMac.data(), kMacBytes);
+  helloAndGuess.insert(helloAndGuess.end(), guess.begin(), guess.end());
+  std::vector<uint8_t> helloAndOtherRank = fullHello;
+  std::vector<uint8_t> other = plainMessage(MsgType::kProof, 2, 3, guessedMac.data(), kMacBytes);
+  helloAndOtherRank.insert(helloAndOtherRank.end(), other.begin(), other.end());
+  const std::string version = std::to_string(kMsgProtocolVersion);
   std::vector<Raw> raws = {
       {"garbage", std::vector<uint8_t>(http.begin(), http.end()), false,
        "REJECT: malformed HELLO: bad magic"},
@@ -266,14 +244,17 @@ TEST(TcpBootstrap, MalformedConnectionsAreRejectedWhileRealRanksComplete) {
       {"length over the limit",
        headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kHello, 1, 3, kMsgMaxPayload + 1),
        false, "REJECT: malformed HELLO: payload length 67108865 exceeds the maximum 67108864"},
-      {"bad version", headerBytes(kMsgMagic, 99, MsgType::kHello, 1, 3, kUniqueIdSecretBytes),
-       false, "REJECT: malformed HELLO: protocol version 99, expected 1"},
+      {"bad version", headerBytes(kMsgMagic, 99, MsgType::kHello, 1, 3, kNonceBytes), false,
+       "REJECT: malformed HELLO: protocol version 99, expected " + version},
+      {"version 1 HELLO (the secret in clear)",
+       headerBytes(kMsgMagic, 1, MsgType::kHello, 1, 3, 32), false,
+       "REJECT: malformed HELLO: protocol version 1, expected " + version},
       {"rank out of range",
-       headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kHello, 5, 3, kUniqueIdSecretBytes),
-       false, "REJECT: malformed HELLO: rank 5 out of range for 3 ranks"},
+       headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kHello, 5, 3, kNonceBytes), false,
+       "REJECT: malformed HELLO: rank 5 out of range for 3 ranks"},
       {"not a HELLO",
-       headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kGather, 1, 3, kUniqueIdSecretBytes),
-       false, "REJECT: expected HELLO, got GATHER"},
+       headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kGather, 1, 3, kNonceBytes), false,
+       "REJECT: expected HELLO, got GATHER"},
       {"HELLO of the wrong length",
        headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kHello, 1, 3, 8), false,
        "REJECT: malformed HELLO: payload of 8 bytes, expected 32"},
@@ -283,6 +264,12 @@ TEST(TcpBootstrap, MalformedConnectionsAreRejectedWhileRealRanksComplete) {
        {},
        false,
        "REJECT: every rank arrived before this connection sent a complete HELLO"},
+      {"PROOF without the secret", helloAndGuess, false,
+       "REJECT: wrong secret: the connection from 127.0.0.1:"},
+      {"PROOF for another rank", helloAndOtherRank, false,
+       "REJECT: PROOF for rank 2 of 3 after a HELLO for rank 1 of 3"},
+      {"HELLO, then silent", fullHello, false,
+       "REJECT: every rank arrived before this connection sent its PROOF"},
   };
   std::vector<Socket> clients;
   for (const Raw& raw : raws) {
@@ -730,10 +717,15 @@ TEST(BootstrapMessage, RejectsBadHeaders) {
   EXPECT_EQ(parseError(hdr(0x12345678, v, gather, 0, 1, 0)),
             "bad magic 0x12345678 (not an anyreduce bootstrap message)");
   EXPECT_EQ(
-      parseError(hdr(kMsgMagic, 2, gather, 0, 1, 0)).rfind("protocol version 2, expected 1", 0),
+      parseError(hdr(kMsgMagic, 1, gather, 0, 1, 0)).rfind("protocol version 1, expected 2", 0),
+      0u);
+  EXPECT_EQ(
+      parseError(hdr(kMsgMagic, 3, gather, 0, 1, 0)).rfind("protocol version 3, expected 2", 0),
       0u);
   EXPECT_EQ(parseError(hdr(kMsgMagic, v, 0, 0, 1, 0)), "unknown message type 0");
-  EXPECT_EQ(parseError(hdr(kMsgMagic, v, 7, 0, 1, 0)), "unknown message type 7");
+  EXPECT_EQ(parseError(hdr(kMsgMagic, v, 7, 0, 1, 0)), "ok");  // CHALLENGE
+  EXPECT_EQ(parseError(hdr(kMsgMagic, v, 8, 0, 1, 0)), "ok");  // PROOF
+  EXPECT_EQ(parseError(hdr(kMsgMagic, v, 9, 0, 1, 0)), "unknown message type 9");
   EXPECT_EQ(parseError(hdr(kMsgMagic, v, gather, 4, 4, 0)), "rank 4 out of range for 4 ranks");
   EXPECT_EQ(parseError(hdr(kMsgMagic, v, gather, 3, 4, 0)), "ok");
   EXPECT_EQ(parseError(hdr(kMsgMagic, v, gather, 0, 0, 0)), "nranks 0 outside [1, 4096]");
@@ -760,10 +752,11 @@ TEST(BootstrapMessage, RandomBytesNeverParseIntoOutOfRangeFields) {
   for (int t = 0; t < 200000; ++t) {
     for (uint8_t& x : b) x = static_cast<uint8_t>(rng());
     if (t % 2 == 0) {  // half with the right magic and version, to reach the later checks
-      b[0] = 'A', b[1] = 'N', b[2] = 'Y', b[3] = 'B', b[4] = 0, b[5] = 1;
+      b[0] = 'A', b[1] = 'N', b[2] = 'Y', b[3] = 'B', b[4] = 0, b[5] = kMsgProtocolVersion;
       b[6] = 0;
       b[12] = b[13] = 0;
       b[8] = b[9] = 0;
+      b[7] = static_cast<uint8_t>(b[7] & 0x0f);
       b[16] = static_cast<uint8_t>(b[16] & 0x07);
     }
     MsgHeader h;
@@ -807,22 +800,18 @@ TEST(TcpBootstrap, RankStallingMidMessageTimesOutNamingIt) {
   const UniqueIdInfo info = decodeUniqueId(id);
   Processes procs;
   size_t staller = procs.spawn([info]() -> std::string {
-    std::string err;
-    Socket s = connectWithRetry(info.addr, Deadline(5000), &err);
-    expect(s.valid(), "connect: " + err);
-    std::vector<uint8_t> hello =
-        headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kHello, 1, 3, kUniqueIdSecretBytes);
-    hello.insert(hello.end(), info.secret.begin(), info.secret.end());
-    int e = 0;
-    expect(sendAll(s.fd(), hello.data(), hello.size(), Deadline(5000), &e) == IoResult::kDone,
-           "send HELLO");
-    const std::string welcome = readReply(s.fd(), 10000);
-    expect(welcome == "OTHER WELCOME", "expected WELCOME, got " + welcome);
+    RawRank rr;
+    const std::string hs = rawHandshake(info, 1, 3, &rr);
+    expect(hs.empty(), "handshake: " + hs);
+    MsgHeader h;
+    std::vector<uint8_t> payload;
+    const std::string welcome = recvFromRootRaw(&rr, &h, &payload, 10000);
+    expect(welcome == "ok" && h.type == static_cast<uint16_t>(MsgType::kWelcome),
+           "expected WELCOME, got " + welcome + " " + msgTypeName(h.type));
     std::vector<uint8_t> part =
         headerBytes(kMsgMagic, kMsgProtocolVersion, MsgType::kGather, 1, 3, 16);
     part.insert(part.end(), 5, 0x42);
-    expect(sendAll(s.fd(), part.data(), part.size(), Deadline(5000), &e) == IoResult::kDone,
-           "send partial GATHER");
+    expect(sendBytes(rr.sock.fd(), part), "send partial GATHER");
     std::this_thread::sleep_for(std::chrono::milliseconds(kTimeoutMs + 3000));  // hold it open
     return "held";
   });

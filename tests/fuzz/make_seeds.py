@@ -4,6 +4,8 @@
 Run from the repository root after a wire-format change: python3 tests/fuzz/make_seeds.py
 The topology seeds are the fixtures (tests/fixtures/*.json), copied as they are.
 """
+import hashlib
+import hmac
 import os
 import struct
 
@@ -18,7 +20,7 @@ def write(target, name, data):
 
 
 # ---- bootstrap_message: header (src/bootstrap/message.h) [+ payload] -------------------------
-MAGIC, VERSION = 0x414E5942, 1
+MAGIC, VERSION = 0x414E5942, 2
 
 
 def header(typ, rank, nranks, length, magic=MAGIC, version=VERSION):
@@ -29,14 +31,32 @@ def reason(code, text):
     return struct.pack(">I", code) + text.encode()
 
 
-write("bootstrap_message", "hello", header(1, 1, 2, 32) + bytes(range(32)))
-write("bootstrap_message", "welcome", header(2, 0, 8, 0))
-write("bootstrap_message", "reject", header(3, 0, 4, 0) + reason(4, "wrong secret"))
-write("bootstrap_message", "gather", header(4, 3, 4, 8) + b"\x01" * 8)
-write("bootstrap_message", "gather_all", header(5, 0, 4096, 0))
-write("bootstrap_message", "abort", header(6, 0, 2, 0) + reason(7, "rank 1 timed out"))
+# The fuzz target's fixed session key (fuzz_bootstrap_message.cc) and bootstrap/auth.h's message
+# MAC, so that some seeds open as authenticated messages. Direction 1: from rank 0.
+FUZZ_KEY = bytes(0x30 + i for i in range(32))
+
+
+def sealed(typ, rank, nranks, payload, seq=0, direction=1):
+    h = header(typ, rank, nranks, len(payload))
+    mac = hmac.new(FUZZ_KEY, b"anyreduce bootstrap v2 message" + bytes([direction]) +
+                   struct.pack(">Q", seq) + h + payload, hashlib.sha256).digest()
+    return h + payload + mac
+
+
+NONCE = bytes(range(32))
+MAC = bytes(range(0x80, 0xA0))
+write("bootstrap_message", "hello", header(1, 1, 2, 32) + NONCE)
+write("bootstrap_message", "challenge", header(7, 0, 2, 64) + NONCE + MAC)
+write("bootstrap_message", "proof", header(8, 1, 2, 32) + MAC)
+write("bootstrap_message", "proof_short", header(8, 1, 2, 31) + MAC[:31])
+write("bootstrap_message", "welcome", sealed(2, 0, 8, b""))
+write("bootstrap_message", "reject", header(3, 0, 4, 16) + reason(4, "wrong secret"))
+write("bootstrap_message", "gather", sealed(4, 3, 4, b"\x01" * 8))
+write("bootstrap_message", "gather_all", sealed(5, 0, 4096, bytes(range(64))))
+write("bootstrap_message", "abort", sealed(6, 0, 2, reason(7, "rank 1 timed out")))
+write("bootstrap_message", "abort_bad_mac", sealed(6, 0, 2, reason(7, "forged"))[:-1] + b"\0")
 write("bootstrap_message", "bad_magic", header(1, 0, 2, 0, magic=0x47455420))  # "GET "
-write("bootstrap_message", "bad_version", header(1, 0, 2, 0, version=2))
+write("bootstrap_message", "bad_version", header(1, 0, 2, 0, version=1))
 write("bootstrap_message", "rank_out_of_range", header(4, 2, 2, 0))
 write("bootstrap_message", "length_too_big", header(4, 0, 2, (64 << 20) + 1))
 write("bootstrap_message", "truncated", header(1, 0, 2, 0)[:11])
