@@ -70,7 +70,9 @@ const std::vector<Param>& params() {
        "tests only: corrupt-peer:R makes rank R's mapping of the next rank's workspace point at "
        "its own, so the self-test must catch it; ipc-open:R makes every cudaIpcOpenMemHandle of "
        "rank R fail, as where legacy CUDA IPC does not work; vmm-granularity:R makes rank R "
-       "report a coarser vmm allocation granularity than its peers, as a GPU of another model"},
+       "report a coarser vmm allocation granularity than its peers, as a GPU of another model; "
+       "host-copy-selftest:R gives host-copy a wrong self-test input on rank R, so it fails the "
+       "self-test after the host one-shot ran and the protocol state is reset"},
       {"ANYR_VALIDATE_CALLS", "0",
        "1: every anyrAllReduce, anyrAllReduceAddRmsNorm and anyrCommSetAlgorithm call first "
        "compares its signature (call number, kind, count or tokens/hidden/quantization, dtype, op "

@@ -566,6 +566,14 @@ TEST(HostWireGpu, LowLatencyCountWrapIsSeamless) {
   expectLateLowLatencyExact("ANYR_TEST_HOST_LL_COUNT", "4294967290", false);
 }
 
+// Host-copy fails the self-test (ANYR_FAULT_INJECT=host-copy-selftest:1) after the host
+// one-shot ran its low-latency launches, and the protocol state is reset: the lines the
+// self-test left must not be taken by the calls that reuse their tags.
+TEST(HostWireGpu, LowLatencyTakesNoStaleLineAfterASelfTestReset) {
+  REQUIRE_GPU();
+  expectLateLowLatencyExact("ANYR_FAULT_INJECT", "host-copy-selftest:1", true);
+}
+
 TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
   REQUIRE_GPU();
   // ANYR_PEER_MEMORY=0 makes a communicator behave as on GPUs without peer access: the
