@@ -490,8 +490,10 @@ int lateLowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& re
   if (hostCopyFailedSelfTest) {
     // The injected fault must have made host-copy fail the self-test (and so reset the protocol
     // state after the host one-shot's runs), or the test tests less.
-    const std::string got =
-        j.contains("selfTest") ? j["selfTest"]["results"].value("host-copy", std::string()) : "";
+    std::string got;
+    if (j.contains("selfTest") && j["selfTest"].contains("results")) {
+      got = j["selfTest"]["results"].value("host-copy", std::string());
+    }
     if (got.find("self-test failed") == std::string::npos) {
       ++failures;
       report("FAIL host-copy did not fail the self-test: " + j.dump() + "\n");
