@@ -526,8 +526,9 @@ __device__ __forceinline__ void finishFlagUse(LocalState* st, uint32_t use) {
   if (threadIdx.x == 0) st->flagUse[blockIdx.x] = use;
 }
 
-__device__ __forceinline__ void finishEpoch(uint32_t* slots, uint32_t next) {
-  __syncthreads();
+// finishEpoch's writes without its barrier: for a second set of slots, written right after
+// finishEpoch on the first (whose barrier already ordered every thread's read of them).
+__device__ __forceinline__ void advanceSlots(uint32_t* slots, uint32_t next) {
   if (blockIdx.x == 0) {
     for (uint32_t i = gridDim.x + threadIdx.x; i < static_cast<uint32_t>(kMaxBlocks);
          i += blockDim.x) {
@@ -535,6 +536,11 @@ __device__ __forceinline__ void finishEpoch(uint32_t* slots, uint32_t next) {
     }
   }
   if (threadIdx.x == 0) slots[blockIdx.x] = next;
+}
+
+__device__ __forceinline__ void finishEpoch(uint32_t* slots, uint32_t next) {
+  __syncthreads();
+  advanceSlots(slots, next);
 }
 
 }  // namespace dev

@@ -3,20 +3,26 @@
 //
 // Where the flag protocol costs a flag write, a flag poll and then a data read (two PCIe round
 // trips after the data landed), here every 16-byte line a rank writes carries its own flag:
-// {data word 0, epoch, data word 1, epoch}. A reader polls the data itself and takes a line
-// when both of its flag words equal this launch's epoch: one round trip. A line is stored with
-// one 16-byte store; each 8-byte half {data, epoch} is written at once (8-byte writes are not
-// torn on PCIe or in host memory), and checking both halves' flags covers a line that lands
-// in two halves. The payload is half the line, so a launch moves twice its bytes: this is for
+// {data word 0, tag, data word 1, tag}. A reader polls the data itself and takes a line when
+// both of its flag words equal this launch's tag: one round trip. A line is stored with one
+// 16-byte store; each 8-byte half {data, tag} is written at once (8-byte writes are not torn
+// on PCIe or in host memory), and checking both halves' flags covers a line that lands in two
+// halves. The payload is half the line, so a launch moves twice its bytes: this is for
 // messages where latency, not bandwidth, decides.
 //
-// Buffers: two per rank (epoch parity) in the segment's LL area, separate from the flag
-// protocol's data buffers (stale raw data there could look like any flag). The epoch is the
-// host transport's LocalState::syncEpoch, shared with the other host kernels, so it never
-// repeats before 2^32 host launches: a line left over from an earlier launch carries an older
-// epoch and is never taken. Reuse: a rank rewrites parity (j % 2) at launch j+2 only after its
-// launch j+1 read every peer's launch-j+1 data (every launch reads all of it), which each peer
-// wrote only after its launch j, and so its reads of this buffer, completed.
+// Tags and buffers: two buffers per rank in the segment's LL area, separate from the flag
+// protocol's data buffers (stale raw data there could look like any flag). The tag is this
+// protocol's own launch count (LocalState::llUse + 1; hostLLBuffer, hostLLSweeps in
+// transport/host_handles.h): it picks the buffer, and a launch whose tag hostLLSweeps (two in
+// every 2^30) also rewrites the rest of its buffer with a recent older tag, so no line is ever
+// older than 2^30 + 2 launches of the protocol and none can carry the tag of the launch reading
+// it. (The
+// host kernels' shared epoch, syncEpoch, tagged the lines before: a line a large launch left
+// matched again when the epoch came round 2^32 host launches later, and a zeroed line matched
+// epoch 0; either was taken as the peer's data when the peer was late.) Reuse: a rank rewrites
+// buffer (k % 2) at its launch k only after its launch k-1 read every peer's launch-(k-1)
+// lines (every launch reads some of every peer's), which each peer wrote only after its launch
+// k-2, and so its reads of this buffer, completed.
 //
 // The sum is fp32 in rank order 0..n-1, as in every anyreduce algorithm: the same bits on
 // every rank and on every path.
@@ -47,9 +53,12 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
   const int n = a.nranks;
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
+  // The host kernels' shared launch epoch: advanced by this kernel too, it names the launch in
+  // a failure report; the lines carry the protocol's own count.
   const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
   const bool stopped = dev::stopRequested(st);
-  const uint64_t buf = L.llOffset + (epoch & 1u) * L.llBytes;
+  const uint32_t tag = dev::readEpoch(st->llUse) + 1;
+  const uint64_t buf = L.llOffset + hostLLBuffer(tag) * L.llBytes;
   const uint64_t V = a.numVecs;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -59,8 +68,16 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
   char* own = lines(rank);
   for (uint64_t v = first; v < V && !stopped; v += stride) {
     const Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
-    dev::storeSys(own + v * 32, make_uint4(x.w[0], epoch, x.w[1], epoch));
-    dev::storeSys(own + v * 32 + 16, make_uint4(x.w[2], epoch, x.w[3], epoch));
+    dev::storeSys(own + v * 32, make_uint4(x.w[0], tag, x.w[1], tag));
+    dev::storeSys(own + v * 32 + 16, make_uint4(x.w[2], tag, x.w[3], tag));
+  }
+  // The sweep: the rest of the buffer, after this launch's own lines (which peers wait for).
+  if (hostLLSweeps(tag)) {
+    const uint32_t old = hostLLSweepTag(tag);
+    const uint64_t bufLines = L.llBytes / 16;
+    for (uint64_t l = 2 * V + first; l < bufLines; l += stride) {
+      dev::storeSys(own + l * 16, make_uint4(0u, old, 0u, old));
+    }
   }
 
   // Collect: kLLVecsPerPass vectors at a time, every peer's lines requested at once, then
@@ -90,7 +107,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
         const unsigned active = __activemask();
         if (!a.llEager && static_cast<int>(threadIdx.x % 32) == 31 - __clz(active)) {
           uint4 probe = dev::loadVolatile(src + v0 * 32 + 16);
-          while (probe.y != epoch || probe.w != epoch) {
+          while (probe.y != tag || probe.w != tag) {
             if (!waiter.keepWaiting(s, kWaitHostData, epoch)) {
               ok = false;
               break;
@@ -116,7 +133,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
         for (int k = 0; k < kLLVecsPerPass; ++k) {
           const uint64_t v = v0 + k * stride;
           if (v >= V) continue;
-          while (lo[k].y != epoch || lo[k].w != epoch || hi[k].y != epoch || hi[k].w != epoch) {
+          while (lo[k].y != tag || lo[k].w != tag || hi[k].y != tag || hi[k].w != tag) {
             if (!waiter.keepWaiting(s, kWaitHostData, epoch)) {
               ok = false;
               break;
@@ -147,10 +164,10 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
       if (v < V) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc[k]));
     }
   }
-  // Every block ends the launch the same way whether or not its wait failed: the epoch
-  // advances (a failed communicator refuses later calls anyway).
-  __syncthreads();
+  // Every block ends the launch the same way whether or not its wait failed: the epoch and the
+  // launch count advance (a failed communicator refuses later calls anyway).
   dev::finishEpoch(st->syncEpoch, epoch);
+  dev::advanceSlots(st->llUse, tag);
 }
 
 }  // namespace

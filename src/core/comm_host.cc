@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "algo/algo.h"
 #include "bootstrap/bootstrap.h"
@@ -14,6 +15,19 @@
 #include "core/log.h"
 
 namespace anyr {
+
+namespace {
+
+// Every 16-byte line of a rank's two low-latency buffers (at `lines`, 2 x layout.llBytes bytes)
+// as {0, tag, 0, tag}: the state a sweep leaves (host_oneshot_ll.cu).
+void tagLowLatencyLines(char* lines, const HostLayout& layout, uint32_t tag) {
+  const uint32_t line[4] = {0, tag, 0, tag};
+  for (uint64_t off = 0; off < 2 * layout.llBytes; off += sizeof(line)) {
+    std::memcpy(lines + off, line, sizeof(line));
+  }
+}
+
+}  // namespace
 
 HostLayout computeHostLayout(uint64_t launchBytes, int nranks, uint64_t llMaxBytes,
                              uint64_t copyChunkBytes) {
@@ -83,6 +97,20 @@ void Communicator::initHostTransport() {
 
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dHostState_), sizeof(LocalState)));
   ANYR_CUDA_CHECK(cudaMemsetAsync(dHostState_, 0, sizeof(LocalState), internalStream_));
+  // ANYR_TEST_HOST_LL_COUNT (tests only): the low-latency protocol's launch count starts at the
+  // value, and the own lines carry it as their tag, as a sweep at that count would have left
+  // them; the ranks' calls then cross the count's wrap and the sweeps.
+  const int64_t llCount = testValueOfRank0("ANYR_TEST_HOST_LL_COUNT", UINT32_MAX);
+  std::vector<uint32_t> llSlots;
+  if (llCount >= 0) {
+    tagLowLatencyLines(mine + hostLayout_.llOffset, hostLayout_, static_cast<uint32_t>(llCount));
+    llSlots.assign(static_cast<size_t>(kMaxBlocks), static_cast<uint32_t>(llCount));
+    ANYR_CUDA_CHECK(cudaMemcpyAsync(dHostState_->llUse, llSlots.data(),
+                                    llSlots.size() * sizeof(uint32_t), cudaMemcpyHostToDevice,
+                                    internalStream_));
+    ANYR_LOG(Warn, rank_,
+             "ANYR_TEST_HOST_LL_COUNT: the low-latency launch count starts at " << llCount);
+  }
   waitStreamIdle(internalStream_, "clearing the host transport's state");
   char* dev = host_->device();
   WorkspaceHeader* headers[kMaxLocalRanks] = {};

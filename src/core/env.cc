@@ -66,11 +66,17 @@ const std::vector<Param>& params() {
       {"ANYR_TEST_SYNC_EPOCH", "",
        "tests only: the flag algorithms' launch epoch at creation (rank 0's value), as if that "
        "many launches had passed since their flags were last raised"},
+      {"ANYR_TEST_HOST_LL_COUNT", "",
+       "tests only: the host one-shot low-latency protocol's launch count at creation "
+       "(0..4294967295; rank 0's value), every line of its buffers tagged with it, so that a "
+       "test runs calls across the count's wrap and the buffers' sweeps"},
       {"ANYR_FAULT_INJECT", "",
        "tests only: corrupt-peer:R makes rank R's mapping of the next rank's workspace point at "
        "its own, so the self-test must catch it; ipc-open:R makes every cudaIpcOpenMemHandle of "
        "rank R fail, as where legacy CUDA IPC does not work; vmm-granularity:R makes rank R "
-       "report a coarser vmm allocation granularity than its peers, as a GPU of another model"},
+       "report a coarser vmm allocation granularity than its peers, as a GPU of another model; "
+       "host-copy-selftest:R gives host-copy a wrong self-test input on rank R, so it fails the "
+       "self-test after the host one-shot ran and the protocol state is reset"},
       {"ANYR_VALIDATE_CALLS", "0",
        "1: every anyrAllReduce, anyrAllReduceAddRmsNorm and anyrCommSetAlgorithm call first "
        "compares its signature (call number, kind, count or tokens/hidden/quantization, dtype, op "

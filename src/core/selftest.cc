@@ -78,7 +78,8 @@ FaultInjection parseFaultInjection(const std::string& text) {
   const std::pair<const char*, FaultInjection::Kind> forms[] = {
       {"corrupt-peer:", FaultInjection::CorruptPeer},
       {"ipc-open:", FaultInjection::IpcOpenFails},
-      {"vmm-granularity:", FaultInjection::VmmGranularity}};
+      {"vmm-granularity:", FaultInjection::VmmGranularity},
+      {"host-copy-selftest:", FaultInjection::HostCopySelfTest}};
   for (const auto& [prefix, kind] : forms) {
     const size_t len = std::strlen(prefix);
     if (text.rfind(prefix, 0) != 0 || text.size() <= len) continue;
@@ -92,14 +93,15 @@ FaultInjection parseFaultInjection(const std::string& text) {
     }
   }
   throwError(anyrInvalidArgument, "environment variable ANYR_FAULT_INJECT='" + text +
-                                      "': must be empty, corrupt-peer:<rank>, ipc-open:<rank> or "
-                                      "vmm-granularity:<rank> "
+                                      "': must be empty, corrupt-peer:<rank>, ipc-open:<rank>, "
+                                      "vmm-granularity:<rank> or host-copy-selftest:<rank> "
                                       "with rank in 0.." +
                                       std::to_string(kMaxLocalRanks - 1) + " (tests only)");
 }
 
 void SelfTest::injectFaults() {
-  const FaultInjection f = parseFaultInjection(env::getString("ANYR_FAULT_INJECT"));
+  fault_ = parseFaultInjection(env::getString("ANYR_FAULT_INJECT"));
+  const FaultInjection& f = fault_;
   if (f.kind != FaultInjection::CorruptPeer || f.rank != c_.rank_ || !c_.peers_) return;
   // This rank's view of the next rank's workspace points at its own workspace instead: its
   // pushes and flags for that peer land in its own memory, and its reads of that peer read
@@ -233,12 +235,17 @@ SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
   std::vector<Run> runs;
   int launchFailures = 0;
   std::string launchWhy;
+  // ANYR_FAULT_INJECT=host-copy-selftest:R: rank R contributes the constant 1 instead of its
+  // pattern, so every rank's host-copy check fails.
+  const bool wrongInput = algo == anyrAlgoHostCopy &&
+                          fault_.kind == FaultInjection::HostCopySelfTest && fault_.rank == c.rank_;
   for (const Size& sz : sizes) {
     const size_t bytes = sz.count * dtypeSize(sz.dtype);
     for (int rep = 0; rep < kReps; ++rep) {
       const bool inPlace = rep == kReps - 1;
       void* out = inPlace ? in_ : out_;
-      ANYR_CUDA_CHECK(launchSelfTestFill(sz.dtype, in_, sz.count, c.rank_, c.internalStream_));
+      ANYR_CUDA_CHECK(launchSelfTestFill(sz.dtype, in_, sz.count, wrongInput ? -1 : c.rank_,
+                                         c.internalStream_));
       if (!inPlace) ANYR_CUDA_CHECK(cudaMemsetAsync(out_, 0xff, bytes, c.internalStream_));
       try {
         if (host) {
@@ -407,10 +414,14 @@ void SelfTest::resetProtocolState() {
     ANYR_CUDA_CHECK(cudaMemsetAsync(c.dState_, 0, sizeof(LocalState), s));
   }
   if (c.host_) {
-    // The own region of the shared host segment: its flags and its header's abort words (this
-    // rank is their only writer besides peers' abortedBy, and no peer kernel runs now).
+    // The own region of the shared host segment: its flags, its low-latency lines and its
+    // header's abort words (this rank is their only writer besides peers' abortedBy, and no
+    // peer kernel runs now). The lines go back to tag 0 with the protocol's launch count: left
+    // as the self-test wrote them, they carried the tags the next launches reuse, and a late
+    // peer's line would have been taken from the self-test (host_oneshot_ll.cu).
     char* mine = c.host_->host() + static_cast<uint64_t>(c.rank_) * c.hostLayout_.rankBytes;
     std::memset(mine + c.hostLayout_.flagsOffset, 0, sizeof(HostFlags));
+    std::memset(mine + c.hostLayout_.llOffset, 0, 2 * c.hostLayout_.llBytes);
     std::memset(mine + c.hostLayout_.headerOffset + offsetof(WorkspaceHeader, abortedBy), 0,
                 2 * sizeof(int32_t));
     ANYR_CUDA_CHECK(cudaMemsetAsync(c.dHostState_, 0, sizeof(LocalState), s));

@@ -27,10 +27,12 @@ constexpr int kSelfTestTimeoutMs = 5000;
 // Parsed ANYR_FAULT_INJECT: "corrupt-peer:R" -> kind CorruptPeer, rank R; "ipc-open:R" ->
 // kind IpcOpenFails (rank R's cudaIpcOpenMemHandle calls fail; read by the transport's setup);
 // "vmm-granularity:R" -> kind VmmGranularity (rank R reports a coarser vmm allocation
-// granularity than its peers; read by the transport's setup).
+// granularity than its peers; read by the transport's setup); "host-copy-selftest:R" -> kind
+// HostCopySelfTest (rank R's self-test input for host-copy is wrong, so host-copy fails the
+// self-test on every rank and the protocol state is reset after the host one-shot ran).
 // Throws anyrInvalidArgument naming the variable for any other text. "" -> kind None.
 struct FaultInjection {
-  enum Kind { None, CorruptPeer, IpcOpenFails, VmmGranularity } kind = None;
+  enum Kind { None, CorruptPeer, IpcOpenFails, VmmGranularity, HostCopySelfTest } kind = None;
   int rank = -1;
 };
 FaultInjection parseFaultInjection(const std::string& text);
@@ -58,6 +60,7 @@ class SelfTest {
   void setWaitTimeoutMs(int ms);
 
   Communicator& c_;
+  FaultInjection fault_;  // ANYR_FAULT_INJECT, parsed by injectFaults
   void* in_ = nullptr;
   void* out_ = nullptr;
   void* weight_ = nullptr;

@@ -36,16 +36,26 @@ void requireSameOrDisjoint(const void* a, const char* aName, const void* b, cons
                        " (it must be the same buffer, in place, or not overlap at all)");
 }
 
-// A byte output (quantOut and the block scales) overlaps no other buffer of the call.
+// Buffer a (aBytes) and buffer b (bBytes) share no byte; otherwise the error names a, b and
+// `rule`.
 void requireDisjoint(const void* a, size_t aBytes, const char* aName, const void* b, size_t bBytes,
-                     const char* bName) {
+                     const char* bName, const char* rule) {
   if (a == nullptr || b == nullptr) return;
   const uintptr_t pa = reinterpret_cast<uintptr_t>(a);
   const uintptr_t pb = reinterpret_cast<uintptr_t>(b);
   ANYR_REQUIRE_ARG(pa + aBytes <= pb || pb + bBytes <= pa, aName,
-                   std::string("overlaps ") + bName +
-                       " (a quantized output must not overlap any other buffer of the call)");
+                   std::string("overlaps ") + bName + " (" + rule + ")");
 }
+
+// A byte output (quantOut and the block scales) overlaps no other buffer of the call.
+constexpr const char* kQuantRule =
+    "a quantized output must not overlap any other buffer of the call";
+// weight and the quantization scale are read for every row while rows of the outputs are
+// written (by other blocks, in any order): overlapping an output, wholly or partly, they would
+// be read half-overwritten. Read-only buffers may overlap each other.
+constexpr const char* kReadForEveryRowRule =
+    "it is read for every row while the outputs are written, so it must not overlap any output "
+    "buffer";
 
 }  // namespace
 
@@ -132,10 +142,10 @@ void validateFused(const void* input, const char* inputName, const void* residua
         {weight, hidden * esize, "weight"},     {o.scale, sizeof(float), "options.scale"}};
     for (int i = 0; i < 3; ++i) {
       for (const Buf& b : rows)
-        requireDisjoint(outs[i].p, outs[i].bytes, outs[i].name, b.p, b.bytes, b.name);
+        requireDisjoint(outs[i].p, outs[i].bytes, outs[i].name, b.p, b.bytes, b.name, kQuantRule);
       for (int j = 0; j < i; ++j) {
         requireDisjoint(outs[i].p, outs[i].bytes, outs[i].name, outs[j].p, outs[j].bytes,
-                        outs[j].name);
+                        outs[j].name, kQuantRule);
       }
     }
   }
@@ -144,6 +154,15 @@ void validateFused(const void* input, const char* inputName, const void* residua
     const uintptr_t pr = reinterpret_cast<uintptr_t>(residualOut);
     ANYR_REQUIRE_ARG(pn + rowBytes <= pr || pr + rowBytes <= pn, "normOut",
                      "overlaps residualOut (they must be different buffers)");
+  }
+  // The row-sized outputs; the quantized ones were checked against weight and scale above.
+  const void* scale = o.quant != anyrQuantNone ? o.scale : nullptr;
+  for (const auto& out :
+       {std::make_pair(residualOut, "residualOut"), std::make_pair(normOut, "normOut")}) {
+    requireDisjoint(weight, hidden * esize, "weight", out.first, rowBytes, out.second,
+                    kReadForEveryRowRule);
+    requireDisjoint(scale, sizeof(float), "options.scale", out.first, rowBytes, out.second,
+                    kReadForEveryRowRule);
   }
 }
 

@@ -234,7 +234,9 @@ __host__ __device__ inline uint32_t e2m1Code(float v) {
 // Checks every argument rule of anyrAllReduceAddRmsNorm / anyrAddRmsNorm and throws
 // anyr::Error(anyrInvalidArgument, "argument 'NAME': RULE") for the first one broken.
 // `input` is the row source, named `inputName` in messages ("partial" or "x"); it may equal
-// normOut but not partly overlap it. options may be NULL (ANYR_FUSED_OPTIONS_INITIALIZER).
+// normOut but not partly overlap it. `weight` and the quantization scale overlap no output
+// (residualOut, normOut, the quantized ones), partly or wholly: they are read for every row
+// while rows are written. options may be NULL (ANYR_FUSED_OPTIONS_INITIALIZER).
 // With tokens == 0 nothing is read or written, so only the rules on values (datatype, hidden,
 // epsilon, options) apply, not those on buffers.
 void validateFused(const void* input, const char* inputName, const void* residualIn,

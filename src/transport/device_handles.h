@@ -141,11 +141,15 @@ struct LocalState {
   // block left unused for 2^31 launches would otherwise find flags that old, and the wrapping
   // comparison `flag - count >= 0` would take them as raised.
   uint32_t flagUse[kMaxBlocks];
+  // Host transport, the host one-shot's low-latency protocol: its launches completed. A launch's
+  // lines carry this count + 1 as their tag, and it picks their buffer; it advances only with
+  // that protocol's own launches, which keep every line's tag recent (host_oneshot_ll.cu).
+  uint32_t llUse[kMaxBlocks];
   // Host transport, host-copy: launches in which chunk c was used, which is what its flags
   // carry, for the same reason (a chunk index left unused while messages stay small).
   uint32_t copyUse[kMaxCopyChunks];
 };
-static_assert(sizeof(LocalState) == 64 + 4 * 4 * kMaxBlocks + 4 * kMaxCopyChunks,
+static_assert(sizeof(LocalState) == 64 + 5 * 4 * kMaxBlocks + 4 * kMaxCopyChunks,
               "LocalState layout");
 
 // Everything a kernel needs to wait safely. Kept in device memory (one per communicator) and

@@ -41,7 +41,7 @@ struct HostLayout {
   uint64_t launchBytes;  // most bytes of input one launch carries (larger messages are chunked)
   uint64_t rankBytes;    // size of one rank's region
   uint64_t totalBytes;   // nranks x rankBytes
-  uint64_t llOffset;  // 2 buffers (epoch parity) x llBytes: low-latency lines (host_oneshot_ll.cu)
+  uint64_t llOffset;  // 2 buffers (hostLLBuffer) x llBytes: low-latency lines (host_oneshot_ll.cu)
   uint64_t llBytes;   // 2 x llMaxBytes rounded up to a page: 16-byte lines with 8-byte payloads
   uint64_t llMaxBytes;  // largest launch the low-latency protocol carries (0: never used)
   // host-copy (host_copy.cu): a launch moves through the copy engines in chunks of at most this
@@ -64,6 +64,23 @@ constexpr int kWireInt8 = 2;
 constexpr int kWireGroupVecs = 16;
 // Block ranges are whole multiples of this many vectors, so no wire group straddles blocks.
 constexpr int kHostBlockQuantum = 32;
+
+// The host one-shot's low-latency protocol (host_oneshot_ll.cu): launch tag, buffer and sweep.
+// Its launch number k (LocalState::llUse + 1, modulo 2^32, equal on every rank) is the tag
+// every line of the launch carries (a reader takes a line only when it carries the tag) and
+// picks the buffer, k % 2. A launch whose tag hostLLSweeps also writes every line of its
+// buffer past its own lines, zero payload, with hostLLSweepTag (an older tag of the buffer, so
+// that only the launch's own data carries its tag, even for a peer that reads past them).
+// Each buffer is swept at least every kHostLLSweepPeriod + 1 launches, so when launch k starts,
+// every line of its buffer carries the tag of a launch 1 to kHostLLSweepPeriod + 2 launches
+// before it, never k itself modulo 2^32: no launch can take a stale line, however long a line
+// went unwritten. (A count shared with other kernels, or no sweep, let a line left 2^32
+// launches earlier match again.) The segment starts zeroed with the count at 0; whatever sets
+// the count elsewhere (a self-test reset, a test's start value) sets every line's tag to it.
+constexpr uint32_t kHostLLSweepPeriod = 1u << 30;
+constexpr uint32_t hostLLBuffer(uint32_t tag) { return tag & 1u; }
+constexpr bool hostLLSweeps(uint32_t tag) { return (tag & (kHostLLSweepPeriod - 1u)) < 2u; }
+constexpr uint32_t hostLLSweepTag(uint32_t tag) { return tag - 2u; }
 
 // Arguments of the host-memory kernels: raw pointers and sizes only.
 struct HostArgs {

@@ -496,6 +496,85 @@ TEST(FusedValidate, RejectsEachBrokenRule) {
   expectRejected(a, "options.scale", "not aligned to 4 bytes");
 }
 
+// weight (hidden x 2 = 512 bytes here) and the quantization scale are read for every row while
+// the outputs are written: they may overlap no output, partly or wholly; the read-only buffers
+// (x / partial, residualIn) they may overlap. Rows are 4 x 256 x 2 = 2048 bytes.
+TEST(FusedValidate, WeightAndScaleOverlapNoOutput) {
+  const std::string rule = "must not overlap any output buffer";
+  auto at = [](const void* base, long off) {
+    return reinterpret_cast<char*>(const_cast<void*>(base)) + off;
+  };
+  Args a;
+  a.weight = at(a.residualOut, 2048 - 256);  // its first half in residualOut's last 256 bytes
+  expectRejected(a, "weight", "overlaps residualOut");
+  expectRejected(a, "weight", rule);
+  a = Args();
+  a.weight = at(a.residualOut, -256);  // its second half in residualOut's first 256 bytes
+  expectRejected(a, "weight", "overlaps residualOut");
+  a = Args();
+  a.weight = at(a.normOut, 512);  // wholly inside normOut
+  expectRejected(a, "weight", "overlaps normOut");
+  expectRejected(a, "weight", rule);
+  a = Args();
+  a.weight = a.normOut;  // the same start
+  expectRejected(a, "weight", "overlaps normOut");
+  a = Args();
+  a.weight = a.residualOut;
+  expectRejected(a, "weight", "overlaps residualOut");
+  a = Args();
+  a.normOut = const_cast<void*>(a.input);  // x aliasing normOut: weight inside x is inside normOut
+  a.weight = at(a.input, 1024);
+  expectRejected(a, "weight", "overlaps normOut");
+  a = Args();
+  a.residualOut = const_cast<void*>(a.residualIn);  // in place: residualIn is written too
+  a.weight = at(a.residualIn, 2);
+  expectRejected(a, "weight", "overlaps residualOut");
+  // The all-reduce's name for its input is "partial"; the rule is the same.
+  a = Args();
+  a.weight = at(a.normOut, 1536);
+  try {
+    validateFused(a.input, "partial", a.residualIn, a.residualOut, a.weight, a.epsilon, a.normOut,
+                  a.tokens, a.hidden, a.datatype, &a.options);
+    ADD_FAILURE() << "weight inside normOut accepted with input 'partial'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("argument 'weight': overlaps normOut"), std::string::npos)
+        << e.what();
+  }
+  // The scale of a quantized output, likewise.
+  a = nvfp4Args();
+  a.options.scale = reinterpret_cast<const float*>(at(a.normOut, 2044));
+  expectRejected(a, "options.scale", "overlaps normOut");
+  expectRejected(a, "options.scale", rule);
+  a = nvfp4Args();
+  a.options.quant = anyrQuantFp8;
+  a.options.scale = reinterpret_cast<const float*>(at(a.residualOut, 0));
+  expectRejected(a, "options.scale", "overlaps residualOut");
+  // Allowed: adjacent to an output, inside a read-only input, no output given.
+  a = Args();
+  a.weight = at(a.residualOut, 2048);
+  EXPECT_NO_THROW(a.validate());
+  a = Args();
+  a.weight = at(a.normOut, -512);
+  EXPECT_NO_THROW(a.validate());
+  a = Args();
+  a.weight = at(a.input, 100);
+  EXPECT_NO_THROW(a.validate());
+  a = Args();
+  a.weight = at(a.residualIn, 0);
+  EXPECT_NO_THROW(a.validate());
+  a = nvfp4Args();
+  a.normOut = nullptr;
+  a.residualIn = nullptr;
+  a.residualOut = nullptr;
+  a.weight = reinterpret_cast<const void*>(0x500000);  // where normOut would have been
+  a.options.scale = reinterpret_cast<const float*>(at(a.input, 4));
+  EXPECT_NO_THROW(a.validate());
+  // Without quantization the scale is not read, so not checked.
+  a = Args();
+  a.options.scale = reinterpret_cast<const float*>(a.normOut);
+  EXPECT_NO_THROW(a.validate());
+}
+
 TEST(FusedValidate, MakeFusedParamsCopiesTheArguments) {
   Args a = nvfp4Args();
   a.options.weightPlusOne = 7;
@@ -708,6 +787,22 @@ TEST(FusedCApi, RejectsInvalidArgumentsBeforeTouchingTheGpu) {
   EXPECT_EQ(anyrAddRmsNorm(nullptr, nullptr, nullptr, nullptr, 1e-6f, nullptr, 0, 256, anyrBfloat16,
                            nullptr, nullptr),
             anyrSuccess);  // tokens == 0: a no-op
+}
+
+// The standalone call refuses a weight overlapping an output (here partly, its first 8 bytes
+// being normOut's last 8) with the argument, the other buffer and the rule named.
+TEST(FusedCApi, RefusesAWeightOverlappingAnOutput) {
+  std::vector<uint16_t> host(256 * 4 * 2 + 256);
+  uint16_t* x = host.data();
+  uint16_t* norm = x + 256 * 4;
+  uint16_t* weight = norm + 256 * 4 - 4;
+  EXPECT_EQ(anyrAddRmsNorm(x, nullptr, nullptr, weight, 1e-6f, norm, 4, 256, anyrBfloat16, nullptr,
+                           nullptr),
+            anyrInvalidArgument);
+  const std::string msg = anyrGetLastError(nullptr);
+  EXPECT_NE(msg.find("anyrAddRmsNorm: argument 'weight': overlaps normOut"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("must not overlap any output buffer"), std::string::npos) << msg;
 }
 
 // ---- crafted rows through the reference ---------------------------------------------------

@@ -1,7 +1,8 @@
 // The host-memory transport's shared segment, across real processes: every rank sees the same
 // outcome, and the segment's name never outlives the setup. On a machine with a GPU the ranks
 // also check that they really share the bytes; without one, cudaHostRegister fails and every
-// rank must report that failure (the transport then is not admitted, with that reason).
+// rank must report that failure (the transport then is not admitted, with that reason), and
+// the test is reported skipped, since its main subject, the sharing, was not checked.
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -120,10 +121,14 @@ TEST(HostMemory, SameOutcomeOnEveryRankAndNoNameLeftBehind) {
   // The name carries rank 0's pid; it must be gone whatever the outcome.
   const std::string prefix = "anyreduce-" + std::to_string(pids[0]) + "-";
   EXPECT_TRUE(leftovers(prefix).empty()) << "/dev/shm/" << leftovers(prefix)[0];
-  std::printf("[ info ] outcome: %s\n", codes[0] == kShared
-                                            ? "segment shared by every rank"
-                                            : "cudaHostRegister failed on every rank (no GPU "
-                                              "visible to CUDA: the sharing of bytes not checked)");
+  // Without a GPU the agreement and the cleanup were checked, the sharing of bytes was not: the
+  // test reports a skip (a failure above still fails it), not a pass.
+  if (codes[0] == kRegFailed) {
+    GTEST_SKIP() << "cudaHostRegister failed on every rank (no GPU visible to CUDA): the same "
+                    "outcome on every rank and the cleanup were checked, the sharing of the "
+                    "segment's bytes was not";
+  }
+  std::printf("[ info ] outcome: segment shared by every rank\n");
 }
 
 }  // namespace

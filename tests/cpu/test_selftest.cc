@@ -24,10 +24,14 @@ TEST(SelfTest, ParsesTheFaultInjectionSwitch) {
   f = parseFaultInjection("vmm-granularity:1");
   EXPECT_EQ(f.kind, FaultInjection::VmmGranularity);
   EXPECT_EQ(f.rank, 1);
+  f = parseFaultInjection("host-copy-selftest:1");
+  EXPECT_EQ(f.kind, FaultInjection::HostCopySelfTest);
+  EXPECT_EQ(f.rank, 1);
   for (const char* bad :
        {"corrupt-peer:", "corrupt-peer:x", "corrupt-peer:-1", "corrupt-peer:8", "corrupt-peer:1x",
         "corrupt", "1", "ipc-open:", "ipc-open:8", "ipc-open:-2", "ipc-open:1 ", "ipc-open",
-        "vmm-granularity:", "vmm-granularity", "vmm-granularity:9"}) {
+        "vmm-granularity:", "vmm-granularity", "vmm-granularity:9",
+        "host-copy-selftest:", "host-copy-selftest:8", "host-copy-selftest"}) {
     try {
       parseFaultInjection(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

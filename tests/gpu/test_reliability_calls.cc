@@ -124,14 +124,19 @@ TEST(ReliabilityCallsGpu, ValidationModeReportsMismatchedCallsOnEveryRank) {
         if (checkedAllReduce(comm, buf, 100000, anyrFloat32, rank, n, 12, s) != 0) {
           fail("call after the mismatches");
         }
-        // 6. Different forced algorithms are caught too (when rank 0 may force NCCL at all).
-        r = anyrCommSetAlgorithm(comm, rank == 0 ? anyrAlgoNccl : anyrAlgoAuto);
+        // 6. Different forced algorithms are caught too: rank 0 forces the algorithm the
+        // automatic choice takes for 512 elements (admitted here by definition, so this part
+        // always runs), rank 1 asks for the automatic choice.
+        anyrAlgo_t forced = anyrAlgoAuto;
+        R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrFloat32, &forced), comm);
+        const std::string forcedCall =
+            std::string("anyrCommSetAlgorithm(") + anyrAlgoName(forced) + ")";
+        r = anyrCommSetAlgorithm(comm, rank == 0 ? forced : anyrAlgoAuto);
         msg = anyrGetLastError(comm);
-        if (contains(msg, "not admitted")) {
-          report("SKIP algorithm mismatch: nccl not admitted: " + msg + "\n");
-        } else if (r != anyrInvalidUsage || !contains(msg, "anyrCommSetAlgorithm(nccl)") ||
-                   !contains(msg, "anyrCommSetAlgorithm(auto)")) {
-          fail(std::string("algorithm mismatch: ") + anyrGetErrorString(r) + ": " + msg);
+        if (forced == anyrAlgoAuto || r != anyrInvalidUsage || !contains(msg, forcedCall) ||
+            !contains(msg, "anyrCommSetAlgorithm(auto)")) {
+          fail(std::string("algorithm mismatch (") + forcedCall +
+               " on rank 0): " + anyrGetErrorString(r) + ": " + msg);
         }
         R_CUDA(cudaFree(buf));
         R_CUDA(cudaStreamDestroy(s));
@@ -450,26 +455,37 @@ TEST(ReliabilityCallsGpu, CallsRunOnTheCommunicatorsDeviceWhateverIsCurrent) {
   expectAllPassed(results);
 }
 
-TEST(ReliabilityCallsGpu, AddRmsNormRefusesBuffersOffTheStreamsDevice) {
-  REQUIRE_GPU();
-  auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& report) {
+// anyrAddRmsNorm on device 0's stream: buffers that are not device 0's memory are refused,
+// naming the argument (host memory; with otherDevice, device 1's memory), and a valid call
+// still works.
+int addRmsNormRefusalRank(const Report& report, bool otherDevice) {
+  R_CUDA(cudaSetDevice(0));
+  const size_t tokens = 4, hidden = 256, bytes = tokens * hidden * 2;
+  char *x = nullptr, *w = nullptr, *out = nullptr;
+  R_CUDA(cudaMalloc(&x, bytes));
+  R_CUDA(cudaMalloc(&w, hidden * 2));
+  R_CUDA(cudaMalloc(&out, bytes));
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int failures = 0;
+  auto expectArg = [&](anyrResult_t r, const char* arg, const char* rule) {
+    std::string msg = anyrGetLastError(nullptr);
+    if (r != anyrInvalidArgument || !contains(msg, std::string("'") + arg + "'") ||
+        !contains(msg, rule)) {
+      ++failures;
+      report(std::string("FAIL ") + arg + ": " + anyrGetErrorString(r) + ": " + msg + "\n");
+    }
+  };
+  if (otherDevice) {
+    char* far = nullptr;
+    R_CUDA(cudaSetDevice(1));
+    R_CUDA(cudaMalloc(&far, bytes));
     R_CUDA(cudaSetDevice(0));
-    const size_t tokens = 4, hidden = 256, bytes = tokens * hidden * 2;
-    char *x = nullptr, *w = nullptr, *out = nullptr;
-    R_CUDA(cudaMalloc(&x, bytes));
-    R_CUDA(cudaMalloc(&w, hidden * 2));
-    R_CUDA(cudaMalloc(&out, bytes));
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    int failures = 0;
-    auto expectArg = [&](anyrResult_t r, const char* arg, const char* rule) {
-      std::string msg = anyrGetLastError(nullptr);
-      if (r != anyrInvalidArgument || !contains(msg, std::string("'") + arg + "'") ||
-          !contains(msg, rule)) {
-        ++failures;
-        report(std::string("FAIL ") + arg + ": " + anyrGetErrorString(r) + ": " + msg + "\n");
-      }
-    };
+    expectArg(anyrAddRmsNorm(x, nullptr, nullptr, w, 1e-6f, far, tokens, hidden, anyrBfloat16,
+                             nullptr, s),
+              "normOut", "is memory of device 1, the stream's device is 0");
+    R_CUDA(cudaFree(far));
+  } else {
     std::vector<char> host(bytes);
     expectArg(anyrAddRmsNorm(host.data(), nullptr, nullptr, w, 1e-6f, out, tokens, hidden,
                              anyrBfloat16, nullptr, s),
@@ -477,30 +493,35 @@ TEST(ReliabilityCallsGpu, AddRmsNormRefusesBuffersOffTheStreamsDevice) {
     expectArg(anyrAddRmsNorm(x, nullptr, nullptr, host.data(), 1e-6f, out, tokens, hidden,
                              anyrBfloat16, nullptr, s),
               "weight", "must point to device memory");
-    if (gpuCount() > 1) {
-      char* far = nullptr;
-      R_CUDA(cudaSetDevice(1));
-      R_CUDA(cudaMalloc(&far, bytes));
-      R_CUDA(cudaSetDevice(0));
-      expectArg(anyrAddRmsNorm(x, nullptr, nullptr, w, 1e-6f, far, tokens, hidden, anyrBfloat16,
-                               nullptr, s),
-                "normOut", "is memory of device 1, the stream's device is 0");
-      R_CUDA(cudaFree(far));
-    } else {
-      report("SKIP a buffer on another device: needs 2 GPUs\n");
-    }
-    // A valid call still works.
-    R_CUDA(cudaMemset(x, 0, bytes));
-    R_CUDA(cudaMemset(w, 0, hidden * 2));
-    R_ANYR(anyrAddRmsNorm(x, nullptr, nullptr, w, 1e-6f, out, tokens, hidden, anyrBfloat16, nullptr,
-                          s),
-           nullptr);
-    R_CUDA(cudaStreamSynchronize(s));
-    R_CUDA(cudaFree(x));
-    R_CUDA(cudaFree(w));
-    R_CUDA(cudaFree(out));
-    R_CUDA(cudaStreamDestroy(s));
-    return failures ? 4 : 0;
+  }
+  // A valid call still works.
+  R_CUDA(cudaMemset(x, 0, bytes));
+  R_CUDA(cudaMemset(w, 0, hidden * 2));
+  R_ANYR(
+      anyrAddRmsNorm(x, nullptr, nullptr, w, 1e-6f, out, tokens, hidden, anyrBfloat16, nullptr, s),
+      nullptr);
+  R_CUDA(cudaStreamSynchronize(s));
+  R_CUDA(cudaFree(x));
+  R_CUDA(cudaFree(w));
+  R_CUDA(cudaFree(out));
+  R_CUDA(cudaStreamDestroy(s));
+  return failures ? 4 : 0;
+}
+
+TEST(ReliabilityCallsGpu, AddRmsNormRefusesHostBuffers) {
+  REQUIRE_GPU();
+  auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& report) {
+    return addRmsNormRefusalRank(report, false);
+  });
+  expectAllPassed(results);
+}
+
+// (Its own test, so that with one GPU it is reported skipped, not passed.)
+TEST(ReliabilityCallsGpu, AddRmsNormRefusesABufferOfAnotherDevice) {
+  REQUIRE_GPU();
+  if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs (a buffer on the device the stream is not of)";
+  auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& report) {
+    return addRmsNormRefusalRank(report, true);
   });
   expectAllPassed(results);
 }
