@@ -476,6 +476,9 @@ void NcclBootstrap::exchange(const void* in, void* out, size_t bytes) {
   std::memcpy(hIn_, &h, kHeader);
   if (bytes > 0) std::memcpy(static_cast<char*>(hIn_) + kHeader, in, bytes);
   ANYR_CUDA_CHECK(cudaMemcpyAsync(dIn_, hIn_, slot, cudaMemcpyHostToDevice, stream_));
+  // Cleared each time: a header in a slot then arrived in this exchange (not left over from
+  // memory used before, which could hold one).
+  ANYR_CUDA_CHECK(cudaMemsetAsync(dOut_, 0, slot * static_cast<size_t>(nranks_), stream_));
   ANYR_CUDA_CHECK(cudaEventRecord(staged_, stream_));
   const ncclResult_t r = enqueue("ncclAllGather", [&](ncclComm_t comm) {
     return ncclAllGather(dIn_, dOut_, slot, ncclUint8, comm, stream_);
