@@ -97,8 +97,9 @@ std::shared_ptr<NcclComm> externalNcclComm(ncclComm_t comm);
 //
 // Calls captured into a CUDA graph are not watched: their events would be recorded once, at
 // capture, while the NCCL kernels run at each replay, which the host does not see. A replayed
-// NCCL all-reduce whose peer never joins is released only by anyrCommAbort or by destroying the
-// communicator after a failure (both abort NCCL).
+// NCCL all-reduce whose peer never joins is released, on a communicator of ours, only by
+// anyrCommAbort or by destroying the communicator after a failure (both abort NCCL); on the
+// caller's NCCL communicator only by the caller stopping it.
 class NcclHandle {
  public:
   using FailureSink = std::function<void(anyrResult_t code, const std::string& msg)>;
@@ -122,7 +123,8 @@ class NcclHandle {
   // and onFailure told) or anyrNcclError.
   void allReduceSum(const void* in, void* out, size_t count, anyrDataType_t dtype,
                     cudaStream_t stream, int timeoutMs);
-  // NCCL's asynchronous error (ncclSuccess without a communicator).
+  // NCCL's asynchronous error (ncclSuccess without a communicator, or while another thread
+  // holds it: never waits).
   ncclResult_t asyncError() const;
   // Ends the watchdog thread (bounded), then destroys (ok, and no watched call outstanding) or
   // aborts a communicator of ours and forgets it. The caller's is left alone, unless a watched
@@ -130,8 +132,8 @@ class NcclHandle {
   // nothing else would release that call's kernels. Never throws.
   void release(bool ok);
 
-  // Tests only: runs on each eager call's stream after its first event and before the NCCL
-  // enqueue (a GPU test stalls the stream there to make a call overrun its deadline on one GPU).
+  // Tests only: runs on each call's stream before the NCCL enqueue, after the call's first event
+  // (a GPU test stalls the stream there to make a call overrun its deadline on one GPU).
   void setTestHookBeforeEnqueue(std::function<void(cudaStream_t)> hook) {
     testHook_ = std::move(hook);
   }
