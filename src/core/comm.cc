@@ -556,7 +556,8 @@ void Communicator::initNccl(ncclComm_t externalNccl) {
     }
   }
   if (facts_.ncclAvailable) {
-    nccl_.adopt(comm, externalNccl == nullptr);
+    nccl_.adopt(comm, externalNccl == nullptr, rank_, device_,
+                [this](anyrResult_t code, const std::string& msg) { setFailed(code, msg); });
   } else if (comm != nullptr && externalNccl == nullptr) {
     releaseNcclComm(comm, true);
   }

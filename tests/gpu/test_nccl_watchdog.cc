@@ -1,0 +1,320 @@
+// The watchdog that bounds the NCCL path (src/algo/nccl_path.h, NcclHandle).
+//
+// One GPU: NCCL refuses two ranks on one GPU, and a one-rank NCCL all-reduce is a local copy
+// that always completes. So the one-GPU tests drive NcclHandle directly on a one-rank NCCL
+// communicator and hold the call's stream with a kernel placed, through the handle's test hook,
+// between the call's first event and its NCCL enqueue: the call cannot complete, the watchdog
+// must fire once at the timeout, stop the NCCL communicator (ours: ncclCommAbort; the caller's:
+// ncclCommRevoke, or ncclCommAbort where NCCL has no revoke) and report through the failure
+// sink; the next call must fail with the same report.
+//
+// Two GPUs: two ranks, the NCCL path forced, rank 1 stops calling; rank 0's NCCL all-reduce
+// (and the fused op's composition over it) must end with anyrTimeout within timeout + 5 s,
+// its stream released by the abort, for a communicator of our own and one made from the
+// caller's NCCL communicator (anyrCommInitFromNccl). Without the watchdog that call hangs.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "algo/nccl_path.h"
+#include "anyreduce/anyreduce.h"
+#include "common/data.h"
+#include "core/error.h"
+#include "gpu/gpu_test_util.h"
+#include "gpu/nccl_test_util.h"
+#include "gpu/nccl_watchdog_kernels.h"
+
+namespace anyr {
+namespace {
+
+using nccltest::Clock;
+using nccltest::contains;
+using nccltest::makeNcclComm;
+using nccltest::resetShared;
+using nccltest::secondsSince;
+using nccltest::sharedArea;
+using nccltest::waitFlag;
+
+// What the watchdog reported through NcclHandle's failure sink.
+struct Sink {
+  std::mutex mu;
+  int count = 0;
+  anyrResult_t code = anyrSuccess;
+  std::string msg;
+  Clock::time_point when{};
+  NcclHandle::FailureSink fn() {
+    return [this](anyrResult_t c, const std::string& m) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (count++ == 0) {
+        code = c;
+        msg = m;
+        when = Clock::now();
+      }
+    };
+  }
+  int calls() {
+    std::lock_guard<std::mutex> lock(mu);
+    return count;
+  }
+};
+
+// One GPU, one rank: a call held behind a stalled stream overruns its deadline. `external`:
+// the NCCL communicator is handed over as the caller's (anyrCommInitFromNccl's case).
+int stalledCallOnOneGpu(bool external, const Report& report) {
+  constexpr int kTimeoutMs = 500;
+  R_CUDA(cudaSetDevice(0));
+  int failures = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      ++failures;
+      report("FAIL " + what + "\n");
+    }
+  };
+  ncclComm_t nccl = makeNcclComm(0, 1, /*blocking=*/false);
+  Sink sink;
+  auto handle = std::make_unique<NcclHandle>();
+  handle->adopt(nccl, !external, 0, 0, sink.fn());
+  int* hRelease = nullptr;
+  R_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&hRelease), sizeof(int), cudaHostAllocMapped));
+  *const_cast<volatile int*>(hRelease) = 0;
+  int* dRelease = nullptr;
+  R_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dRelease), hRelease, 0));
+  std::atomic<bool> stallNext{false};
+  handle->setTestHookBeforeEnqueue([&](cudaStream_t s) {
+    if (stallNext.exchange(false)) R_CUDA(wdtest::launchStall(dRelease, 30ull * 1000000000ull, s));
+  });
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const uint64_t n = 1 << 20;
+  void *in = nullptr, *out = nullptr;
+  unsigned long long* scratch = nullptr;
+  R_CUDA(cudaMalloc(&in, n * 4));
+  R_CUDA(cudaMalloc(&out, n * 4));
+  R_CUDA(cudaMalloc(&scratch, sizeof(*scratch)));
+
+  // 1. Calls that complete: exact, and nothing fires long after their deadlines passed.
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    R_CUDA(data::fillInput(anyrFloat32, in, n, 0, seed, data::kSmallInts, s));
+    handle->allReduceSum(in, out, n, anyrFloat32, s, kTimeoutMs);
+    unsigned long long wrong = ~0ull;
+    R_CUDA(data::mismatchesNow(anyrFloat32, out, n, 1, seed, data::kSmallInts, scratch, s, &wrong));
+    expect(wrong == 0, "completed call: " + std::to_string(wrong) + " wrong elements");
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(3 * kTimeoutMs));
+  expect(sink.calls() == 0, "the watchdog fired for calls that completed: " + sink.msg);
+
+  // 2. A call that cannot complete: fired once, at the timeout (not before), NCCL stopped.
+  stallNext = true;
+  const auto t0 = Clock::now();
+  handle->allReduceSum(in, out, n, anyrFloat32, s, kTimeoutMs);
+  const double enqueueSec = secondsSince(t0);
+  while (sink.calls() == 0 && secondsSince(t0) < 20) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  double firedSec = -1;
+  {
+    std::lock_guard<std::mutex> lock(sink.mu);
+    if (sink.count > 0) firedSec = std::chrono::duration<double>(sink.when - t0).count();
+  }
+  expect(enqueueSec < 1.0, "the stalled call's enqueue blocked " + std::to_string(enqueueSec) +
+                               " s (the host must not wait for NCCL's kernel)");
+  expect(firedSec >= kTimeoutMs / 1000.0 * 0.9 && firedSec <= kTimeoutMs / 1000.0 + 2.0,
+         "the watchdog fired after " + std::to_string(firedSec) + " s (timeout " +
+             std::to_string(kTimeoutMs) + " ms)");
+  const std::string want =
+      "rank 0: NCCL all-reduce did not complete within 500 ms; NCCL does "
+      "not say which rank; ";
+  std::string msg;
+  {
+    std::lock_guard<std::mutex> lock(sink.mu);
+    msg = sink.msg;
+    expect(sink.code == anyrTimeout,
+           std::string("code ") + anyrGetErrorString(sink.code) + ": " + sink.msg);
+  }
+  expect(contains(msg, want), "message: " + msg);
+  bool revoked = false;
+  if (!external) {
+    expect(contains(msg, "the NCCL communicator was aborted"), "message: " + msg);
+  } else if (ncclHasRevoke()) {
+    revoked = true;
+    expect(contains(msg, "the NCCL communicator you passed was revoked (ncclCommRevoke)"),
+           "message: " + msg);
+  } else {
+    expect(contains(msg, "the NCCL communicator you passed was aborted and freed"),
+           "message: " + msg);
+  }
+  expect(handle->get() == nullptr, "the handle still offers the stopped communicator");
+  report("NOTE " + msg + "\n");
+
+  // 3. The next call reports the same failure, and enqueues nothing.
+  try {
+    handle->allReduceSum(in, out, n, anyrFloat32, s, kTimeoutMs);
+    expect(false, "a call after the watchdog fired succeeded");
+  } catch (const Error& e) {
+    expect(e.code() == anyrTimeout && std::string(e.what()) == msg,
+           std::string("next call: ") + anyrGetErrorString(e.code()) + ": " + e.what());
+  }
+
+  // 4. A revoked communicator refuses work (nothing can pair with a peer's), and stays the
+  // caller's to release.
+  if (revoked) {
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    ncclResult_t st = ncclInProgress;
+    while (st == ncclInProgress && Clock::now() < until) {
+      (void)ncclCommGetAsyncError(nccl, &st);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const ncclResult_t r = ncclAllReduce(in, out, n, ncclFloat32, ncclSum, nccl, s);
+    expect(r != ncclSuccess && r != ncclInProgress,
+           std::string("ncclAllReduce on the revoked communicator: ") + ncclGetErrorString(r));
+  }
+
+  // 5. The stream drains once released; release() and the handle's end are bounded; no second
+  // report.
+  *const_cast<volatile int*>(hRelease) = 1;
+  expect(waitStream(s, 10) == cudaSuccess, "the stream did not drain after the stall ended");
+  const auto t1 = Clock::now();
+  handle->release(false);
+  handle.reset();
+  expect(secondsSince(t1) < 2.0, "release took " + std::to_string(secondsSince(t1)) + " s");
+  expect(sink.calls() == 1, "the watchdog reported " + std::to_string(sink.calls()) + " times");
+  if (revoked) R_NCCL(ncclCommAbort(nccl));
+  for (void* p : {in, out, static_cast<void*>(scratch)}) R_CUDA(cudaFree(p));
+  R_CUDA(cudaFreeHost(hRelease));
+  R_CUDA(cudaStreamDestroy(s));
+  report("CHECKED\n");
+  return failures ? 4 : 0;
+}
+
+TEST(NcclWatchdogGpu, OneGpuAStalledCallFiresOnceAndAbortsOurNcclCommunicator) {
+  REQUIRE_GPU();
+  resetShared();
+  auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& r) {
+    return stalledCallOnOneGpu(false, r);
+  });
+  expectRanksPassed(results);
+  std::printf("[ info ] %s", results[0].message.c_str());
+}
+
+TEST(NcclWatchdogGpu, OneGpuAStalledCallStopsTheCallersNcclCommunicator) {
+  REQUIRE_GPU();
+  resetShared();
+  auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& r) {
+    return stalledCallOnOneGpu(true, r);
+  });
+  expectRanksPassed(results);
+  std::printf("[ info ] %s", results[0].message.c_str());
+}
+
+TEST(NcclWatchdogGpu, TwoGpusAPeerThatStopsCallingGivesTheNcclPathATimeout) {
+  REQUIRE_GPU();
+  if (gpuCount() < 2) {
+    GTEST_SKIP() << "needs 2 GPUs: two ranks of one NCCL communicator cannot share a GPU (NCCL "
+                    "refuses duplicate GPUs); the one-GPU tests above cover the watchdog";
+  }
+  const int timeoutMs = 1500;
+  for (bool fromNccl : {false, true}) {
+    for (bool fused : {false, true}) {
+      const std::string label = std::string(fromNccl ? "anyrCommInitFromNccl" : "unique id") +
+                                (fused ? ", fused op" : ", all-reduce");
+      resetShared();
+      auto results = runRanksCatching(
+          2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+            int failures = 0;
+            anyrComm_t comm = nullptr;
+            ncclComm_t nccl = nullptr;
+            if (fromNccl) {
+              useRankGpu(rank);
+              nccl = makeNcclComm(rank, n, /*blocking=*/false);
+              anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+              cfg.timeoutMs = timeoutMs;
+              R_ANYR(anyrCommInitFromNccl(&comm, nccl, &cfg), nullptr);
+            } else {
+              comm = initRankComm(rank, n, id, timeoutMs);
+            }
+            R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoNccl), comm);
+            cudaStream_t s;
+            R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+            const int tokens = 4, hidden = 1024;
+            void *buf = nullptr, *out = nullptr, *weight = nullptr;
+            R_CUDA(cudaMalloc(&buf, 1 << 20));
+            R_CUDA(cudaMalloc(&out, 1 << 20));
+            R_CUDA(cudaMalloc(&weight, hidden * 2));
+            R_CUDA(cudaMemset(buf, 0, 1 << 20));
+            R_CUDA(data::fillInput(anyrBfloat16, weight, hidden, 101, 7, data::kSmallInts, s));
+            auto call = [&]() {
+              return fused ? anyrAllReduceAddRmsNorm(buf, nullptr, out, weight, 1e-6f,
+                                                     static_cast<char*>(out) + (1 << 19), tokens,
+                                                     hidden, anyrBfloat16, nullptr, comm, s)
+                           : anyrAllReduce(buf, buf, 65536, anyrBfloat16, anyrSum, comm, s);
+            };
+            R_ANYR(call(), comm);  // both ranks: NCCL connected
+            R_CUDA(waitStream(s, 30));
+            if (rank == 0) {
+              const auto t0 = Clock::now();
+              const anyrResult_t r = call();
+              const cudaError_t ce = waitStream(s, timeoutMs / 1000.0 + 5.0);
+              const double sec = secondsSince(t0);
+              anyrResult_t async = anyrSuccess;
+              anyrCommGetAsyncError(comm, &async);
+              const std::string msg = anyrGetLastError(comm);
+              // The watchdog's timeout, reported by anyrCommGetAsyncError; or, where NCCL was
+              // still connecting at the enqueue, the call's own timeout. Either way NCCL was
+              // stopped and the message says so.
+              const anyrResult_t got = r != anyrSuccess ? r : async;
+              const bool says =
+                  (contains(msg, "NCCL all-reduce did not complete within 1500 ms") ||
+                   contains(msg, "NCCL all-reduce was still being enqueued after 1500 ms")) &&
+                  contains(msg, "NCCL does not say which rank") &&
+                  (fromNccl ? contains(msg, "the NCCL communicator you passed was")
+                            : contains(msg, "the NCCL communicator was aborted"));
+              if (got != anyrTimeout || ce != cudaSuccess || !says ||
+                  sec > timeoutMs / 1000.0 + 5.0) {
+                ++failures;
+                report("FAIL " + label + ": call " + anyrGetErrorString(r) + ", stream " +
+                       cudaGetErrorString(ce) + ", state " + anyrGetErrorString(async) + " after " +
+                       std::to_string(sec) + " s: " + msg + "\n");
+              } else {
+                report("NOTE " + label + ": " + std::to_string(sec) + " s: " + msg + "\n");
+              }
+              const anyrResult_t next = call();
+              if (next != anyrTimeout) {
+                ++failures;
+                report("FAIL " + label + ": the next call returned " + anyrGetErrorString(next) +
+                       "\n");
+              }
+              sharedArea()->flag.store(1);
+              // Revoked: still ours to release (after anyreduce's communicator). Aborted: NCCL
+              // freed it already.
+              if (fromNccl && !contains(msg, "was revoked")) nccl = nullptr;
+            } else {
+              (void)waitFlag(1, 60);  // skip the call; leave once rank 0 has its error
+              anyrCommAbort(comm);
+            }
+            const auto t1 = Clock::now();
+            anyrCommDestroy(comm);
+            if (secondsSince(t1) > timeoutMs / 1000.0 + 5.0) {
+              ++failures;
+              report("FAIL " + label + ": destroy took " + std::to_string(secondsSince(t1)) +
+                     " s\n");
+            }
+            // Rank 1's is healthy but its peer's is gone: abort (destroy could wait for it).
+            if (nccl != nullptr) ncclCommAbort(nccl);
+            return failures ? 4 : 0;
+          });
+      const std::string failures = launch::describeFailures(results);
+      EXPECT_TRUE(failures.empty()) << label << ": " << failures;
+      std::printf("[ info ] %s", results[0].message.c_str());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace anyr
