@@ -1471,10 +1471,12 @@ anyrAlgo_t Communicator::queryAlgorithm(size_t count, anyrDataType_t dtype) cons
   ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype", "unsupported datatype");
   checkCountFits(count, dtypeSize(dtype), "count");
   if (nranks_ == 1) return anyrAlgoAuto;
+  std::lock_guard<std::mutex> lock(tableMu_);  // anyrCommTune may be installing a table
   return pathFor(Op::AllReduce, count * dtypeSize(dtype)).algo;
 }
 
 std::string Communicator::explainJson() const {
+  std::lock_guard<std::mutex> lock(tableMu_);  // anyrCommTune may be installing a table
   nlohmann::json j;
   j["rank"] = rank_;
   j["nranks"] = nranks_;
@@ -1506,7 +1508,7 @@ std::string Communicator::explainJson() const {
   }
   j["choices"] = choices;
   if (!selfTestJson_.empty()) j["selfTest"] = nlohmann::json::parse(selfTestJson_);
-  j["dispatchText"] = explainText();
+  j["dispatchText"] = explainTextLocked();
   j["tuning"] = tuningNote_;
   j["programmaticLaunch"] = {{"enabled", pdlOn_},
                              {"reason", pdlReason_},

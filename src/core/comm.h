@@ -82,7 +82,8 @@ class Communicator {
   }
   const DispatchTable& dispatchTable() const { return dispatch_; }
   const TuningTable* tuned() const { return tuned_.get(); }
-  std::string explainText() const;
+  std::string explainText() const;        // takes tableMu_
+  std::string explainTextLocked() const;  // with tableMu_ held
   struct TuneOptions {
     uint64_t minBytes = 1024, maxBytes = 256ull << 20;  // all-reduce sizes, powers of two
     int hidden = 6144, maxTokens = 2048;                // fused: 1, 2, 4 .. maxTokens tokens
@@ -258,6 +259,11 @@ class Communicator {
   std::array<std::vector<Candidate>, kNumOps> candidates_;
   std::array<std::atomic<int>, kNumOps> forcedPath_{};  // -1: none; else algo | kernel << 8
   std::array<bool, anyrNumAlgos> fusedKernelOk_{};      // fused kernel of this algorithm admitted
+  // The dispatch table and what tuning installed in it (dispatch_, tuned_, tunedClusterHidden_,
+  // tuningNote_) are rewritten by anyrCommTune under the call guard, and read by the calls under
+  // the same guard; explain and the algorithm query take no guard (they must not be refused
+  // while a call runs), so they and tune's writes take tableMu_.
+  mutable std::mutex tableMu_;
   std::unique_ptr<TuningTable> tuned_;
   int tunedClusterHidden_ = 0;  // the installed table's hidden (its cluster sizes hold there)
   std::string tuningNote_;

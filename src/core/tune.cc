@@ -81,6 +81,11 @@ void Communicator::forcePath(Op op, Path p) {
 void Communicator::clearForcedPath(Op op) { forcedPath_[static_cast<size_t>(op)].store(0); }
 
 std::string Communicator::explainText() const {
+  std::lock_guard<std::mutex> lock(tableMu_);
+  return explainTextLocked();
+}
+
+std::string Communicator::explainTextLocked() const {
   ExplainInput in;
   in.topo = &topo_;
   in.adm = &admission_;
@@ -124,11 +129,14 @@ std::string Communicator::explainText() const {
 void Communicator::installTuning(const TuningTable& table, const char* what,
                                  const std::string& note) {
   std::vector<std::string> warnings;
-  applyTuning(table, candidates_, clusterOn_, &dispatch_, &warnings);
+  {
+    std::lock_guard<std::mutex> lock(tableMu_);
+    applyTuning(table, candidates_, clusterOn_, &dispatch_, &warnings);
+    tuned_ = std::make_unique<TuningTable>(table);
+    tunedClusterHidden_ = table.hidden;
+    tuningNote_ = note;
+  }
   for (const std::string& w : warnings) ANYR_LOG(Warn, rank_, what << ": " << w);
-  tuned_ = std::make_unique<TuningTable>(table);
-  tunedClusterHidden_ = table.hidden;
-  tuningNote_ = note;
 }
 
 std::vector<std::string> Communicator::tuningSettings() const {
@@ -519,7 +527,10 @@ TuningTable Communicator::tuneHealthy(const TuneOptions& local, const TuneProgre
     throw;
   }
   release();
-  dispatch_ = seedTable(topo_, admission_, cfg_, nranks_);  // drop an earlier table's choices
+  {
+    std::lock_guard<std::mutex> lock(tableMu_);
+    dispatch_ = seedTable(topo_, admission_, cfg_, nranks_);  // drop an earlier table's choices
+  }
   installTuning(table, "tuning", "measured by this communicator");
   return table;
 }
