@@ -21,6 +21,12 @@
  *    device. ANYR_VALIDATE_CALLS=1 makes every anyrAllReduce, anyrAllReduceAddRmsNorm and
  *    anyrCommSetAlgorithm call compare its signature across ranks first and fail on a mismatch
  *    instead of hanging (docs/RELIABILITY.md); the other collective calls are not checked.
+ *  - A collective call that one rank refuses (a bad argument, another thread inside a call, a
+ *    launch that failed) may have been made by its peers, so outside validation mode it stops
+ *    the communicator on every rank: the refusing rank returns the refusal's error and then
+ *    anyrInvalidUsage ("communicator has failed") for every later call; the peers' matching
+ *    call fails with anyrRemoteError naming the rank and what it refused. No later result on
+ *    any rank is a wrong value. Destroy it and create a new one (docs/RELIABILITY.md, 3c).
  *
  * Alignment rule: send and receive buffers must be aligned to the size of one element
  * (2 bytes for fp16/bf16, 4 for fp32). 16-byte alignment is faster; any element count works.
@@ -111,8 +117,9 @@ typedef enum {
   anyrPeerMemoryAuto = 1,    /* cuda-ipc, else vmm where that maps more pairs */
   anyrPeerMemoryCudaIpc = 2, /* cudaIpcGetMemHandle / cudaIpcOpenMemHandle */
   anyrPeerMemoryVmm = 3,     /* cuMemCreate allocations exported as POSIX file descriptors,
-                                passed over a Unix-domain socket (abstract name, or a path in
-                                ANYR_IPC_SOCKET_DIR); needs no shared PID namespace */
+                                passed over an owner-only Unix-domain path socket (in
+                                ANYR_IPC_SOCKET_DIR, default /tmp; ANYR_IPC_SOCKET=abstract for
+                                abstract names); needs no shared PID namespace */
   anyrNumPeerMemories = 4
 } anyrPeerMemory_t;
 
@@ -181,7 +188,13 @@ ANYR_API anyrResult_t anyrCommInitRankConfig(anyrComm_t* comm, int nranks, anyrU
 
 /* Creates the communicator from an existing NCCL communicator (ncclComm_t passed as void*):
  * the setup exchange runs through it, and the NCCL path uses it. The NCCL communicator must
- * outlive this communicator and is not destroyed with it. Collective over its ranks. */
+ * outlive this communicator and is not destroyed with it. Collective over its ranks. A rank
+ * that does not call it within the timeout is named (exactly with two ranks; a set containing
+ * it with more), and since an enqueued NCCL all-gather cannot be withdrawn, the NCCL
+ * communicator is then stopped: revoked (ncclCommRevoke, NCCL 2.28.7 and newer: destroy it
+ * yourself) or, with an older NCCL, aborted and freed (do not use or destroy it); the message
+ * says which. The same holds when the NCCL path's watchdog stops a call on it. The bounds hold
+ * for a non-blocking NCCL communicator, or a blocking one whose connections already exist. */
 ANYR_API anyrResult_t anyrCommInitFromNccl(anyrComm_t* comm, void* ncclComm,
                                            const anyrConfig_t* config);
 

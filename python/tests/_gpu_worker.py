@@ -422,8 +422,9 @@ def scenario_fused(rank: int, world: int):
 
 def scenario_errors(rank: int, world: int):
     """Bad tensors are refused before anything is launched (ValueError / TypeError naming the
-    argument); library-side argument errors come back as InvalidArgument; the communicator
-    still works afterwards; a closed one raises InvalidUsage."""
+    argument); library-side argument errors come back as InvalidArgument and, since the peers
+    may have made the refused call, stop the communicator on every rank (later calls raise
+    InvalidUsage, never a wrong sum); a closed one raises InvalidUsage."""
     import torch
 
     import anyreduce
@@ -468,15 +469,19 @@ def scenario_errors(rank: int, world: int):
         torch.ones(4, 264, dtype=torch.bfloat16, device="cuda"), None,
         torch.ones(264, dtype=torch.bfloat16, device="cuda"), 1e-6, quant="nvfp4",
         scale=torch.ones(1, device="cuda")))
-    # Library-side checks (same on every rank, before any communication).
+    # The Python-side refusals above launched nothing and reached no rank: still healthy.
+    y = ints((5000,), torch.bfloat16, seed=rank)
+    assert_equal(comm.all_reduce(y.clone()), nccl_sum(y), "after Python-side errors")
+    # Library-side checks (same on every rank, before any communication). A refusal there may
+    # have been matched by the peers, so it stops the communicator on every rank
+    # (docs/RELIABILITY.md, 3c): arguments are still judged first, then every call is refused.
     stream = torch.cuda.current_stream().cuda_stream
     raises(anyreduce.InvalidArgument, "aligned",
            lambda: comm.comm.all_reduce(x.data_ptr() + 1, x.data_ptr() + 1, 4, "bf16", stream))
     raises(anyreduce.InvalidArgument, "datatype",
            lambda: comm.comm.all_reduce(x.data_ptr(), x.data_ptr(), 4, 17, stream))
-    # Still healthy.
-    y = ints((5000,), torch.bfloat16, seed=rank)
-    assert_equal(comm.all_reduce(y.clone()), nccl_sum(y), "after errors")
+    raises(anyreduce.InvalidUsage, "communicator has failed: rank %d refused its call" % rank,
+           lambda: comm.all_reduce(y.clone()))
     comm.close()
     raises(anyreduce.InvalidUsage, "closed", lambda: comm.all_reduce(y))
 
