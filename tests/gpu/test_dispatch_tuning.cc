@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "anyreduce/timing.h"
@@ -333,6 +335,70 @@ TEST(DispatchGpu, InitTimeTuningWithinABudgetSavesTheTable) {
   std::ifstream f(path);
   EXPECT_TRUE(f.good()) << "rank 0 did not save the init-time table to " << path;
   std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace anyr
+
+namespace anyr {
+namespace {
+
+// anyrCommExplain and anyrCommQueryAlgorithm take no call guard (they answer while a call runs),
+// so they must not read the dispatch table while anyrCommTune rewrites it: a second thread
+// reads both in a loop while every rank tunes three times (a small budget each). Every explain
+// must parse and every query name an algorithm. A data race need not fail every run; this test
+// makes the reads and the install overlap thousands of times.
+TEST(DispatchGpu, ExplainAndQueryWhileTuningReadAWholeTable) {
+  REQUIRE_GPU();
+  auto results =
+      runRanksCatching(2, 300, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm = initRankComm(rank, n, id, 30000);
+        std::atomic<bool> done{false};
+        std::atomic<long> reads{0};
+        std::string bad;
+        std::thread reader([&] {
+          while (!done.load()) {
+            size_t need = 0;
+            if (anyrCommExplain(comm, nullptr, 0, &need) != anyrSuccess) continue;
+            std::vector<char> buf(need + 64);
+            if (anyrCommExplain(comm, buf.data(), buf.size(), &need) != anyrSuccess) continue;
+            if (!nlohmann::json::accept(std::string(buf.data()))) {
+              bad = "an explain document did not parse";
+              break;
+            }
+            anyrAlgo_t a = anyrAlgoAuto;
+            if (anyrCommQueryAlgorithm(comm, 65536, anyrBfloat16, &a) != anyrSuccess ||
+                anyrAlgoName(a) == nullptr) {
+              bad = "a query named no algorithm";
+              break;
+            }
+            reads.fetch_add(1);
+          }
+        });
+        int failures = 0;
+        for (int round = 0; round < 3; ++round) {
+          if (anyrCommTune(comm, 300, nullptr) != anyrSuccess) {
+            ++failures;
+            report(std::string("FAIL tune: ") + anyrGetLastError(comm) + "\n");
+            break;
+          }
+        }
+        done.store(true);
+        reader.join();
+        if (!bad.empty()) {
+          ++failures;
+          report("FAIL " + bad + "\n");
+        }
+        if (reads.load() < 10) {
+          ++failures;
+          report("FAIL the reader made only " + std::to_string(reads.load()) + " reads\n");
+        }
+        report("NOTE rank " + std::to_string(rank) + ": " + std::to_string(reads.load()) +
+               " explain + query reads during tuning\n");
+        R_ANYR(anyrCommDestroy(comm), nullptr);
+        return failures ? 4 : 0;
+      });
+  expectRanksPassed(results);
 }
 
 }  // namespace
