@@ -510,6 +510,14 @@ using Waiter = WaiterT<false>;
 __device__ __forceinline__ bool stopRequested(const LocalState* st) {
   return *reinterpret_cast<const volatile int32_t*>(&st->failClaim) != 0;
 }
+// `v` as a value the compiler cannot take as invariant: a test of stopRequested's result inside
+// a loop, after the loop's own loads, is then not hoisted in front of the loop (which would make
+// those loads wait for the flag's). Emits no instruction.
+__device__ __forceinline__ bool opaque(bool v) {
+  int x = v ? 1 : 0;
+  asm volatile("" : "+r"(x));
+  return x != 0;
+}
 
 // Per-block epochs (see LocalState). Every thread reads its block's slot at kernel start;
 // finishEpoch() writes the next value after the block is done, and block 0 also advances the

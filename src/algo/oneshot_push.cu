@@ -48,7 +48,8 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   for (uint64_t v = first; v < a.numVecs; v += stride) {
     Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
     sanitize<T>(x);
-    for (int k = 1; k < n && !stopped; ++k) {
+    if (dev::opaque(stopped)) continue;
+    for (int k = 1; k < n; ++k) {
       int p = (rank + k) % n;
       char* dst = a.peerWorkspace[p] + a.layout.pushOffset + phase * phaseBytes +
                   static_cast<uint64_t>(rank) * slot + v * 16;

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
       if (v >= V) continue;
       Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
       dev::sanitize<T>(x);
-      if (stopped) continue;
+      if (dev::opaque(stopped)) continue;
       dev::storeSys(dev::twoShotArea(a, s, phase, 0) + static_cast<uint64_t>(rank) * slot + i * 16,
                     x.u);
     }

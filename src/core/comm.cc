@@ -953,6 +953,24 @@ void Communicator::requireHealthy(bool& settled) {
 
 namespace {
 
+// While it lives, this thread may make the calls a graph capture in progress on it would
+// otherwise refuse, and be invalidated by (event and stream queries, copies on other streams):
+// the stop runs on the communicator's own stream, outside any capture, even when the refused
+// call was made while capturing.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { ok_ = cudaThreadExchangeStreamCaptureMode(&mode_) == cudaSuccess; }
+  ~RelaxedCaptureMode() {
+    if (ok_) (void)cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool ok_ = false;
+};
+
 // "argument 'NAME': ..." -> "NAME"; otherwise the message's first words (what a peer's error
 // repeats about this rank's refusal: WorkspaceHeader::stopWhat holds 27 characters).
 std::string refusedWhat(const std::string& msg) {
@@ -1004,9 +1022,10 @@ void Communicator::applyPendingStop() {
 
 void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool afterOwnWork) {
   if (stopped_.exchange(true)) return;
-  // Every copy is asynchronous from pinned memory on the communicator's own stream, so this is
-  // allowed while the calling thread captures a graph; bounded by the timeout as a whole: a
-  // copy that cannot complete is logged, not waited for.
+  // Every copy is asynchronous from pinned memory on the communicator's own stream, in the
+  // relaxed capture mode, so a graph the calling thread is capturing is left as it was; bounded
+  // by the timeout as a whole: a copy that cannot complete is logged, not waited for.
+  RelaxedCaptureMode relaxed;
   try {
     if (afterOwnWork && haveLastWork_ && !eventDoneWithin(lastWork_, cfg_.timeoutMs)) {
       ANYR_LOG(Warn, rank_, "stopping: this rank's last call had not finished; stopping anyway");
@@ -1072,6 +1091,7 @@ void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool a
 
 std::string Communicator::stopNote() {
   std::lock_guard<std::mutex> lock(stopNoteMu_);
+  RelaxedCaptureMode relaxed;  // asyncError runs inside calls made while capturing
   WorkspaceHeader h{};
   bool have = false;
   if (host_) {

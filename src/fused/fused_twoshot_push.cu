@@ -64,10 +64,11 @@ __global__ void __launch_bounds__(kAlgoThreads)
     for (int k = 1; k < n; ++k) {
       const int s = (rank + k) % n;
       const int row = s * Lr + i;
-      if (row >= rows || stopped) continue;
+      if (row >= rows) continue;
       for (int j = threadIdx.x; j < H; j += blockDim.x) {
         Vec x = dev::loadRowVec(in, static_cast<uint64_t>(row) * H + j, a.count, inAligned);
         dev::sanitize<T>(x);
+        if (dev::opaque(stopped)) continue;  // nothing to peers once stopped
         dev::storeSys(dev::twoShotArea(a, s, phase, 0) + static_cast<uint64_t>(rank) * slot +
                           (static_cast<uint64_t>(i) * H + j) * 16,
                       x.u);
@@ -181,9 +182,10 @@ __device__ __forceinline__ void scatterRows(const AllReduceArgs& a, const T* in,
     for (int k = 1; k < n; ++k) {
       const int s = (rank + k) % n;
       const uint64_t v = static_cast<uint64_t>(s) * L + i;
-      if (v >= V || stopped) continue;  // nothing to peers once stopped (dev::stopRequested)
+      if (v >= V) continue;
       Vec x = dev::loadRowVec(in, v, a.count, inAligned);
       dev::sanitize<T>(x);
+      if (dev::opaque(stopped)) continue;  // nothing to peers once stopped (dev::stopRequested)
       dev::storeSys(dev::twoShotArea(a, s, ph.cur, 0) + static_cast<uint64_t>(rank) * slot + i * 16,
                     x.u);
     }
