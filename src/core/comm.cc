@@ -1020,7 +1020,8 @@ void Communicator::applyPendingStop() {
   stopEverywhere(kCauseRefused, what, true);
 }
 
-void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool afterOwnWork) {
+void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool afterOwnWork,
+                                  bool tellPeers) {
   if (stopped_.exchange(true)) return;
   // Every copy is asynchronous from pinned memory on the communicator's own stream, in the
   // relaxed capture mode, so a graph the calling thread is capturing is left as it was; bounded
@@ -1052,7 +1053,7 @@ void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool a
                   "the staged note has the header's layout");
     // The peer workspaces: device memory mapped into this process (a copy engine writes them,
     // so spinning kernels do not hold it up). Note, then cause, then the word waits check.
-    if (peers_ && nranks_ <= kMaxLocalRanks) {
+    if (tellPeers && peers_ && nranks_ <= kMaxLocalRanks) {
       for (int p = 0; p < nranks_; ++p) {
         char* h = argsTemplate_.peerWorkspace[p];
         if (p == rank_ || h == nullptr) continue;
@@ -1066,7 +1067,7 @@ void Communicator::stopEverywhere(int32_t cause, const std::string& what, bool a
       }
     }
     // The host segment: this process's own mapping of it.
-    if (host_) {
+    if (tellPeers && host_) {
       for (int p = 0; p < nranks_; ++p) {
         if (p == rank_) continue;
         char* h = host_->host() + static_cast<uint64_t>(p) * hostLayout_.rankBytes +
@@ -1124,11 +1125,13 @@ void Communicator::throwIfFailed() {
 
 void Communicator::abort() {
   if (hAbort_ != nullptr) *hAbort_ = 1;
+  const bool stoppedByPeer = failCode_.load() == anyrRemoteError;
   setFailed(anyrAborted,
             "rank " + std::to_string(rank_) + ": communicator aborted by anyrCommAbort");
   // This rank's kernels still queued or in captured graphs must not pair with the peers'
-  // calls, and the peers must not wait out their timeout for it.
-  stopEverywhere(kCauseAborted, "anyrCommAbort", false);
+  // calls, and the peers must not wait out their timeout for it (unless a peer's stop is what
+  // failed this rank: the peers know, and the first stopper's note in their headers stays).
+  stopEverywhere(kCauseAborted, "anyrCommAbort", false, !stoppedByPeer);
   nccl_.release(false);
 }
 
@@ -1644,9 +1647,12 @@ void Communicator::destroy() {
   // call, graph replays (not tracked by lastWork_) -- stop it: its kernels that start now
   // return at once and those waiting give up at their next check, so the frees wait for
   // nothing of this communicator's beyond that, and the peers are told not to wait for it.
+  (void)asyncError(nullptr);  // a failure a kernel recorded since the last call counts here
   if (failCode_.load() != anyrSuccess || !teardownClean_) {
     if (hAbort_ != nullptr) *hAbort_ = 1;
-    stopEverywhere(kCauseAborted, "anyrCommDestroy", false);
+    // A rank that a peer stopped tells nobody: the peers know, and the first stopper's note in
+    // their headers stays (it names the cause their errors report).
+    stopEverywhere(kCauseAborted, "anyrCommDestroy", false, failCode_.load() != anyrRemoteError);
   }
 }
 

@@ -382,9 +382,11 @@ class Communicator {
   // Sets this rank's failClaim in each transport's state (its kernels that start afterwards
   // make nothing visible to a peer: dev::stopRequested) and writes {stopCall, stopWhat, abortCause
   // = cause, abortedBy = this rank} into every peer's headers, so that their waits stop.
-  // Waits for this rank's last eager work first when `afterOwnWork` (bounded by the timeout).
-  // Best effort and bounded: failures are logged.
-  void stopEverywhere(int32_t cause, const std::string& what, bool afterOwnWork);
+  // Waits for this rank's last eager work first when `afterOwnWork` (bounded by the timeout);
+  // without `tellPeers`, stops this rank's kernels only. Best effort and bounded: failures are
+  // logged.
+  void stopEverywhere(int32_t cause, const std::string& what, bool afterOwnWork,
+                      bool tellPeers = true);
   // What a peer that stopped this rank from its host wrote in this rank's headers:
   // "call #N: WHAT", or empty.
   std::string stopNote();

@@ -36,8 +36,7 @@ using dev::Vec;
 // Nothing once the communicator stopped (`stopped`: dev::stopRequested).
 __device__ __forceinline__ void pushToPeers(const AllReduceArgs& a, uint64_t off, const uint4& x,
                                             bool stopped) {
-  if (dev::opaque(stopped)) return;
-  for (int d = 1; d < a.nranks; ++d) {
+  for (int d = 1; d < a.nranks && !stopped; ++d) {
     dev::storeSys(a.peerWorkspace[(a.rank + d) % a.nranks] + a.layout.pushOffset + off, x);
   }
 }
