@@ -40,7 +40,8 @@ std::unique_ptr<Bootstrap> createTcpBootstrap(const anyrUniqueId& id, int rank, 
                                               int timeoutMs);
 
 // Exchange through an existing NCCL communicator (ncclComm_t as void*), for servers that
-// already hold one. Uses the current CUDA device and a private stream; synchronizes it.
+// already hold one. Works on the NCCL communicator's device (whatever is current) with a
+// private stream, which it synchronizes, bounded by the timeout.
 std::unique_ptr<Bootstrap> createNcclBootstrap(void* ncclComm, int timeoutMs);
 
 }  // namespace anyr
