@@ -1118,20 +1118,24 @@ std::string Communicator::stopNote() {
 }
 
 void Communicator::throwIfFailed() {
-  std::string msg;
-  anyrResult_t r = asyncError(&msg);
-  if (r != anyrSuccess) throwError(r, "communicator has failed: " + msg);
+  bool settled = false;
+  requireHealthy(settled);
+}
+
+bool Communicator::stoppedByPeer() const {
+  return hError_ != nullptr &&
+         *reinterpret_cast<const volatile int32_t*>(&hError_->code) == kFailPeerAborted;
 }
 
 void Communicator::abort() {
   if (hAbort_ != nullptr) *hAbort_ = 1;
-  const bool stoppedByPeer = failCode_.load() == anyrRemoteError;
+  const bool byPeer = stoppedByPeer();
   setFailed(anyrAborted,
             "rank " + std::to_string(rank_) + ": communicator aborted by anyrCommAbort");
   // This rank's kernels still queued or in captured graphs must not pair with the peers'
   // calls, and the peers must not wait out their timeout for it (unless a peer's stop is what
   // failed this rank: the peers know, and the first stopper's note in their headers stays).
-  stopEverywhere(kCauseAborted, "anyrCommAbort", false, !stoppedByPeer);
+  stopEverywhere(kCauseAborted, "anyrCommAbort", false, !byPeer);
   nccl_.release(false);
 }
 
@@ -1652,7 +1656,7 @@ void Communicator::destroy() {
     if (hAbort_ != nullptr) *hAbort_ = 1;
     // A rank that a peer stopped tells nobody: the peers know, and the first stopper's note in
     // their headers stays (it names the cause their errors report).
-    stopEverywhere(kCauseAborted, "anyrCommDestroy", false, failCode_.load() != anyrRemoteError);
+    stopEverywhere(kCauseAborted, "anyrCommDestroy", false, !stoppedByPeer());
   }
 }
 

@@ -160,6 +160,9 @@ class Communicator {
                        cudaStream_t s, TunedPoint* tp, int* done, int* total,
                        const TuneProgress& progress);
   void throwIfFailed();
+  // Whether this rank failed because a peer told it to stop (its ErrorRecord says so): such a
+  // rank does not tell the peers again at abort or destroy.
+  bool stoppedByPeer() const;
   void noteWork(cudaStream_t stream, bool capturing);
   void checkStream(cudaStream_t stream, bool capturing) const;
   void validate(const void* sendbuff, void* recvbuff, size_t count, anyrDataType_t dtype,
