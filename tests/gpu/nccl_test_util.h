@@ -81,6 +81,16 @@ inline void settleNccl(ncclComm_t c, const char* what) {
   }
 }
 
+// Waits (bounded, 10 s) until a revoked NCCL communicator's state leaves ncclInProgress.
+inline void waitRevokeSettled(ncclComm_t c) {
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  ncclResult_t st = ncclInProgress;
+  while (st == ncclInProgress && Clock::now() < until) {
+    (void)ncclCommGetAsyncError(c, &st);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 // An NCCL communicator of `n` ranks on the current device (this process is `rank`), blocking
 // or not; `round` numbers the communicators a test makes (rank 0 publishes one id per round).
 inline ncclComm_t makeNcclComm(int rank, int n, bool blocking, int round = 1) {

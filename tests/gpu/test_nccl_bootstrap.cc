@@ -36,6 +36,7 @@ using nccltest::secondsSince;
 using nccltest::settleNccl;
 using nccltest::sharedArea;
 using nccltest::waitFlag;
+using nccltest::waitRevokeSettled;
 
 TEST(NcclBootstrapGpu, CommunicatorFromAnNcclCommunicatorOfOneRank) {
   REQUIRE_GPU();
@@ -250,12 +251,7 @@ TEST(NcclBootstrapGpu, TwoGpusAMissingRankIsNamedAndTheNcclCommunicatorIsStopped
             if (revoked) {
               // Revoked: it refuses work, so nothing can pair with the peer's next collective;
               // still ours to release.
-              const auto until = Clock::now() + std::chrono::seconds(10);
-              ncclResult_t st = ncclInProgress;
-              while (st == ncclInProgress && Clock::now() < until) {
-                (void)ncclCommGetAsyncError(nccl, &st);
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
-              }
+              waitRevokeSettled(nccl);
               const ncclResult_t again =
                   ncclAllReduce(buf, buf, 4096, ncclBfloat16, ncclSum, nccl, s);
               expect(again != ncclSuccess && again != ncclInProgress,

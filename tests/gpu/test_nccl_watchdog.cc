@@ -41,6 +41,7 @@ using nccltest::resetShared;
 using nccltest::secondsSince;
 using nccltest::sharedArea;
 using nccltest::waitFlag;
+using nccltest::waitRevokeSettled;
 
 // What the watchdog reported through NcclHandle's failure sink.
 struct Sink {
@@ -174,12 +175,7 @@ int stalledCallOnOneGpu(bool external, const Report& report) {
   // 4. A revoked communicator refuses work (nothing can pair with a peer's), and stays the
   // caller's to release.
   if (revoked) {
-    const auto until = Clock::now() + std::chrono::seconds(10);
-    ncclResult_t st = ncclInProgress;
-    while (st == ncclInProgress && Clock::now() < until) {
-      (void)ncclCommGetAsyncError(nccl, &st);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    waitRevokeSettled(nccl);
     const ncclResult_t r = ncclAllReduce(in, out, n, ncclFloat32, ncclSum, nccl, s);
     expect(r != ncclSuccess && r != ncclInProgress,
            std::string("ncclAllReduce on the revoked communicator: ") + ncclGetErrorString(r));
