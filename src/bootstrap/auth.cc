@@ -92,6 +92,19 @@ constexpr const char* kPeerLabel = "anyreduce bootstrap v2 peer";
 constexpr const char* kSessionLabel = "anyreduce bootstrap v2 session";
 constexpr const char* kMessageLabel = "anyreduce bootstrap v2 message";
 
+// HMAC-SHA-256 under the unique id's secret of {label, first nonce, second nonce, rank, world
+// size}: the handshake's three keyed values differ only in their label and nonce order.
+Mac secretMac(const UniqueIdSecret& secret, const char* label, const Nonce& first,
+              const Nonce& second, uint32_t rank, uint32_t nranks) {
+  return Hmac(secret.data(), secret.size())
+      .add(label)
+      .add(first.data(), first.size())
+      .add(second.data(), second.size())
+      .addU32(rank)
+      .addU32(nranks)
+      .finish();
+}
+
 }  // namespace
 
 Nonce randomNonce() {
@@ -105,35 +118,17 @@ Nonce randomNonce() {
 
 Mac challengeMac(const UniqueIdSecret& secret, const Nonce& rankNonce, const Nonce& rootNonce,
                  uint32_t rank, uint32_t nranks) {
-  return Hmac(secret.data(), secret.size())
-      .add(kRootLabel)
-      .add(rankNonce.data(), rankNonce.size())
-      .add(rootNonce.data(), rootNonce.size())
-      .addU32(rank)
-      .addU32(nranks)
-      .finish();
+  return secretMac(secret, kRootLabel, rankNonce, rootNonce, rank, nranks);
 }
 
 Mac proofMac(const UniqueIdSecret& secret, const Nonce& rankNonce, const Nonce& rootNonce,
              uint32_t rank, uint32_t nranks) {
-  return Hmac(secret.data(), secret.size())
-      .add(kPeerLabel)
-      .add(rootNonce.data(), rootNonce.size())
-      .add(rankNonce.data(), rankNonce.size())
-      .addU32(rank)
-      .addU32(nranks)
-      .finish();
+  return secretMac(secret, kPeerLabel, rootNonce, rankNonce, rank, nranks);
 }
 
 SessionKey deriveSessionKey(const UniqueIdSecret& secret, const Nonce& rankNonce,
                             const Nonce& rootNonce, uint32_t rank, uint32_t nranks) {
-  return Hmac(secret.data(), secret.size())
-      .add(kSessionLabel)
-      .add(rootNonce.data(), rootNonce.size())
-      .add(rankNonce.data(), rankNonce.size())
-      .addU32(rank)
-      .addU32(nranks)
-      .finish();
+  return secretMac(secret, kSessionLabel, rootNonce, rankNonce, rank, nranks);
 }
 
 Mac messageMac(const SessionKey& key, Direction dir, uint64_t seq, const uint8_t* header,
