@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "anyreduce/anyreduce.h"
-#include "transport/device_handles.h"
-#include "transport/host_handles.h"
+#include "device/handles.h"
+#include "device/host_handles.h"
 
 namespace anyr {
 
@@ -26,7 +26,7 @@ struct LaunchShape {
   int blocks = 1;
   int threads = kAlgoThreads;  // <= kAlgoThreads, a multiple of 32
   bool aligned = false;        // input and output are 16-byte aligned
-  bool pdl = false;            // programmatic dependent launch (algo/launch.cuh)
+  bool pdl = false;            // programmatic dependent launch (device/launch.cuh)
 };
 
 // `work` vectors spread over as many blocks as possible (at most blocksCap) before blocks grow:

@@ -61,7 +61,7 @@
 #include <cstdint>
 
 #include "algo/algo.h"
-#include "algo/wire.cuh"
+#include "device/wire.cuh"
 
 namespace anyr {
 namespace {

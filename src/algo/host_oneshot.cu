@@ -24,8 +24,8 @@
 // power-of-two scales; the own contribution is quantized too, so every rank sums the same
 // values.
 #include "algo/algo.h"
-#include "algo/launch.cuh"
-#include "algo/wire.cuh"
+#include "device/launch.cuh"
+#include "device/wire.cuh"
 
 namespace anyr {
 namespace {

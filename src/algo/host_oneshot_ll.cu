@@ -13,7 +13,7 @@
 // Tags and buffers: two buffers per rank in the segment's LL area, separate from the flag
 // protocol's data buffers (stale raw data there could look like any flag). The tag is this
 // protocol's own launch count (LocalState::llUse + 1; hostLLBuffer, hostLLSweeps in
-// transport/host_handles.h): it picks the buffer, and a launch whose tag hostLLSweeps (two in
+// device/host_handles.h): it picks the buffer, and a launch whose tag hostLLSweeps (two in
 // every 2^30) also rewrites the rest of its buffer with a recent older tag, so no line is ever
 // older than 2^30 + 2 launches of the protocol and none can carry the tag of the launch reading
 // it. (The
@@ -27,8 +27,8 @@
 // The sum is fp32 in rank order 0..n-1, as in every anyreduce algorithm: the same bits on
 // every rank and on every path.
 #include "algo/algo.h"
-#include "algo/launch.cuh"
-#include "algo/wire.cuh"
+#include "device/launch.cuh"
+#include "device/wire.cuh"
 
 namespace anyr {
 namespace {

@@ -23,8 +23,8 @@
 // thread that writes output vector v read input vector v earlier in the same launch, and no other
 // thread touches v.
 #include "algo/algo.h"
-#include "algo/launch.cuh"
-#include "algo/wire.cuh"
+#include "device/launch.cuh"
+#include "device/wire.cuh"
 
 namespace anyr {
 namespace {

@@ -15,8 +15,8 @@
 // per-group power-of-two scales instead of the input: peers read about half the bytes, and
 // every rank sums dequantize(quantize(x_r)) in rank order, its own term included.
 #include "algo/algo.h"
-#include "algo/launch.cuh"
-#include "algo/wire.cuh"
+#include "device/launch.cuh"
+#include "device/wire.cuh"
 
 namespace anyr {
 namespace {

@@ -16,8 +16,8 @@
 //
 // Sums run in fp32 in rank order 0..n-1 on every rank: outputs are bit-identical.
 #include "algo/algo.h"
-#include "algo/lamport.cuh"
-#include "algo/launch.cuh"
+#include "device/lamport.cuh"
+#include "device/launch.cuh"
 
 namespace anyr {
 namespace {

@@ -1,5 +1,5 @@
-#include "algo/device_common.cuh"
 #include "algo/selftest_kernels.h"
+#include "device/common.cuh"
 
 namespace anyr {
 namespace {

@@ -16,8 +16,8 @@
 // In place is safe: a block reads its own input sub-ranges (staging in step 1, own segment in
 // step 2) before it writes the output there (steps 2 and 3), and no other block touches them.
 #include "algo/algo.h"
-#include "algo/device_common.cuh"
-#include "algo/launch.cuh"
+#include "device/common.cuh"
+#include "device/launch.cuh"
 
 namespace anyr {
 namespace {

@@ -19,8 +19,8 @@
 // In place is safe: thread i reads every input vector it owns before it writes the output
 // vector of the same index, and no other thread touches them.
 #include "algo/algo.h"
-#include "algo/lamport.cuh"
-#include "algo/launch.cuh"
+#include "device/lamport.cuh"
+#include "device/launch.cuh"
 
 namespace anyr {
 namespace {

@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
+#include "base/error.h"
 #include "bootstrap/byte_order.h"
 #include "bootstrap/message.h"
-#include "core/error.h"
 
 namespace anyr {
 

@@ -13,7 +13,7 @@
 // Failure: an NCCL operation that does not complete within the timeout cannot be withdrawn, and
 // left queued it would pair with the application's next collective on the same communicator
 // (wrong data, or a hang there). So on a timeout (or an error NCCL calls fatal) the
-// communicator the caller passed is stopped (NcclComm::stop, src/algo/nccl_path.h): revoked
+// communicator the caller passed is stopped (NcclComm::stop, src/transport/nccl_comm.h): revoked
 // where NCCL has ncclCommRevoke (NCCL then refuses further operations on it; it stays the
 // caller's to destroy), otherwise aborted, which frees it. The error message says which, and
 // the bootstrap is unusable from then on. Staging buffers are freed once the stream drained
@@ -41,12 +41,12 @@
 #include <thread>
 #include <vector>
 
-#include "algo/nccl_path.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/nccl_exchange.h"
 #include "bootstrap/socket.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "transport/nccl_comm.h"
 
 namespace anyr {
 

@@ -14,9 +14,9 @@
 #include <cstring>
 #include <thread>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace anyr {
 

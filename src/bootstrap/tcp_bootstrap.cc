@@ -64,14 +64,14 @@
 #include <string>
 #include <vector>
 
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "bootstrap/auth.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/message.h"
 #include "bootstrap/socket.h"
 #include "bootstrap/unique_id.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
 
 namespace anyr {
 

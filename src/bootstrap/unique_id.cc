@@ -11,8 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "base/error.h"
 #include "bootstrap/byte_order.h"
-#include "core/error.h"
 
 namespace anyr {
 

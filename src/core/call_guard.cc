@@ -4,10 +4,10 @@
 #include <cstring>
 #include <exception>
 
+#include "base/env.h"
+#include "base/log.h"
+#include "base/names.h"
 #include "bootstrap/bootstrap.h"
-#include "core/env.h"
-#include "core/log.h"
-#include "core/names.h"
 
 namespace anyr {
 

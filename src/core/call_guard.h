@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
-#include "core/error.h"
+#include "base/error.h"
 
 namespace anyr {
 

@@ -11,19 +11,19 @@
 #include <thread>
 
 #include "algo/algo.h"
-#include "algo/nccl_path.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
-#include "core/names.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/names.h"
+#include "base/validate.h"
 #include "core/selftest.h"
-#include "core/validate.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 #include "topology/nvml.h"
 #include "topology/probe.h"
 #include "topology/probe_kernels.h"
 #include "transport/check.h"
+#include "transport/nccl_comm.h"
 
 namespace anyr {
 
@@ -754,7 +754,7 @@ WaitControl* Communicator::newWaitControl(LocalState* state, WorkspaceHeader* ow
 void Communicator::clearPushAreas(cudaStream_t s) {
   char* base = peers_->local();
   // Three phases of one slot per rank (one-shot push), six of one segment slot per rank
-  // (two-shot push: reduce-scatter and all-gather), all in the clear pattern (algo/lamport.cuh).
+  // (two-shot push: reduce-scatter and all-gather), all in the clear pattern (device/lamport.cuh).
   ANYR_CUDA_CHECK(launchFillWords(reinterpret_cast<uint32_t*>(base + layout_.pushOffset),
                                   3 * layout_.pushSlotBytes * static_cast<uint64_t>(nranks_) / 4,
                                   kPushClearWord, s));

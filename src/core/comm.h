@@ -16,19 +16,20 @@
 #include <vector>
 
 #include "algo/algo.h"
-#include "algo/nccl_path.h"
 #include "anyreduce/anyreduce.h"
+#include "base/config.h"
 #include "bootstrap/bootstrap.h"
 #include "core/call_guard.h"
-#include "core/config.h"
 #include "core/counters.h"
+#include "device/handles.h"
+#include "device/vectors.h"
 #include "select/admission.h"
 #include "select/dispatch.h"
 #include "select/tuning.h"
 #include "topology/topology.h"
-#include "transport/device_handles.h"
-#include "transport/host_handles.h"
+#include "transport/host_layout.h"
 #include "transport/host_memory.h"
+#include "transport/nccl_comm.h"
 #include "transport/peer_memory.h"
 
 namespace anyr {
@@ -399,9 +400,6 @@ class Communicator {
 WorkspaceLayout computeLayout(const Config& cfg, int nranks);
 
 size_t dtypeSize(anyrDataType_t t);
-
-// x rounded up to a multiple of a (workspace and host-segment layouts).
-inline uint64_t roundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 template <typename Body>
 void Communicator::collectiveCall(const char* fn, Body&& body) {

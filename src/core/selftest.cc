@@ -14,14 +14,14 @@
 #include <vector>
 
 #include "algo/selftest_kernels.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/names.h"
 #include "core/comm.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
-#include "core/names.h"
+#include "device/host_handles.h"
 #include "fused/fused.h"
 #include "transport/check.h"
-#include "transport/host_handles.h"
 #include "transport/host_memory.h"
 
 namespace anyr {

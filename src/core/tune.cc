@@ -6,9 +6,9 @@
 #include <cstring>
 #include <memory>
 
+#include "base/error.h"
+#include "base/log.h"
 #include "core/comm.h"
-#include "core/error.h"
-#include "core/log.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 #include "select/explain.h"

@@ -16,7 +16,7 @@
 // the register epilogue, which gives the same bits. The staged kernel runs where a caller asks
 // for a block size (tests show the bits do not depend on it).
 #include "algo/algo.h"
-#include "algo/launch.cuh"
+#include "device/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"

@@ -54,7 +54,7 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
-#include "algo/device_common.cuh"
+#include "device/common.cuh"
 #include "fused/fused.h"
 
 namespace anyr {

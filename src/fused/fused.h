@@ -274,7 +274,7 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p);
 // the threads per block of the staged kernel (the row in shared memory, fusedSharedBytes(hidden)
 // bytes), a multiple of 32 up to 1024; the outputs do not depend on it (tests use it to show
 // that). pdl: launch the register kernel
-// with programmatic dependent launch (algo/launch.cuh; the staged kernel ignores it).
+// with programmatic dependent launch (device/launch.cuh; the staged kernel ignores it).
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
                              cudaStream_t stream, int threads = 0, bool pdl = false);
 

@@ -6,8 +6,8 @@
 #include <cuda_runtime_api.h>
 
 #include "anyreduce/anyreduce.h"
+#include "device/handles.h"
 #include "fused/fused.h"
-#include "transport/device_handles.h"
 
 namespace anyr {
 
@@ -168,7 +168,7 @@ cudaError_t launchFusedOneShotPushCluster(anyrDataType_t dtype, const AllReduceA
                                           int clusterBlocks, int maxBlocks, cudaStream_t stream,
                                           bool pdl);
 
-// pdl: programmatic dependent launch (algo/launch.cuh).
+// pdl: programmatic dependent launch (device/launch.cuh).
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream, bool pdl = false);

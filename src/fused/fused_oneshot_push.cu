@@ -19,7 +19,7 @@
 // normOut may alias partial: then each block pushes its own rows (step 1), so a row of partial
 // is read only by the block that later writes that row's outputs.
 #include "algo/algo.h"
-#include "algo/lamport.cuh"
+#include "device/lamport.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
 #include "fused/launch.cuh"

@@ -18,8 +18,8 @@
 #include <type_traits>
 
 #include "algo/algo.h"
-#include "algo/lamport.cuh"
-#include "algo/launch.cuh"
+#include "device/lamport.cuh"
+#include "device/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
 #include "fused/launch.cuh"

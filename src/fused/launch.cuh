@@ -8,7 +8,7 @@
 
 #include <type_traits>
 
-#include "algo/launch.cuh"
+#include "device/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
 #include "fused/kernel_attrs.h"
@@ -16,7 +16,7 @@
 namespace anyr {
 
 // Raises `kernel`'s limit to `maxSmem` (once), then launches it with `smem` bytes (with
-// programmatic dependent launch if `pdl`, see algo/launch.cuh).
+// programmatic dependent launch if `pdl`, see device/launch.cuh).
 template <typename... Params, typename... Args>
 cudaError_t launchWithSmem(void (*kernel)(Params...), int blocks, int threads, size_t smem,
                            size_t maxSmem, cudaStream_t stream, bool pdl, Args&&... args) {

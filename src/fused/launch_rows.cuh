@@ -13,7 +13,7 @@
 
 #include <type_traits>
 
-#include "algo/launch.cuh"
+#include "device/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
 

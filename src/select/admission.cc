@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "transport/device_handles.h"
+#include "device/handles.h"
 
 namespace anyr {
 

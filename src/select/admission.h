@@ -9,7 +9,7 @@
 #include <string>
 
 #include "anyreduce/anyreduce.h"
-#include "core/config.h"
+#include "base/config.h"
 #include "topology/topology.h"
 
 namespace anyr {

@@ -5,8 +5,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "device/host_handles.h"
 #include "fused/fused.h"
-#include "transport/host_handles.h"
 
 namespace anyr {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
-#include "core/config.h"
+#include "base/config.h"
 #include "select/admission.h"
 #include "topology/topology.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "select/admission.h"
 #include "select/dispatch.h"
 #include "select/tuning.h"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/error.h"
+#include "base/error.h"
 
 #ifndef ANYR_VERSION_STRING
 #define ANYR_VERSION_STRING "unknown"

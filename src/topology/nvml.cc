@@ -7,7 +7,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace anyr {
 namespace nvml {

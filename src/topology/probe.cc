@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "topology/nvml.h"
 #include "topology/probe_kernels.h"
 

@@ -3,8 +3,8 @@
 // contracts.
 #include <cuda_runtime.h>
 
-#include "algo/device_common.cuh"
-#include "algo/launch.cuh"
+#include "device/common.cuh"
+#include "device/launch.cuh"
 #include "topology/probe_kernels.h"
 
 namespace anyr {

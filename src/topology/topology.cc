@@ -38,7 +38,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace anyr {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "transport/device_handles.h"
+#include "device/handles.h"
 
 namespace anyr {
 

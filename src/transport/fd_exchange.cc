@@ -26,12 +26,12 @@
 #include <system_error>
 #include <thread>
 
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/unique_id.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "core/log.h"
-#include "transport/device_handles.h"
+#include "device/handles.h"
 
 namespace anyr {
 namespace {

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "bootstrap/socket.h"
-#include "transport/device_handles.h"
+#include "device/handles.h"
 
 namespace anyr {
 

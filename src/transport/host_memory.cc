@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "base/log.h"
 #include "bootstrap/bootstrap.h"
-#include "core/log.h"
 
 namespace anyr {
 namespace {

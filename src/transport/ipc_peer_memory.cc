@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/error.h"
+#include "base/log.h"
 #include "bootstrap/bootstrap.h"
-#include "core/error.h"
-#include "core/log.h"
 #include "transport/peer_memory.h"
 
 namespace anyr {

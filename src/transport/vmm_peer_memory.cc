@@ -12,9 +12,9 @@
 #include <numeric>
 #include <vector>
 
+#include "base/error.h"
+#include "base/log.h"
 #include "bootstrap/bootstrap.h"
-#include "core/error.h"
-#include "core/log.h"
 #include "transport/cu_driver.h"
 #include "transport/fd_exchange.h"
 #include "transport/peer_memory.h"

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
+#include "base/error.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/socket.h"
-#include "core/error.h"
 
 namespace anyr {
 namespace proctest {

@@ -25,12 +25,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/message.h"
 #include "bootstrap/socket.h"
 #include "bootstrap/unique_id.h"
 #include "bootstrap_raw.h"
-#include "core/error.h"
 #include "processes.h"
 
 namespace anyr {

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
 #include "bootstrap/auth.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/byte_order.h"
@@ -29,7 +30,6 @@
 #include "bootstrap/socket.h"
 #include "bootstrap/unique_id.h"
 #include "bootstrap_raw.h"
-#include "core/error.h"
 #include "processes.h"
 
 namespace anyr {

@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/config.h"
+#include "base/error.h"
 #include "bootstrap/bootstrap.h"
 #include "core/call_guard.h"
-#include "core/config.h"
-#include "core/error.h"
 
 namespace anyr {
 namespace {

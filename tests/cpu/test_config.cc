@@ -4,9 +4,9 @@
 
 #include <utility>
 
-#include "core/config.h"
-#include "core/env.h"
-#include "core/error.h"
+#include "base/config.h"
+#include "base/env.h"
+#include "base/error.h"
 
 namespace anyr {
 namespace {

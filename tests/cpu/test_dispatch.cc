@@ -11,8 +11,8 @@
 #include <fstream>
 #include <string>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "base/config.h"
+#include "base/error.h"
 #include "cpu/select_fixtures.h"
 #include "select/admission.h"
 #include "select/dispatch.h"

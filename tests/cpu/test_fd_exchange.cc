@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
 #include "bootstrap/bootstrap.h"
-#include "core/error.h"
 #include "processes.h"
 #include "transport/fd_exchange.h"
 

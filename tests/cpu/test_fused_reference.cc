@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "common/fused_reference.h"
-#include "core/error.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 

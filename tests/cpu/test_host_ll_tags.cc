@@ -1,6 +1,6 @@
 // The host one-shot's low-latency protocol (src/algo/host_oneshot_ll.cu): which tag a launch's
 // lines carry, which buffer they go to and when and how a launch sweeps its buffer
-// (hostLLBuffer, hostLLSweeps, hostLLSweepTag, transport/host_handles.h), checked on a model of the
+// (hostLLBuffer, hostLLSweeps, hostLLSweepTag, device/host_handles.h), checked on a model of the
 // lines over launch plans that run past 2^32 launches. A reader takes a line when it carries the
 // launch's tag, so the protocol is safe only if no line a launch reads carries that tag before the
 // launch wrote it (a stale line: a late peer's data would be taken from an earlier launch). Every
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/host_handles.h"
+#include "device/host_handles.h"
 
 namespace anyr {
 namespace {

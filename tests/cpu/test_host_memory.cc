@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "algo/algo.h"
+#include "base/env.h"
+#include "base/error.h"
 #include "bootstrap/bootstrap.h"
-#include "core/env.h"
-#include "core/error.h"
-#include "transport/host_handles.h"
+#include "transport/host_layout.h"
 #include "transport/host_memory.h"
 
 namespace anyr {
@@ -235,7 +235,7 @@ TEST(HostLayout, HostLaunchBytesDefaultAndValidation) {
   unsetenv("ANYR_HOST_LAUNCH_BYTES");
   EXPECT_EQ(kHostDefaultLaunchBytes, 16u << 20);
   EXPECT_EQ(env::getSize("ANYR_HOST_LAUNCH_BYTES"), kHostDefaultLaunchBytes)
-      << "core/env.cc's registered default and kHostDefaultLaunchBytes disagree";
+      << "base/env.cc's registered default and kHostDefaultLaunchBytes disagree";
   setenv("ANYR_CHUNK_BYTES", "4M", 1);
   EXPECT_EQ(env::getSize("ANYR_HOST_LAUNCH_BYTES"), kHostDefaultLaunchBytes);
   unsetenv("ANYR_CHUNK_BYTES");

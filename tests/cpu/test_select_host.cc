@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "cpu/select_fixtures.h"
 #include "select/admission.h"
 #include "topology/topology.h"

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "algo/selftest_kernels.h"
-#include "core/env.h"
-#include "core/error.h"
+#include "base/env.h"
+#include "base/error.h"
 #include "core/selftest.h"
 
 namespace anyr {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "topology/nvml.h"
 #include "topology/probe.h"
 #include "topology/topology.h"

@@ -1,4 +1,4 @@
-// The argument rules of src/core/validate.h, on synthetic facts: every rule refuses with
+// The argument rules of src/base/validate.h, on synthetic facts: every rule refuses with
 // anyrInvalidArgument and a message naming the argument and the rule, and accepts what it
 // should. (The CUDA-facing wrappers are exercised by tests/gpu/test_reliability_calls.cc.)
 #include <gtest/gtest.h>
@@ -7,8 +7,8 @@
 #include <functional>
 #include <string>
 
-#include "core/error.h"
-#include "core/validate.h"
+#include "base/error.h"
+#include "base/validate.h"
 
 namespace anyr {
 namespace {

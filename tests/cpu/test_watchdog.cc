@@ -1,5 +1,5 @@
-// The deadline watchdog that bounds NCCL's calls (src/algo/watchdog.h), with fake markers and a
-// fake clock in place of CUDA events and time. The same watchdog on the GPU, around real NCCL
+// The deadline watchdog that bounds NCCL's calls (src/transport/nccl_watchdog.h), with fake markers
+// and a fake clock in place of CUDA events and time. The same watchdog on the GPU, around real NCCL
 // calls: tests/gpu/test_nccl_watchdog.cc.
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "algo/watchdog.h"
+#include "transport/nccl_watchdog.h"
 
 namespace anyr {
 namespace {

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "bootstrap/auth.h"
 #include "bootstrap/message.h"
 #include "bootstrap/unique_id.h"
-#include "core/error.h"
 
 namespace {
 

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/env.h"
-#include "core/error.h"
+#include "base/config.h"
+#include "base/env.h"
+#include "base/error.h"
 
 static_assert(sizeof(void*) != 8 || sizeof(anyrConfig_t) == 80,
               "anyrConfig_t changed: update config() in tests/fuzz/make_seeds.py and rerun it");

@@ -8,7 +8,7 @@
 #include <exception>
 #include <string>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace anyr {
 namespace fuzz {

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "anyreduce/timing.h"
+#include "api/boundary.h"
 #include "common/data.h"
 #include "common/launcher.h"
-#include "core/boundary.h"
 #include "core/comm.h"
 #include "gpu/gpu_test_util.h"
 #include "select/dispatch.h"

@@ -120,7 +120,7 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
     R_CUDA(cudaDeviceGetAttribute(&hasClusters, cudaDevAttrClusterLaunch, device));
     // Device code built for a target without cluster instructions (PTX of compute capability
     // 7.5 or 8.0 run on this GPU by JIT compilation) cannot pass the probe: its cluster
-    // operations compile to nothing (algo/device_common.cuh).
+    // operations compile to nothing (device/common.cuh).
     R_CUDA(codearch::deviceCodeArch(&codeArch));
     if (codeArch < 900) hasClusters = 0;
     const bool enabled = cl.at("enabled").get<bool>();

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
+#include "base/env.h"
 #include "common/data.h"
 #include "common/launcher.h"
-#include "core/env.h"
 #include "gpu/gpu_test_util.h"
 
 namespace anyr {

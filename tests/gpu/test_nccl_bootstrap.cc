@@ -19,11 +19,11 @@
 #include <string>
 #include <thread>
 
-#include "algo/nccl_path.h"
 #include "anyreduce/anyreduce.h"
 #include "common/data.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/nccl_test_util.h"
+#include "transport/nccl_comm.h"
 
 namespace anyr {
 namespace {

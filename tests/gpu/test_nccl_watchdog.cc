@@ -1,4 +1,4 @@
-// The watchdog that bounds the NCCL path (src/algo/nccl_path.h, NcclHandle).
+// The watchdog that bounds the NCCL path (src/transport/nccl_comm.h, NcclHandle).
 //
 // One GPU: NCCL refuses two ranks on one GPU, and a one-rank NCCL all-reduce is a local copy
 // that always completes. So the one-GPU tests drive NcclHandle directly on a one-rank NCCL
@@ -23,13 +23,13 @@
 #include <string>
 #include <thread>
 
-#include "algo/nccl_path.h"
 #include "anyreduce/anyreduce.h"
+#include "base/error.h"
 #include "common/data.h"
-#include "core/error.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/nccl_test_util.h"
 #include "gpu/nccl_watchdog_kernels.h"
+#include "transport/nccl_comm.h"
 
 namespace anyr {
 namespace {

@@ -16,9 +16,9 @@
 #include <sstream>
 #include <vector>
 
+#include "base/config.h"
 #include "common/data.h"
 #include "common/launcher.h"
-#include "core/config.h"
 #include "timing.h"
 
 namespace anyr {

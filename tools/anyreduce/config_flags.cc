@@ -2,14 +2,14 @@
 
 #include <string>
 
-#include "core/config.h"
+#include "base/config.h"
 
 namespace anyr {
 namespace tool {
 
 namespace {
 
-// A CLI11 check for an int flag: `valid` and `rule` are the config field's (core/config.h), so
+// A CLI11 check for an int flag: `valid` and `rule` are the config field's (base/config.h), so
 // the flag accepts exactly what the field does. The text is read as CLI11 will store it (into
 // an int), so the value checked is the value used.
 CLI::Validator configRule(bool (*valid)(int64_t), const char* rule) {
@@ -35,7 +35,7 @@ void addConfigFlags(CLI::App* cmd, CommFlags* flags) {
                               "kernels (config.fusedCluster; overrides ANYR_FUSED_CLUSTER): ") +
                       kFusedClusterRule)
       ->check(configRule(fusedClusterValid, kFusedClusterRule));
-  // The names the library's ANYR_PEER_MEMORY takes (core/config.h), turned into the field's value.
+  // The names the library's ANYR_PEER_MEMORY takes (base/config.h), turned into the field's value.
   cmd->add_option("--peer-memory", flags->peerMemory,
                   "How the ranks map each other's workspace (config.peerMemory; overrides "
                   "ANYR_PEER_MEMORY): none, auto, cuda-ipc or vmm")

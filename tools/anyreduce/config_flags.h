@@ -1,5 +1,5 @@
 // Command-line flags for communicator config fields (anyrConfig_t) that otherwise only the
-// environment sets, checked with the library's own rules (core/config.h).
+// environment sets, checked with the library's own rules (base/config.h).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -17,9 +17,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "api/boundary.h"
 #include "bench.h"
 #include "common/launcher.h"
-#include "core/boundary.h"
 #include "core/comm.h"
 #include "select/dispatch.h"
 #include "select/tuning.h"

@@ -10,13 +10,14 @@
 #include <sstream>
 #include <vector>
 
+#include "base/config.h"
+#include "base/env.h"
+#include "base/error.h"
 #include "bench.h"
 #include "common/data.h"
 #include "common/launcher.h"
 #include "config_flags.h"
-#include "core/config.h"
-#include "core/env.h"
-#include "core/error.h"
+#include "device/handles.h"
 #include "doctor_cli.h"
 #include "fused/fused.h"
 #include "select/admission.h"
@@ -25,7 +26,6 @@
 #include "select/tuning.h"
 #include "topology/probe.h"
 #include "topology/topology.h"
-#include "transport/device_handles.h"
 
 namespace {
 

@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "algo/algo.h"
+#include "base/names.h"
 #include "common/data.h"
-#include "core/names.h"
 #include "diag_check.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"

@@ -20,7 +20,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "algo/device_common.cuh"
+#include "device/common.cuh"
 #include "diag_check.h"
 
 namespace {

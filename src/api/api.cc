@@ -6,12 +6,12 @@
 #include <string>
 
 #include "anyreduce/anyreduce.h"
+#include "api/boundary.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "bootstrap/bootstrap.h"
-#include "core/boundary.h"
 #include "core/comm.h"
-#include "core/config.h"
-#include "core/error.h"
-#include "core/log.h"
 
 extern "C" {
 

@@ -1,4 +1,4 @@
-#include "core/boundary.h"
+#include "api/boundary.h"
 
 namespace anyr {
 

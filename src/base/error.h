@@ -1,5 +1,5 @@
 // One error idiom inside the library: functions throw anyr::Error (result code + message);
-// the C API boundary (src/core/api.cc) catches it once, records the message and returns the
+// the C API boundary (src/api/api.cc) catches it once, records the message and returns the
 // code. Nothing inside the library exits or aborts the process.
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "algo/watchdog.h"
+#include "transport/nccl_watchdog.h"
 
 #include <utility>
 

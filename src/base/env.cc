@@ -1,11 +1,11 @@
-#include "core/env.h"
+#include "base/env.h"
 
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace anyr {
 namespace env {

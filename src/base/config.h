@@ -1,5 +1,5 @@
 // Communicator configuration after resolution: explicit anyrConfig_t fields first, then the
-// environment (src/core/env.cc), then defaults. Validated; errors name the field and rule.
+// environment (src/base/env.cc), then defaults. Validated; errors name the field and rule.
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,9 @@
 // C boundary of anyrCommGetCounters / anyrCommResetCounters (see core/counters.h).
 #include "anyreduce/anyreduce.h"
+#include "api/boundary.h"
+#include "base/error.h"
 #include "bootstrap/bootstrap.h"
-#include "core/boundary.h"
 #include "core/comm.h"
-#include "core/error.h"
 
 extern "C" {
 

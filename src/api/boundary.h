@@ -9,8 +9,8 @@
 #include <string>
 
 #include "anyreduce/anyreduce.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 namespace anyr {
 class Communicator;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "algo/watchdog.h"
 #include "anyreduce/anyreduce.h"
+#include "transport/nccl_watchdog.h"
 
 namespace anyr {
 

@@ -1,9 +1,9 @@
-#include "core/config.h"
+#include "base/config.h"
 
 #include <sstream>
 
-#include "core/env.h"
-#include "core/error.h"
+#include "base/env.h"
+#include "base/error.h"
 
 namespace anyr {
 

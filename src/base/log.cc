@@ -1,11 +1,11 @@
-#include "core/log.h"
+#include "base/log.h"
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <mutex>
 
-#include "core/env.h"
+#include "base/env.h"
 
 namespace anyr {
 

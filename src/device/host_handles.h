@@ -7,9 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
-#include "transport/device_handles.h"
+#include "device/handles.h"
 
 namespace anyr {
 
@@ -120,7 +119,7 @@ struct HostCopyArgs {
 // kHostCopyMinChunkBytes), so that a small launch still overlaps its two directions. Depends on
 // agreed values only: every rank cuts a launch the same way.
 constexpr uint64_t kHostCopyMinChunkBytes = 256u << 10;
-// The default of ANYR_HOST_COPY_CHUNK_BYTES (core/env.cc registers it as "2M"): what the seed
+// The default of ANYR_HOST_COPY_CHUNK_BYTES (base/env.cc registers it as "2M"): what the seed
 // model assumes where the transport has not set the agreed value.
 constexpr uint64_t kHostCopyDefaultChunkBytes = 2u << 20;
 constexpr uint64_t hostCopyLaunchChunkBytes(uint64_t launchBytes, uint64_t copyChunkBytes) {
@@ -151,15 +150,7 @@ constexpr uint64_t hostCopyWireBytes(uint64_t vecs, uint64_t elemsPerVec) {
   return padded * elemsPerVec + padded / kWireGroupVecs * 4;
 }
 
-// The segment's layout for launches of at most `launchBytes` input bytes (the agreed
-// ANYR_HOST_LAUNCH_BYTES, not ANYR_CHUNK_BYTES, which sizes the peer algorithms' staging).
-HostLayout computeHostLayout(uint64_t launchBytes, int nranks, uint64_t llMaxBytes,
-                             uint64_t copyChunkBytes);
-
-// "" when `bytes` is a valid ANYR_HOST_COPY_CHUNK_BYTES, else the rule it broke.
-std::string hostCopyChunkError(uint64_t bytes);
-
-// Most input bytes one launch of a host algorithm carries (ANYR_HOST_LAUNCH_BYTES; core/env.cc
+// Most input bytes one launch of a host algorithm carries (ANYR_HOST_LAUNCH_BYTES; base/env.cc
 // registers the default as "16M"): a larger message runs as several launches, each paying its
 // fixed costs again (host-copy about 32 us: the launch barrier, the fork and join, the pipeline's
 // fill), so launches are large; the seed model assumes this where the transport has not set the
@@ -173,26 +164,5 @@ std::string hostCopyChunkError(uint64_t bytes);
 //     n = 2, 144 MiB at n = 8; 8 events each for copied / arrived / recv.
 //     (tests/cpu/test_host_memory.cc checks these.)
 constexpr uint64_t kHostDefaultLaunchBytes = 16u << 20;
-
-// "" when `bytes` is a valid ANYR_HOST_LAUNCH_BYTES, else the rule it broke (the granularity of
-// ANYR_CHUNK_BYTES: whole pages, so the layout's areas stay page-aligned).
-std::string hostLaunchBytesError(uint64_t bytes);
-
-// The host transport's settings from the environment, rank 0's for every rank.
-struct HostSettings {
-  bool enabled = false;         // ANYR_HOST_MEMORY != 0
-  int32_t roundVecs = 0;        // ANYR_HOST_ROUND: 1..64
-  uint64_t llBytes = 0;         // ANYR_HOST_LL_BYTES: a multiple of 16 in 0..1 MiB
-  uint64_t llEagerBytes = 0;    // ANYR_HOST_LL_EAGER_BYTES: a multiple of 16 in 0..1 MiB
-  uint64_t copyChunkBytes = 0;  // ANYR_HOST_COPY_CHUNK_BYTES (hostCopyChunkError)
-  uint64_t launchBytes = 0;     // ANYR_HOST_LAUNCH_BYTES (hostLaunchBytesError)
-};
-
-// Rank 0's values of every variable above, in one bootstrap broadcast, validated after it on
-// every rank (anyrInvalidArgument naming the variable, rank 0's value and the rule: the same
-// error on every rank), whether or not ANYR_HOST_MEMORY enables the transport. A rank whose own
-// ANYR_HOST_LAUNCH_BYTES differs is told in a warning. Collective over `bs`.
-class Bootstrap;
-HostSettings agreeHostSettings(Bootstrap& bs, int rank);
 
 }  // namespace anyr

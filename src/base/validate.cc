@@ -1,8 +1,8 @@
-#include "core/validate.h"
+#include "base/validate.h"
 
 #include <cstdio>
 
-#include "core/error.h"
+#include "base/error.h"
 
 namespace anyr {
 

@@ -16,8 +16,8 @@
 
 #include <type_traits>
 
-#include "algo/device_common.cuh"
-#include "transport/host_handles.h"
+#include "device/common.cuh"
+#include "device/host_handles.h"
 
 namespace anyr {
 namespace dev {

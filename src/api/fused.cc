@@ -1,5 +1,7 @@
 // Host side of the fused add + RMSNorm (+ quantization): the argument rules shared by
 // anyrAllReduceAddRmsNorm and anyrAddRmsNorm, and the C boundary of anyrAddRmsNorm.
+#include "fused/fused.h"
+
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -7,11 +9,10 @@
 #include <utility>
 
 #include "anyreduce/anyreduce.h"
-#include "core/boundary.h"
-#include "core/error.h"
-#include "core/log.h"
-#include "core/validate.h"
-#include "fused/fused.h"
+#include "api/boundary.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/validate.h"
 
 namespace anyr {
 namespace {
@@ -219,7 +220,7 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p) {
 }  // namespace anyr
 
 // ---- C boundary -----------------------------------------------------------------------------
-// The one boundary idiom of src/core/boundary.h: the message is recorded for anyrGetLastError.
+// The one boundary idiom of src/api/boundary.h: the message is recorded for anyrGetLastError.
 extern "C" {
 
 anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residualOut,

@@ -119,7 +119,7 @@ static_assert(sizeof(ErrorRecord) == 32, "ErrorRecord layout");
 
 // The push families (one-shot push and two-shot push, plain and fused) count their launches
 // in LocalState::pushEpoch / tsEpoch modulo this multiple of 3, so that their three-phase
-// buffer rotation (epoch % 3, algo/lamport.cuh) goes on unbroken where the count wraps.
+// buffer rotation (epoch % 3, device/lamport.cuh) goes on unbroken where the count wraps.
 constexpr uint32_t kPushEpochPeriod = 3u << 30;
 
 // Device-local state of one communicator (not shared with peers). Lives in device memory so

@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "anyreduce/anyreduce.h"
-#include "transport/device_handles.h"
+#include "device/handles.h"
 
 namespace anyr {
 namespace dev {
@@ -210,7 +210,7 @@ __device__ __forceinline__ uint64_t globalTimerNs() {
 }
 
 // ---- programmatic dependent launch ---------------------------------------------------------
-// A kernel launched with programmatic stream serialization (algo/launch.cuh, ANYR_PDL) may
+// A kernel launched with programmatic stream serialization (device/launch.cuh, ANYR_PDL) may
 // start while the work before it on the stream is still finishing; it must call this before
 // its first access to memory (a buffer, its own state, a peer's). Without that launch
 // attribute, and on GPUs without the instruction, it returns at once.
@@ -235,7 +235,7 @@ __device__ __forceinline__ void waitForPrevious(int32_t releaseEarly) {
 }
 
 // ---- thread-block clusters ------------------------------------------------------------------
-// For kernels launched with a cluster dimension (algo/launch.cuh, launchClusterKernel), which
+// For kernels launched with a cluster dimension (device/launch.cuh, launchClusterKernel), which
 // the host does only where a probe launch of clusters worked (probe_kernels.h,
 // launchClusterExchange). One-dimensional clusters: the blocks of cluster k are blockIdx.x
 // k * size .. k * size + size - 1. Without cluster instructions (GPUs before them) these

@@ -1,4 +1,4 @@
-#include "algo/nccl_path.h"
+#include "transport/nccl_comm.h"
 
 #include <dlfcn.h>
 
@@ -7,11 +7,11 @@
 #include <thread>
 #include <utility>
 
-#include "algo/watchdog.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/validate.h"
 #include "bootstrap/bootstrap.h"
-#include "core/error.h"
-#include "core/log.h"
-#include "core/validate.h"
+#include "transport/nccl_watchdog.h"
 
 namespace anyr {
 

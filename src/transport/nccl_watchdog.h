@@ -1,6 +1,6 @@
 // A deadline watchdog for work the host enqueued and cannot wait on without blocking: NCCL's
 // kernels have no deadline of their own, so an NCCL call whose peer never joins would hang its
-// stream forever. The owner (NcclHandle, src/algo/nccl_path.cc) hands each eager call's two
+// stream forever. The owner (NcclHandle, src/transport/nccl_comm.cc) hands each eager call's two
 // markers to watch(): `begin` completes when the call can start (everything before it on its
 // stream is done), `end` when the call is done. One thread per watchdog, started at the first
 // watch(), polls every outstanding call at most `poll` apart:

@@ -11,7 +11,7 @@
 // subnormals for -0.0 and could spin forever).
 #pragma once
 
-#include "algo/device_common.cuh"
+#include "device/common.cuh"
 
 namespace anyr {
 namespace dev {
@@ -152,7 +152,7 @@ __device__ __forceinline__ uint4 clearVec() {
 
 // The three-phase rotation of a push launch: it writes and reads phase `cur` and clears what
 // peers wrote one launch ago, in phase `prev` (the safety argument is in oneshot_push.cu).
-// The push epochs count launches modulo kPushEpochPeriod (transport/device_handles.h), a
+// The push epochs count launches modulo kPushEpochPeriod (device/handles.h), a
 // multiple of 3, so the rotation goes on unbroken where the count wraps (2^32 is not a
 // multiple of 3: at its wrap two consecutive launches would take the same phase, one clearing
 // what a peer was writing).

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The layers of docs/DESIGN.md, bottom up: a file may include its own layer and those below it,
+# never one above. Checked with the project's layer checker (../shared/tools/layers.py, or
+# ANYR_LAYERS_PY): the library's layers are the public header and the floor, the mechanisms,
+# the algorithms, selection, the communicator, the C API.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LAYERS_PY=${ANYR_LAYERS_PY:-../shared/tools/layers.py}
+if [ ! -f "$LAYERS_PY" ]; then
+  echo "check-layers: the layer checker is not at $LAYERS_PY (set ANYR_LAYERS_PY)" >&2
+  exit 1
+fi
+python3 "$LAYERS_PY" --strict include,src/base,src/device \
+  src/bootstrap,src/topology,src/transport src/algo,src/fused src/select src/core src/api
