@@ -1374,7 +1374,7 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
   const FusedLaunchShape shape =
       fusedTwoShotShape(rows, nranks_, p.hidden, a.numVecs, maxBlocks_, fusedDenseBlocks_);
   // The dense shape (two blocks per SM) measured 0.5-1% slower with the early release at 256
-  // to 1024 rows of 6144 and 7168 on 2 x H200 (docs/PERFORMANCE.md, 2026-11-30, 22:45-23:23):
+  // to 1024 rows of 6144 and 7168 on 2 x H200 (docs/PERFORMANCE.md):
   // not taken apart further (the next launch's waiting blocks may crowd the second blocks).
   if (shape.threads == kFusedDenseThreads) a.releaseEarly = 0;
   return launchFusedTwoShotPush(dtype, a, p, rowBase, rows, shape.blocks, stream, pdlOn_,

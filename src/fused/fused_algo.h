@@ -48,9 +48,9 @@ inline int fusedTwoShotBlocks(int rows, int nranks, int hidden, uint64_t numVecs
 // kFusedDenseThreads threads a block (VPT up to 4 at hidden 8192) over up to denseBlocks blocks,
 // two per SM where the occupancy of every variant allows it on every rank
 // (Communicator::fusedDenseBlocks_; config.maxBlocks caps it like every grid), so a second block
-// overlaps each block's rows. Measured on 2 x H200 (docs/PERFORMANCE.md, 2026-11-30, session
-// 12): 256 / 512 tokens of hidden 6144 in 15.1 / 25.5 us against 16.6 / 28.4 with one block of
-// 512 threads per SM, 7168 in 16.9 / 30.3 against 17.6 / 33.4.
+// overlaps each block's rows. Measured on 2 x H200 (docs/PERFORMANCE.md): 256 / 512 tokens of
+// hidden 6144 in 15.1 / 25.5 us against 16.6 / 28.4 with one block of 512 threads per SM, 7168
+// in 16.9 / 30.3 against 17.6 / 33.4.
 constexpr int kFusedDenseThreads = 256;
 constexpr int kFusedDensePerSm = 2;
 
@@ -100,7 +100,7 @@ inline int fusedClusterThreads(int hidden, int clusterBlocks) {
 // (docs/PERFORMANCE.md, "cluster exchange by st.async"): the one-shot 1 row 3.92 us at C = 8
 // against 4.89 without, 16 rows 5.19 against 5.45, 32 rows 6.22 at C = 4 against 7.30; the two-shot
 // 64 rows 8.35 at C = 2 against 9.52, 96 rows 10.20 at C = 2 and 10.18 without. Forced sizes
-// at 8-128 tokens of 6144 and 7168 (docs/PERFORMANCE.md, 2026-11-30 19:55): this rule is the
+// at 8-128 tokens of 6144 and 7168 (docs/PERFORMANCE.md): this rule is the
 // fastest or within 0.05 us everywhere but 7168 x 16 and 96 tokens, where C = 2 is faster;
 // `anyreduce tune` measures the sizes per bucket at its hidden size (Path::cluster), which
 // comes here as a forced `setting`.
@@ -119,12 +119,12 @@ inline int fusedClusterSize(int rows, int hidden, int maxBlocks, int setting, in
 // From 67 rows (with 132 SMs) clusters of two no longer fit one block per SM, and the cluster
 // form looped rows over the clusters it had (slower than the block-per-row kernel); where an SM
 // holds two blocks of the kernel variant a launch runs, every row keeps its own cluster of two.
-// Measured at world size 1 on one H200, hidden 6144, bf16 (docs/PERFORMANCE.md, 2026-12-01):
+// Measured at world size 1 on one H200, hidden 6144, bf16 (docs/PERFORMANCE.md):
 // the fused one-shot at 80 / 96 / 128 rows 3.74 / 3.80 / 3.83 us against 4.58 with the
 // block-per-row kernel at 80 and 4.80 / 4.83 / 4.90 in clusters of two at one block per SM; the
 // two-shot's cluster form at 96 / 128 rows 5.65 / 5.75 against 6.89 (block per row) and
 // 7.05 / 7.05. The pair kernels (compiled for two blocks per SM, fused/launch.cuh) extended it
-// to hidden 7168 and the quantized variants (same machine, 2026-12-01, 03:04): 7168 at 80 rows
+// to hidden 7168 and the quantized variants (same machine): 7168 at 80 rows
 // 4.05 us against 4.83 (block per row), 6144 NVFP4 at 80 rows 4.71 against 5.84 (looping), the
 // two-shot at 7168 x 128 6.30 against 7.31 (its dense shape); NVFP4 at 7168 x 80 5.27-5.29
 // against 5.59 (block per row). The grid cap of a cluster launch of

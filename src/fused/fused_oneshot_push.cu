@@ -299,7 +299,7 @@ struct OneShotClusterKernels {
   // The pair variants (aligned buffers), compiled for two blocks per SM: of 448 threads (72
   // registers; hidden 7168 in clusters of two), and where that one spills (ptxas, CUDA 13,
   // sm_90: NVFP4, 8 bytes in bf16, 4 in fp16) also of 384 (80 registers, no spill) for blocks
-  // of up to 384 threads (hidden 6144), 3-4% faster there (docs/PERFORMANCE.md, 2026-12-01).
+  // of up to 384 threads (hidden 6144), 3-4% faster there (docs/PERFORMANCE.md).
   // NULL for blocks of more than 448 threads.
   template <typename T, int Q>
   static ClusterKernel pairKernelFor(int threads) {
