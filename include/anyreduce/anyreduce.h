@@ -307,7 +307,9 @@ ANYR_API anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count
 
 /* Writes a JSON document describing the communicator: topology, admission of every
  * algorithm with its reason, and the size thresholds in use. Writes at most `len` bytes
- * (NUL-terminated); *needed receives the full length + 1. */
+ * (NUL-terminated); *needed receives the full length + 1. The document can grow between two
+ * calls (anyrCommTune on another thread installs a table): a caller whose `len` is below the
+ * *needed of the same call got a truncated prefix and asks again. */
 ANYR_API anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed);
 
 /* Short names: "auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl", "twoshot-push",

@@ -358,10 +358,15 @@ class Communicator {
   // anyrCommExplain: the JSON document (topology, admission with reasons, the choices).
   std::string explain() const {
     anyrComm_t c = handle("anyrCommExplain");
+    // The document may grow between the two calls (a tuning table installed by another thread):
+    // ask again until it fitted.
     size_t needed = 0;
     call(anyrCommExplain(c, nullptr, 0, &needed), "anyrCommExplain");
-    std::string s(needed, '\0');
-    call(anyrCommExplain(c, s.data(), s.size(), &needed), "anyrCommExplain");
+    std::string s;
+    do {
+      s.assign(needed, '\0');
+      call(anyrCommExplain(c, s.data(), s.size(), &needed), "anyrCommExplain");
+    } while (needed > s.size());
     s.resize(std::strlen(s.c_str()));
     return s;
   }
