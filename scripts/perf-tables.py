@@ -169,15 +169,15 @@ def generate(runs):
     out.append('')
     out.append('## Runs')
     out.append('')
-    out.append('Every run, newest first: its file under `docs/runs/` holds the machine, the commands, '
-               'the commits, the peer, every table as rows and the notes.')
+    out.append('Every run, newest first; its file under `docs/runs/` holds its title, machine, commands, '
+               'commits, peer, every table as rows and the notes.')
     out.append('')
-    out.append('| date | run | machine | what was measured |')
-    out.append('|---|---|---|---|')
+    by_date = {}
     for run in sorted(runs, key=lambda r: -r['sequence']):
-        when = run['date'] + (', ' + run['time'] if run.get('time') else '')
-        out.append('| %s | [%s](runs/%s) | %s | %s |' % (cell(when), topic(run), run['_file'],
-                                                          cell(run['machine']), cell(run['title'])))
+        by_date.setdefault(run['date'], []).append(run)
+    for date in sorted(by_date, reverse=True):
+        out.append('- %s: %s' % (date, ', '.join('[%s](runs/%s)' % (topic(r), r['_file'])
+                                                  for r in by_date[date])))
     out.append('')
     out.append(END)
     return '\n'.join(out)
