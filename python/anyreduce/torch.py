@@ -57,7 +57,7 @@ DeviceLike = Union[torch.device, int, str, None]
 
 # The current stream of a device as a cudaStream_t int. torch's private raw getter (the one its
 # compiled code uses) costs a fraction of torch.cuda.current_stream(d).cuda_stream, which builds
-# a Stream object each call: 3-8 us of an eager call's host time (docs/PERFORMANCE.md).
+# a Stream object each call: 3-8 us of an eager call's host time (docs/PERFORMANCE.md, "Host time").
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 

@@ -19,7 +19,7 @@ constexpr int kAlgoThreads = 512;
 // and launched with where every variant's occupancy allows it on every rank
 // (Communicator::peerBlocks_) for large messages (peerLaunchShape). Two measured 5-7% faster
 // than one from 16 MB up on 2 x H200 (two-shot push 16 MB 54.2 against 57.2 us, 256 MB 860
-// against 924; docs/PERFORMANCE.md).
+// against 924; docs/PERFORMANCE.md, "Peer launches").
 constexpr int kPeerBlocksPerSm = 2;
 
 struct LaunchShape {
@@ -46,7 +46,7 @@ inline LaunchShape spreadShape(uint64_t work, uint64_t blocksCap, uint64_t minTh
 // first; over the wider peerCap (a second block per SM, Communicator::peerBlocks_) only once
 // every thread of that grid still has two vectors. On 2 x H200 the second block gained 5-7%
 // from 16 MB up, about 1% at 4 MB, and cost the flag-based pull algorithms 12-19% at 1 MB, where
-// it halved the threads a block (docs/PERFORMANCE.md).
+// it halved the threads a block (docs/PERFORMANCE.md, "Peer launches").
 inline LaunchShape peerLaunchShape(uint64_t work, uint64_t perSmCap, uint64_t peerCap) {
   if (peerCap > perSmCap && work >= 2 * peerCap * kAlgoThreads) return spreadShape(work, peerCap);
   return spreadShape(work, std::min(perSmCap, peerCap));

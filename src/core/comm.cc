@@ -1302,7 +1302,7 @@ void Communicator::fusedCall(const void* partial, const void* residualIn, void* 
   // The fused kernels hold a row in registers up to two vectors per thread (hidden 8192).
   // Wider, the one-shot spills and the two-shot stages the row in shared memory, and both
   // measured slower than the composition (one-shot, hidden 16384, 1 token: 14.6 vs 9.9 us on
-  // 2 x H200, docs/PERFORMANCE.md), so there they run only when forced.
+  // 2 x H200, docs/PERFORMANCE.md, "Fused shapes"), so there they run only when forced.
   const bool fusedKernel = maxRows > 0 && path.fusedKernel &&
                            fusedKernelOk_[static_cast<size_t>(algo)] &&
                            (fusedRowFitsRegisters(p.hidden) || forced_.load() == algo);
@@ -1374,7 +1374,7 @@ cudaError_t Communicator::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype,
   const FusedLaunchShape shape =
       fusedTwoShotShape(rows, nranks_, p.hidden, a.numVecs, maxBlocks_, fusedDenseBlocks_);
   // The dense shape (two blocks per SM) measured 0.5-1% slower with the early release at 256
-  // to 1024 rows of 6144 and 7168 on 2 x H200 (docs/PERFORMANCE.md):
+  // to 1024 rows of 6144 and 7168 on 2 x H200 (docs/PERFORMANCE.md, "Polling"):
   // not taken apart further (the next launch's waiting blocks may crowd the second blocks).
   if (shape.threads == kFusedDenseThreads) a.releaseEarly = 0;
   return launchFusedTwoShotPush(dtype, a, p, rowBase, rows, shape.blocks, stream, pdlOn_,

@@ -56,7 +56,7 @@ __device__ __forceinline__ bool arrived(const Vec& x) {
 // about 0.8 us a call once its rows' data landed during the first reads (from 18-20 rows at
 // hidden 6144, from 16 at 7168). With two reads in flight, 300 ns apart, that step went away
 // (6144 x 20: 5.13-5.16 -> 4.55-4.57 us; 7168 x 16: 5.03-5.05 -> 4.54-4.55;
-// docs/PERFORMANCE.md).
+// docs/PERFORMANCE.md, "Polling").
 constexpr unsigned kPollSecondReadNs = 300;
 
 // Polls the vector at `at` (this rank's own memory, written by rank `from`) with two reads in

@@ -327,7 +327,7 @@ struct RowOutputs {
   // between them, so their dependency chains interleave, and the encoder leaves the
   // per-element NaN test out. Same bits either way. (A second straight line with __frcp_rn for
   // the rare scale outside the range made the kernel 150 instructions longer and measured
-  // 0.05-0.07 us slower at 16 tokens on 2 x H200: docs/PERFORMANCE.md.)
+  // 0.05-0.07 us slower at 16 tokens on 2 x H200: docs/PERFORMANCE.md, "Fused shapes".)
   template <int N>
   __device__ __forceinline__ void writeNvfp4Vecs(const int (&vs)[N], const bool (&active)[N],
                                                  const float (&y)[N][8]) const {

@@ -97,10 +97,10 @@ inline int fusedClusterThreads(int hidden, int clusterBlocks) {
 // pairBlocks (fusedClusterPairBlocks: two blocks per SM, where the launch's kernel variant holds
 // two such blocks; 0: not admitted); rows beyond that keep the block-per-row kernel, whose grid
 // already fills the GPU. Measured on 2 x H200, hidden 6144, each size forced
-// (docs/PERFORMANCE.md, "cluster exchange by st.async"): the one-shot 1 row 3.92 us at C = 8
+// (docs/PERFORMANCE.md, "Fused shapes"): the one-shot 1 row 3.92 us at C = 8
 // against 4.89 without, 16 rows 5.19 against 5.45, 32 rows 6.22 at C = 4 against 7.30; the two-shot
 // 64 rows 8.35 at C = 2 against 9.52, 96 rows 10.20 at C = 2 and 10.18 without. Forced sizes
-// at 8-128 tokens of 6144 and 7168 (docs/PERFORMANCE.md): this rule is the
+// at 8-128 tokens of 6144 and 7168 (docs/PERFORMANCE.md, "Fused shapes"): this rule is the
 // fastest or within 0.05 us everywhere but 7168 x 16 and 96 tokens, where C = 2 is faster;
 // `anyreduce tune` measures the sizes per bucket at its hidden size (Path::cluster), which
 // comes here as a forced `setting`.
@@ -119,7 +119,7 @@ inline int fusedClusterSize(int rows, int hidden, int maxBlocks, int setting, in
 // From 67 rows (with 132 SMs) clusters of two no longer fit one block per SM, and the cluster
 // form looped rows over the clusters it had (slower than the block-per-row kernel); where an SM
 // holds two blocks of the kernel variant a launch runs, every row keeps its own cluster of two.
-// Measured at world size 1 on one H200, hidden 6144, bf16 (docs/PERFORMANCE.md):
+// Measured at world size 1 on one H200, hidden 6144, bf16 (docs/PERFORMANCE.md, "Fused shapes"):
 // the fused one-shot at 80 / 96 / 128 rows 3.74 / 3.80 / 3.83 us against 4.58 with the
 // block-per-row kernel at 80 and 4.80 / 4.83 / 4.90 in clusters of two at one block per SM; the
 // two-shot's cluster form at 96 / 128 rows 5.65 / 5.75 against 6.89 (block per row) and

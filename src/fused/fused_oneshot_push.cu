@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   // first: their latency hides behind the pushes and the wait for the peers' data. (The cluster
   // form below loads them after its push instead; this kernel, whose pushes are spread over the
   // whole grid, measured faster this way on 2 x H200: 1 / 16 rows of 6144 4.41 / 5.04 us against
-  // 4.68 / 5.20 loaded after, in two runs; docs/PERFORMANCE.md.)
+  // 4.68 / 5.20 loaded after, in two runs; docs/PERFORMANCE.md, "Fused shapes".)
   Vec w[VPT];
   Vec res[VPT];
   dev::loadRowRegs<T, VPT>(static_cast<const T*>(p.weight), 0, p.hidden,
@@ -299,7 +299,7 @@ struct OneShotClusterKernels {
   // The pair variants (aligned buffers), compiled for two blocks per SM: of 448 threads (72
   // registers; hidden 7168 in clusters of two), and where that one spills (ptxas, CUDA 13,
   // sm_90: NVFP4, 8 bytes in bf16, 4 in fp16) also of 384 (80 registers, no spill) for blocks
-  // of up to 384 threads (hidden 6144), 3-4% faster there (docs/PERFORMANCE.md).
+  // of up to 384 threads (hidden 6144), 3-4% faster there (docs/PERFORMANCE.md, "Fused shapes").
   // NULL for blocks of more than 448 threads.
   template <typename T, int Q>
   static ClusterKernel pairKernelFor(int threads) {

@@ -100,7 +100,7 @@ Admission admit(const Topology& t, const CommFacts& f) {
 
 uint64_t defaultOneShotMaxBytes(int nranks) {
   // Two ranks: the one-shot sends and receives the message once per rank, as the two-shot does,
-  // with one round trip less. Measured on 2 x H200 (docs/PERFORMANCE.md): one-shot
+  // with one round trip less. Measured on 2 x H200 (docs/PERFORMANCE.md, "Cost model"): one-shot
   // push 5.90 us at 1 MiB against the two-shot push's 6.27, and the fused op at 64 tokens of
   // 6144 one launch of the one-shot (7.00 us) instead of the two-shot (7.97).
   if (nranks == 2) return 1ull << 20;

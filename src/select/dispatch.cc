@@ -170,7 +170,7 @@ constexpr double kFusedTwoShotMaxBytes = 16.0 * (1 << 20);
 // (ANYR_HOST_LAUNCH_BYTES) for large ones. A step is a PCIe round trip plus a flag in host memory
 // (one-shot: publish, then poll and read; two-shot: two such steps).
 // Calibrated on 2 x H200 (PCIe Gen5 x16) with ANYR_PEER_MEMORY=0 against NCCL with
-// NCCL_P2P_DISABLE=1 (docs/PERFORMANCE.md): the one-shot's writes and reads do not
+// NCCL_P2P_DISABLE=1 (docs/PERFORMANCE.md, "Cost model"): the one-shot's writes and reads do not
 // overlap and its small rounds reach a fifth of the link (host-oneshot 1 KB 6.9 us, 64 KB
 // 19.4 us, 1 MB 97 us); the two-shot overlaps its reduce-scatter and all-gather traffic
 // (charged on the larger direction) at about 0.6 of the link (1 MB 58 us, 16 MB 553 us).
@@ -180,11 +180,11 @@ constexpr double kEffHostTwoShot = 0.6 / kEffHost;
 constexpr double kHostStepUs = 3.0;
 // The one-shot's low-latency protocol (host_oneshot_ll.cu): one step, twice the bytes, writes
 // and reads overlapping, in small launches spread over many SMs. Calibrated on the same machine
-// (docs/PERFORMANCE.md, every thread polling its own lines): 1 KB 5.0-5.5 us, 16 KB
+// (docs/PERFORMANCE.md, "Cost model", every thread polling its own lines): 1 KB 5.0-5.5 us, 16 KB
 // 7.4-7.6, 32 KB 9.1-9.4, 64 KB 12.1 (NCCL 10.0, 11.3, 12.1, 15.6), i.e. about 0.47 of hostGBps.
 constexpr double kEffHostLowLatency = 0.4 / kEffHost;
 // host-copy (host_copy.cu): each GPU sends B up and receives (n-1) B down through its copy
-// engines, writes and reads at once. Calibrated on 2 x H200 (docs/PERFORMANCE.md,
+// engines, writes and reads at once. Calibrated on 2 x H200 (docs/PERFORMANCE.md, "Cost model",
 // NCCL_P2P_DISABLE=1): 34 us at 1 KB, 160 at 4 MB, 548 at 16 MB (two 8 MiB launches; 494 in
 // one 16 MiB launch, ANYR_HOST_LAUNCH_BYTES's default since; 476 in 2 MiB copy chunks,
 // ANYR_HOST_COPY_CHUNK_BYTES's default since), i.e. about 32 us per launch (the
@@ -431,7 +431,7 @@ double seedTimeUs(Op op, Path p, uint64_t bytes, const CostInputs& in) {
   }
   // The fused two-shot kernel (its register form; wider rows compose, see
   // Communicator::allReduceAddRmsNorm) saves the second launch but reads x back from the
-  // gather buffers: measured on 2 x H200 (docs/PERFORMANCE.md) 0.8-2.0 us faster
+  // gather buffers: measured on 2 x H200 (docs/PERFORMANCE.md, "Cost model") 0.8-2.0 us faster
   // than the composition from 64 to 512 tokens of hidden 6144 and 7168 (0.8 to 7.3 MB); with
   // the dense shape (two blocks per SM from 133 rows) 6.9-7.0 us faster at 1024 tokens (12.6
   // and 14.7 MB) and even at 2048 (25 MB, 118.6 against 118.1 us at 6144), where one block per
