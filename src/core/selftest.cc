@@ -102,59 +102,62 @@ FaultInjection parseFaultInjection(const std::string& text) {
 void SelfTest::injectFaults() {
   fault_ = parseFaultInjection(env::getString("ANYR_FAULT_INJECT"));
   const FaultInjection& f = fault_;
-  if (f.kind != FaultInjection::CorruptPeer || f.rank != c_.rank_ || !c_.peers_) return;
+  if (f.kind != FaultInjection::CorruptPeer || f.rank != c_.ctx_.rank || !c_.workspace_.mapped())
+    return;
   // This rank's view of the next rank's workspace points at its own workspace instead: its
   // pushes and flags for that peer land in its own memory, and its reads of that peer read
   // itself. The peer's WaitControl headers are left alone, so failures still propagate.
-  const int victim = (c_.rank_ + 1) % c_.nranks_;
-  c_.argsTemplate_.peerWorkspace[victim] = c_.peers_->local();
-  ANYR_LOG(Warn, c_.rank_,
+  const int victim = (c_.ctx_.rank + 1) % c_.ctx_.nranks;
+  c_.workspace_.argsTemplate_.peerWorkspace[victim] = c_.workspace_.peers_->local();
+  ANYR_LOG(Warn, c_.ctx_.rank,
            "ANYR_FAULT_INJECT: this rank's mapping of rank "
                << victim << "'s workspace now points at its own workspace (tests only)");
 }
 
 void SelfTest::setWaitTimeoutMs(int ms) {
   const uint64_t ns = static_cast<uint64_t>(ms) * 1000000ull;
-  for (WaitControl* w : {c_.dWait_, c_.dHostWait_}) {
+  for (WaitControl* w : {c_.workspace_.dWait_, c_.host_.dHostWait_}) {
     if (w == nullptr) continue;  // that transport is not set up
     ANYR_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(w) + offsetof(WaitControl, timeoutNs),
-                                    &ns, sizeof(ns), cudaMemcpyHostToDevice, c_.internalStream_));
+                                    &ns, sizeof(ns), cudaMemcpyHostToDevice,
+                                    c_.ctx_.internalStream));
   }
-  c_.waitStreamIdle(c_.internalStream_, "setting the self-test deadline");
+  c_.ctx_.waitStreamIdle(c_.ctx_.internalStream, "setting the self-test deadline");
 }
 
 void SelfTest::run() {
   Communicator& c = c_;
-  if (c.nranks_ < 2 || (!c.facts_.peerMemory && !c.host_)) return;
+  if (c.ctx_.nranks < 2 || (!c.ctx_.facts.peerMemory && !c.host_.present())) return;
   injectFaults();
   // Rank 0's setting decides, so every rank runs the same collective sequence.
   int32_t on = env::getInt("ANYR_SELFTEST") != 0 ? 1 : 0;
-  c.bs_->broadcast(&on, sizeof(on), 0);
+  c.ctx_.bs->broadcast(&on, sizeof(on), 0);
   nlohmann::json rep;
   if (on == 0) {
     rep["ran"] = false;
     rep["why"] = "disabled by ANYR_SELFTEST=0 (rank 0's environment)";
     c.selfTestJson_ = rep.dump();
-    ANYR_LOG(Info, c.rank_, "self-test skipped (ANYR_SELFTEST=0)");
+    ANYR_LOG(Info, c.ctx_.rank, "self-test skipped (ANYR_SELFTEST=0)");
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  DeviceBuffers bufs(c.internalStream_);
+  DeviceBuffers bufs(c.ctx_.internalStream);
   maxBytes_ = kLargeBytes + 4096;
   in_ = bufs.alloc(maxBytes_);
   out_ = bufs.alloc(maxBytes_);
   norm_ = bufs.alloc(static_cast<size_t>(kFusedHidden) * 2 * kFusedMaxRows);
   weight_ = bufs.alloc(static_cast<size_t>(kFusedHidden) * 2);
   results_ = bufs.alloc(sizeof(SelfCheckResult) * kMaxRuns);
-  ANYR_CUDA_CHECK(launchSelfTestFill(anyrBfloat16, weight_, kFusedHidden, -1, c.internalStream_));
-  const int timeoutMs = std::min(c.cfg_.timeoutMs, kSelfTestTimeoutMs);
+  ANYR_CUDA_CHECK(
+      launchSelfTestFill(anyrBfloat16, weight_, kFusedHidden, -1, c.ctx_.internalStream));
+  const int timeoutMs = std::min(c.ctx_.cfg.timeoutMs, kSelfTestTimeoutMs);
   setWaitTimeoutMs(timeoutMs);
 
   nlohmann::json results = nlohmann::json::object();
   for (anyrAlgo_t algo :
        {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoTwoShotPush,
         anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy}) {
-    AlgoAdmission& adm = c.admission_.algo[static_cast<size_t>(algo)];
+    AlgoAdmission& adm = c.sel_.admission().algo[static_cast<size_t>(algo)];
     if (!adm.admitted) {
       results[anyrAlgoName(algo)] = "not run (not admitted)";
       continue;
@@ -165,7 +168,7 @@ void SelfTest::run() {
       adm.admitted = false;
       adm.reason = why;
       results[anyrAlgoName(algo)] = why;
-      ANYR_LOG(Warn, c.rank_, anyrAlgoName(algo) << " disabled: " << why);
+      ANYR_LOG(Warn, c.ctx_.rank, anyrAlgoName(algo) << " disabled: " << why);
       resetProtocolState();
     } else {
       results[anyrAlgoName(algo)] = "passed";
@@ -173,23 +176,23 @@ void SelfTest::run() {
   }
   for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoTwoShotPush}) {
     const std::string name = std::string("fused-") + anyrAlgoName(algo);
-    if (!c.admission_[algo].admitted) {
+    if (!c.sel_.admission()[algo].admitted) {
       results[name] = std::string("not run (") + anyrAlgoName(algo) + " is not admitted)";
       continue;
     }
     bool failed = false;
     const std::string why = vote(runFused(algo), &failed);
     if (failed) {
-      c.admission_.fusedKernelFailure[static_cast<size_t>(algo)] = why;
+      c.sel_.admission().fusedKernelFailure[static_cast<size_t>(algo)] = why;
       results[name] = why;
-      ANYR_LOG(Warn, c.rank_,
+      ANYR_LOG(Warn, c.ctx_.rank,
                name << " disabled (the unfused composition is used instead): " << why);
       resetProtocolState();
     } else {
       results[name] = "passed";
     }
   }
-  setWaitTimeoutMs(c.cfg_.timeoutMs);
+  setWaitTimeoutMs(c.ctx_.cfg.timeoutMs);
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   rep["ran"] = true;
@@ -197,14 +200,14 @@ void SelfTest::run() {
   rep["ms"] = ms;
   rep["results"] = results;
   c.selfTestJson_ = rep.dump();
-  ANYR_LOG(Info, c.rank_, "self-test (" << ms << " ms): " << results.dump());
+  ANYR_LOG(Info, c.ctx_.rank, "self-test (" << ms << " ms): " << results.dump());
 }
 
 SelfCheckResult* SelfTest::clearResults() {
   std::vector<SelfCheckResult> init(kMaxRuns);
   for (SelfCheckResult& r : init) r = SelfCheckResult{0, ~0ull, 0.0f, 0.0f, 0};
   ANYR_CUDA_CHECK(cudaMemcpyAsync(results_, init.data(), sizeof(SelfCheckResult) * kMaxRuns,
-                                  cudaMemcpyHostToDevice, c_.internalStream_));
+                                  cudaMemcpyHostToDevice, c_.ctx_.internalStream));
   return static_cast<SelfCheckResult*>(results_);
 }
 
@@ -220,10 +223,10 @@ SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
     int32_t saved;
     explicit NativeWire(HostArgs& a) : t(a), saved(a.wire) { t.wire = kWireNative; }
     ~NativeWire() { t.wire = saved; }
-  } native(c.hostTemplate_);
-  const uint64_t cap = host                          ? c.hostLayout_.launchBytes
-                       : algo == anyrAlgoOneShotPush ? c.layout_.pushSlotBytes
-                                                     : c.layout_.chunkBytes;
+  } native(c.host_.hostTemplate_);
+  const uint64_t cap = host                          ? c.host_.hostLayout_.launchBytes
+                       : algo == anyrAlgoOneShotPush ? c.workspace_.layout_.pushSlotBytes
+                                                     : c.workspace_.layout_.chunkBytes;
   // A small fp32 message (one partial vector at the end) and a large bf16 one (many blocks,
   // odd count: a partial last vector too).
   struct Size {
@@ -238,27 +241,28 @@ SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
   // ANYR_FAULT_INJECT=host-copy-selftest:R: rank R contributes the constant 1 instead of its
   // pattern, so every rank's host-copy check fails.
   const bool wrongInput = algo == anyrAlgoHostCopy &&
-                          fault_.kind == FaultInjection::HostCopySelfTest && fault_.rank == c.rank_;
+                          fault_.kind == FaultInjection::HostCopySelfTest &&
+                          fault_.rank == c.ctx_.rank;
   for (const Size& sz : sizes) {
     const size_t bytes = sz.count * dtypeSize(sz.dtype);
     for (int rep = 0; rep < kReps; ++rep) {
       const bool inPlace = rep == kReps - 1;
       void* out = inPlace ? in_ : out_;
-      ANYR_CUDA_CHECK(launchSelfTestFill(sz.dtype, in_, sz.count, wrongInput ? -1 : c.rank_,
-                                         c.internalStream_));
-      if (!inPlace) ANYR_CUDA_CHECK(cudaMemsetAsync(out_, 0xff, bytes, c.internalStream_));
+      ANYR_CUDA_CHECK(launchSelfTestFill(sz.dtype, in_, sz.count, wrongInput ? -1 : c.ctx_.rank,
+                                         c.ctx_.internalStream));
+      if (!inPlace) ANYR_CUDA_CHECK(cudaMemsetAsync(out_, 0xff, bytes, c.ctx_.internalStream));
       try {
         if (host) {
-          c.launchHostAlgo(algo, in_, out, sz.count, sz.dtype, c.internalStream_);
+          c.launcher_.launchHostAlgo(algo, in_, out, sz.count, sz.dtype, c.ctx_.internalStream);
         } else {
-          c.launchPeerAlgo(algo, in_, out, sz.count, sz.dtype, c.internalStream_);
+          c.launcher_.launchPeerAlgo(algo, in_, out, sz.count, sz.dtype, c.ctx_.internalStream);
         }
       } catch (const Error& e) {
         ++launchFailures;
         launchWhy = e.what();
       }
-      ANYR_CUDA_CHECK(launchSelfTestCheck(sz.dtype, out, sz.count, c.nranks_, res + runs.size(),
-                                          c.internalStream_));
+      ANYR_CUDA_CHECK(launchSelfTestCheck(sz.dtype, out, sz.count, c.ctx_.nranks, res + runs.size(),
+                                          c.ctx_.internalStream));
       runs.push_back({std::string(anyrAlgoName(algo)) + " " + std::to_string(sz.count) + " x " +
                           dtypeShortName(sz.dtype) + (inPlace ? " in place" : ""),
                       sz.count});
@@ -270,7 +274,8 @@ SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
 SelfTest::Outcome SelfTest::runFused(int algoInt) {
   Communicator& c = c_;
   const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
-  const uint64_t maxRows = c.fusedRowsPerLaunch(algo, static_cast<uint64_t>(kFusedHidden) * 2);
+  const uint64_t maxRows =
+      c.fused_.fusedRowsPerLaunch(algo, static_cast<uint64_t>(kFusedHidden) * 2);
   // Each launch shape with its repetitions: 3 rows, up to 48 rows, and the two-shot register
   // form's dense launch (fusedTwoShotShape) where it applies, more rows than one block per SM,
   // once (the results hold kMaxRuns runs). A rows value may repeat (48 = the dense rows on a
@@ -280,8 +285,9 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
   };
   std::vector<Shape> shapes = {{3, kReps},
                                {static_cast<int>(std::min<uint64_t>(maxRows, 48)), kReps}};
-  const int denseRows = c.maxBlocks_ + 1;
-  const bool dense = algo == anyrAlgoTwoShotPush && c.fusedDenseBlocks_ > c.maxBlocks_ &&
+  const int denseRows = c.caps_.maxBlocks() + 1;
+  const bool dense = algo == anyrAlgoTwoShotPush &&
+                     c.caps_.fusedDenseBlocks() > c.caps_.maxBlocks() &&
                      static_cast<uint64_t>(denseRows) <= maxRows && denseRows <= kFusedMaxRows;
   SelfCheckResult* res = clearResults();
   std::vector<Run> runs;
@@ -292,8 +298,9 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
     const int rows = shape.rows;
     const uint64_t count = static_cast<uint64_t>(rows) * kFusedHidden;
     for (int rep = 0; rep < shape.reps; ++rep) {
-      ANYR_CUDA_CHECK(launchSelfTestFill(anyrBfloat16, in_, count, c.rank_, c.internalStream_));
-      ANYR_CUDA_CHECK(cudaMemsetAsync(out_, 0xff, count * 2, c.internalStream_));
+      ANYR_CUDA_CHECK(
+          launchSelfTestFill(anyrBfloat16, in_, count, c.ctx_.rank, c.ctx_.internalStream));
+      ANYR_CUDA_CHECK(cudaMemsetAsync(out_, 0xff, count * 2, c.ctx_.internalStream));
       // residualIn NULL: residualOut = the all-reduced rows, exact; normOut is written too
       // but not checked (it rounds).
       FusedParams p{};
@@ -307,17 +314,17 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
       p.weightPlusOne = 0;
       p.quant = anyrQuantNone;
       // The communicator's own launch (arguments and grid).
-      const cudaError_t e = c.launchFusedRows(
+      const cudaError_t e = c.fused_.launchFusedRows(
           algo, anyrBfloat16, in_, p, 0, rows,
-          c.fusedClusterBlocks(rows, kFusedHidden, 0, algo, anyrBfloat16, anyrQuantNone),
-          c.internalStream_);
+          c.fused_.fusedClusterBlocks(rows, kFusedHidden, 0, algo, anyrBfloat16, anyrQuantNone),
+          c.ctx_.internalStream);
       if (e != cudaSuccess) {
         ++launchFailures;
         launchWhy = std::string("launch failed: ") + cudaGetErrorString(e);
         (void)cudaGetLastError();
       }
-      ANYR_CUDA_CHECK(launchSelfTestCheck(anyrBfloat16, out_, count, c.nranks_, res + runs.size(),
-                                          c.internalStream_));
+      ANYR_CUDA_CHECK(launchSelfTestCheck(anyrBfloat16, out_, count, c.ctx_.nranks,
+                                          res + runs.size(), c.ctx_.internalStream));
       runs.push_back({std::string("fused ") + anyrAlgoName(algo) + " " + std::to_string(rows) +
                           " x " + std::to_string(kFusedHidden) + " bf16 (residualOut)",
                       count});
@@ -330,19 +337,20 @@ SelfTest::Outcome SelfTest::finish(const std::vector<Run>& runs, int launchFailu
                                    const std::string& launchWhy) {
   Communicator& c = c_;
   // Bounded: every kernel gives up at the self-test deadline.
-  c.waitStreamIdle(c.internalStream_, "the self-test");
+  c.ctx_.waitStreamIdle(c.ctx_.internalStream, "the self-test");
   std::vector<SelfCheckResult> got(kMaxRuns);
   ANYR_CUDA_CHECK(cudaMemcpyAsync(got.data(), results_, sizeof(SelfCheckResult) * kMaxRuns,
-                                  cudaMemcpyDeviceToHost, c.internalStream_));
-  c.waitStreamIdle(c.internalStream_, "copying the self-test results");
+                                  cudaMemcpyDeviceToHost, c.ctx_.internalStream));
+  c.ctx_.waitStreamIdle(c.ctx_.internalStream, "copying the self-test results");
   Outcome o;
-  const int32_t code = *reinterpret_cast<volatile int32_t*>(&c.hError_->code);
+  const int32_t code = *reinterpret_cast<volatile int32_t*>(&c.failure_.hostError()->code);
   if (code != kFailNone) {
-    const ErrorRecord e = *const_cast<const ErrorRecord*>(c.hError_);
+    const ErrorRecord e = *const_cast<const ErrorRecord*>(c.failure_.hostError());
     o.ok = false;
     o.code = code;
     if (code == kFailTimeout) {
-      o.why = "timed out after " + std::to_string(std::min(c.cfg_.timeoutMs, kSelfTestTimeoutMs)) +
+      o.why = "timed out after " +
+              std::to_string(std::min(c.ctx_.cfg.timeoutMs, kSelfTestTimeoutMs)) +
               " ms waiting for rank " + std::to_string(e.waitedRank) + " (" + waitWhatName(e.what) +
               ", block " + std::to_string(e.block) + ")";
     } else if (code == kFailPeerAborted) {
@@ -376,10 +384,10 @@ std::string SelfTest::vote(const Outcome& mine, bool* anyFailed) {
   w.ok = mine.ok ? 1 : 0;
   w.code = mine.code;
   std::snprintf(w.why, sizeof(w.why), "%s", mine.why.c_str());
-  const std::vector<VoteWire> all = c_.bs_->allGatherValue(w);
+  const std::vector<VoteWire> all = c_.ctx_.bs->allGatherValue(w);
   // Name the rank that failed first: one whose wait was not merely stopped by a peer.
   int pick = -1, failedRanks = 0;
-  for (int r = 0; r < c_.nranks_; ++r) {
+  for (int r = 0; r < c_.ctx_.nranks; ++r) {
     const VoteWire& v = all[static_cast<size_t>(r)];
     if (v.ok) continue;
     ++failedRanks;
@@ -402,33 +410,34 @@ void SelfTest::resetProtocolState() {
   // Every rank has waited for its own self-test kernels (finish), so after this barrier no
   // kernel of this communicator runs anywhere. Restore the init-time protocol state: flags and
   // the check area zero, the abort words clear, push slots cleared, epochs zero, no error.
-  c.bs_->barrier();
-  cudaStream_t s = c.internalStream_;
-  if (c.peers_) {
-    char* base = c.peers_->local();
-    const WorkspaceLayout& l = c.layout_;
+  c.ctx_.bs->barrier();
+  cudaStream_t s = c.ctx_.internalStream;
+  if (c.workspace_.mapped()) {
+    char* base = c.workspace_.peers_->local();
+    const WorkspaceLayout& l = c.workspace_.layout_;
     ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.flagsOffset, 0, l.pushOffset - l.flagsOffset, s));
     ANYR_CUDA_CHECK(cudaMemsetAsync(base + l.headerOffset + offsetof(WorkspaceHeader, abortedBy), 0,
                                     2 * sizeof(int32_t), s));  // abortedBy, abortCause
-    c.clearPushAreas(s);
-    ANYR_CUDA_CHECK(cudaMemsetAsync(c.dState_, 0, sizeof(LocalState), s));
+    c.workspace_.clearPushAreas(s);
+    ANYR_CUDA_CHECK(cudaMemsetAsync(c.workspace_.dState_, 0, sizeof(LocalState), s));
   }
-  if (c.host_) {
+  if (c.host_.present()) {
     // The own region of the shared host segment: its flags, its low-latency lines and its
     // header's abort words (this rank is their only writer besides peers' abortedBy, and no
     // peer kernel runs now). The lines go back to tag 0 with the protocol's launch count: left
     // as the self-test wrote them, they carried the tags the next launches reuse, and a late
     // peer's line would have been taken from the self-test (host_oneshot_ll.cu).
-    char* mine = c.host_->host() + static_cast<uint64_t>(c.rank_) * c.hostLayout_.rankBytes;
-    std::memset(mine + c.hostLayout_.flagsOffset, 0, sizeof(HostFlags));
-    std::memset(mine + c.hostLayout_.llOffset, 0, 2 * c.hostLayout_.llBytes);
-    std::memset(mine + c.hostLayout_.headerOffset + offsetof(WorkspaceHeader, abortedBy), 0,
+    char* mine = c.host_.memory()->host() +
+                 static_cast<uint64_t>(c.ctx_.rank) * c.host_.hostLayout_.rankBytes;
+    std::memset(mine + c.host_.hostLayout_.flagsOffset, 0, sizeof(HostFlags));
+    std::memset(mine + c.host_.hostLayout_.llOffset, 0, 2 * c.host_.hostLayout_.llBytes);
+    std::memset(mine + c.host_.hostLayout_.headerOffset + offsetof(WorkspaceHeader, abortedBy), 0,
                 2 * sizeof(int32_t));
-    ANYR_CUDA_CHECK(cudaMemsetAsync(c.dHostState_, 0, sizeof(LocalState), s));
+    ANYR_CUDA_CHECK(cudaMemsetAsync(c.host_.dHostState_, 0, sizeof(LocalState), s));
   }
-  c.waitStreamIdle(s, "resetting after a failed self-test");
-  std::memset(c.hError_, 0, sizeof(ErrorRecord));
-  c.bs_->barrier();
+  c.ctx_.waitStreamIdle(s, "resetting after a failed self-test");
+  std::memset(c.failure_.hostError(), 0, sizeof(ErrorRecord));
+  c.ctx_.bs->barrier();
 }
 
 }  // namespace anyr

@@ -498,7 +498,7 @@ struct WaiterT {
 using Waiter = WaiterT<false>;
 
 // Whether this communicator has stopped: a wait of this rank gave up, or its host refused a
-// call, was aborted or destroyed, and set failClaim (Communicator::stopEverywhere). A kernel
+// call, was aborted or destroyed, and set failClaim (FailureState::stopEverywhere). A kernel
 // that starts on a stopped communicator -- one still queued, or replayed from a captured graph
 // -- must make nothing visible to a peer: each kernel reads this at its start and skips its
 // first peer-visible write (its pushes, its staged data's flag, its published lines). Every

@@ -1,4 +1,4 @@
-// Plain structs of the host-memory transport, shared by the control plane (comm_host.cc) and
+// Plain structs of the host-memory transport, shared by the control plane (host_transport.cc) and
 // the host algorithms (host_oneshot.cu, host_twoshot.cu, host_copy.cu). One POSIX shared-memory
 // segment, mapped by every rank's process and registered with CUDA as mapped pinned memory, holds
 // one region per rank. A rank writes only its own region (its contribution, its reduced segment,

@@ -3,7 +3,7 @@
 // draining (its launch and parameter loads overlap that tail); the kernel calls
 // dev::waitForPrevious() before it touches memory, so the results are those of a plain launch.
 // The communicator passes pdl only where a probe launch with the attribute succeeded and
-// ANYR_PDL asks for it (Communicator::probeProgrammaticLaunch).
+// ANYR_PDL asks for it (Capabilities::probeProgrammaticLaunch).
 #pragma once
 
 #include <cuda_runtime.h>

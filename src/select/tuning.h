@@ -23,7 +23,7 @@ struct Fingerprint {
   std::string driver;              // driver version text and CUDA driver API version
   std::vector<std::string> links;  // "0->1 nvlink x18 numa write+ read+" per ordered pair
   // The communicator settings that shape kernels and so the times ("maxBlocks 132", "wire
-  // native", ...; Communicator::tuningSettings). Empty in tables written before they were
+  // native", ...; Tuner::tuningSettings). Empty in tables written before they were
   // recorded: those are compared on the machine alone.
   std::vector<std::string> settings;
   bool operator==(const Fingerprint& o) const;

@@ -4,7 +4,7 @@
 // descriptors passed over a Unix-domain socket), which uses no process ids, for where legacy
 // IPC fails (as reported between containers that do not share a PID namespace; not reproduced
 // with unshare on the lent H200s, docs/DESIGN.md). The communicator chooses between them
-// (core/comm.cc, initTransport; ANYR_PEER_MEMORY).
+// (core/peer_workspace.cc, mapPeerMemory; ANYR_PEER_MEMORY).
 #pragma once
 
 #include <cstddef>

@@ -137,8 +137,8 @@ TEST(HostMemory, SameOutcomeOnEveryRankAndNoNameLeftBehind) {
 namespace anyr {
 namespace {
 
-// The segment layout (computeHostLayout, core/comm_host.cc): every rank computes it from agreed
-// values, and kernels address peers' regions with it, so its areas must be page-aligned, in
+// The segment layout (computeHostLayout, transport/host_layout.cc): every rank computes it from
+// agreed values, and kernels address peers' regions with it, so its areas must be page-aligned, in
 // order, disjoint, and large enough for what the kernels write there.
 TEST(HostLayout, AreasArePageAlignedDisjointAndLargeEnough) {
   const uint64_t page = 4096;

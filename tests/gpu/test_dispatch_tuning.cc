@@ -47,7 +47,7 @@ std::string dispatchLines(Communicator& c) {
     for (int b = 10; b <= 26; ++b) {
       const Op op = static_cast<Op>(o);
       os << "CHOICE " << opName(op) << " " << b << " "
-         << pathName(op, c.pathFor(op, bucketBytes(b))) << "\n";
+         << pathName(op, c.selector().pathFor(op, bucketBytes(b))) << "\n";
     }
   }
   return os.str();
@@ -166,7 +166,7 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
       runRanksCatching(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         anyrComm_t comm = openComm(rank, nr, id, nullptr, 0);
         Communicator& c = *comm->impl;
-        if (c.tuned() != nullptr) report("FAIL a table was installed before tuning\n");
+        if (c.selector().tuned() != nullptr) report("FAIL a table was installed before tuning\n");
         Communicator::TuneOptions o;
         o.minBytes = 1024;
         o.maxBytes = 4u << 20;
@@ -174,19 +174,19 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
         o.calls = 5;
         o.samples = 5;
         TuningTable t = c.tune(o, nullptr);
-        if (c.tuned() == nullptr) report("FAIL no table installed after tuning\n");
+        if (c.selector().tuned() == nullptr) report("FAIL no table installed after tuning\n");
         size_t measured = 0;
         for (int op = 0; op < kNumOps; ++op) {
           for (const TunedPoint& p : t.points[static_cast<size_t>(op)]) {
             ++measured;
-            const Path used = c.pathFor(static_cast<Op>(op), bucketBytes(p.bucket));
+            const Path used = c.selector().pathFor(static_cast<Op>(op), bucketBytes(p.bucket));
             if (pathName(static_cast<Op>(op), used) != p.choice) {
               report("FAIL " + std::string(opName(static_cast<Op>(op))) + " bucket " +
                      std::to_string(p.bucket) + ": table says " + p.choice + ", dispatch uses " +
                      pathName(static_cast<Op>(op), used) + "\n");
             }
-            if (c.dispatchTable().source[static_cast<size_t>(op)][static_cast<size_t>(p.bucket)] !=
-                Source::Measured) {
+            if (c.selector().dispatchTable().source[static_cast<size_t>(op)][static_cast<size_t>(
+                    p.bucket)] != Source::Measured) {
               report("FAIL bucket " + std::to_string(p.bucket) + " not marked measured\n");
             }
           }
@@ -205,7 +205,7 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
             if (!chosen.fusedKernel) continue;
             int tokens = 1;
             while (bucketOf(static_cast<uint64_t>(tokens) * 6144 * 2) < p.bucket) tokens *= 2;
-            const std::vector<int> sizes = c.clusterSizesToMeasure(
+            const std::vector<int> sizes = c.fusedPlan().clusterSizesToMeasure(
                 chosen.algo, tokens, 6144,
                 static_cast<Op>(op) == Op::AddRmsNormQuant ? anyrQuantFp8 : anyrQuantNone);
             std::vector<std::string> want;
@@ -224,8 +224,10 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
                 report("FAIL " + w + " not measured at bucket " + std::to_string(p.bucket) + "\n");
               }
             }
-            const Path at6144 = c.pathFor(static_cast<Op>(op), bucketBytes(p.bucket), 6144);
-            const Path at7168 = c.pathFor(static_cast<Op>(op), bucketBytes(p.bucket), 7168);
+            const Path at6144 =
+                c.selector().pathFor(static_cast<Op>(op), bucketBytes(p.bucket), 6144);
+            const Path at7168 =
+                c.selector().pathFor(static_cast<Op>(op), bucketBytes(p.bucket), 7168);
             if (at6144 != chosen || !at7168.sameKernel(chosen) || at7168.cluster != 0) {
               report("FAIL bucket " + std::to_string(p.bucket) + ": hidden 6144 takes " +
                      pathName(static_cast<Op>(op), at6144) + ", 7168 " +
@@ -246,7 +248,7 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
         // The public query agrees with the table.
         anyrAlgo_t q = anyrAlgoAuto;
         R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &q), comm);
-        if (q != c.pathFor(Op::AllReduce, 1024).algo)
+        if (q != c.selector().pathFor(Op::AllReduce, 1024).algo)
           report("FAIL query disagrees with dispatch\n");
         const unsigned long long wrong = checkExact(comm, rank, nr);
         if (wrong != 0) report("FAIL " + std::to_string(wrong) + " wrong elements after tuning\n");
@@ -273,7 +275,7 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
       runRanksCatching(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 0);
         Communicator& c = *comm->impl;
-        if (c.tuned() == nullptr) report("FAIL the saved table was not loaded\n");
+        if (c.selector().tuned() == nullptr) report("FAIL the saved table was not loaded\n");
         const unsigned long long wrong = checkExact(comm, rank, nr);
         if (wrong != 0)
           report("FAIL " + std::to_string(wrong) + " wrong elements (loaded table)\n");
@@ -293,13 +295,14 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
       runRanksCatching(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         anyrComm_t comm = openComm(rank, nr, id, path.c_str(), 0);
         Communicator& c = *comm->impl;
-        if (c.tuned() != nullptr) report("FAIL a corrupt table was installed\n");
+        if (c.selector().tuned() != nullptr) report("FAIL a corrupt table was installed\n");
         const std::string ex = c.explainJson();
         if (ex.find("ignored") == std::string::npos ||
             ex.find("not valid JSON") == std::string::npos) {
           report("FAIL explain does not say why the table was ignored\n");
         }
-        if (c.dispatchTable().source[0][10] != Source::Seed) report("FAIL not the seed\n");
+        if (c.selector().dispatchTable().source[0][10] != Source::Seed)
+          report("FAIL not the seed\n");
         R_ANYR(anyrCommDestroy(comm), nullptr);
         return 0;
       });
@@ -319,7 +322,7 @@ TEST(DispatchGpu, InitTimeTuningWithinABudgetSavesTheTable) {
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         Communicator& c = *comm->impl;
-        if (c.tuned() == nullptr) report("FAIL init-time tuning installed no table\n");
+        if (c.selector().tuned() == nullptr) report("FAIL init-time tuning installed no table\n");
         // The budget stops measuring after the point that crossed it: generous bound, no hang.
         if (s > 120)
           report("FAIL init with a 3 s tuning budget took " + std::to_string(s) + " s\n");

@@ -95,7 +95,7 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
   void* nccl = nullptr;
   anyrComm_t comm = openBenchComm(o, rank, nranks, id, ngpus, &nccl);
   Communicator& c = impl(comm);
-  const bool tuned = c.tuned() != nullptr;
+  const bool tuned = c.selector().tuned() != nullptr;
   const double limit = tuned ? 1.03 : 1.10;
   const size_t hidden = o.hiddens.at(0);  // one (the command line checks)
   const std::vector<size_t>& tokens = o.tokens;
@@ -158,16 +158,16 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
     };
     std::vector<Path> paths;
     std::vector<double> times;
-    for (const Candidate& cand : c.candidatesOf(it.op)) {
+    for (const Candidate& cand : c.selector().candidatesOf(it.op)) {
       if (!cand.admitted) continue;
-      c.forcePath(it.op, cand.path);
+      c.selector().forcePath(it.op, cand.path);
       call();  // eager first call: surfaces errors outside capture
       BENCH_CUDA(cudaStreamSynchronize(s));
       paths.push_back(cand.path);
       times.push_back(timeCalls(call, s, o.graph, o.calls, o.samples, o.warmup));
-      c.clearForcedPath(it.op);
+      c.selector().clearForcedPath(it.op);
     }
-    const Path dispatched = c.pathFor(it.op, it.bytes);
+    const Path dispatched = c.selector().pathFor(it.op, it.bytes);
     call();
     BENCH_CUDA(cudaStreamSynchronize(s));
     times.push_back(timeCalls(call, s, o.graph, o.calls, o.samples, o.warmup));

@@ -1,0 +1,228 @@
+// The communicator's capabilities (core/capabilities.h): the agreed grid caps and the probes.
+#include "core/capabilities.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "algo/algo.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "base/names.h"
+#include "core/context.h"
+#include "fused/fused.h"
+#include "fused/fused_algo.h"
+#include "topology/probe_kernels.h"
+
+namespace anyr {
+
+void Capabilities::agreeGridCaps() {
+  // Every block of a launch must be resident at once on every rank (blocks wait on the
+  // same-index block of peers). Fused and host kernels: at most one block per SM of the
+  // smallest GPU. The peer all-reduce kernels (small blocks, few registers): as many per SM as
+  // the occupancy of every variant allows on every rank, at most kPeerBlocksPerSm.
+  int minSm = 1 << 30;
+  for (const GpuInfo& g : ctx_.topo.gpus) minSm = std::min(minSm, g.smCount > 0 ? g.smCount : 1);
+  maxBlocks_ = std::min(minSm, kMaxBlocks);
+  // The fused two-shot's register form likewise (at most kFusedDensePerSm) in blocks of
+  // kFusedDenseThreads threads, for launches of more rows than SMs (fusedTwoShotShape); and
+  // the cluster forms at two blocks per SM, per kernel variant (form x dtype x quantization;
+  // fusedClusterPairBlocks). One gather agrees on all of them.
+  struct PerSm {
+    int32_t peer, fused;
+    int32_t pairThreads[kClusterPairVariants];
+  };
+  PerSm perSm{kPeerBlocksPerSm, kFusedDensePerSm, {}};
+  for (auto lower : {oneShotPushResidentPerSm, oneShotPullResidentPerSm, twoShotPushResidentPerSm,
+                     twoShotResidentPerSm}) {
+    ANYR_CUDA_CHECK(lower(&perSm.peer));
+  }
+  ANYR_CUDA_CHECK(fusedTwoShotDenseResidentPerSm(&perSm.fused));
+  for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoTwoShotPush}) {
+    for (anyrDataType_t dt : {anyrFloat16, anyrBfloat16}) {
+      for (int q : {anyrQuantNone, anyrQuantFp8, anyrQuantNvfp4}) {
+        int threads = kFusedClusterMaxThreads;
+        ANYR_CUDA_CHECK(algo == anyrAlgoOneShotPush
+                            ? fusedOneShotClusterPairThreads(dt, q, &threads)
+                            : fusedTwoShotClusterPairThreads(dt, q, &threads));
+        perSm.pairThreads[clusterPairVariant(algo, dt, q)] = threads;
+      }
+    }
+  }
+  for (const PerSm& o : ctx_.bs->allGatherValue(perSm)) {
+    perSm.peer = std::min(perSm.peer, o.peer);
+    perSm.fused = std::min(perSm.fused, o.fused);
+    for (int v = 0; v < kClusterPairVariants; ++v) {
+      perSm.pairThreads[v] = std::min(perSm.pairThreads[v], o.pairThreads[v]);
+    }
+  }
+  for (int v = 0; v < kClusterPairVariants; ++v) {
+    clusterPairThreads_[static_cast<size_t>(v)] = perSm.pairThreads[v];
+  }
+  // Not where ranks share a GPU: their grids would need four blocks per SM at once.
+  clusterPairBlocks_ = ctx_.facts.distinctDevices ? std::min(minSm * 2, kMaxBlocks) : 0;
+  peerPerSm_ = std::max(1, static_cast<int>(perSm.peer));
+  peerBlocks_ = std::min(minSm * peerPerSm_, kMaxBlocks);
+  fusedDenseBlocks_ = std::min(minSm * std::max(1, static_cast<int>(perSm.fused)), kMaxBlocks);
+  if (ctx_.cfg.maxBlocks > 0) {
+    maxBlocks_ = std::min(maxBlocks_, ctx_.cfg.maxBlocks);
+    peerBlocks_ = std::min(peerBlocks_, ctx_.cfg.maxBlocks);
+    fusedDenseBlocks_ = std::min(fusedDenseBlocks_, ctx_.cfg.maxBlocks);
+    clusterPairBlocks_ = std::min(clusterPairBlocks_, ctx_.cfg.maxBlocks);
+  }
+  if (clusterPairBlocks_ <= maxBlocks_) clusterPairBlocks_ = 0;
+}
+
+// A probe's round trip on the internal stream: `bytes` of zeroed device memory (stream-ordered,
+// so no device-wide synchronization), `launch` on them, read back into `hostOut`; every wait
+// bounded (waitStreamIdle), none behind other work on the GPU. Returns the launch's own error
+// (a refused launch leaves no sticky error, and hostOut then holds what the memset left); throws on
+// any other failure.
+cudaError_t Capabilities::probeOnStream(
+    const char* what, size_t bytes, void* hostOut,
+    const std::function<cudaError_t(void*, cudaStream_t)>& launch) {
+  void* d = nullptr;
+  ANYR_CUDA_CHECK(cudaMallocAsync(&d, bytes, ctx_.internalStream));
+  cudaError_t e = cudaMemsetAsync(d, 0, bytes, ctx_.internalStream);
+  if (e == cudaSuccess) {
+    e = launch(d, ctx_.internalStream);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+  } else {
+    (void)cudaFreeAsync(d, ctx_.internalStream);
+    ANYR_CUDA_CHECK(e);
+  }
+  ctx_.waitStreamIdle(ctx_.internalStream, what);
+  // The stream is idle: this copy (to pageable memory, so it returns when done) waits for
+  // nothing else.
+  const cudaError_t c =
+      cudaMemcpyAsync(hostOut, d, bytes, cudaMemcpyDeviceToHost, ctx_.internalStream);
+  (void)cudaFreeAsync(d, ctx_.internalStream);
+  ANYR_CUDA_CHECK(c);
+  ctx_.waitStreamIdle(ctx_.internalStream, what);
+  return e;
+}
+
+void Capabilities::probeProgrammaticLaunch() {
+  if (env::getInt("ANYR_PDL") == 0) {
+    pdlReason_ = "off (ANYR_PDL=0); not probed";
+    return;
+  }
+  int got = 0;
+  const cudaError_t e = probeOnStream(
+      "the programmatic-launch probe", sizeof(int), &got, [](void* word, cudaStream_t s) {
+        return probekernels::launchDependentPair(static_cast<int*>(word), s);
+      });
+  pdlOn_ = e == cudaSuccess && got == 2;
+  if (e != cudaSuccess) {
+    pdlReason_ = std::string("the probe launch was refused: ") + cudaGetErrorString(e);
+  } else if (got != 2) {
+    pdlReason_ = "the probe's second kernel read " + std::to_string(got - 1) +
+                 " where the first had written 1";
+  } else {
+    pdlReason_ = "the probe launch worked";
+  }
+  // Each peer, host and fused kernel then releases the next launch right after its own wait
+  // (the fused two-shot's dense shape excepted: launchFusedRows).
+  releaseEarly_ = pdlOn_ && env::getInt("ANYR_PDL_EARLY") != 0 ? 1 : 0;
+}
+
+void Capabilities::probeNvfp4Encoder() {
+  int got = -1;
+  ANYR_CUDA_CHECK(
+      probeOnStream("the NVFP4 encoder probe", sizeof(int), &got, [](void* word, cudaStream_t s) {
+        return launchE2m1InstructionProbe(static_cast<int*>(word), s);
+      }));
+  if (got != 0 && got != 1) {
+    throwError(anyrCudaError,
+               "the NVFP4 encoder probe's kernel wrote " + std::to_string(got) + ", not 0 or 1");
+  }
+  nvfp4Instruction_ = got == 1;
+  nvfp4Reason_ =
+      nvfp4Instruction_
+          ? "the machine code this GPU runs has the e2m1 conversion instruction (a family-specific "
+            "build target: ANYR_CUDA_FAMILY_TARGETS)"
+          : "fp32 arithmetic: the machine code this GPU runs has no e2m1 conversion instruction "
+            "(compute capability 10.0 to 12.x and a family-specific build target have it: "
+            "ANYR_CUDA_FAMILY_TARGETS)";
+}
+
+void Capabilities::probeClusters() {
+  // Every rank probes (its GPU may differ), then all agree: a launch shape that differs
+  // between ranks is harmless to the protocol, but every choice is the communicator's.
+  struct Vote {
+    int32_t ok;
+  };
+  Vote mine{0};
+  std::string why;
+  if (ctx_.cfg.fusedCluster == 1) {
+    why = "off (config.fusedCluster / ANYR_FUSED_CLUSTER = 1); not probed";
+  } else if (!ctx_.topo.gpus.empty() &&
+             !ctx_.topo.gpus[static_cast<size_t>(ctx_.rank)].clusterLaunch) {
+    why = "the GPU has no thread-block clusters (cudaDevAttrClusterLaunch = 0)";
+  } else {
+    unsigned int got[4] = {0, 0, 0, 0};
+    const cudaError_t e =
+        probeOnStream("the cluster probe", sizeof(got), got, [](void* out, cudaStream_t s) {
+          return probekernels::launchClusterExchange(static_cast<unsigned int*>(out), s);
+        });
+    if (e != cudaSuccess) {
+      why = std::string("the probe's cluster launch was refused: ") + cudaGetErrorString(e);
+    } else if (got[0] != 0x5101u || got[1] != 0x5100u) {
+      std::ostringstream os;
+      os << "the probe's blocks read 0x" << std::hex << got[0] << " and 0x" << got[1]
+         << " through distributed shared memory, not 0x5101 and 0x5100";
+      why = os.str();
+    } else if (got[2] != 0x5201u || got[3] != 0x5200u) {
+      std::ostringstream os;
+      os << "the probe's blocks received 0x" << std::hex << got[2] << " and 0x" << got[3]
+         << " by asynchronous stores into each other's shared memory (st.async with an "
+            "mbarrier), not 0x5201 and 0x5200";
+      why = os.str();
+    } else {
+      mine.ok = 1;
+      why =
+          "the probe's cluster launch, distributed shared memory and asynchronous stores "
+          "into a peer block's shared memory worked";
+    }
+  }
+  const std::vector<Vote> votes = ctx_.bs->allGatherValue(mine);
+  clusterOn_ = true;
+  for (size_t r = 0; r < votes.size(); ++r) {
+    if (votes[r].ok == 0) {
+      clusterOn_ = false;
+      if (static_cast<int>(r) != ctx_.rank && mine.ok != 0) {
+        why = "rank " + std::to_string(r) + "'s probe did not pass";
+      }
+    }
+  }
+  clusterReason_ = why;
+}
+
+std::string Capabilities::clusterPairThreadsJson() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoTwoShotPush}) {
+    nlohmann::json byType = nlohmann::json::object();
+    for (anyrDataType_t dt : {anyrFloat16, anyrBfloat16}) {
+      nlohmann::json byQuant = nlohmann::json::object();
+      for (int q : {0, 1, 2}) {
+        byQuant[quantName(q)] = clusterPairThreads(algo, dt, q);
+      }
+      byType[dtypeShortName(dt)] = byQuant;
+    }
+    j[anyrAlgoName(algo)] = byType;
+  }
+  return j.dump();
+}
+
+int Capabilities::clusterPairVariant(anyrAlgo_t algo, anyrDataType_t dtype, int quant) {
+  if ((dtype != anyrFloat16 && dtype != anyrBfloat16) || quant < 0 || quant > 2) return -1;
+  return (algo == anyrAlgoOneShotPush ? 0 : 6) + (dtype == anyrFloat16 ? 0 : 3) + quant;
+}
+
+int Capabilities::clusterPairThreads(anyrAlgo_t algo, anyrDataType_t dtype, int quant) const {
+  const int v = clusterPairVariant(algo, dtype, quant);
+  return v < 0 ? 0 : clusterPairThreads_[static_cast<size_t>(v)];
+}
+
+}  // namespace anyr

@@ -1,0 +1,145 @@
+// Launches of the unfused all-reduce algorithms (core/launch.h).
+#include "core/launch.h"
+
+#include <algorithm>
+#include <string>
+
+#include "base/error.h"
+#include "base/names.h"
+#include "core/capabilities.h"
+#include "core/context.h"
+#include "core/host_transport.h"
+#include "core/peer_workspace.h"
+
+namespace anyr {
+
+size_t dtypeSize(anyrDataType_t t) {
+  switch (t) {
+    case anyrFloat32:
+      return 4;
+    case anyrFloat16:
+    case anyrBfloat16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+namespace {
+constexpr uint64_t kHostBytesPerBlock = 64u << 10;
+}  // namespace
+
+LaunchShape Launcher::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
+  // spreadShape (algo/algo.h) under this algorithm's block cap. Every rank computes the same
+  // shape (agreed inputs only), which the per-block flags rely on.
+  const bool twoShot =
+      algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush || algo == anyrAlgoHostTwoShot;
+  const uint64_t work = twoShot ? (numVecs + ctx_.nranks - 1) / ctx_.nranks : numVecs;
+  uint64_t blocksCap =
+      static_cast<uint64_t>(isHostAlgo(algo) ? caps_.maxBlocks() : caps_.peerBlocks());
+  if (isHostAlgo(algo) && ctx_.cfg.wire == anyrWireNative) {
+    // The host paths are bound by each GPU's PCIe link, not by its SMs, and every block polls
+    // its own flags across that link: about one block per 64 KiB of message, at least 16 and
+    // at most half the SMs (measured on 2 x H200 from 64 KiB to 16 MiB: 16 blocks beat 32..132
+    // by 1.1-1.6x up to 1 MiB, and half the SMs beat all of them by 1.05x at 16 MiB). A
+    // compressed wire spends SM time on (de)quantization and keeps every block (with half the
+    // SMs the fp8 host-oneshot took 622 us at 16 MiB, with every block 456-460 us).
+    const uint64_t byBytes = (numVecs * 16 + kHostBytesPerBlock - 1) / kHostBytesPerBlock;
+    const uint64_t most = std::max<uint64_t>(1, blocksCap / 2);
+    blocksCap = std::min(most, std::max<uint64_t>(std::min<uint64_t>(16, most), byBytes));
+  }
+  // One block per SM first; the peer kernels' second block only for large messages.
+  LaunchShape shape = peerLaunchShape(work, static_cast<uint64_t>(caps_.maxBlocks()), blocksCap);
+  shape.pdl = caps_.pdlOn();
+  return shape;
+}
+
+void Launcher::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
+                              anyrDataType_t dtype, cudaStream_t stream) const {
+  if (isHostAlgo(algo)) {
+    launchHostAlgo(algo, in, out, count, dtype, stream);
+    return;
+  }
+  // Per-launch capacity: one push slot, or one staging chunk.
+  const uint64_t capacity = algo == anyrAlgoOneShotPush ? workspace_.layout().pushSlotBytes
+                                                        : workspace_.layout().chunkBytes;
+  launchInPieces(algo, workspace_.args(), in, out, count, dtype, capacity,
+                 [&](const AllReduceArgs& a, const LaunchShape& shape) {
+                   switch (algo) {
+                     case anyrAlgoOneShotPush:
+                       return launchOneShotPush(dtype, a, shape, stream);
+                     case anyrAlgoOneShotPull:
+                       return launchOneShotPull(dtype, a, shape, stream);
+                     case anyrAlgoTwoShot:
+                       return launchTwoShot(dtype, a, shape, stream);
+                     case anyrAlgoTwoShotPush:
+                       return launchTwoShotPush(dtype, a, shape, stream);
+                     default:
+                       throwError(anyrInternalError, "launchPeerAlgo: not a peer algorithm");
+                   }
+                 });
+}
+
+void Launcher::throwLaunchFailed(anyrAlgo_t algo, cudaError_t e) {
+  throwError(anyrCudaError,
+             std::string("launching ") + anyrAlgoName(algo) + ": " + cudaGetErrorString(e));
+}
+
+void Launcher::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
+                              anyrDataType_t dtype, cudaStream_t stream) const {
+  if (!host_.present()) throwError(anyrInternalError, "launchHostAlgo: no host transport");
+  if (algo == anyrAlgoHostCopy) {
+    HostCopyArgs t{};
+    t.h = host_.args();
+    t.hostBase = host_.memory()->host();
+    t.sendStage = host_.copy().sendStage;
+    t.recvStage = host_.copy().recvStage;
+    const HostCopyStreams streams{host_.copy().d2h,
+                                  host_.copy().sig,
+                                  host_.copy().poll,
+                                  host_.copy().h2d,
+                                  host_.copy().fork,
+                                  host_.copy().signaled,
+                                  host_.copy().copied.data(),
+                                  host_.copy().arrived.data(),
+                                  host_.copy().recv.data(),
+                                  host_.copy().packed.data(),
+                                  static_cast<uint32_t>(host_.copy().copied.size())};
+    launchInPieces(algo, host_.args(), in, out, count, dtype, host_.layout().launchBytes,
+                   [&](const HostArgs& a, const LaunchShape& piece) {
+                     HostCopyArgs c = t;
+                     c.h = a;
+                     c.chunkVecs = hostCopyLaunchChunkBytes(a.count * dtypeSize(dtype),
+                                                            host_.layout().copyChunkBytes) /
+                                   16;
+                     c.chunks = static_cast<uint32_t>((a.numVecs + c.chunkVecs - 1) / c.chunkVecs);
+                     // The reduction is local (device memory): spread it over every block.
+                     LaunchShape shape = spreadShape(std::min(a.numVecs, c.chunkVecs),
+                                                     static_cast<uint64_t>(caps_.maxBlocks()));
+                     shape.aligned = piece.aligned;
+                     return launchHostCopy(dtype, c, shape, streams, stream);
+                   });
+    return;
+  }
+  // One-shot messages of at most llMaxBytes with the native wire take the low-latency protocol
+  // (one PCIe round trip instead of two); the decision depends only on agreed values and the
+  // call's count, so every rank takes the same one.
+  const uint64_t bytes = count * dtypeSize(dtype);
+  const bool ll = algo == anyrAlgoHostOneShot && host_.args().wire == kWireNative &&
+                  bytes <= host_.layout().llMaxBytes;
+  launchInPieces(algo, host_.args(), in, out, count, dtype, host_.layout().launchBytes,
+                 [&](const HostArgs& a, const LaunchShape& shape) {
+                   if (ll) {
+                     HostArgs l = a;
+                     l.llEager = bytes <= ctx_.cfg.hostLowLatencyEagerBytes ? 1 : 0;
+                     LaunchShape s = hostLowLatencyShape(a.numVecs, caps_.maxBlocks());
+                     s.aligned = shape.aligned;
+                     s.pdl = shape.pdl;
+                     return launchHostOneShotLL(dtype, l, s, stream);
+                   }
+                   return algo == anyrAlgoHostOneShot ? launchHostOneShot(dtype, a, shape, stream)
+                                                      : launchHostTwoShot(dtype, a, shape, stream);
+                 });
+}
+
+}  // namespace anyr
