@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -196,6 +197,115 @@ inline std::vector<launch::RankResult> runRanksCatching(int n, double timeoutSec
         }
       },
       timeoutSec);
+}
+
+// runRanksCatching of a rank function taking more than the four rank arguments: each rank runs
+// body(rank, nranks, id, report, args...).
+template <typename Body, typename... Args>
+inline std::vector<launch::RankResult> runRanksWith(int n, double timeoutSec, const Body& body,
+                                                    const Args&... args) {
+  return runRanksCatching(n, timeoutSec,
+                          [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
+                            return body(rank, nr, id, report, args...);
+                          });
+}
+
+// Parent-side verdict on the exit codes alone: every rank exited 0 in time. `context` leads the
+// failure message (which case of a loop failed).
+inline void expectRanksExitedZero(const std::vector<launch::RankResult>& results,
+                                  const std::string& context = "") {
+  const std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << context << failures;
+}
+
+// The end of a rank's body: frees `buffers`, destroys `s` (where not null) and the communicator;
+// the rank's exit code, 4 where there were failures, else 0.
+inline int releaseRank(anyrComm_t comm, cudaStream_t s, std::initializer_list<void*> buffers,
+                       int failures) {
+  for (void* p : buffers) R_CUDA(cudaFree(p));
+  if (s != nullptr) R_CUDA(cudaStreamDestroy(s));
+  R_ANYR(anyrCommDestroy(comm), nullptr);
+  return failures ? 4 : 0;
+}
+
+// releaseRank, after counting an asynchronous error the communicator recorded as a failure
+// (asyncErrorFailures).
+inline int finishRank(anyrComm_t comm, cudaStream_t s, std::initializer_list<void*> buffers,
+                      int failures, const Report& report) {
+  failures += asyncErrorFailures(comm, report);
+  return releaseRank(comm, s, buffers, failures);
+}
+
+// One anyrAllReduce(src, dst, count, dt, anyrSum) captured on `s`, instantiated (the graph
+// itself is destroyed; the caller destroys the executable).
+inline cudaGraphExec_t captureAllReduce(const void* src, void* dst, uint64_t count,
+                                        anyrDataType_t dt, anyrComm_t comm, cudaStream_t s) {
+  cudaGraph_t g;
+  cudaGraphExec_t exec = nullptr;
+  R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  R_ANYR(anyrAllReduce(src, dst, count, dt, anyrSum, comm, s), comm);
+  R_CUDA(cudaStreamEndCapture(s, &g));
+  R_CUDA(cudaGraphInstantiate(&exec, g, 0));
+  R_CUDA(cudaGraphDestroy(g));
+  return exec;
+}
+
+// One call on `s`: the replay of `exec` where there is one (captureAllReduce of the same
+// arguments), else anyrAllReduce(src, dst, count, dt, anyrSum) itself.
+inline void allReduceOrReplay(cudaGraphExec_t exec, const void* src, void* dst, uint64_t count,
+                              anyrDataType_t dt, anyrComm_t comm, cudaStream_t s) {
+  if (exec != nullptr) {
+    R_CUDA(cudaGraphLaunch(exec, s));
+  } else {
+    R_ANYR(anyrAllReduce(src, dst, count, dt, anyrSum, comm, s), comm);
+  }
+}
+
+using OnComm = std::function<int(anyrComm_t, char*, cudaStream_t)>;
+
+// The shape of a two-rank fault test: each rank opens a communicator (every wait bounded at
+// timeoutMs) with a 1 MiB buffer, a stream and `algo` forced; where firstCount > 0 both ranks
+// first make one firstCount-element bf16 all-reduce together. Then rank 0 runs `onRank0` (its
+// failures count) while the peer sleeps peerSleepMs (staying away from what rank 0 waits on) and
+// leaves. Exit code 4 on any failure.
+inline int peerFaultRank(int rank, int n, const anyrUniqueId& id, int timeoutMs, anyrAlgo_t algo,
+                         uint64_t firstCount, int peerSleepMs, const OnComm& onRank0) {
+  anyrComm_t comm = initRankComm(rank, n, id, timeoutMs);
+  char* buf = nullptr;
+  R_CUDA(cudaMalloc(&buf, 1 << 20));
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreate(&s));
+  int failures = 0;
+  R_ANYR(anyrCommSetAlgorithm(comm, algo), comm);
+  if (firstCount > 0) {
+    R_ANYR(anyrAllReduce(buf, buf, firstCount, anyrBfloat16, anyrSum, comm, s), comm);
+    R_CUDA(cudaStreamSynchronize(s));
+  }
+  if (rank == 0) {
+    failures += onRank0(comm, buf, s);
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(peerSleepMs));
+  }
+  anyrCommDestroy(comm);
+  return failures ? 4 : 0;
+}
+
+// A missing-peer rank body on two ranks (peerFaultRank, waits bounded at 1.5 s): after one
+// `count`-element bf16 all-reduce with `algo` forced, rank 1 skips the next call and leaves after
+// 3 s, once rank 0 has given up; rank 0 checks it with expectTimeoutNamingRank1(what, mentions,
+// boundSec), then runs `thenOnRank0` (where given) on the failed communicator.
+inline int missingPeerRank(int rank, int n, const anyrUniqueId& id, const Report& report,
+                           anyrAlgo_t algo, uint64_t count, const std::string& what,
+                           const std::string& mentions, double boundSec,
+                           const OnComm& thenOnRank0 = {}) {
+  return peerFaultRank(
+      rank, n, id, 1500, algo, count, 3000, [&](anyrComm_t comm, char* buf, cudaStream_t s) {
+        int failures = expectTimeoutNamingRank1(
+            comm, s, [&] { return anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s); },
+            what, mentions, boundSec, report);
+        if (thenOnRank0) failures += thenOnRank0(comm, buf, s);
+        return failures;
+      });
 }
 
 // Parent-side verdict: every rank exited 0 in time, and no rank reported a line starting with

@@ -85,25 +85,14 @@ int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const size_t shift = (count % 2 == 1) ? es : 0;
               char* src = in + shift;
               char* dst = inPlace ? src : out + shift;
-              cudaGraphExec_t exec = nullptr;
-              if (graph) {
-                cudaGraph_t g;
-                R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                R_ANYR(anyrAllReduce(src, dst, count, dt, anyrSum, comm, s), comm);
-                R_CUDA(cudaStreamEndCapture(s, &g));
-                R_CUDA(cudaGraphInstantiate(&exec, g, 0));
-                R_CUDA(cudaGraphDestroy(g));
-              }
+              cudaGraphExec_t exec =
+                  graph ? captureAllReduce(src, dst, count, dt, comm, s) : nullptr;
               const int replays = graph ? 3 : 2;
               for (int rep = 0; rep < replays; ++rep) {
                 ++seed;
                 R_CUDA(data::fillInput(dt, src, count, rank, seed, mode, s));
                 if (!inPlace) R_CUDA(cudaMemsetAsync(dst, 0xff, count * es, s));
-                if (graph) {
-                  R_CUDA(cudaGraphLaunch(exec, s));
-                } else {
-                  R_ANYR(anyrAllReduce(src, dst, count, dt, anyrSum, comm, s), comm);
-                }
+                allReduceOrReplay(exec, src, dst, count, dt, comm, s);
                 R_CUDA(cudaMemcpyAsync(host.data(), dst, count * es, cudaMemcpyDeviceToHost, s));
                 R_CUDA(cudaMemcpyAsync(hostIn.data(), src, count * es, cudaMemcpyDeviceToHost, s));
                 R_CUDA(cudaStreamSynchronize(s));
@@ -142,12 +131,7 @@ int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
       }
     }
   }
-  failures += asyncErrorFailures(comm, report);
-  R_CUDA(cudaFree(in));
-  R_CUDA(cudaFree(out));
-  R_CUDA(cudaStreamDestroy(s));
-  R_ANYR(anyrCommDestroy(comm), nullptr);
-  return failures ? 4 : 0;
+  return finishRank(comm, s, {in, out}, failures, report);
 }
 
 TEST(AllReduceGpu, EveryAlgorithmDtypeCountOneRankPerGpu) {
@@ -155,10 +139,7 @@ TEST(AllReduceGpu, EveryAlgorithmDtypeCountOneRankPerGpu) {
   const int n = std::max(2, gpuCount());
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs (the shared-GPU test covers 1)";
   const std::vector<uint64_t> counts = {1, 7, 1023, 65536 + 5, (1u << 20) + 3};
-  auto results =
-      runRanksCatching(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        return sweepRank(rank, nr, id, report, counts, true);
-      });
+  auto results = runRanksWith(n, 600, sweepRank, counts, true, kEveryAlgo);
   expectRanksPassedWithEqualHashes(results, n);
 }
 
@@ -168,10 +149,7 @@ TEST(AllReduceGpu, OddWorldSizeSharingGpus) {
   // protocols at an odd world size, not a speed run.
   const int n = 3;
   const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
-  auto results =
-      runRanksCatching(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        return sweepRank(rank, nr, id, report, counts, false);
-      });
+  auto results = runRanksWith(n, 600, sweepRank, counts, false, kEveryAlgo);
   expectRanksPassedWithEqualHashes(results, n);
 }
 
@@ -182,10 +160,7 @@ std::vector<launch::RankResult> sweepTwoRanksWith(const char* name, const char* 
                                                   const std::vector<anyrAlgo_t>& algos) {
   const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
   setenv(name, value, 1);
-  auto results =
-      runRanksCatching(2, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        return sweepRank(rank, nr, id, report, counts, false, algos);
-      });
+  auto results = runRanksWith(2, 600, sweepRank, counts, false, algos);
   unsetenv(name);
   expectRanksPassedWithEqualHashes(results, 2);
   return results;
@@ -244,10 +219,7 @@ TEST(AllReduceGpu, WiderWorldSizesSharingGpus) {
   const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
   for (int n : {4, 5, 8}) {
     SCOPED_TRACE("world size " + std::to_string(n));
-    auto results = runRanksCatching(
-        n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-          return sweepRank(rank, nr, id, report, counts, false);
-        });
+    auto results = runRanksWith(n, 600, sweepRank, counts, false, kEveryAlgo);
     expectRanksPassedWithEqualHashes(results, n);
   }
 }
@@ -337,12 +309,9 @@ TEST(AllReduceGpu, BadInputGivesClearErrorsAndNoHang) {
           report(std::string("FAIL a call after the refusals: ") + anyrGetErrorString(good) + ": " +
                  goodMsg + "\n");
         }
-        R_CUDA(cudaFree(buf));
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, nullptr, {buf}, failures);
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
 }
 
 TEST(AllReduceGpu, InitRejectsBadRanksAndSizes) {
@@ -370,8 +339,7 @@ TEST(AllReduceGpu, InitRejectsBadRanksAndSizes) {
         }
         return failures ? 4 : 0;
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
 }
 
 // ---- bounded waits ----------------------------------------------------------------------------
@@ -382,60 +350,34 @@ TEST(AllReduceGpu, MissingPeerGivesTimeoutNamingIt) {
   // next call and the async-error query must name rank 1.
   auto results =
       runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        anyrComm_t comm = initComm(rank, n, id, 1500);
-        char* buf = nullptr;
-        R_CUDA(cudaMalloc(&buf, 1 << 20));
-        cudaStream_t s;
-        R_CUDA(cudaStreamCreate(&s));
-        int failures = 0;
-        R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoOneShotPush), comm);
-        R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
-        R_CUDA(cudaStreamSynchronize(s));
-        if (rank == 0) {
-          failures += expectTimeoutNamingRank1(
-              comm, s,
-              [&] { return anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s); },
-              "one-shot push", "", 1.5 + 5.0, report);
-          anyrResult_t next = anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s);
-          if (next != anyrTimeout ||
-              std::string(anyrGetLastError(comm)).find("rank 1") == std::string::npos) {
-            ++failures;
-            report(std::string("FAIL next call: ") + anyrGetErrorString(next) + ": " +
-                   anyrGetLastError(comm) + "\n");
-          }
-        } else {
-          // Wait until rank 0 has given up, then leave.
-          std::this_thread::sleep_for(std::chrono::milliseconds(3000));
-        }
-        anyrCommDestroy(comm);
-        return failures ? 4 : 0;
+        return missingPeerRank(
+            rank, n, id, report, anyrAlgoOneShotPush, 4096, "one-shot push", "", 1.5 + 5.0,
+            [&](anyrComm_t comm, char* buf, cudaStream_t s) {
+              anyrResult_t next = anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s);
+              if (next != anyrTimeout ||
+                  std::string(anyrGetLastError(comm)).find("rank 1") == std::string::npos) {
+                report(std::string("FAIL next call: ") + anyrGetErrorString(next) + ": " +
+                       anyrGetLastError(comm) + "\n");
+                return 1;
+              }
+              return 0;
+            });
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
   std::printf("[ info ] %s", results[0].message.c_str());
 }
 
 TEST(AllReduceGpu, AbortFromAnotherThreadReleasesTheKernel) {
   REQUIRE_GPU();
+  // A long timeout: only the abort can end the wait.
   auto results =
       runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        anyrComm_t comm = initComm(rank, n, id, 60000);  // long timeout: only the abort can end it
-        char* buf = nullptr;
-        R_CUDA(cudaMalloc(&buf, 1 << 20));
-        cudaStream_t s;
-        R_CUDA(cudaStreamCreate(&s));
-        int failures = 0;
-        R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoTwoShot), comm);
-        if (rank == 0) {
-          failures += abortAWaitingAllReduce(comm, buf, s, report);
-        } else {
-          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-        }
-        anyrCommDestroy(comm);
-        return failures ? 4 : 0;
+        return peerFaultRank(rank, n, id, 60000, anyrAlgoTwoShot, 0, 1500,
+                             [&](anyrComm_t comm, char* buf, cudaStream_t s) {
+                               return abortAWaitingAllReduce(comm, buf, s, report);
+                             });
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
 }
 
 TEST(AllReduceGpu, ChoiceAndExplain) {
@@ -464,11 +406,9 @@ TEST(AllReduceGpu, ChoiceAndExplain) {
           }
         }
         if (rank == 0) report("EXPLAIN " + text.substr(0, 400) + "\n");
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, nullptr, {}, failures);
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
 }
 
 // Grid caps (explain's "blocks"): the fused and host kernels one block per SM of the smaller
@@ -569,11 +509,7 @@ TEST(AllReduceGpu, GridCapsFollowOccupancyAndConfig) {
                                        &wrong));
             expectEq(std::string(anyrAlgoName(a)) + " mismatches", static_cast<long>(wrong), 0);
           }
-          failures += asyncErrorFailures(comm, report);
-          for (void* p : {in, out, static_cast<void*>(dWrong)}) R_CUDA(cudaFree(p));
-          R_CUDA(cudaStreamDestroy(s));
-          R_ANYR(anyrCommDestroy(comm), nullptr);
-          return failures ? 4 : 0;
+          return finishRank(comm, s, {in, out, dWrong}, failures, report);
         });
     expectRanksPassed(results);
     printSkipNotes(results);

@@ -72,24 +72,12 @@ int piecesRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
             key << data::dtypeName(dt) << "/n=" << count << (inPlace ? "/inplace" : "/outofplace")
                 << (graph ? "/graph" : "/eager")
                 << (mode == data::kSmallInts ? "/ints" : "/random");
-            cudaGraphExec_t exec = nullptr;
-            if (graph) {
-              cudaGraph_t g;
-              R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-              R_ANYR(anyrAllReduce(src, dst, count, dt, anyrSum, comm, s), comm);
-              R_CUDA(cudaStreamEndCapture(s, &g));
-              R_CUDA(cudaGraphInstantiate(&exec, g, 0));
-              R_CUDA(cudaGraphDestroy(g));
-            }
+            cudaGraphExec_t exec = graph ? captureAllReduce(src, dst, count, dt, comm, s) : nullptr;
             for (int rep = 0; rep < (graph ? 3 : 2); ++rep) {
               ++seed;
               R_CUDA(data::fillInput(dt, src, count, rank, seed, mode, s));
               if (!inPlace) R_CUDA(cudaMemsetAsync(dst, 0xff, count * es, s));
-              if (graph) {
-                R_CUDA(cudaGraphLaunch(exec, s));
-              } else {
-                R_ANYR(anyrAllReduce(src, dst, count, dt, anyrSum, comm, s), comm);
-              }
+              allReduceOrReplay(exec, src, dst, count, dt, comm, s);
               R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
               R_CUDA(data::countMismatches(dt, dst, count, n, seed, mode, bad, s));
               unsigned long long wrong = 0;
@@ -121,13 +109,7 @@ int piecesRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
       }
     }
   }
-  failures += asyncErrorFailures(comm, report);
-  R_CUDA(cudaFree(in));
-  R_CUDA(cudaFree(out));
-  R_CUDA(cudaFree(bad));
-  R_CUDA(cudaStreamDestroy(s));
-  R_ANYR(anyrCommDestroy(comm), nullptr);
-  return failures ? 4 : 0;
+  return finishRank(comm, s, {in, out, bad}, failures, report);
 }
 
 TEST(HostCopyGpu, PiecesAndChunksExactEveryDtypeGraphReplayBitIdentical) {
@@ -155,8 +137,7 @@ void expectInitRefuses(const char* var, const char* value, const std::string& ru
         }
         return 0;
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
 }
 
 TEST(HostCopyGpu, InvalidChunkSizeFailsInitNamingIt) {

@@ -260,30 +260,19 @@ int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyr
       }
     }
   }
-  failures += asyncErrorFailures(comm, report);
-  R_CUDA(cudaFree(in));
-  R_CUDA(cudaFree(out));
-  R_CUDA(cudaStreamDestroy(s));
-  R_ANYR(anyrCommDestroy(comm), nullptr);
-  return failures ? 4 : 0;
+  return finishRank(comm, s, {in, out}, failures, report);
 }
 
 TEST(HostWireGpu, Fp8WithinBoundExactOnCraftedBitIdentical) {
   REQUIRE_GPU();
-  auto results =
-      runRanksCatching(2, 900, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        return wireRank(rank, n, id, report, anyrWireFp8);
-      });
+  auto results = runRanksWith(2, 900, wireRank, anyrWireFp8);
   expectRanksPassedWithEqualHashes(results, 2);
   SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoOneShotPull});
 }
 
 TEST(HostWireGpu, Int8WithinBoundExactOnCraftedBitIdentical) {
   REQUIRE_GPU();
-  auto results =
-      runRanksCatching(2, 900, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        return wireRank(rank, n, id, report, anyrWireInt8);
-      });
+  auto results = runRanksWith(2, 900, wireRank, anyrWireInt8);
   expectRanksPassedWithEqualHashes(results, 2);
   SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoOneShotPull});
 }
@@ -326,16 +315,10 @@ int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& repo
         ++seed;
         R_CUDA(data::fillInput(dt, buf, count, rank, seed, data::kSmallInts, s));
         if (graph) {
-          cudaGraph_t g;
-          cudaGraphExec_t exec;
-          R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-          R_ANYR(anyrAllReduce(buf, buf, count, dt, anyrSum, comm, s), comm);
-          R_CUDA(cudaStreamEndCapture(s, &g));
-          R_CUDA(cudaGraphInstantiate(&exec, g, 0));
+          cudaGraphExec_t exec = captureAllReduce(buf, buf, count, dt, comm, s);
           R_CUDA(cudaGraphLaunch(exec, s));
           R_CUDA(cudaStreamSynchronize(s));
           R_CUDA(cudaGraphExecDestroy(exec));
-          R_CUDA(cudaGraphDestroy(g));
         } else {
           R_ANYR(anyrAllReduce(buf, buf, count, dt, anyrSum, comm, s), comm);
         }
@@ -355,21 +338,13 @@ int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& repo
       }
     }
   }
-  failures += asyncErrorFailures(comm, report);
-  R_CUDA(cudaFree(buf));
-  R_CUDA(cudaFree(bad));
-  R_CUDA(cudaStreamDestroy(s));
-  R_ANYR(anyrCommDestroy(comm), nullptr);
-  return failures ? 4 : 0;
+  return finishRank(comm, s, {buf, bad}, failures, report);
 }
 
 TEST(HostWireGpu, ChunkedAlternatingAlgorithmsExact) {
   REQUIRE_GPU();
   for (anyrWire_t wire : {anyrWireNative, anyrWireFp8}) {
-    auto results = runRanksCatching(
-        2, 600, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-          return chunkedMixedRank(rank, n, id, report, wire);
-        });
+    auto results = runRanksWith(2, 600, chunkedMixedRank, wire);
     expectRanksPassedWithEqualHashes(results, 2);
   }
 }
@@ -417,12 +392,7 @@ int lowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& report
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
       for (int mode : {data::kSmallInts, data::kRandom}) {
         char* dst = inPlace ? in : out;
-        cudaGraph_t g;
-        cudaGraphExec_t exec;
-        R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        R_ANYR(anyrAllReduce(in, dst, c.count, c.dt, anyrSum, comm, s), comm);
-        R_CUDA(cudaStreamEndCapture(s, &g));
-        R_CUDA(cudaGraphInstantiate(&exec, g, 0));
+        cudaGraphExec_t exec = captureAllReduce(in, dst, c.count, c.dt, comm, s);
         // An eager call, then three replays: both buffer parities, twice.
         for (int call = 0; call < 4; ++call) {
           ++seed;
@@ -444,28 +414,17 @@ int lowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& report
           }
         }
         R_CUDA(cudaGraphExecDestroy(exec));
-        R_CUDA(cudaGraphDestroy(g));
       }
     }
   }
-  failures += asyncErrorFailures(comm, report);
-  R_CUDA(cudaFree(in));
-  R_CUDA(cudaFree(out));
-  R_CUDA(cudaFree(bad));
-  R_CUDA(cudaStreamDestroy(s));
-  R_ANYR(anyrCommDestroy(comm), nullptr);
-  return failures ? 4 : 0;
+  return finishRank(comm, s, {in, out, bad}, failures, report);
 }
 
 TEST(HostWireGpu, LowLatencyProtocolBothPollingModesExact) {
   REQUIRE_GPU();
   for (const char* eager : {"65536", "0"}) {
-    auto results = runRanksCatching(
-        2, 300, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-          return lowLatencyRank(rank, n, id, report, eager);
-        });
-    std::string failures = launch::describeFailures(results);
-    EXPECT_TRUE(failures.empty()) << "ANYR_HOST_LL_EAGER_BYTES=" << eager << ": " << failures;
+    auto results = runRanksWith(2, 300, lowLatencyRank, eager);
+    expectRanksExitedZero(results, std::string("ANYR_HOST_LL_EAGER_BYTES=") + eager + ": ");
   }
 }
 
@@ -532,22 +491,13 @@ int lateLowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& re
     }
     ++call;
   }
-  failures += asyncErrorFailures(comm, report);
-  R_CUDA(cudaFree(in));
-  R_CUDA(cudaFree(out));
-  R_CUDA(cudaFree(bad));
-  R_CUDA(cudaStreamDestroy(s));
-  R_ANYR(anyrCommDestroy(comm), nullptr);
-  return failures ? 4 : 0;
+  return finishRank(comm, s, {in, out, bad}, failures, report);
 }
 
 // Runs lateLowLatencyRank on two ranks with the tests-only variable `name` = `value`.
 void expectLateLowLatencyExact(const char* name, const char* value, bool hostCopyFailedSelfTest) {
   setenv(name, value, 1);
-  auto results =
-      runRanksCatching(2, 300, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        return lateLowLatencyRank(rank, n, id, report, hostCopyFailedSelfTest);
-      });
+  auto results = runRanksWith(2, 300, lateLowLatencyRank, hostCopyFailedSelfTest);
   unsetenv(name);
   expectRanksPassed(results);
 }
@@ -642,13 +592,9 @@ TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
                    std::to_string(hbad) + " wrong\n");
           }
         }
-        R_CUDA(cudaFree(buf));
-        R_CUDA(cudaFree(bad));
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, nullptr, {buf, bad}, failures);
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
 }
 
 TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
@@ -679,11 +625,9 @@ TEST(HostWireGpu, HostPathIsAdmittedAndExplained) {
             report(std::string("FAIL explain lacks ") + must + "\n");
           }
         }
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, nullptr, {}, failures);
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
 }
 
 TEST(HostWireGpu, MissingPeerOnHostPathTimesOutNamingIt) {
@@ -700,30 +644,11 @@ TEST(HostWireGpu, MissingPeerOnHostPathTimesOutNamingIt) {
                         Case{anyrAlgoHostCopy, 1u << 19}}) {
     const anyrAlgo_t algo = c.algo;
     const uint64_t count = c.count;
-    auto results = runRanksCatching(
-        2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-          anyrComm_t comm = initRankComm(rank, n, id, 1500);
-          char* buf = nullptr;
-          R_CUDA(cudaMalloc(&buf, 1 << 20));
-          cudaStream_t s;
-          R_CUDA(cudaStreamCreate(&s));
-          int failures = 0;
-          R_ANYR(anyrCommSetAlgorithm(comm, algo), comm);
-          R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);
-          R_CUDA(cudaStreamSynchronize(s));
-          if (rank == 0) {
-            failures += expectTimeoutNamingRank1(
-                comm, s,
-                [&] { return anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s); },
-                anyrAlgoName(algo), "host-memory", 0, report);
-          } else {
-            std::this_thread::sleep_for(std::chrono::milliseconds(3000));
-          }
-          anyrCommDestroy(comm);
-          return failures ? 4 : 0;
-        });
-    std::string failures = launch::describeFailures(results);
-    EXPECT_TRUE(failures.empty()) << anyrAlgoName(algo) << " count " << count << ": " << failures;
+    auto results =
+        runRanksWith(2, 120, missingPeerRank, algo, count, std::string(anyrAlgoName(algo)),
+                     std::string("host-memory"), 0.0, OnComm());
+    expectRanksExitedZero(
+        results, std::string(anyrAlgoName(algo)) + " count " + std::to_string(count) + ": ");
   }
 }
 
