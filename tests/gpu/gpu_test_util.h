@@ -65,6 +65,21 @@ struct RankError : std::runtime_error {
     }                                                                             \
   } while (0)
 
+// cudaMalloc of `bytes` (one T by default), as a T*.
+template <typename T>
+inline T* deviceAlloc(size_t bytes = sizeof(T)) {
+  void* p = nullptr;
+  R_CUDA(cudaMalloc(&p, bytes));
+  return static_cast<T*>(p);
+}
+
+// A new stream that does not synchronize with the legacy default stream.
+inline cudaStream_t nonBlockingStream() {
+  cudaStream_t s;
+  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
 // Puts the calling rank on GPU rank % (visible GPUs): one per GPU, or shared when there are
 // fewer GPUs than ranks.
 inline void useRankGpu(int rank) {

@@ -53,15 +53,12 @@ int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<uint64_t>& counts, bool allDtypes,
               const std::vector<anyrAlgo_t>& algos = kEveryAlgo) {
   anyrComm_t comm = initComm(rank, n, id, 20000);
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   uint64_t maxCount = 0;
   for (uint64_t c : counts) maxCount = std::max(maxCount, c);
   // +16 bytes so a misaligned (by one element) view of the buffers still fits.
-  char* in = nullptr;
-  char* out = nullptr;
-  R_CUDA(cudaMalloc(&in, maxCount * 4 + 64));
-  R_CUDA(cudaMalloc(&out, maxCount * 4 + 64));
+  char* in = deviceAlloc<char>(maxCount * 4 + 64);
+  char* out = deviceAlloc<char>(maxCount * 4 + 64);
   std::vector<unsigned char> host(maxCount * 4), hostIn(maxCount * 4);
   int failures = 0;
   uint32_t seed = 1000;
@@ -242,8 +239,7 @@ TEST(AllReduceGpu, BadInputGivesClearErrorsAndNoHang) {
       runRanksCatching(2, 300, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
         anyrComm_t comm = initComm(rank, n, id, 5000);
         int failures = 0;
-        char* buf = nullptr;
-        R_CUDA(cudaMalloc(&buf, 4096));
+        char* buf = deviceAlloc<char>(4096);
         cudaStream_t s;
         R_CUDA(cudaStreamCreate(&s));
         if (anyrAllReduce(buf, buf, 0, anyrBfloat16, anyrSum, comm, s) != anyrSuccess) {

@@ -40,8 +40,7 @@ int countersRank(int rank, int n, const anyrUniqueId& id, const Report& report) 
       report("FAIL rank " + std::to_string(rank) + ": " + what + "\n");
     }
   };
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   void *in, *out, *res, *w, *norm;
   for (void** p : {&in, &out, &res, &w, &norm}) R_CUDA(cudaMalloc(p, 1 << 20));
   R_CUDA(cudaMemsetAsync(in, 0, 1 << 20, s));

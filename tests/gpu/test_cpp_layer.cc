@@ -68,8 +68,7 @@ int cppLayerRank(int rank, int n, const anyrUniqueId& rawId, const Report& repor
   }
   __nv_bfloat16* db = toDevice(hb);
   float* df = toDevice(hf);
-  float* dfOut = nullptr;
-  R_CUDA(cudaMalloc(&dfOut, count * sizeof(float)));
+  float* dfOut = deviceAlloc<float>(count * sizeof(float));
   comm.allReduce(db, db, count, s);
   comm.allReduce(df, dfOut, count, s);
   R_CUDA(cudaStreamSynchronize(s));

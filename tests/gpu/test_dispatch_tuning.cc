@@ -56,11 +56,9 @@ std::string dispatchLines(Communicator& c) {
 // Runs `body` with a zeroed device mismatch counter and a stream of its own; returns the count.
 unsigned long long countMismatchesOf(
     const std::function<void(unsigned long long* bad, cudaStream_t s)>& body) {
-  unsigned long long* bad = nullptr;
-  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  unsigned long long* bad = deviceAlloc<unsigned long long>();
   R_CUDA(cudaMemset(bad, 0, sizeof(*bad)));
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   body(bad, s);
   unsigned long long h = 0;
   R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
@@ -131,8 +129,7 @@ std::string clustersOfCall(anyrComm_t comm, size_t tokens, size_t hidden) {
   before.size = after.size = sizeof(anyrCounters_t);
   before.magic = after.magic = ANYR_COUNTERS_MAGIC;
   R_ANYR(anyrCommGetCounters(comm, &before), comm);
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   R_ANYR(anyrAllReduceAddRmsNorm(in, resid, resid, weight, 1e-6f, norm, tokens, hidden,
                                  anyrBfloat16, nullptr, comm, s),
          comm);

@@ -177,8 +177,7 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
       }
     }
   }
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   size_t maxElems = 0, maxHidden = 0, maxTokens = 0;
   for (size_t h : hiddens) maxHidden = std::max(maxHidden, h);
   for (size_t t : tokensList) maxTokens = std::max(maxTokens, t);

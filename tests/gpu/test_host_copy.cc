@@ -44,18 +44,14 @@ int piecesRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
     ++failures;
     report("FAIL explain's hostTransport.launchBytes is not 1048576: " + j.dump() + "\n");
   }
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   // fp32 elements: 1 vector; 2 vectors (partial); 3 chunks, the last 20 bytes; a launch and a
   // half; 3.4 launches (the last launch itself cut into quarters).
   const std::vector<uint64_t> counts = {1, 7, 131072 + 5, 393216 + 9, 900001};
   const uint64_t maxCount = 900001;
-  char* in = nullptr;
-  char* out = nullptr;
-  unsigned long long* bad = nullptr;
-  R_CUDA(cudaMalloc(&in, maxCount * 4 + 64));
-  R_CUDA(cudaMalloc(&out, maxCount * 4 + 64));
-  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  char* in = deviceAlloc<char>(maxCount * 4 + 64);
+  char* out = deviceAlloc<char>(maxCount * 4 + 64);
+  unsigned long long* bad = deviceAlloc<unsigned long long>();
   std::vector<unsigned char> host(maxCount * 4);
   uint32_t seed = 5000;
   for (anyrDataType_t dt : {anyrBfloat16, anyrFloat16, anyrFloat32}) {

@@ -135,14 +135,11 @@ double quantErr(anyrWire_t w, double x, double a) {
 
 int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyrWire_t wire) {
   anyrComm_t comm = initRankComm(rank, n, id, 20000, [&](anyrConfig_t& c) { c.wire = wire; });
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   const std::vector<uint64_t> counts = {1, 9, 1023, 65536 + 5, (1u << 20) + 3};
   const uint64_t maxCount = (1u << 20) + 3;
-  char* in = nullptr;
-  char* out = nullptr;
-  R_CUDA(cudaMalloc(&in, maxCount * 4 + 64));
-  R_CUDA(cudaMalloc(&out, maxCount * 4 + 64));
+  char* in = deviceAlloc<char>(maxCount * 4 + 64);
+  char* out = deviceAlloc<char>(maxCount * 4 + 64);
   std::vector<unsigned char> hostIn(maxCount * 4), hostOut(maxCount * 4);
   int failures = 0;
   uint32_t seed = 4242;
@@ -289,13 +286,10 @@ int chunkedMixedRank(int rank, int n, const anyrUniqueId& id, const Report& repo
     c.chunkBytes = 64u << 10;
     c.wire = wire;
   });
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   const uint64_t maxCount = (1u << 19) + 11;
-  char* buf = nullptr;
-  unsigned long long* bad = nullptr;
-  R_CUDA(cudaMalloc(&buf, maxCount * 4 + 64));
-  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  char* buf = deviceAlloc<char>(maxCount * 4 + 64);
+  unsigned long long* bad = deviceAlloc<unsigned long long>();
   int failures = 0;
   // The launch size in force must be the one asked for (rank 0's, agreed), or the test tests less.
   const nlohmann::json j = explainJson(comm);
@@ -370,15 +364,11 @@ int lowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& report
     report("FAIL explain's hostTransport low-latency settings: " + j.dump() + "\n");
   }
   R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoHostOneShot), comm);
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   const uint64_t maxCount = 40000;
-  char* in = nullptr;
-  char* out = nullptr;
-  unsigned long long* bad = nullptr;
-  R_CUDA(cudaMalloc(&in, maxCount * 4 + 64));
-  R_CUDA(cudaMalloc(&out, maxCount * 4 + 64));
-  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  char* in = deviceAlloc<char>(maxCount * 4 + 64);
+  char* out = deviceAlloc<char>(maxCount * 4 + 64);
+  unsigned long long* bad = deviceAlloc<unsigned long long>();
   uint32_t seed = 7000;
   const struct {
     anyrDataType_t dt;
@@ -459,8 +449,7 @@ int lateLowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& re
     }
   }
   R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoHostOneShot), comm);
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   char *in = nullptr, *out = nullptr;
   unsigned long long* bad = nullptr;
   R_CUDA(cudaMalloc(&in, 65536));
@@ -576,10 +565,8 @@ TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
         }
         cudaStream_t s;
         R_CUDA(cudaStreamCreate(&s));
-        char* buf = nullptr;
-        unsigned long long* bad = nullptr;
-        R_CUDA(cudaMalloc(&buf, 1 << 22));
-        R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+        char* buf = deviceAlloc<char>(1 << 22);
+        unsigned long long* bad = deviceAlloc<unsigned long long>();
         for (uint64_t count : {uint64_t{1}, uint64_t{5000}, uint64_t{1} << 20}) {
           R_CUDA(data::fillInput(anyrBfloat16, buf, count, rank, 31, data::kSmallInts, s));
           R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);

@@ -66,8 +66,7 @@ TEST(NcclBootstrapGpu, CommunicatorFromAnNcclCommunicatorOfOneRank) {
            "count " + std::to_string(count) + ", rank " + std::to_string(rank));
     expect(got == static_cast<void*>(nccl), "anyrCommGetNcclComm is not the communicator given");
 
-    cudaStream_t s;
-    R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaStream_t s = nonBlockingStream();
     const uint64_t n = (1u << 20) + 3;
     void *in = nullptr, *out = nullptr;
     unsigned long long* scratch = nullptr;
@@ -157,8 +156,7 @@ TEST(NcclBootstrapGpu, TwoGpusExactCallsOnBlockingAndNonBlockingCommunicators) {
           R_ANYR(anyrCommUserRank(comm, &me), comm);
           expect(count == n && me == rank,
                  "count " + std::to_string(count) + ", rank " + std::to_string(me));
-          cudaStream_t s;
-          R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+          cudaStream_t s = nonBlockingStream();
           const uint64_t elems = (1u << 20) + 3;
           void *in = nullptr, *out = nullptr;
           unsigned long long* scratch = nullptr;
@@ -220,10 +218,8 @@ TEST(NcclBootstrapGpu, TwoGpusAMissingRankIsNamedAndTheNcclCommunicatorIsStopped
           // by its first collectives (an all-gather among them: anyreduce's exchanges are
           // all-gathers, and a rank that never calls never completes a connection).
           ncclComm_t nccl = makeNcclComm(rank, n, /*blocking=*/false);
-          cudaStream_t s;
-          R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-          void* buf = nullptr;
-          R_CUDA(cudaMalloc(&buf, 1 << 20));
+          cudaStream_t s = nonBlockingStream();
+          void* buf = deviceAlloc<void>(1 << 20);
           R_CUDA(cudaMemset(buf, 0, 1 << 20));
           ncclAllReduceNow(buf, buf, 4096, nccl, s);
           ncclAllGatherNow(buf, static_cast<char*>(buf) + 4096, 16, nccl, s);

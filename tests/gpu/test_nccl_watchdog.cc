@@ -91,8 +91,7 @@ int stalledCallOnOneGpu(bool external, const Report& report) {
   handle->setTestHookBeforeEnqueue([&](cudaStream_t s) {
     if (stallNext.exchange(false)) R_CUDA(wdtest::launchStall(dRelease, 30ull * 1000000000ull, s));
   });
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   const uint64_t n = 1 << 20;
   void *in = nullptr, *out = nullptr;
   unsigned long long* scratch = nullptr;
@@ -245,8 +244,7 @@ TEST(NcclWatchdogGpu, TwoGpusAPeerThatStopsCallingGivesTheNcclPathATimeout) {
               comm = initRankComm(rank, n, id, timeoutMs);
             }
             R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoNccl), comm);
-            cudaStream_t s;
-            R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+            cudaStream_t s = nonBlockingStream();
             const int tokens = 4, hidden = 1024;
             void *buf = nullptr, *out = nullptr, *weight = nullptr;
             R_CUDA(cudaMalloc(&buf, 1 << 20));

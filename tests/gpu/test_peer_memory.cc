@@ -107,8 +107,7 @@ int kindCaseRank(const KindCase& k, int rank, int n, const anyrUniqueId& id, con
   }
   if (rank == 0) report("INFO " + std::string(k.name) + ": " + reason + "\n");
   const uint64_t count = 65536 + 5;
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   void* in = nullptr;
   void* out = nullptr;
   unsigned long long* dWrong = nullptr;
@@ -214,8 +213,7 @@ TEST(PeerMemoryGpu, BuffersFromVirtualMemoryAllocationsAreAccepted) {
         VmmBuffer in(*d, device, count * 2), out(*d, device, count * 2);
         unsigned long long* dWrong = nullptr;
         R_CUDA(cudaMalloc(reinterpret_cast<void**>(&dWrong), sizeof(*dWrong)));
-        cudaStream_t s;
-        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        cudaStream_t s = nonBlockingStream();
         uint32_t seed = 900;
         int ran = 0;
         for (anyrAlgo_t a : algos) {

@@ -167,8 +167,7 @@ int runScenario(const Scenario& sc, int rank, int n, const anyrUniqueId& id, con
     ++failures;
     report("FAIL rank " + std::to_string(rank) + " " + what + ": " + m + "\n");
   };
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   Buffers b;
   const size_t bytes = elemsOf(sc.entry) * 2;
   for (int i = 0; i < kCalls; ++i) {

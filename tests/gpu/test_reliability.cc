@@ -123,12 +123,9 @@ bool namesRank(const std::string& msg, int r) {
 unsigned long long checkedAllReduce(anyrComm_t comm, int rank, int n, anyrDataType_t dt,
                                     uint64_t count, uint32_t seed, cudaStream_t s) {
   const size_t bytes = count * data::dtypeBytes(dt);
-  void* in = nullptr;
-  void* out = nullptr;
-  unsigned long long* dWrong = nullptr;
-  R_CUDA(cudaMalloc(&in, bytes));
-  R_CUDA(cudaMalloc(&out, bytes));
-  R_CUDA(cudaMalloc(&dWrong, sizeof(*dWrong)));
+  void* in = deviceAlloc<void>(bytes);
+  void* out = deviceAlloc<void>(bytes);
+  unsigned long long* dWrong = deviceAlloc<unsigned long long>();
   R_CUDA(cudaMemsetAsync(dWrong, 0, sizeof(*dWrong), s));
   R_CUDA(data::fillInput(dt, in, count, rank, seed, data::kSmallInts, s));
   R_CUDA(cudaMemsetAsync(out, 0xff, bytes, s));
@@ -226,8 +223,7 @@ TEST(ReliabilityGpu, SelfTestCatchesACorruptPeerMappingOnEveryRank) {
             report(std::string("FAIL ") + fused + " still enabled: " + v + "\n");
           }
         }
-        cudaStream_t s;
-        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        cudaStream_t s = nonBlockingStream();
         anyrAlgo_t chosen = anyrAlgoAuto;
         R_ANYR(anyrCommQueryAlgorithm(comm, 1024, anyrBfloat16, &chosen), comm);
         // The fallback is a path that does not read the corrupted mapping: the host-memory
@@ -321,10 +317,8 @@ TEST(ReliabilityGpu, KillOneRankSurvivorsNameItWithinTimeout) {
           // NCCL off: only anyreduce's bounded kernels run (NCCL's own kernels have no deadline;
           // see docs/RELIABILITY.md).
           anyrComm_t comm = initComm(rank, nr, id, timeoutMs, 0);
-          cudaStream_t s;
-          R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-          void* buf = nullptr;
-          R_CUDA(cudaMalloc(&buf, 4 << 20));
+          cudaStream_t s = nonBlockingStream();
+          void* buf = deviceAlloc<void>(4 << 20);
           R_CUDA(cudaMemset(buf, 0, 4 << 20));
           // The algorithms this communicator admits (all of them on healthy hardware).
           std::vector<anyrAlgo_t> algos;
@@ -446,15 +440,11 @@ TEST(ReliabilityGpu, SkippedCallGivesBoundedErrorNamingTheRank) {
     auto results = runRanksCatching(
         2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
           anyrComm_t comm = initComm(rank, n, id, timeoutMs, 0);
-          cudaStream_t s;
-          R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+          cudaStream_t s = nonBlockingStream();
           const int tokens = 4, hidden = 1024;
-          void* buf = nullptr;
-          void* out = nullptr;
-          void* weight = nullptr;
-          R_CUDA(cudaMalloc(&buf, 1 << 20));
-          R_CUDA(cudaMalloc(&out, 1 << 20));
-          R_CUDA(cudaMalloc(&weight, hidden * 2));
+          void* buf = deviceAlloc<void>(1 << 20);
+          void* out = deviceAlloc<void>(1 << 20);
+          void* weight = deviceAlloc<void>(hidden * 2);
           R_CUDA(cudaMemset(buf, 0, 1 << 20));
           R_CUDA(data::fillInput(anyrBfloat16, weight, hidden, 101, 7, data::kSmallInts, s));
           R_ANYR(anyrCommSetAlgorithm(comm, algo), comm);
@@ -518,10 +508,8 @@ TEST(ReliabilityGpu, AbortReleasesAWaitingKernelThenANewCommWorks) {
       runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
         int failures = 0;
         anyrComm_t comm = initComm(rank, n, id, 60000);  // only the abort can end the wait
-        cudaStream_t s;
-        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        void* buf = nullptr;
-        R_CUDA(cudaMalloc(&buf, 1 << 20));
+        cudaStream_t s = nonBlockingStream();
+        void* buf = deviceAlloc<void>(1 << 20);
         R_CUDA(cudaMemset(buf, 0, 1 << 20));
         R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoTwoShot), comm);
         if (rank == 0) {
@@ -579,8 +567,7 @@ TEST(ReliabilityGpu, AbortReleasesAWaitingKernelThenANewCommWorks) {
 // ranks make the same calls. Device counters accumulate; they are read every kSyncEvery calls.
 int stressRank(int rank, int n, const anyrUniqueId& id, const Report& report, int calls) {
   anyrComm_t comm = initComm(rank, n, id, 20000);
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   std::vector<anyrAlgo_t> algos = {anyrAlgoAuto};
   for (anyrAlgo_t a : {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,
                        anyrAlgoTwoShotPush, anyrAlgoNccl}) {
@@ -598,8 +585,8 @@ int stressRank(int rank, int n, const anyrUniqueId& id, const Report& report, in
   R_CUDA(cudaMalloc(&normBuf, bufBytes));
   R_CUDA(cudaMalloc(&weight, kMaxHidden * 2));
   enum { kWrong, kGuardHit, kInput, kResid, kHash, kNumCounters };
-  unsigned long long* dc = nullptr;
-  R_CUDA(cudaMalloc(&dc, sizeof(unsigned long long) * kNumCounters));
+  unsigned long long* dc =
+      deviceAlloc<unsigned long long>(sizeof(unsigned long long) * kNumCounters);
   R_CUDA(cudaMemsetAsync(dc, 0, sizeof(unsigned long long) * kNumCounters, s));
   auto guard = [&](char* p, uint64_t bytes) {  // canaries just outside [p, p + bytes)
     R_CUDA(cudaMemsetAsync(p - kGuard, reltest::kGuardByte, kGuard, s));

@@ -56,8 +56,7 @@ unsigned long long checkedAllReduce(anyrComm_t comm, void* buf, uint64_t count, 
                                     int rank, int n, uint32_t seed, cudaStream_t s) {
   R_CUDA(data::fillInput(dt, buf, count, rank, seed, data::kSmallInts, s));
   R_ANYR(anyrAllReduce(buf, buf, count, dt, anyrSum, comm, s), comm);
-  unsigned long long* bad = nullptr;
-  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  unsigned long long* bad = deviceAlloc<unsigned long long>();
   R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
   R_CUDA(data::countMismatches(dt, buf, count, n, seed, data::kSmallInts, bad, s));
   unsigned long long h = ~0ull;
@@ -74,10 +73,8 @@ TEST(ReliabilityCallsGpu, ValidationModeReportsMismatchedCallsOnEveryRank) {
   auto results =
       runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
         anyrComm_t comm = initComm(rank, n, id, 5000, true);
-        cudaStream_t s;
-        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        char* buf = nullptr;
-        R_CUDA(cudaMalloc(&buf, 1 << 20));
+        cudaStream_t s = nonBlockingStream();
+        char* buf = deviceAlloc<char>(1 << 20);
         int failures = 0;
         auto fail = [&](const std::string& what) {
           ++failures;
@@ -152,10 +149,8 @@ TEST(ReliabilityCallsGpu, ValidationModeComparesAtCaptureTime) {
   auto results =
       runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
         anyrComm_t comm = initComm(rank, n, id, 5000, true);
-        cudaStream_t s;
-        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        char* buf = nullptr;
-        R_CUDA(cudaMalloc(&buf, 1 << 20));
+        cudaStream_t s = nonBlockingStream();
+        char* buf = deviceAlloc<char>(1 << 20);
         int failures = 0;
         // A mismatched call during capture fails at capture time on every rank.
         cudaGraph_t g = nullptr;
@@ -178,8 +173,7 @@ TEST(ReliabilityCallsGpu, ValidationModeComparesAtCaptureTime) {
         cudaGraphExec_t exec = nullptr;
         R_CUDA(cudaGraphInstantiate(&exec, g, 0));
         R_CUDA(cudaGraphDestroy(g));
-        unsigned long long* bad = nullptr;
-        R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+        unsigned long long* bad = deviceAlloc<unsigned long long>();
         for (uint32_t seed = 20; seed < 25; ++seed) {
           R_CUDA(data::fillInput(anyrBfloat16, buf, 4096, rank, seed, data::kSmallInts, s));
           R_CUDA(cudaGraphLaunch(exec, s));
@@ -210,10 +204,8 @@ TEST(ReliabilityCallsGpu, ValidationModeSkippedCallIsABoundedTimeoutNamingTheRan
   auto results =
       runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
         anyrComm_t comm = initComm(rank, n, id, kTimeoutMs, true);
-        cudaStream_t s;
-        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        char* buf = nullptr;
-        R_CUDA(cudaMalloc(&buf, 1 << 16));
+        cudaStream_t s = nonBlockingStream();
+        char* buf = deviceAlloc<char>(1 << 16);
         int failures = 0;
         if (rank == 0) {
           auto t0 = Clock::now();
@@ -260,10 +252,8 @@ TEST(ReliabilityCallsGpu, SecondThreadOnABusyCommunicatorIsRefusedNotDeadlocked)
         cudaStream_t s1, s2;
         R_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
         R_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-        char* a = nullptr;
-        char* b = nullptr;
-        R_CUDA(cudaMalloc(&a, 1 << 20));
-        R_CUDA(cudaMalloc(&b, 1 << 20));
+        char* a = deviceAlloc<char>(1 << 20);
+        char* b = deviceAlloc<char>(1 << 20);
         int failures = 0;
         if (rank == 0) {
           std::atomic<bool> done{false};
@@ -349,8 +339,7 @@ TEST(ReliabilityCallsGpu, CallsAlternatingBetweenStreamsStayOrdered) {
         const int kCalls = 64;
         const uint64_t counts[] = {1000, 65536, 1 << 20};
         int failures = 0;
-        unsigned long long* bad = nullptr;
-        R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+        unsigned long long* bad = deviceAlloc<unsigned long long>();
         for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,
                                 anyrAlgoTwoShotPush, anyrAlgoAuto}) {
           if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
@@ -409,10 +398,8 @@ TEST(ReliabilityCallsGpu, CallsRunOnTheCommunicatorsDeviceWhateverIsCurrent) {
         anyrComm_t comm = initComm(rank, n, id, 20000, false);
         int dev = -1;
         R_ANYR(anyrCommCuDevice(comm, &dev), comm);
-        cudaStream_t s;
-        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        char* buf = nullptr;
-        R_CUDA(cudaMalloc(&buf, 1 << 20));
+        cudaStream_t s = nonBlockingStream();
+        char* buf = deviceAlloc<char>(1 << 20);
         int failures = 0;
         const int other = (dev + 1) % gpuCount();
         const uint64_t count = 50000;
@@ -434,8 +421,7 @@ TEST(ReliabilityCallsGpu, CallsRunOnTheCommunicatorsDeviceWhateverIsCurrent) {
           report("FAIL the call changed the caller's current device to " + std::to_string(now) +
                  "\n");
         }
-        unsigned long long* bad = nullptr;
-        R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+        unsigned long long* bad = deviceAlloc<unsigned long long>();
         R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
         R_CUDA(data::countMismatches(anyrFloat16, buf, count, n, 41, data::kSmallInts, bad, s));
         unsigned long long h = ~0ull;
@@ -465,8 +451,7 @@ int addRmsNormRefusalRank(const Report& report, bool otherDevice) {
   R_CUDA(cudaMalloc(&x, bytes));
   R_CUDA(cudaMalloc(&w, hidden * 2));
   R_CUDA(cudaMalloc(&out, bytes));
-  cudaStream_t s;
-  R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaStream_t s = nonBlockingStream();
   int failures = 0;
   auto expectArg = [&](anyrResult_t r, const char* arg, const char* rule) {
     std::string msg = anyrGetLastError(nullptr);
@@ -546,8 +531,7 @@ TEST(ReliabilityCallsGpu, FusedRowWiderThanATwoShotSlotFallsBackInsteadOfLooping
           return 0;
         }
         const size_t tokens = 5, hidden = 16384, elems = tokens * hidden, bytes = elems * 2;
-        cudaStream_t s;
-        R_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        cudaStream_t s = nonBlockingStream();
         char *partial = nullptr, *weight = nullptr, *norm = nullptr, *sum = nullptr, *ref = nullptr;
         R_CUDA(cudaMalloc(&partial, bytes));
         R_CUDA(cudaMalloc(&weight, hidden * 2));
@@ -565,8 +549,7 @@ TEST(ReliabilityCallsGpu, FusedRowWiderThanATwoShotSlotFallsBackInsteadOfLooping
         R_ANYR(anyrAddRmsNorm(sum, nullptr, nullptr, weight, 1e-6f, ref, tokens, hidden,
                               anyrBfloat16, nullptr, s),
                nullptr);
-        unsigned long long* diff = nullptr;
-        R_CUDA(cudaMalloc(&diff, sizeof(*diff)));
+        unsigned long long* diff = deviceAlloc<unsigned long long>();
         R_CUDA(cudaMemsetAsync(diff, 0, sizeof(*diff), s));
         R_CUDA(data::countDiffBytes(norm, ref, bytes, diff, s));
         unsigned long long h = ~0ull;
