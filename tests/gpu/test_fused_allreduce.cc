@@ -413,8 +413,7 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   }
   failures += asyncErrorFailures(comm, report);
   report("CHECKED " + std::to_string(checked) + "\n");
-  R_ANYR(anyrCommDestroy(comm), nullptr);
-  return failures ? 4 : 0;
+  return releaseRank(comm, nullptr, {}, failures);
 }
 
 // Runs fusedRank on `n` ranks and requires every rank to pass with bit-identical outputs;

@@ -125,11 +125,7 @@ int kindCaseRank(const KindCase& k, int rank, int n, const anyrUniqueId& id, con
     R_CUDA(data::mismatchesNow(anyrBfloat16, out, c, n, seed, data::kSmallInts, dWrong, s, &wrong));
     if (wrong != 0) fail("n=" + std::to_string(c) + ": " + std::to_string(wrong) + " wrong");
   }
-  failures += asyncErrorFailures(comm, report);
-  for (void* p : {in, out, static_cast<void*>(dWrong)}) R_CUDA(cudaFree(p));
-  R_CUDA(cudaStreamDestroy(s));
-  R_ANYR(anyrCommDestroy(comm), nullptr);
-  return failures ? 4 : 0;
+  return finishRank(comm, s, {in, out, dWrong}, failures, report);
 }
 
 TEST(PeerMemoryGpu, ExplainNamesTheKindAndWhyAndTheAutomaticAllReduceIsExact) {
@@ -251,11 +247,7 @@ TEST(PeerMemoryGpu, BuffersFromVirtualMemoryAllocationsAreAccepted) {
           ++failures;
           report("FAIL no algorithm could be forced\n");
         }
-        failures += asyncErrorFailures(comm, report);
-        R_CUDA(cudaFree(dWrong));
-        R_CUDA(cudaStreamDestroy(s));
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return finishRank(comm, s, {dWrong}, failures, report);
       });
   expectRanksPassed(results);
   printSkipNotes(results);

@@ -186,8 +186,7 @@ TEST(ReliabilityGpu, SelfTestPassesAndReportsItsCost) {
         anyrCommDestroy(comm);
         return failures ? 4 : 0;
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
   for (auto& r : results) std::printf("[ info ] %s", r.message.c_str());
 }
 
@@ -288,11 +287,9 @@ TEST(ReliabilityGpu, SelfTestCatchesACorruptPeerMappingOnEveryRank) {
         }
         report("NOTE rank " + std::to_string(rank) + ": init with the injected fault took " +
                std::to_string(initMs) + " ms\n");
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, nullptr, {}, failures);
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
   for (auto& r : results) std::printf("[ info ] %s", r.message.c_str());
 }
 
@@ -554,11 +551,9 @@ TEST(ReliabilityGpu, AbortReleasesAWaitingKernelThenANewCommWorks) {
             }
           }
         }
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, nullptr, {}, failures);
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
 }
 
 // ---- stress -----------------------------------------------------------------------------------
@@ -687,8 +682,7 @@ int stressRank(int rank, int n, const anyrUniqueId& id, const Report& report, in
   os << "NOTE rank " << rank << ": " << calls << " calls:";
   for (auto& [k, v] : histogram) os << " " << k << "=" << v;
   report(os.str() + "\n");
-  R_ANYR(anyrCommDestroy(comm), nullptr);
-  return failures ? 4 : 0;
+  return releaseRank(comm, nullptr, {}, failures);
 }
 
 TEST(ReliabilityGpu, StressRandomCallsWithCanariesBitIdentical) {
@@ -701,8 +695,7 @@ TEST(ReliabilityGpu, StressRandomCallsWithCanariesBitIdentical) {
         return stressRank(rank, n, id, report, calls);
       });
   const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
   std::string hash0;
   for (const auto& r : results) {
     const size_t p = r.message.find("HASH ");
@@ -785,11 +778,9 @@ TEST(ReliabilityGpu, CreateDestroy200TimesWithoutLeakingThenAbortAndRecreate) {
                    std::to_string(wrong) + " wrong\n");
           }
         }
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, nullptr, {}, failures);
       });
-  std::string failures = launch::describeFailures(results);
-  EXPECT_TRUE(failures.empty()) << failures;
+  expectRanksExitedZero(results);
   for (auto& r : results) std::printf("[ info ] %s", r.message.c_str());
 }
 

@@ -57,11 +57,8 @@ unsigned long long checkedAllReduce(anyrComm_t comm, void* buf, uint64_t count, 
   R_CUDA(data::fillInput(dt, buf, count, rank, seed, data::kSmallInts, s));
   R_ANYR(anyrAllReduce(buf, buf, count, dt, anyrSum, comm, s), comm);
   unsigned long long* bad = deviceAlloc<unsigned long long>();
-  R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
-  R_CUDA(data::countMismatches(dt, buf, count, n, seed, data::kSmallInts, bad, s));
   unsigned long long h = ~0ull;
-  R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
-  R_CUDA(cudaStreamSynchronize(s));
+  R_CUDA(data::mismatchesNow(dt, buf, count, n, seed, data::kSmallInts, bad, s, &h));
   R_CUDA(cudaFree(bad));
   return h;
 }
@@ -135,10 +132,7 @@ TEST(ReliabilityCallsGpu, ValidationModeReportsMismatchedCallsOnEveryRank) {
           fail(std::string("algorithm mismatch (") + forcedCall +
                " on rank 0): " + anyrGetErrorString(r) + ": " + msg);
         }
-        R_CUDA(cudaFree(buf));
-        R_CUDA(cudaStreamDestroy(s));
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, s, {buf}, failures);
       });
   expectAllPassed(results);
   std::printf("[ info ] %s", results[0].message.c_str());
@@ -177,11 +171,9 @@ TEST(ReliabilityCallsGpu, ValidationModeComparesAtCaptureTime) {
         for (uint32_t seed = 20; seed < 25; ++seed) {
           R_CUDA(data::fillInput(anyrBfloat16, buf, 4096, rank, seed, data::kSmallInts, s));
           R_CUDA(cudaGraphLaunch(exec, s));
-          R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
-          R_CUDA(data::countMismatches(anyrBfloat16, buf, 4096, n, seed, data::kSmallInts, bad, s));
           unsigned long long h = ~0ull;
-          R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
-          R_CUDA(cudaStreamSynchronize(s));
+          R_CUDA(
+              data::mismatchesNow(anyrBfloat16, buf, 4096, n, seed, data::kSmallInts, bad, s, &h));
           if (h != 0) {
             ++failures;
             report("FAIL replay seed " + std::to_string(seed) + ": " + std::to_string(h) +
@@ -189,11 +181,7 @@ TEST(ReliabilityCallsGpu, ValidationModeComparesAtCaptureTime) {
           }
         }
         R_CUDA(cudaGraphExecDestroy(exec));
-        R_CUDA(cudaFree(bad));
-        R_CUDA(cudaFree(buf));
-        R_CUDA(cudaStreamDestroy(s));
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, s, {bad, buf}, failures);
       });
   expectAllPassed(results);
 }
@@ -320,10 +308,7 @@ TEST(ReliabilityCallsGpu, SecondThreadOnABusyCommunicatorIsRefusedNotDeadlocked)
           report(std::string("FAIL call after the refusal: ") + anyrGetErrorString(later) + "/" +
                  anyrGetErrorString(async) + ": " + laterMsg + "\n");
         }
-        R_CUDA(cudaFree(a));
-        R_CUDA(cudaFree(b));
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, nullptr, {a, b}, failures);
       });
   expectAllPassed(results);
   std::printf("[ info ] %s", results[0].message.c_str());
@@ -380,10 +365,8 @@ TEST(ReliabilityCallsGpu, CallsAlternatingBetweenStreamsStayOrdered) {
           }
         }
         failures += asyncErrorFailures(comm, report);
-        R_CUDA(cudaFree(bad));
         for (auto& x : st) R_CUDA(cudaStreamDestroy(x));
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, nullptr, {bad}, failures);
       });
   expectAllPassed(results);
 }
@@ -422,21 +405,15 @@ TEST(ReliabilityCallsGpu, CallsRunOnTheCommunicatorsDeviceWhateverIsCurrent) {
                  "\n");
         }
         unsigned long long* bad = deviceAlloc<unsigned long long>();
-        R_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
-        R_CUDA(data::countMismatches(anyrFloat16, buf, count, n, 41, data::kSmallInts, bad, s));
         unsigned long long h = ~0ull;
-        R_CUDA(cudaMemcpyAsync(&h, bad, sizeof(h), cudaMemcpyDeviceToHost, s));
-        R_CUDA(cudaStreamSynchronize(s));
+        R_CUDA(data::mismatchesNow(anyrFloat16, buf, count, n, 41, data::kSmallInts, bad, s, &h));
         R_CUDA(cudaFree(bad));
         if (h != 0) {
           ++failures;
           report("FAIL " + std::to_string(h) + " wrong elements\n");
         }
         R_CUDA(cudaSetDevice(dev));
-        R_CUDA(cudaFree(buf));
-        R_CUDA(cudaStreamDestroy(s));
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, s, {buf}, failures);
       });
   expectAllPassed(results);
 }
@@ -565,11 +542,7 @@ TEST(ReliabilityCallsGpu, FusedRowWiderThanATwoShotSlotFallsBackInsteadOfLooping
           ++failures;
           report("FAIL took " + std::to_string(secondsSince(t0)) + " s\n");
         }
-        for (char* p : {partial, weight, norm, sum, ref}) R_CUDA(cudaFree(p));
-        R_CUDA(cudaFree(diff));
-        R_CUDA(cudaStreamDestroy(s));
-        R_ANYR(anyrCommDestroy(comm), nullptr);
-        return failures ? 4 : 0;
+        return releaseRank(comm, s, {partial, weight, norm, sum, ref, diff}, failures);
       });
   expectAllPassed(results);
   SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoTwoShotPush});
