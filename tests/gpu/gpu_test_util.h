@@ -214,6 +214,19 @@ inline std::vector<launch::RankResult> runRanksCatching(int n, double timeoutSec
       timeoutSec);
 }
 
+// One automatic choice: anyrCommQueryAlgorithm for `count` bf16 elements must give one of
+// `allowed`; 1 and a "FAIL <size> chose <algorithm>" line otherwise, else 0.
+inline int expectChoice(anyrComm_t comm, size_t count, const std::string& size,
+                        std::initializer_list<anyrAlgo_t> allowed, const Report& report) {
+  anyrAlgo_t got = anyrAlgoAuto;
+  R_ANYR(anyrCommQueryAlgorithm(comm, count, anyrBfloat16, &got), comm);
+  for (anyrAlgo_t a : allowed) {
+    if (got == a) return 0;
+  }
+  report("FAIL " + size + " chose " + anyrAlgoName(got) + "\n");
+  return 1;
+}
+
 // runRanksCatching of a rank function taking more than the four rank arguments: each rank runs
 // body(rank, nranks, id, report, args...).
 template <typename Body, typename... Args>

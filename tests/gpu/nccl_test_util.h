@@ -91,6 +91,16 @@ inline void waitRevokeSettled(ncclComm_t c) {
   }
 }
 
+// A communicator over the caller's NCCL communicator (anyrCommInitFromNccl), every wait bounded
+// by timeoutMs.
+inline anyrComm_t initFromNccl(ncclComm_t nccl, int timeoutMs) {
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+  cfg.timeoutMs = timeoutMs;
+  anyrComm_t comm = nullptr;
+  R_ANYR(anyrCommInitFromNccl(&comm, nccl, &cfg), nullptr);
+  return comm;
+}
+
 // An NCCL communicator of `n` ranks on the current device (this process is `rank`), blocking
 // or not; `round` numbers the communicators a test makes (rank 0 publishes one id per round).
 inline ncclComm_t makeNcclComm(int rank, int n, bool blocking, int round = 1) {

@@ -383,17 +383,9 @@ TEST(AllReduceGpu, ChoiceAndExplain) {
       runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
         anyrComm_t comm = initComm(rank, n, id, 10000);
         int failures = 0;
-        anyrAlgo_t small = anyrAlgoAuto, large = anyrAlgoAuto;
-        R_ANYR(anyrCommQueryAlgorithm(comm, 512, anyrBfloat16, &small), comm);
-        R_ANYR(anyrCommQueryAlgorithm(comm, 128u << 20, anyrBfloat16, &large), comm);
-        if (small != anyrAlgoOneShotPush && small != anyrAlgoOneShotPull) {
-          ++failures;
-          report(std::string("FAIL 1 KiB chose ") + anyrAlgoName(small) + "\n");
-        }
-        if (large != anyrAlgoNccl) {
-          ++failures;
-          report(std::string("FAIL 256 MiB chose ") + anyrAlgoName(large) + "\n");
-        }
+        failures +=
+            expectChoice(comm, 512, "1 KiB", {anyrAlgoOneShotPush, anyrAlgoOneShotPull}, report);
+        failures += expectChoice(comm, 128u << 20, "256 MiB", {anyrAlgoNccl}, report);
         const std::string text = explainText(comm);
         for (const char* must : {"\"admission\"", "oneshot-push", "\"topology\"", "peerWriteOk"}) {
           if (text.find(must) == std::string::npos) {

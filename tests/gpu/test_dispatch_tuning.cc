@@ -71,9 +71,8 @@ unsigned long long countMismatchesOf(
 // Exact all-reduce at a few sizes through whatever dispatch chooses; returns wrong elements.
 unsigned long long checkExact(anyrComm_t comm, int rank, int n) {
   const std::vector<uint64_t> counts = {1, 1000, 65536 + 3, 1u << 20};
-  void *in = nullptr, *out = nullptr;
-  R_CUDA(cudaMalloc(&in, (1u << 20) * 2));
-  R_CUDA(cudaMalloc(&out, (1u << 20) * 2));
+  void* in = deviceAlloc<void>((1u << 20) * 2);
+  void* out = deviceAlloc<void>((1u << 20) * 2);
   const unsigned long long wrong = countMismatchesOf([&](unsigned long long* bad, cudaStream_t s) {
     uint32_t seed = 77;
     for (uint64_t c : counts) {

@@ -133,6 +133,12 @@ double quantErr(anyrWire_t w, double x, double a) {
   return s / 2;
 }
 
+// One call's element type and count.
+struct DtypeCount {
+  anyrDataType_t dt;
+  uint64_t count;
+};
+
 int wireRank(int rank, int n, const anyrUniqueId& id, const Report& report, anyrWire_t wire) {
   anyrComm_t comm = initRankComm(rank, n, id, 20000, [&](anyrConfig_t& c) { c.wire = wire; });
   cudaStream_t s = nonBlockingStream();
@@ -370,13 +376,10 @@ int lowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& report
   char* out = deviceAlloc<char>(maxCount * 4 + 64);
   unsigned long long* bad = deviceAlloc<unsigned long long>();
   uint32_t seed = 7000;
-  const struct {
-    anyrDataType_t dt;
-    uint64_t count;
-  } cases[] = {{anyrBfloat16, 1},     {anyrBfloat16, 7},     {anyrBfloat16, 257},
-               {anyrBfloat16, 1023},  {anyrBfloat16, 4099},  {anyrBfloat16, 16384},
-               {anyrBfloat16, 32768}, {anyrBfloat16, 32769}, {anyrFloat32, 3},
-               {anyrFloat32, 16384},  {anyrFloat16, 12345}};
+  const DtypeCount cases[] = {{anyrBfloat16, 1},     {anyrBfloat16, 7},     {anyrBfloat16, 257},
+                              {anyrBfloat16, 1023},  {anyrBfloat16, 4099},  {anyrBfloat16, 16384},
+                              {anyrBfloat16, 32768}, {anyrBfloat16, 32769}, {anyrFloat32, 3},
+                              {anyrFloat32, 16384},  {anyrFloat16, 12345}};
   for (const auto& c : cases) {
     const size_t es = data::dtypeBytes(c.dt);
     for (int inPlace = 0; inPlace < 2; ++inPlace) {
@@ -450,18 +453,13 @@ int lateLowLatencyRank(int rank, int n, const anyrUniqueId& id, const Report& re
   }
   R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoHostOneShot), comm);
   cudaStream_t s = nonBlockingStream();
-  char *in = nullptr, *out = nullptr;
-  unsigned long long* bad = nullptr;
-  R_CUDA(cudaMalloc(&in, 65536));
-  R_CUDA(cudaMalloc(&out, 65536));
-  R_CUDA(cudaMalloc(&bad, sizeof(*bad)));
-  const struct {
-    anyrDataType_t dt;
-    uint64_t count;
-  } calls[] = {{anyrFloat32, 16384}, {anyrFloat32, 1},      {anyrFloat32, 16384},
-               {anyrBfloat16, 999},  {anyrBfloat16, 32768}, {anyrFloat32, 3001},
-               {anyrFloat32, 16384}, {anyrBfloat16, 5},     {anyrBfloat16, 32768},
-               {anyrFloat32, 16384}, {anyrFloat32, 8},      {anyrFloat32, 16384}};
+  char* in = deviceAlloc<char>(65536);
+  char* out = deviceAlloc<char>(65536);
+  unsigned long long* bad = deviceAlloc<unsigned long long>();
+  const DtypeCount calls[] = {{anyrFloat32, 16384}, {anyrFloat32, 1},      {anyrFloat32, 16384},
+                              {anyrBfloat16, 999},  {anyrBfloat16, 32768}, {anyrFloat32, 3001},
+                              {anyrFloat32, 16384}, {anyrBfloat16, 5},     {anyrBfloat16, 32768},
+                              {anyrFloat32, 16384}, {anyrFloat32, 8},      {anyrFloat32, 16384}};
   uint32_t seed = 5100;
   int call = 0;
   for (const auto& c : calls) {
@@ -531,33 +529,11 @@ TEST(HostWireGpu, WithoutPeerMemoryTheDefaultIsTheHostPath) {
         // gen5 x16): the host one-shot's low-latency protocol up to 64 KiB (its default limit),
         // the host two-shot in the middle, host-copy (the copy engines) for large messages;
         // NCCL through host memory measured slower at every size.
-        anyrAlgo_t small = anyrAlgoAuto, ll = anyrAlgoAuto, ll64 = anyrAlgoAuto, mid = anyrAlgoAuto,
-                   large = anyrAlgoAuto;
-        R_ANYR(anyrCommQueryAlgorithm(comm, 256, anyrBfloat16, &small), comm);
-        R_ANYR(anyrCommQueryAlgorithm(comm, 8192, anyrBfloat16, &ll), comm);
-        R_ANYR(anyrCommQueryAlgorithm(comm, 32u << 10, anyrBfloat16, &ll64), comm);
-        R_ANYR(anyrCommQueryAlgorithm(comm, 128u << 10, anyrBfloat16, &mid), comm);
-        R_ANYR(anyrCommQueryAlgorithm(comm, 32u << 20, anyrBfloat16, &large), comm);
-        if (small != anyrAlgoHostOneShot) {
-          ++failures;
-          report(std::string("FAIL 512 B chose ") + anyrAlgoName(small) + "\n");
-        }
-        if (ll != anyrAlgoHostOneShot) {
-          ++failures;
-          report(std::string("FAIL 16 KiB chose ") + anyrAlgoName(ll) + "\n");
-        }
-        if (ll64 != anyrAlgoHostOneShot) {
-          ++failures;
-          report(std::string("FAIL 64 KiB chose ") + anyrAlgoName(ll64) + "\n");
-        }
-        if (mid != anyrAlgoHostTwoShot) {
-          ++failures;
-          report(std::string("FAIL 256 KiB chose ") + anyrAlgoName(mid) + "\n");
-        }
-        if (large != anyrAlgoHostCopy) {
-          ++failures;
-          report(std::string("FAIL 64 MiB chose ") + anyrAlgoName(large) + "\n");
-        }
+        failures += expectChoice(comm, 256, "512 B", {anyrAlgoHostOneShot}, report);
+        failures += expectChoice(comm, 8192, "16 KiB", {anyrAlgoHostOneShot}, report);
+        failures += expectChoice(comm, 32u << 10, "64 KiB", {anyrAlgoHostOneShot}, report);
+        failures += expectChoice(comm, 128u << 10, "256 KiB", {anyrAlgoHostTwoShot}, report);
+        failures += expectChoice(comm, 32u << 20, "64 MiB", {anyrAlgoHostCopy}, report);
         if (anyrCommSetAlgorithm(comm, anyrAlgoOneShotPush) != anyrUnsupported ||
             std::string(anyrGetLastError(comm)).find("ANYR_PEER_MEMORY") == std::string::npos) {
           ++failures;

@@ -28,15 +28,7 @@
 namespace anyr {
 namespace {
 
-using nccltest::Clock;
-using nccltest::contains;
-using nccltest::makeNcclComm;
-using nccltest::resetShared;
-using nccltest::secondsSince;
-using nccltest::settleNccl;
-using nccltest::sharedArea;
-using nccltest::waitFlag;
-using nccltest::waitRevokeSettled;
+using namespace nccltest;  // the helpers this file shares with the other NCCL tests
 
 TEST(NcclBootstrapGpu, CommunicatorFromAnNcclCommunicatorOfOneRank) {
   REQUIRE_GPU();
@@ -46,10 +38,7 @@ TEST(NcclBootstrapGpu, CommunicatorFromAnNcclCommunicatorOfOneRank) {
     R_NCCL(ncclGetUniqueId(&nid));
     ncclComm_t nccl = nullptr;
     R_NCCL(ncclCommInitRank(&nccl, 1, nid, 0));
-    anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-    cfg.timeoutMs = 10000;
-    anyrComm_t comm = nullptr;
-    R_ANYR(anyrCommInitFromNccl(&comm, nccl, &cfg), nullptr);
+    anyrComm_t comm = initFromNccl(nccl, 10000);
     int failures = 0;
     auto expect = [&](bool ok, const std::string& what) {
       if (!ok) {
@@ -68,11 +57,9 @@ TEST(NcclBootstrapGpu, CommunicatorFromAnNcclCommunicatorOfOneRank) {
 
     cudaStream_t s = nonBlockingStream();
     const uint64_t n = (1u << 20) + 3;
-    void *in = nullptr, *out = nullptr;
-    unsigned long long* scratch = nullptr;
-    R_CUDA(cudaMalloc(&in, n * 2));
-    R_CUDA(cudaMalloc(&out, n * 2));
-    R_CUDA(cudaMalloc(&scratch, sizeof(*scratch)));
+    void* in = deviceAlloc<void>(n * 2);
+    void* out = deviceAlloc<void>(n * 2);
+    unsigned long long* scratch = deviceAlloc<unsigned long long>();
     for (uint32_t seed = 5; seed < 8; ++seed) {  // a few calls, fresh inputs, poisoned output
       R_CUDA(data::fillInput(anyrBfloat16, in, n, 0, seed, data::kRandom, s));
       R_CUDA(cudaMemsetAsync(out, 0xff, n * 2, s));
@@ -139,10 +126,7 @@ TEST(NcclBootstrapGpu, TwoGpusExactCallsOnBlockingAndNonBlockingCommunicators) {
         runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId&, const Report& report) {
           useRankGpu(rank);
           ncclComm_t nccl = makeNcclComm(rank, n, blocking);
-          anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-          cfg.timeoutMs = 10000;
-          anyrComm_t comm = nullptr;
-          R_ANYR(anyrCommInitFromNccl(&comm, nccl, &cfg), nullptr);
+          anyrComm_t comm = initFromNccl(nccl, 10000);
           int failures = 0;
           auto expect = [&](bool ok, const std::string& what) {
             if (!ok) {
@@ -158,11 +142,9 @@ TEST(NcclBootstrapGpu, TwoGpusExactCallsOnBlockingAndNonBlockingCommunicators) {
                  "count " + std::to_string(count) + ", rank " + std::to_string(me));
           cudaStream_t s = nonBlockingStream();
           const uint64_t elems = (1u << 20) + 3;
-          void *in = nullptr, *out = nullptr;
-          unsigned long long* scratch = nullptr;
-          R_CUDA(cudaMalloc(&in, elems * 2));
-          R_CUDA(cudaMalloc(&out, elems * 2));
-          R_CUDA(cudaMalloc(&scratch, sizeof(*scratch)));
+          void* in = deviceAlloc<void>(elems * 2);
+          void* out = deviceAlloc<void>(elems * 2);
+          unsigned long long* scratch = deviceAlloc<unsigned long long>();
           uint32_t seed = 11;
           for (anyrAlgo_t algo : {anyrAlgoAuto, anyrAlgoNccl}) {
             R_ANYR(anyrCommSetAlgorithm(comm, algo), comm);

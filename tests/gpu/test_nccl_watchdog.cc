@@ -34,14 +34,7 @@
 namespace anyr {
 namespace {
 
-using nccltest::Clock;
-using nccltest::contains;
-using nccltest::makeNcclComm;
-using nccltest::resetShared;
-using nccltest::secondsSince;
-using nccltest::sharedArea;
-using nccltest::waitFlag;
-using nccltest::waitRevokeSettled;
+using namespace nccltest;  // the helpers this file shares with the other NCCL tests
 
 // What the watchdog reported through NcclHandle's failure sink.
 struct Sink {
@@ -93,11 +86,9 @@ int stalledCallOnOneGpu(bool external, const Report& report) {
   });
   cudaStream_t s = nonBlockingStream();
   const uint64_t n = 1 << 20;
-  void *in = nullptr, *out = nullptr;
-  unsigned long long* scratch = nullptr;
-  R_CUDA(cudaMalloc(&in, n * 4));
-  R_CUDA(cudaMalloc(&out, n * 4));
-  R_CUDA(cudaMalloc(&scratch, sizeof(*scratch)));
+  void* in = deviceAlloc<void>(n * 4);
+  void* out = deviceAlloc<void>(n * 4);
+  unsigned long long* scratch = deviceAlloc<unsigned long long>();
 
   // 1. Calls that complete: exact, and nothing fires long after their deadlines passed.
   for (uint32_t seed = 1; seed <= 3; ++seed) {
@@ -237,19 +228,16 @@ TEST(NcclWatchdogGpu, TwoGpusAPeerThatStopsCallingGivesTheNcclPathATimeout) {
             if (fromNccl) {
               useRankGpu(rank);
               nccl = makeNcclComm(rank, n, /*blocking=*/false);
-              anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-              cfg.timeoutMs = timeoutMs;
-              R_ANYR(anyrCommInitFromNccl(&comm, nccl, &cfg), nullptr);
+              comm = initFromNccl(nccl, timeoutMs);
             } else {
               comm = initRankComm(rank, n, id, timeoutMs);
             }
             R_ANYR(anyrCommSetAlgorithm(comm, anyrAlgoNccl), comm);
             cudaStream_t s = nonBlockingStream();
             const int tokens = 4, hidden = 1024;
-            void *buf = nullptr, *out = nullptr, *weight = nullptr;
-            R_CUDA(cudaMalloc(&buf, 1 << 20));
-            R_CUDA(cudaMalloc(&out, 1 << 20));
-            R_CUDA(cudaMalloc(&weight, hidden * 2));
+            void* buf = deviceAlloc<void>(1 << 20);
+            void* out = deviceAlloc<void>(1 << 20);
+            void* weight = deviceAlloc<void>(hidden * 2);
             R_CUDA(cudaMemset(buf, 0, 1 << 20));
             R_CUDA(data::fillInput(anyrBfloat16, weight, hidden, 101, 7, data::kSmallInts, s));
             auto call = [&]() {

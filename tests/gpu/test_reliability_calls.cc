@@ -424,10 +424,9 @@ TEST(ReliabilityCallsGpu, CallsRunOnTheCommunicatorsDeviceWhateverIsCurrent) {
 int addRmsNormRefusalRank(const Report& report, bool otherDevice) {
   R_CUDA(cudaSetDevice(0));
   const size_t tokens = 4, hidden = 256, bytes = tokens * hidden * 2;
-  char *x = nullptr, *w = nullptr, *out = nullptr;
-  R_CUDA(cudaMalloc(&x, bytes));
-  R_CUDA(cudaMalloc(&w, hidden * 2));
-  R_CUDA(cudaMalloc(&out, bytes));
+  char* x = deviceAlloc<char>(bytes);
+  char* w = deviceAlloc<char>(hidden * 2);
+  char* out = deviceAlloc<char>(bytes);
   cudaStream_t s = nonBlockingStream();
   int failures = 0;
   auto expectArg = [&](anyrResult_t r, const char* arg, const char* rule) {
@@ -509,12 +508,11 @@ TEST(ReliabilityCallsGpu, FusedRowWiderThanATwoShotSlotFallsBackInsteadOfLooping
         }
         const size_t tokens = 5, hidden = 16384, elems = tokens * hidden, bytes = elems * 2;
         cudaStream_t s = nonBlockingStream();
-        char *partial = nullptr, *weight = nullptr, *norm = nullptr, *sum = nullptr, *ref = nullptr;
-        R_CUDA(cudaMalloc(&partial, bytes));
-        R_CUDA(cudaMalloc(&weight, hidden * 2));
-        R_CUDA(cudaMalloc(&norm, bytes));
-        R_CUDA(cudaMalloc(&sum, bytes));
-        R_CUDA(cudaMalloc(&ref, bytes));
+        char* partial = deviceAlloc<char>(bytes);
+        char* weight = deviceAlloc<char>(hidden * 2);
+        char* norm = deviceAlloc<char>(bytes);
+        char* sum = deviceAlloc<char>(bytes);
+        char* ref = deviceAlloc<char>(bytes);
         R_CUDA(data::fillInput(anyrBfloat16, partial, elems, rank, 51, data::kSmallInts, s));
         R_CUDA(data::fillInput(anyrBfloat16, weight, hidden, 0, 52, data::kRandom, s));
         R_CUDA(cudaMemsetAsync(norm, 0xff, bytes, s));
