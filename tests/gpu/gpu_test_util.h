@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
+#include "common/data.h"
 #include "common/launcher.h"
 
 namespace anyr {
@@ -288,6 +289,30 @@ inline void allReduceOrReplay(cudaGraphExec_t exec, const void* src, void* dst, 
     R_ANYR(anyrAllReduce(src, dst, count, dt, anyrSum, comm, s), comm);
   }
 }
+
+// The call one rank skips in a skipped-call test, on buffers of its own (left to the process's
+// exit): an in-place bf16 all-reduce of 65536 elements of a zeroed 1 MiB buffer, or (fused)
+// anyrAllReduceAddRmsNorm of 4 tokens of 1024 from that buffer, with a small-integer weight, its
+// output and norm in a second 1 MiB buffer.
+struct SkippableCall {
+  static constexpr int kTokens = 4, kHidden = 1024;
+  SkippableCall(bool fusedOp, anyrComm_t c, cudaStream_t st) : fused(fusedOp), comm(c), s(st) {
+    R_CUDA(cudaMemset(buf, 0, 1 << 20));
+    R_CUDA(data::fillInput(anyrBfloat16, weight, kHidden, 101, 7, data::kSmallInts, s));
+  }
+  anyrResult_t operator()() const {
+    return fused ? anyrAllReduceAddRmsNorm(buf, nullptr, out, weight, 1e-6f,
+                                           static_cast<char*>(out) + (1 << 19), kTokens, kHidden,
+                                           anyrBfloat16, nullptr, comm, s)
+                 : anyrAllReduce(buf, buf, 65536, anyrBfloat16, anyrSum, comm, s);
+  }
+  bool fused;
+  anyrComm_t comm;
+  cudaStream_t s;
+  void* buf = deviceAlloc<void>(1 << 20);
+  void* out = deviceAlloc<void>(1 << 20);
+  void* weight = deviceAlloc<void>(kHidden * 2);
+};
 
 using OnComm = std::function<int(anyrComm_t, char*, cudaStream_t)>;
 

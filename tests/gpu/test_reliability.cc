@@ -438,19 +438,8 @@ TEST(ReliabilityGpu, SkippedCallGivesBoundedErrorNamingTheRank) {
         2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
           anyrComm_t comm = initComm(rank, n, id, timeoutMs, 0);
           cudaStream_t s = nonBlockingStream();
-          const int tokens = 4, hidden = 1024;
-          void* buf = deviceAlloc<void>(1 << 20);
-          void* out = deviceAlloc<void>(1 << 20);
-          void* weight = deviceAlloc<void>(hidden * 2);
-          R_CUDA(cudaMemset(buf, 0, 1 << 20));
-          R_CUDA(data::fillInput(anyrBfloat16, weight, hidden, 101, 7, data::kSmallInts, s));
           R_ANYR(anyrCommSetAlgorithm(comm, algo), comm);
-          auto call = [&]() {
-            return fused ? anyrAllReduceAddRmsNorm(buf, nullptr, out, weight, 1e-6f,
-                                                   static_cast<char*>(out) + (1 << 19), tokens,
-                                                   hidden, anyrBfloat16, nullptr, comm, s)
-                         : anyrAllReduce(buf, buf, 65536, anyrBfloat16, anyrSum, comm, s);
-          };
+          const SkippableCall call(fused, comm, s);
           R_ANYR(call(), comm);
           R_CUDA(waitStream(s, 30));
           int failures = 0;

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,13 +66,27 @@ unsigned long long checkedAllReduce(anyrComm_t comm, void* buf, uint64_t count, 
 
 // ---- validation mode ------------------------------------------------------------------------
 
+using ValidationBody = std::function<int(int rank, int n, anyrComm_t comm, cudaStream_t s,
+                                         char* buf, const Report& report)>;
+
+// Two ranks, each with a communicator in validation mode (waits bounded at 5 s), a non-blocking
+// stream and a 1 MiB buffer; `body` returns its failures, then the buffer, stream and
+// communicator are released (exit code 4 on any failure).
+std::vector<launch::RankResult> runValidatingRanks(const ValidationBody& body) {
+  return runRanksCatching(2, 180,
+                          [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+                            anyrComm_t comm = initComm(rank, n, id, 5000, true);
+                            cudaStream_t s = nonBlockingStream();
+                            char* buf = deviceAlloc<char>(1 << 20);
+                            const int failures = body(rank, n, comm, s, buf, report);
+                            return releaseRank(comm, s, {buf}, failures);
+                          });
+}
+
 TEST(ReliabilityCallsGpu, ValidationModeReportsMismatchedCallsOnEveryRank) {
   REQUIRE_GPU();
-  auto results =
-      runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        anyrComm_t comm = initComm(rank, n, id, 5000, true);
-        cudaStream_t s = nonBlockingStream();
-        char* buf = deviceAlloc<char>(1 << 20);
+  auto results = runValidatingRanks(
+      [&](int rank, int n, anyrComm_t comm, cudaStream_t s, char* buf, const Report& report) {
         int failures = 0;
         auto fail = [&](const std::string& what) {
           ++failures;
@@ -132,7 +147,7 @@ TEST(ReliabilityCallsGpu, ValidationModeReportsMismatchedCallsOnEveryRank) {
           fail(std::string("algorithm mismatch (") + forcedCall +
                " on rank 0): " + anyrGetErrorString(r) + ": " + msg);
         }
-        return releaseRank(comm, s, {buf}, failures);
+        return failures;
       });
   expectAllPassed(results);
   std::printf("[ info ] %s", results[0].message.c_str());
@@ -140,49 +155,45 @@ TEST(ReliabilityCallsGpu, ValidationModeReportsMismatchedCallsOnEveryRank) {
 
 TEST(ReliabilityCallsGpu, ValidationModeComparesAtCaptureTime) {
   REQUIRE_GPU();
-  auto results =
-      runRanksCatching(2, 180, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        anyrComm_t comm = initComm(rank, n, id, 5000, true);
-        cudaStream_t s = nonBlockingStream();
-        char* buf = deviceAlloc<char>(1 << 20);
-        int failures = 0;
-        // A mismatched call during capture fails at capture time on every rank.
-        cudaGraph_t g = nullptr;
-        R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        anyrResult_t r =
-            anyrAllReduce(buf, buf, rank == 0 ? 4096 : 4095, anyrBfloat16, anyrSum, comm, s);
-        std::string msg = anyrGetLastError(comm);
-        R_CUDA(cudaStreamEndCapture(s, &g));
-        if (g != nullptr) R_CUDA(cudaGraphDestroy(g));
-        if (r != anyrInvalidUsage || !contains(msg, "count=4096") || !contains(msg, "count=4095")) {
-          ++failures;
-          report(std::string("FAIL capture-time mismatch: ") + anyrGetErrorString(r) + ": " + msg +
-                 "\n");
-        }
-        // A matched capture works; its replays are not compared (no bootstrap traffic) and are
-        // exact.
-        R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
-        R_CUDA(cudaStreamEndCapture(s, &g));
-        cudaGraphExec_t exec = nullptr;
-        R_CUDA(cudaGraphInstantiate(&exec, g, 0));
-        R_CUDA(cudaGraphDestroy(g));
-        unsigned long long* bad = deviceAlloc<unsigned long long>();
-        for (uint32_t seed = 20; seed < 25; ++seed) {
-          R_CUDA(data::fillInput(anyrBfloat16, buf, 4096, rank, seed, data::kSmallInts, s));
-          R_CUDA(cudaGraphLaunch(exec, s));
-          unsigned long long h = ~0ull;
-          R_CUDA(
-              data::mismatchesNow(anyrBfloat16, buf, 4096, n, seed, data::kSmallInts, bad, s, &h));
-          if (h != 0) {
-            ++failures;
-            report("FAIL replay seed " + std::to_string(seed) + ": " + std::to_string(h) +
-                   " wrong\n");
-          }
-        }
-        R_CUDA(cudaGraphExecDestroy(exec));
-        return releaseRank(comm, s, {bad, buf}, failures);
-      });
+  auto results = runValidatingRanks([&](int rank, int n, anyrComm_t comm, cudaStream_t s, char* buf,
+                                        const Report& report) {
+    int failures = 0;
+    // A mismatched call during capture fails at capture time on every rank.
+    cudaGraph_t g = nullptr;
+    R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    anyrResult_t r =
+        anyrAllReduce(buf, buf, rank == 0 ? 4096 : 4095, anyrBfloat16, anyrSum, comm, s);
+    std::string msg = anyrGetLastError(comm);
+    R_CUDA(cudaStreamEndCapture(s, &g));
+    if (g != nullptr) R_CUDA(cudaGraphDestroy(g));
+    if (r != anyrInvalidUsage || !contains(msg, "count=4096") || !contains(msg, "count=4095")) {
+      ++failures;
+      report(std::string("FAIL capture-time mismatch: ") + anyrGetErrorString(r) + ": " + msg +
+             "\n");
+    }
+    // A matched capture works; its replays are not compared (no bootstrap traffic) and are
+    // exact.
+    R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    R_ANYR(anyrAllReduce(buf, buf, 4096, anyrBfloat16, anyrSum, comm, s), comm);
+    R_CUDA(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t exec = nullptr;
+    R_CUDA(cudaGraphInstantiate(&exec, g, 0));
+    R_CUDA(cudaGraphDestroy(g));
+    unsigned long long* bad = deviceAlloc<unsigned long long>();
+    for (uint32_t seed = 20; seed < 25; ++seed) {
+      R_CUDA(data::fillInput(anyrBfloat16, buf, 4096, rank, seed, data::kSmallInts, s));
+      R_CUDA(cudaGraphLaunch(exec, s));
+      unsigned long long h = ~0ull;
+      R_CUDA(data::mismatchesNow(anyrBfloat16, buf, 4096, n, seed, data::kSmallInts, bad, s, &h));
+      if (h != 0) {
+        ++failures;
+        report("FAIL replay seed " + std::to_string(seed) + ": " + std::to_string(h) + " wrong\n");
+      }
+    }
+    R_CUDA(cudaGraphExecDestroy(exec));
+    R_CUDA(cudaFree(bad));
+    return failures;
+  });
   expectAllPassed(results);
 }
 
