@@ -590,6 +590,22 @@ void expectInputsUntouched(const Inputs& in, const RunSpec& spec) {
 
 float scaleFor(int quant) { return quant == anyrQuantFp8 ? 0.006f : 0.0017f; }
 
+// run(), and whether it went without a fatal failure (where not, the caller returns).
+bool ran(const Inputs& in, const RunSpec& spec, Outputs* out) {
+  run(in, spec, out);
+  return !testing::Test::HasFatalFailure();
+}
+
+// A spec with a separate residual and `quant` at its test scale, its inputs uploaded.
+RunSpec separateResidualSpec(const Inputs& in, int quant) {
+  RunSpec spec;
+  spec.residual = kSeparate;
+  spec.quant = quant;
+  spec.scale = scaleFor(quant);
+  upload(in, spec);
+  return spec;
+}
+
 // ---- the matrix ---------------------------------------------------------------------------
 class FusedKernelMatrix : public testing::TestWithParam<std::tuple<anyrDataType_t, int, int>> {};
 
@@ -616,16 +632,14 @@ TEST_P(FusedKernelMatrix, MatchesReference) {
           const std::string where = describe(in, spec);
           SCOPED_TRACE(where);
           Outputs full;
-          run(in, spec, &full);
-          if (HasFatalFailure()) return;
+          if (!ran(in, spec, &full)) return;
           checkRun(in, spec, full, where);
 
           // x aliasing normOut: the same bits.
           RunSpec alias = spec;
           alias.xAliasesNorm = true;
           Outputs aliased;
-          run(in, alias, &aliased);
-          if (HasFatalFailure()) return;
+          if (!ran(in, alias, &aliased)) return;
           expectSameOutputs(full, aliased, describe(in, alias));
 
           // Quantized output only: the same quantized bits (NVFP4: swizzled scales only).
@@ -634,8 +648,7 @@ TEST_P(FusedKernelMatrix, MatchesReference) {
             qonly.normOut = false;
             qonly.linearScales = false;
             Outputs quantOnly;
-            run(in, qonly, &quantOnly);
-            if (HasFatalFailure()) return;
+            if (!ran(in, qonly, &quantOnly)) return;
             checkRun(in, qonly, quantOnly, describe(in, qonly));
             expectSameQuant(full, quantOnly, true, describe(in, qonly));
             EXPECT_TRUE(full.resOut == quantOnly.resOut) << describe(in, qonly);
@@ -669,21 +682,15 @@ TEST(FusedKernel, BlockSizeDoesNotChangeTheBits) {
       for (int hidden : {128, 7168, 8208, 12288, 16384}) {
         Inputs in = makeInputs(t, 5, hidden, 4242);
         setWeights(&in, false, 5);
-        RunSpec spec;
-        spec.residual = kSeparate;
-        spec.quant = anyrQuantNvfp4;
-        spec.scale = scaleFor(anyrQuantNvfp4);
-        upload(in, spec);
+        RunSpec spec = separateResidualSpec(in, anyrQuantNvfp4);
         Outputs base;
-        run(in, spec, &base);
-        if (HasFatalFailure()) return;
+        if (!ran(in, spec, &base)) return;
         checkRun(in, spec, base, describe(in, spec));
         for (int threads : {32, 96, 256, 512, 1024}) {
           RunSpec other = spec;
           other.threads = threads;
           Outputs o;
-          run(in, other, &o);
-          if (HasFatalFailure()) return;
+          if (!ran(in, other, &o)) return;
           expectSameOutputs(base, o, describe(in, other));
         }
       }
@@ -699,22 +706,16 @@ TEST(FusedKernel, UnalignedBuffers) {
       for (int quant : {int(anyrQuantFp8), int(anyrQuantNvfp4)}) {
         Inputs in = makeInputs(t, 9, 6144, 99);
         setWeights(&in, true, 6);
-        RunSpec spec;
-        spec.residual = kSeparate;
-        spec.quant = quant;
-        spec.scale = scaleFor(quant);
-        upload(in, spec);
+        RunSpec spec = separateResidualSpec(in, quant);
         Outputs aligned;
-        run(in, spec, &aligned);
-        if (HasFatalFailure()) return;
+        if (!ran(in, spec, &aligned)) return;
         for (size_t offsets : {2, 6}) {
           RunSpec odd = spec;
           odd.elemOffset = offsets;
           odd.byteOffset = offsets - 1;
           upload(in, odd);
           Outputs o;
-          run(in, odd, &o);
-          if (HasFatalFailure()) return;
+          if (!ran(in, odd, &o)) return;
           checkRun(in, odd, o, describe(in, odd));
           expectSameOutputs(aligned, o, describe(in, odd));
         }
@@ -728,19 +729,14 @@ TEST(FusedKernel, GraphCaptureAndReplay) {
   inChild([&] {
     Inputs in = makeInputs(anyrBfloat16, 64, 16384, 7);
     setWeights(&in, false, 8);
-    RunSpec spec;
-    spec.residual = kSeparate;  // replayed twice: in place would add the residual twice
-    spec.quant = anyrQuantNvfp4;
-    spec.scale = scaleFor(anyrQuantNvfp4);
-    upload(in, spec);
+    // A separate residual: replayed twice, in place would add the residual twice.
+    RunSpec spec = separateResidualSpec(in, anyrQuantNvfp4);
     Outputs eager;
-    run(in, spec, &eager);
-    if (HasFatalFailure()) return;
+    if (!ran(in, spec, &eager)) return;
     RunSpec graph = spec;
     graph.captureGraph = true;
     Outputs replayed;
-    run(in, graph, &replayed);
-    if (HasFatalFailure()) return;
+    if (!ran(in, graph, &replayed)) return;
     expectSameOutputs(eager, replayed, describe(in, graph));
   });
 }
@@ -827,8 +823,7 @@ TEST(FusedKernel, CraftedRowsAreExact) {
           spec.scale = static_cast<float>(quant == anyrQuantFp8 ? fp8Scale : g);
           upload(in, spec);
           Outputs out;
-          run(in, spec, &out);
-          if (HasFatalFailure()) return;
+          if (!ran(in, spec, &out)) return;
           const std::string where = describe(in, spec);
           checkRun(in, spec, out, where);
           Checker ck(where + " (crafted, exact)");
@@ -931,8 +926,7 @@ TEST(FusedKernel, NanInOneNvfp4BlockIsEncodedExactly) {
       spec.scale = static_cast<float>(g);
       upload(in, spec);
       Outputs out;
-      run(in, spec, &out);
-      if (HasFatalFailure()) return;
+      if (!ran(in, spec, &out)) return;
       Checker ck(describe(in, spec) + " (NaN weight)");
       ref::RowSpec rs;
       rs.dtype = t;
@@ -991,8 +985,7 @@ TEST(FusedKernel, Nvfp4AtAndOutsideTheFastReciprocalRangeIsExact) {
       spec.linearScales = spec.swizzledScales = true;
       upload(in, spec);
       Outputs out;
-      run(in, spec, &out);
-      if (HasFatalFailure()) return;
+      if (!ran(in, spec, &out)) return;
       const std::string where = describe(in, spec) + " g=2^" + std::to_string(std::ilogb(g));
       checkRun(in, spec, out, where);
       int distinct = 0;

@@ -188,24 +188,24 @@ int stalledCallOnOneGpu(bool external, const Report& report) {
   return failures ? 4 : 0;
 }
 
-TEST(NcclWatchdogGpu, OneGpuAStalledCallFiresOnceAndAbortsOurNcclCommunicator) {
-  REQUIRE_GPU();
+// stalledCallOnOneGpu in one rank, its NCCL communicator aborted or (revoked) stopped.
+void expectStalledCallOnOneGpu(bool revoked) {
   resetShared();
   auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& r) {
-    return stalledCallOnOneGpu(false, r);
+    return stalledCallOnOneGpu(revoked, r);
   });
   expectRanksPassed(results);
   std::printf("[ info ] %s", results[0].message.c_str());
 }
 
+TEST(NcclWatchdogGpu, OneGpuAStalledCallFiresOnceAndAbortsOurNcclCommunicator) {
+  REQUIRE_GPU();
+  expectStalledCallOnOneGpu(false);
+}
+
 TEST(NcclWatchdogGpu, OneGpuAStalledCallStopsTheCallersNcclCommunicator) {
   REQUIRE_GPU();
-  resetShared();
-  auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& r) {
-    return stalledCallOnOneGpu(true, r);
-  });
-  expectRanksPassed(results);
-  std::printf("[ info ] %s", results[0].message.c_str());
+  expectStalledCallOnOneGpu(true);
 }
 
 TEST(NcclWatchdogGpu, TwoGpusAPeerThatStopsCallingGivesTheNcclPathATimeout) {

@@ -34,18 +34,10 @@ constexpr size_t kFusedElems = kHidden * kTokens;
 enum class Entry { kAllReduce, kFused, kFusedFp8, kFusedNvfp4 };
 enum class Bad { kMisaligned, kCountOverflow, kDatatype, kNullWeight };
 
+// Indexed by Entry.
 const char* entryName(Entry e) {
-  switch (e) {
-    case Entry::kAllReduce:
-      return "all-reduce";
-    case Entry::kFused:
-      return "fused";
-    case Entry::kFusedFp8:
-      return "fused+fp8";
-    case Entry::kFusedNvfp4:
-      return "fused+nvfp4";
-  }
-  return "?";
+  static const char* names[] = {"all-reduce", "fused", "fused+fp8", "fused+nvfp4"};
+  return names[static_cast<int>(e)];
 }
 
 struct Scenario {
@@ -64,17 +56,11 @@ std::string describe(const Scenario& sc) {
 
 // The argument a refusal must name.
 const char* namedArgument(const Scenario& sc) {
-  switch (sc.bad) {
-    case Bad::kMisaligned:
-      return sc.entry == Entry::kAllReduce ? "'sendbuff'" : "'partial'";
-    case Bad::kCountOverflow:
-      return "'count'";
-    case Bad::kDatatype:
-      return "'datatype'";
-    case Bad::kNullWeight:
-      return "'weight'";
+  if (sc.bad == Bad::kMisaligned) {
+    return sc.entry == Entry::kAllReduce ? "'sendbuff'" : "'partial'";
   }
-  return "?";
+  static const char* named[] = {"", "'count'", "'datatype'", "'weight'"};  // indexed by Bad
+  return named[static_cast<int>(sc.bad)];
 }
 
 struct Buffers {
