@@ -227,5 +227,21 @@ inline anyrUniqueId loopbackId() {
   return id;
 }
 
+// n ranks of a TCP bootstrap on `id`, each in a process of its own: body(bootstrap, rank) runs
+// once createTcpBootstrap (every wait bounded by timeoutMs) returned, and its message is the
+// rank's; the results once every rank reported or waitMs passed.
+inline std::vector<ChildResult> runTcpRanks(
+    const anyrUniqueId& id, int n, int timeoutMs, int waitMs,
+    const std::function<std::string(Bootstrap& bs, int rank)>& body) {
+  Processes procs;
+  for (int r = 0; r < n; ++r) {
+    procs.spawn([&, r]() -> std::string {
+      auto bs = createTcpBootstrap(id, r, n, timeoutMs);
+      return body(*bs, r);
+    });
+  }
+  return procs.waitAll(waitMs);
+}
+
 }  // namespace proctest
 }  // namespace anyr

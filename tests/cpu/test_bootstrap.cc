@@ -31,6 +31,7 @@
 #include "bootstrap/socket.h"
 #include "bootstrap/unique_id.h"
 #include "bootstrap_raw.h"
+#include "expect_error.h"
 #include "processes.h"
 
 namespace anyr {
@@ -69,26 +70,21 @@ void checkedAllGather(Bootstrap* bs, int round, size_t bytes) {
 TEST(TcpBootstrap, FourRanksAllGatherBarrierAndRounds) {
   const int kRanks = 4;
   anyrUniqueId id = loopbackId();
-  Processes procs;
-  for (int r = 0; r < kRanks; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, kRanks, 10000);
-      expect(bs->rank() == r && bs->size() == kRanks, "rank()/size()");
-      const size_t sizes[] = {1, 13, 4096, 0, 1 << 20, 7};
-      int round = 0;
-      for (size_t bytes : sizes) checkedAllGather(bs.get(), round++, bytes);
-      for (int i = 0; i < 3; ++i) bs->barrier();
-      std::vector<int> v = bs->allGatherValue<int>(10 * r + 1);
-      for (int q = 0; q < kRanks; ++q) expect(v[q] == 10 * q + 1, "allGatherValue");
-      char buf[16] = {0};
-      if (r == 2) std::strcpy(buf, "from rank two");
-      bs->broadcast(buf, sizeof(buf), 2);
-      expect(std::string(buf) == "from rank two", "broadcast from rank 2");
-      checkedAllGather(bs.get(), round++, 100);
-      return "ok";
-    });
-  }
-  auto res = procs.waitAll(30000);
+  auto res = runTcpRanks(id, kRanks, 10000, 30000, [](Bootstrap& bs, int r) -> std::string {
+    expect(bs.rank() == r && bs.size() == kRanks, "rank()/size()");
+    const size_t sizes[] = {1, 13, 4096, 0, 1 << 20, 7};
+    int round = 0;
+    for (size_t bytes : sizes) checkedAllGather(&bs, round++, bytes);
+    for (int i = 0; i < 3; ++i) bs.barrier();
+    std::vector<int> v = bs.allGatherValue<int>(10 * r + 1);
+    for (int q = 0; q < kRanks; ++q) expect(v[q] == 10 * q + 1, "allGatherValue");
+    char buf[16] = {0};
+    if (r == 2) std::strcpy(buf, "from rank two");
+    bs.broadcast(buf, sizeof(buf), 2);
+    expect(std::string(buf) == "from rank two", "broadcast from rank 2");
+    checkedAllGather(&bs, round++, 100);
+    return "ok";
+  });
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_TRUE(res[r].finished && res[r].code == 0) << "rank " << r << ": " << res[r].describe();
   }
@@ -117,16 +113,11 @@ TEST(TcpBootstrap, RankZeroBindsThePortWhenTheIdWasMadeElsewhere) {
     ASSERT_EQ(res[0].message.size(), sizeof(id.internal));
     std::memcpy(id.internal, res[0].message.data(), sizeof(id.internal));
   }
-  Processes procs;
-  for (int r = 0; r < 3; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, 3, 10000);
-      checkedAllGather(bs.get(), 0, 64);
-      bs->barrier();
-      return "ok";
-    });
-  }
-  auto res = procs.waitAll(30000);
+  auto res = runTcpRanks(id, 3, 10000, 30000, [](Bootstrap& bs, int r) -> std::string {
+    checkedAllGather(&bs, 0, 64);
+    bs.barrier();
+    return "ok";
+  });
   for (int r = 0; r < 3; ++r) {
     EXPECT_TRUE(res[r].finished && res[r].code == 0) << "rank " << r << ": " << res[r].describe();
   }
@@ -346,16 +337,11 @@ TEST(TcpBootstrap, MissingRanksAreAllNamed) { runMissingRanks(4, {0, 2}, "rank(s
 
 TEST(TcpBootstrap, RankClosingBeforeAllGatherIsNamed) {
   anyrUniqueId id = loopbackId();
-  Processes procs;
-  for (int r = 0; r < 3; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, 3, 5000);
-      if (r == 2) return "ok";  // exits: its connection closes
-      checkedAllGather(bs.get(), 0, 16);
-      return "allGather completed without rank 2";
-    });
-  }
-  auto res = procs.waitAll(20000);
+  auto res = runTcpRanks(id, 3, 5000, 20000, [](Bootstrap& bs, int r) -> std::string {
+    if (r == 2) return "ok";  // exits: its connection closes
+    checkedAllGather(&bs, 0, 16);
+    return "allGather completed without rank 2";
+  });
   EXPECT_EQ(res[2].code, 0) << res[2].describe();
   EXPECT_EQ(res[0].code, anyrRemoteError) << res[0].describe();
   EXPECT_EQ(res[0].message, "bootstrap: rank 2 closed the connection");
@@ -367,16 +353,11 @@ TEST(TcpBootstrap, RankClosingBeforeAllGatherIsNamed) {
 TEST(TcpBootstrap, RankZeroClosingIsNamedByTheOthers) {
   anyrUniqueId id = loopbackId();
   std::string addr = decodeUniqueId(id).addr.toString();
-  Processes procs;
-  for (int r = 0; r < 2; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, 2, 5000);
-      if (r == 0) return "ok";  // exits: its connections close
-      checkedAllGather(bs.get(), 0, 16);
-      return "allGather completed without rank 0";
-    });
-  }
-  auto res = procs.waitAll(20000);
+  auto res = runTcpRanks(id, 2, 5000, 20000, [](Bootstrap& bs, int r) -> std::string {
+    if (r == 0) return "ok";  // exits: its connections close
+    checkedAllGather(&bs, 0, 16);
+    return "allGather completed without rank 0";
+  });
   EXPECT_EQ(res[0].code, 0) << res[0].describe();
   EXPECT_EQ(res[1].code, anyrRemoteError) << res[1].describe();
   EXPECT_TRUE(contains(res[1].message, "bootstrap: rank 0 at " + addr + " closed the connection"))
@@ -386,18 +367,13 @@ TEST(TcpBootstrap, RankZeroClosingIsNamedByTheOthers) {
 
 TEST(TcpBootstrap, RankSilentInAllGatherTimesOutNamingIt) {
   anyrUniqueId id = loopbackId();
-  Processes procs;
-  for (int r = 0; r < 3; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, 3, 1500);
-      if (r == 2) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // misses the deadline
-      }
-      checkedAllGather(bs.get(), 0, 16);
-      return "allGather completed";
-    });
-  }
-  auto res = procs.waitAll(20000);
+  auto res = runTcpRanks(id, 3, 1500, 20000, [](Bootstrap& bs, int r) -> std::string {
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // misses the deadline
+    }
+    checkedAllGather(&bs, 0, 16);
+    return "allGather completed";
+  });
   const std::string text =
       "allGather: rank(s) 2 of 3 did not send their contribution within 1500 ms";
   EXPECT_EQ(res[0].code, anyrTimeout) << res[0].describe();
@@ -411,28 +387,23 @@ TEST(TcpBootstrap, RankSilentInAllGatherTimesOutNamingIt) {
 
 TEST(TcpBootstrap, SizeMismatchNamesTheRankAndLeavesTheBootstrapUnusable) {
   anyrUniqueId id = loopbackId();
-  Processes procs;
-  for (int r = 0; r < 3; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, 3, 5000);
-      std::vector<uint8_t> in(r == 1 ? 8 : 4, 1), out(3 * in.size());
+  auto res = runTcpRanks(id, 3, 5000, 20000, [](Bootstrap& bs, int r) -> std::string {
+    std::vector<uint8_t> in(r == 1 ? 8 : 4, 1), out(3 * in.size());
+    try {
+      bs.allGather(in.data(), out.data(), in.size());
+    } catch (const Error& first) {
       try {
-        bs->allGather(in.data(), out.data(), in.size());
-      } catch (const Error& first) {
-        try {
-          bs->barrier();
-        } catch (const Error& again) {
-          expect(again.code() == anyrInvalidUsage,
-                 "later call: code " + std::to_string(again.code()));
-          expect(contains(again.what(), "unusable after an earlier failure"), again.what());
-          throw first;
-        }
-        expect(false, "barrier after a failure succeeded");
+        bs.barrier();
+      } catch (const Error& again) {
+        expect(again.code() == anyrInvalidUsage,
+               "later call: code " + std::to_string(again.code()));
+        expect(contains(again.what(), "unusable after an earlier failure"), again.what());
+        throw first;
       }
-      return "mismatched allGather succeeded";
-    });
-  }
-  auto res = procs.waitAll(20000);
+      expect(false, "barrier after a failure succeeded");
+    }
+    return "mismatched allGather succeeded";
+  });
   const std::string text = "rank 1 contributed 8 bytes but rank 0 contributed 4";
   EXPECT_EQ(res[0].code, anyrRemoteError) << res[0].describe();
   EXPECT_TRUE(contains(res[0].message, "bootstrap: allGather: " + text)) << res[0].message;
@@ -512,15 +483,10 @@ TEST(TcpBootstrap, Ipv6Loopback) {
   UniqueIdInfo info = decodeUniqueId(id);
   EXPECT_EQ(info.addr.family(), AF_INET6);
   EXPECT_EQ(info.addr.toString().rfind("[::1]:", 0), 0u) << info.addr.toString();
-  Processes procs;
-  for (int r = 0; r < 2; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, 2, 10000);
-      checkedAllGather(bs.get(), 0, 100);
-      return "ok";
-    });
-  }
-  auto res = procs.waitAll(20000);
+  auto res = runTcpRanks(id, 2, 10000, 20000, [](Bootstrap& bs, int r) -> std::string {
+    checkedAllGather(&bs, 0, 100);
+    return "ok";
+  });
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(res[r].finished && res[r].code == 0) << "rank " << r << ": " << res[r].describe();
   }
@@ -645,13 +611,8 @@ TEST(UniqueId, ListenAddressFollowsTheEnvironment) {
   }
   {
     ScopedEnv addr("ANYR_SOCKET_ADDR", "not-an-address");
-    try {
-      chooseListenAddress();
-      ADD_FAILURE() << "accepted a bad ANYR_SOCKET_ADDR";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), anyrInvalidArgument);
-      EXPECT_TRUE(contains(e.what(), "ANYR_SOCKET_ADDR='not-an-address'")) << e.what();
-    }
+    expectError([] { chooseListenAddress(); }, anyrInvalidArgument,
+                "ANYR_SOCKET_ADDR='not-an-address'", "accepted a bad ANYR_SOCKET_ADDR");
   }
   {
     ScopedEnv addr("ANYR_SOCKET_ADDR", "0.0.0.0");
@@ -659,13 +620,8 @@ TEST(UniqueId, ListenAddressFollowsTheEnvironment) {
   }
   {
     ScopedEnv ifname("ANYR_SOCKET_IFNAME", "anyr_nosuch0");
-    try {
-      chooseListenAddress();
-      ADD_FAILURE() << "accepted a missing interface";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), anyrInvalidArgument);
-      EXPECT_TRUE(contains(e.what(), "ANYR_SOCKET_IFNAME='anyr_nosuch0'")) << e.what();
-    }
+    expectError([] { chooseListenAddress(); }, anyrInvalidArgument,
+                "ANYR_SOCKET_IFNAME='anyr_nosuch0'", "accepted a missing interface");
   }
   if (if_nametoindex("lo") != 0) {
     ScopedEnv ifname("ANYR_SOCKET_IFNAME", "lo");
@@ -698,18 +654,10 @@ TEST(BootstrapMessage, ValidHeaderRoundTrips) {
 }
 
 TEST(BootstrapMessage, RejectsBadHeaders) {
+  // Any type number, known or not.
   auto hdr = [](uint32_t magic, uint16_t version, uint16_t type, uint32_t rank, uint32_t nranks,
                 uint32_t length) {
-    MsgHeader h;
-    h.magic = magic;
-    h.version = version;
-    h.type = type;
-    h.rank = rank;
-    h.nranks = nranks;
-    h.length = length;
-    std::vector<uint8_t> out(kMsgHeaderBytes);
-    encodeHeader(h, out.data());
-    return out;
+    return rawtest::headerBytes(magic, version, static_cast<MsgType>(type), rank, nranks, length);
   };
   const uint16_t v = kMsgProtocolVersion;
   const uint16_t gather = static_cast<uint16_t>(MsgType::kGather);

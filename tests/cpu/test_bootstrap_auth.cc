@@ -459,15 +459,10 @@ TEST(BootstrapAuth, ThreeHundredIdleConnectionsNeitherDelayNorRefuseRealRanks) {
                             plainMessage(MsgType::kHello, 1 + i % 2, 3, n.data(), n.size())));
     }
   }
-  Processes procs;
-  for (int r = 0; r < 3; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, 3, 10000);
-      bs->barrier();
-      return "ok";
-    });
-  }
-  auto res = procs.waitAll(30000);
+  auto res = runTcpRanks(id, 3, 10000, 30000, [](Bootstrap& bs, int r) -> std::string {
+    bs.barrier();
+    return "ok";
+  });
   for (int r = 0; r < 3; ++r) {
     EXPECT_TRUE(res[r].finished && res[r].code == 0) << "rank " << r << ": " << res[r].describe();
     // Rank 0 closes the strangers while it waits; the rendezvous takes at most their deadline
@@ -543,16 +538,11 @@ void lowerDescriptorLimit() {
 
 TEST(BootstrapAuth, RankZeroFailureInAllGatherIsSentAsAbort) {
   anyrUniqueId id = loopbackId();
-  Processes procs;
-  for (int r = 0; r < 3; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, 3, 5000);
-      if (r == 0) lowerDescriptorLimit();
-      bs->barrier();
-      return "barrier completed";
-    });
-  }
-  auto res = procs.waitAll(20000);
+  auto res = runTcpRanks(id, 3, 5000, 20000, [](Bootstrap& bs, int r) -> std::string {
+    if (r == 0) lowerDescriptorLimit();
+    bs.barrier();
+    return "barrier completed";
+  });
   EXPECT_EQ(res[0].code, anyrSystemError) << res[0].describe();
   EXPECT_EQ(res[0].message, "bootstrap: poll in allGather: Invalid argument");
   for (int r = 1; r < 3; ++r) {

@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <functional>
 #include <utility>
 
 #include "base/config.h"
 #include "base/env.h"
 #include "base/error.h"
+#include "cpu/expect_error.h"
 
 namespace anyr {
 namespace {
@@ -71,34 +73,28 @@ TEST(Config, EnvironmentThenExplicitFieldsWin) {
 }
 
 void expectInvalid(const anyrConfig_t* cfg, const std::string& mentions) {
-  try {
-    resolveConfig(cfg);
-    FAIL() << "expected an error mentioning " << mentions;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), anyrInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find(mentions), std::string::npos) << e.what();
-  }
+  expectError([&] { resolveConfig(cfg); }, anyrInvalidArgument, mentions,
+              "expected an error mentioning " + mentions);
 }
 
 TEST(Config, BadValuesNameTheFieldAndRule) {
-  anyrConfig_t c = ANYR_CONFIG_INITIALIZER;
-  c.algorithm = 17;
-  expectInvalid(&c, "config.algorithm");
-  c = ANYR_CONFIG_INITIALIZER;
-  c.timeoutMs = 0;
-  expectInvalid(&c, "config.timeoutMs");
-  c = ANYR_CONFIG_INITIALIZER;
-  c.chunkBytes = 1000;
-  expectInvalid(&c, "multiple of 4096");
-  c = ANYR_CONFIG_INITIALIZER;
-  c.useNccl = 5;
-  expectInvalid(&c, "config.useNccl");
-  c = ANYR_CONFIG_INITIALIZER;
-  c.magic = 0;
-  expectInvalid(&c, "ANYR_CONFIG_INITIALIZER");
-  c = ANYR_CONFIG_INITIALIZER;
-  c.size = 3;
-  expectInvalid(&c, "size field");
+  // One bad field at a time, and what the error must mention.
+  const struct {
+    std::function<void(anyrConfig_t&)> spoil;
+    const char* mentions;
+  } badFields[] = {
+      {[](anyrConfig_t& c) { c.algorithm = 17; }, "config.algorithm"},
+      {[](anyrConfig_t& c) { c.timeoutMs = 0; }, "config.timeoutMs"},
+      {[](anyrConfig_t& c) { c.chunkBytes = 1000; }, "multiple of 4096"},
+      {[](anyrConfig_t& c) { c.useNccl = 5; }, "config.useNccl"},
+      {[](anyrConfig_t& c) { c.magic = 0; }, "ANYR_CONFIG_INITIALIZER"},
+      {[](anyrConfig_t& c) { c.size = 3; }, "size field"},
+  };
+  for (const auto& bad : badFields) {
+    anyrConfig_t c = ANYR_CONFIG_INITIALIZER;
+    bad.spoil(c);
+    expectInvalid(&c, bad.mentions);
+  }
   {
     EnvGuard g("ANYR_ALGO", "fastest");
     expectInvalid(nullptr, "ANYR_ALGO='fastest'");

@@ -26,6 +26,7 @@
 
 #include "base/error.h"
 #include "bootstrap/bootstrap.h"
+#include "expect_error.h"
 #include "processes.h"
 #include "transport/fd_exchange.h"
 
@@ -146,16 +147,11 @@ TEST(FdExchange, EveryRankReceivesEveryPeersDescriptorOverAbstractNames) {
   ScopedEnv kind("ANYR_IPC_SOCKET", "abstract");
   const int n = 3;
   const anyrUniqueId id = loopbackId();
-  Processes procs;
-  for (int r = 0; r < n; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, n, 10000);
-      const int fd = memfdWith(textOfRank(r));
-      FdExchange ex = exchangeFds(*bs, fd, "", 10000);
-      return checkAllArrived(ex, r, n);
-    });
-  }
-  expectAllOk(procs.waitAll(30000));
+  expectAllOk(runTcpRanks(id, n, 10000, 30000, [](Bootstrap& bs, int r) -> std::string {
+    const int fd = memfdWith(textOfRank(r));
+    FdExchange ex = exchangeFds(bs, fd, "", 10000);
+    return checkAllArrived(ex, r, n);
+  }));
 }
 
 TEST(FdExchange, PathSocketsInADirectoryAreRemovedAfterwards) {
@@ -166,17 +162,12 @@ TEST(FdExchange, PathSocketsInADirectoryAreRemovedAfterwards) {
     ScopedEnv d("ANYR_IPC_SOCKET_DIR", (dir + "/").c_str());  // a trailing slash is dropped
     ScopedEnv kind("ANYR_IPC_SOCKET", nullptr);
     const anyrUniqueId id = loopbackId();
-    Processes procs;
     const int n = 3;
-    for (int r = 0; r < n; ++r) {
-      procs.spawn([id, r]() -> std::string {
-        auto bs = createTcpBootstrap(id, r, n, 10000);
-        const int fd = memfdWith(textOfRank(r));
-        FdExchange ex = exchangeFds(*bs, fd, "", 10000);
-        return checkAllArrived(ex, r, n);
-      });
-    }
-    expectAllOk(procs.waitAll(30000));
+    expectAllOk(runTcpRanks(id, n, 10000, 30000, [](Bootstrap& bs, int r) -> std::string {
+      const int fd = memfdWith(textOfRank(r));
+      FdExchange ex = exchangeFds(bs, fd, "", 10000);
+      return checkAllArrived(ex, r, n);
+    }));
   }
   // The owner-only directory stays (other processes of this user may be using it); empty.
   const std::string sub = privateDir(dir);
@@ -198,19 +189,14 @@ TEST(FdExchange, DirectoryTooLongForASocketPathIsRefusedNamingTheVariable) {
   }
   // In the exchange the same rule is a per-rank failure the peers hear about, not a hang.
   const anyrUniqueId id = loopbackId();
-  Processes procs;
-  for (int r = 0; r < 2; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, 2, 10000);
-      const int fd = memfdWith(textOfRank(r));
-      FdExchange ex = exchangeFds(*bs, fd, "", 10000);
-      const std::string& e = ex.errors[1 - r];
-      expect(!ex.fds[1 - r].valid(), "no descriptor arrived");
-      expect(contains(e, "could not listen") && contains(e, "ANYR_IPC_SOCKET_DIR"), e);
-      return "ok";
-    });
-  }
-  const auto res = procs.waitAll(20000);
+  const auto res = runTcpRanks(id, 2, 10000, 20000, [](Bootstrap& bs, int r) -> std::string {
+    const int fd = memfdWith(textOfRank(r));
+    FdExchange ex = exchangeFds(bs, fd, "", 10000);
+    const std::string& e = ex.errors[1 - r];
+    expect(!ex.fds[1 - r].valid(), "no descriptor arrived");
+    expect(contains(e, "could not listen") && contains(e, "ANYR_IPC_SOCKET_DIR"), e);
+    return "ok";
+  });
   expectAllOk(res);
   for (const ChildResult& r : res) EXPECT_LT(r.elapsedMs, 5000) << r.describe();
 }
@@ -218,28 +204,23 @@ TEST(FdExchange, DirectoryTooLongForASocketPathIsRefusedNamingTheVariable) {
 TEST(FdExchange, RankWithoutADescriptorIsNamedAndNobodyWaitsForIt) {
   const int n = 3;
   const anyrUniqueId id = loopbackId();
-  Processes procs;
-  for (int r = 0; r < n; ++r) {
-    procs.spawn([id, r]() -> std::string {
-      auto bs = createTcpBootstrap(id, r, n, 10000);
-      const int fd = r == 1 ? -1 : memfdWith(textOfRank(r));
-      // A long deadline: the ranks must not wait for what cannot come.
-      FdExchange ex = exchangeFds(*bs, fd, "cuMemExportToShareableHandle: test", 60000);
-      for (int q = 0; q < n; ++q) {
-        if (q == r) continue;
-        if (q == 1) {
-          expect(!ex.fds[q].valid(), "nothing from rank 1");
-          expect(ex.errors[q] == "rank 1 has no descriptor: cuMemExportToShareableHandle: test",
-                 "the reason, got '" + ex.errors[q] + "'");
-        } else {
-          expect(ex.errors[q].empty() && readAll(ex.fds[q].fd()) == textOfRank(q),
-                 "rank " + std::to_string(q) + "'s descriptor: " + ex.errors[q]);
-        }
+  const auto res = runTcpRanks(id, n, 10000, 30000, [](Bootstrap& bs, int r) -> std::string {
+    const int fd = r == 1 ? -1 : memfdWith(textOfRank(r));
+    // A long deadline: the ranks must not wait for what cannot come.
+    FdExchange ex = exchangeFds(bs, fd, "cuMemExportToShareableHandle: test", 60000);
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      if (q == 1) {
+        expect(!ex.fds[q].valid(), "nothing from rank 1");
+        expect(ex.errors[q] == "rank 1 has no descriptor: cuMemExportToShareableHandle: test",
+               "the reason, got '" + ex.errors[q] + "'");
+      } else {
+        expect(ex.errors[q].empty() && readAll(ex.fds[q].fd()) == textOfRank(q),
+               "rank " + std::to_string(q) + "'s descriptor: " + ex.errors[q]);
       }
-      return "ok";
-    });
-  }
-  const auto res = procs.waitAll(30000);
+    }
+    return "ok";
+  });
   expectAllOk(res);
   for (const ChildResult& r : res) EXPECT_LT(r.elapsedMs, 10000) << r.describe();
 }
@@ -627,13 +608,8 @@ TEST(FdExchange, SocketDirectoryIsCreatedTightenedOrRefused) {
 
 TEST(FdExchange, SocketKindOtherThanPathOrAbstractIsRefusedNamingTheVariable) {
   ScopedEnv k("ANYR_IPC_SOCKET", "tcp");
-  try {
-    fdSocketDir();
-    FAIL() << "ANYR_IPC_SOCKET=tcp was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), anyrInvalidArgument);
-    EXPECT_TRUE(contains(e.what(), "ANYR_IPC_SOCKET='tcp'")) << e.what();
-  }
+  expectError([] { fdSocketDir(); }, anyrInvalidArgument, "ANYR_IPC_SOCKET='tcp'",
+              "ANYR_IPC_SOCKET=tcp was accepted");
   ScopedEnv a("ANYR_IPC_SOCKET", "abstract");
   EXPECT_EQ(fdSocketDir(), "");
 }
@@ -680,15 +656,10 @@ TEST(FdExchange, StaleSocketOfAKilledRankIsRemovedAtTheNextStart) {
   ASSERT_TRUE(S_ISSOCK(st.st_mode));
   {
     const anyrUniqueId id = loopbackId();
-    Processes procs;
-    for (int r = 0; r < 2; ++r) {
-      procs.spawn([id, r]() -> std::string {
-        auto bs = createTcpBootstrap(id, r, 2, 10000);
-        FdExchange ex = exchangeFds(*bs, memfdWith(textOfRank(r)), "", 10000);
-        return checkAllArrived(ex, r, 2);
-      });
-    }
-    expectAllOk(procs.waitAll(30000));
+    expectAllOk(runTcpRanks(id, 2, 10000, 30000, [](Bootstrap& bs, int r) -> std::string {
+      FdExchange ex = exchangeFds(bs, memfdWith(textOfRank(r)), "", 10000);
+      return checkAllArrived(ex, r, 2);
+    }));
   }
   EXPECT_NE(::lstat(stale.c_str(), &st), 0) << "the stale socket is still there: " << stale;
   const std::string sub = privateDir(base);

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -95,22 +96,28 @@ TEST(FusedReference, E2m1GridTiesSignAndSaturation) {
   EXPECT_EQ(e2m1Code(-0.1f), 8u);
 }
 
+// Beyond the grid: every bf16 value, 200,000 uniform in [-range, range] (generator seeded with
+// `seed`), and bit patterns across the whole fp32 range (every exponent, subnormals, infinities,
+// NaNs).
+void addEncoderProbes(std::vector<float>* probes, unsigned seed, float range) {
+  for (float v : allBf16()) probes->push_back(v);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-range, range);
+  for (int i = 0; i < 200000; ++i) probes->push_back(dist(rng));
+  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4099) {
+    const uint32_t bits = static_cast<uint32_t>(u);
+    float v;
+    std::memcpy(&v, &bits, sizeof(v));
+    probes->push_back(v);
+  }
+}
+
 // The reference and the kernel's encoder agree with CUDA's host conversion everywhere that
 // matters: around every grid point and midpoint, over every bf16 value, at random, and across
 // fp32's bit patterns.
 TEST(FusedReference, E2m1MatchesCudaFp4) {
   std::vector<float> probes = probesAround({0, 0.5, 1, 1.5, 2, 3, 4, 6, 8});
-  for (float v : allBf16()) probes.push_back(v);
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
-  for (int i = 0; i < 200000; ++i) probes.push_back(dist(rng));
-  // Bit patterns across the whole fp32 range (every exponent, subnormals, infinities, NaNs).
-  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4099) {
-    const uint32_t bits = static_cast<uint32_t>(u);
-    float v;
-    std::memcpy(&v, &bits, sizeof(v));
-    probes.push_back(v);
-  }
+  addEncoderProbes(&probes, 7, 8.0f);
   for (float v : probes) {
     const uint8_t want = cudaE2m1(v);
     ASSERT_EQ(ref::e2m1Encode(v), want) << "v=" << v << " bits=" << std::hex << bitsOf(v);
@@ -180,17 +187,7 @@ TEST(FusedReference, E4m3MatchesCudaFp8) {
   for (int c = 0; c < 127; ++c) grid.push_back(ref::e4m3Decode(static_cast<uint8_t>(c)));
   grid.push_back(480.0);
   std::vector<float> probes = probesAround(grid);
-  for (float v : allBf16()) probes.push_back(v);
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> dist(-500.0f, 500.0f);
-  for (int i = 0; i < 200000; ++i) probes.push_back(dist(rng));
-  // Bit patterns across the whole fp32 range (every exponent, subnormals, infinities, NaNs).
-  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4099) {
-    const uint32_t bits = static_cast<uint32_t>(u);
-    float v;
-    std::memcpy(&v, &bits, sizeof(v));
-    probes.push_back(v);
-  }
+  addEncoderProbes(&probes, 11, 500.0f);
   for (float v : probes) {
     ASSERT_EQ(ref::e4m3Encode(v), cudaE4m3(v)) << "v=" << v << " bits=" << std::hex << bitsOf(v);
   }
@@ -256,11 +253,13 @@ TEST(FusedSwizzle, HandComputedOffsets) {
   const int64_t want = 2 * 112 * 512 + 111 * 512 + 12 * 16 + 1 * 4 + 3;
   EXPECT_EQ(swizzledScaleOffset(300, 447, 448), want);
   EXPECT_EQ(ref::swizzleOffset(300, 447, 448), want);
-  EXPECT_EQ(swizzledPaddedRows(1), 128);
-  EXPECT_EQ(swizzledPaddedRows(128), 128);
-  EXPECT_EQ(swizzledPaddedRows(129), 256);
-  EXPECT_EQ(swizzledPaddedCols(8), 8);
-  EXPECT_EQ(swizzledPaddedCols(9), 12);
+  // Rows pad to a multiple of 128, scale columns to a multiple of 4.
+  for (const auto& [rows, padded] : {std::pair{1, 128}, {128, 128}, {129, 256}}) {
+    EXPECT_EQ(swizzledPaddedRows(rows), padded) << rows << " rows";
+  }
+  for (const auto& [cols, padded] : {std::pair{8, 8}, {9, 12}}) {
+    EXPECT_EQ(swizzledPaddedCols(cols), padded) << cols << " columns";
+  }
   EXPECT_EQ(nvfp4ScaleCols(7168), 448);
   EXPECT_EQ(swizzledScaleBytes(3, 9), 128 * 12);
 }
@@ -331,6 +330,25 @@ void expectRejected(const Args& a, const std::string& arg, const std::string& ru
   }
 }
 
+// One broken rule: `change` made to the plain arguments (Args()) or the NVFP4 ones (nvfp4Args()),
+// and what the rejection must name.
+enum Base { kPlain, kNvfp4 };
+struct BrokenRule {
+  Base base;
+  std::function<void(Args&)> change;
+  const char* arg;
+  const char* rule;
+};
+
+template <size_t N>
+void expectEachRejected(const BrokenRule (&rules)[N]) {
+  for (const BrokenRule& r : rules) {
+    Args a = r.base == kNvfp4 ? nvfp4Args() : Args();
+    r.change(a);
+    expectRejected(a, r.arg, r.rule);
+  }
+}
+
 TEST(FusedValidate, AcceptsValidArguments) {
   Args a;
   EXPECT_NO_THROW(a.validate());
@@ -388,46 +406,38 @@ TEST(FusedValidate, RejectsEachBrokenRule) {
     a.epsilon = eps;
     expectRejected(a, "epsilon", "positive and finite");
   }
-  a = Args();
-  a.options.magic = 0;
-  expectRejected(a, "options", "ANYR_FUSED_OPTIONS_INITIALIZER");
-  a = Args();
-  a.options.size = sizeof(anyrFusedOptions_t) - 8;
-  expectRejected(a, "options", "size field");
-  for (int q : {-1, 3}) {
-    a = Args();
-    a.options.quant = q;
-    expectRejected(a, "options.quant", "unknown quantization");
-  }
-  a = nvfp4Args();
-  a.options.quant = anyrQuantFp8;
-  a.options.scale = nullptr;
-  expectRejected(a, "options.scale", "FP8 needs");
-  a = nvfp4Args();
-  a.options.scale = nullptr;
-  expectRejected(a, "options.scale", "NVFP4 needs");
-  a = nvfp4Args();
-  a.options.quant = anyrQuantFp8;
-  a.options.quantOut = nullptr;
-  expectRejected(a, "options.quantOut", "must not be NULL");
-  a = nvfp4Args();
-  a.options.quantOut = nullptr;
-  expectRejected(a, "options.quantOut", "must not be NULL");
-  a = nvfp4Args();
-  a.options.blockScales = nullptr;
-  expectRejected(a, "options.blockScales", "blockScales or blockScalesSwizzled");
-  a = Args();
-  a.normOut = nullptr;
-  expectRejected(a, "normOut", "unless a quantized output is requested");
-  a = Args();
-  a.residualOut = nullptr;
-  expectRejected(a, "residualOut", "when residualIn is given");
-  a = Args();
-  a.input = nullptr;
-  expectRejected(a, "x", "must not be NULL");
-  a = Args();
-  a.weight = nullptr;
-  expectRejected(a, "weight", "must not be NULL");
+  // The options, and the buffers that must be given: each case one change to the plain (or
+  // the NVFP4) arguments.
+  const BrokenRule optionAndNullRules[] = {
+      {kPlain, [](Args& b) { b.options.magic = 0; }, "options", "ANYR_FUSED_OPTIONS_INITIALIZER"},
+      {kPlain, [](Args& b) { b.options.size = sizeof(anyrFusedOptions_t) - 8; }, "options",
+       "size field"},
+      {kPlain, [](Args& b) { b.options.quant = -1; }, "options.quant", "unknown quantization"},
+      {kPlain, [](Args& b) { b.options.quant = 3; }, "options.quant", "unknown quantization"},
+      {kNvfp4,
+       [](Args& b) {
+         b.options.quant = anyrQuantFp8;
+         b.options.scale = nullptr;
+       },
+       "options.scale", "FP8 needs"},
+      {kNvfp4, [](Args& b) { b.options.scale = nullptr; }, "options.scale", "NVFP4 needs"},
+      {kNvfp4,
+       [](Args& b) {
+         b.options.quant = anyrQuantFp8;
+         b.options.quantOut = nullptr;
+       },
+       "options.quantOut", "must not be NULL"},
+      {kNvfp4, [](Args& b) { b.options.quantOut = nullptr; }, "options.quantOut",
+       "must not be NULL"},
+      {kNvfp4, [](Args& b) { b.options.blockScales = nullptr; }, "options.blockScales",
+       "blockScales or blockScalesSwizzled"},
+      {kPlain, [](Args& b) { b.normOut = nullptr; }, "normOut",
+       "unless a quantized output is requested"},
+      {kPlain, [](Args& b) { b.residualOut = nullptr; }, "residualOut", "when residualIn is given"},
+      {kPlain, [](Args& b) { b.input = nullptr; }, "x", "must not be NULL"},
+      {kPlain, [](Args& b) { b.weight = nullptr; }, "weight", "must not be NULL"},
+  };
+  expectEachRejected(optionAndNullRules);
   // Partial overlaps (rows are 4 x 256 x 2 = 2048 bytes).
   a = Args();
   a.residualOut = reinterpret_cast<char*>(const_cast<void*>(a.residualIn)) + 512;
@@ -475,22 +485,20 @@ TEST(FusedValidate, RejectsEachBrokenRule) {
   a = nvfp4Args();
   a.options.blockScales = reinterpret_cast<char*>(const_cast<void*>(a.weight)) + 4;
   expectRejected(a, "options.blockScales", "overlaps weight");
-  // Alignment to the element size.
-  a = Args();
-  a.input = reinterpret_cast<const char*>(a.input) + 1;
-  expectRejected(a, "x", "not aligned to 2 bytes");
-  a = Args();
-  a.weight = reinterpret_cast<const char*>(a.weight) + 1;
-  expectRejected(a, "weight", "not aligned to 2 bytes");
-  a = Args();
-  a.residualIn = reinterpret_cast<const char*>(a.residualIn) + 1;
-  expectRejected(a, "residualIn", "not aligned to 2 bytes");
-  a = Args();
-  a.residualOut = reinterpret_cast<char*>(a.residualOut) + 1;
-  expectRejected(a, "residualOut", "not aligned to 2 bytes");
-  a = Args();
-  a.normOut = reinterpret_cast<char*>(a.normOut) + 1;
-  expectRejected(a, "normOut", "not aligned to 2 bytes");
+  // Alignment to the element size: each buffer one byte off.
+  const auto oneByteOff = [](const void* p) { return static_cast<const char*>(p) + 1; };
+  const BrokenRule alignmentRules[] = {
+      {kPlain, [&](Args& b) { b.input = oneByteOff(b.input); }, "x", "not aligned to 2 bytes"},
+      {kPlain, [&](Args& b) { b.weight = oneByteOff(b.weight); }, "weight",
+       "not aligned to 2 bytes"},
+      {kPlain, [&](Args& b) { b.residualIn = oneByteOff(b.residualIn); }, "residualIn",
+       "not aligned to 2 bytes"},
+      {kPlain, [&](Args& b) { b.residualOut = const_cast<char*>(oneByteOff(b.residualOut)); },
+       "residualOut", "not aligned to 2 bytes"},
+      {kPlain, [&](Args& b) { b.normOut = const_cast<char*>(oneByteOff(b.normOut)); }, "normOut",
+       "not aligned to 2 bytes"},
+  };
+  expectEachRejected(alignmentRules);
   a = nvfp4Args();
   a.options.scale = reinterpret_cast<const float*>(0x600002);
   expectRejected(a, "options.scale", "not aligned to 4 bytes");

@@ -7,6 +7,7 @@
 
 #include "base/config.h"
 #include "base/error.h"
+#include "cpu/expect_error.h"
 
 namespace anyr {
 namespace {
@@ -18,13 +19,8 @@ struct EnvSet {
 };
 
 void expectInvalidMentioning(const anyrConfig_t* c, const std::string& what) {
-  try {
-    resolveConfig(c);
-    FAIL() << "expected anyrInvalidArgument mentioning " << what;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), anyrInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
+  expectError([&] { resolveConfig(c); }, anyrInvalidArgument, what,
+              "expected anyrInvalidArgument mentioning " + what);
 }
 
 TEST(WireConfig, NativeByDefault) {

@@ -324,8 +324,7 @@ using OnComm = std::function<int(anyrComm_t, char*, cudaStream_t)>;
 inline int peerFaultRank(int rank, int n, const anyrUniqueId& id, int timeoutMs, anyrAlgo_t algo,
                          uint64_t firstCount, int peerSleepMs, const OnComm& onRank0) {
   anyrComm_t comm = initRankComm(rank, n, id, timeoutMs);
-  char* buf = nullptr;
-  R_CUDA(cudaMalloc(&buf, 1 << 20));
+  char* buf = deviceAlloc<char>(1 << 20);
   cudaStream_t s;
   R_CUDA(cudaStreamCreate(&s));
   int failures = 0;
