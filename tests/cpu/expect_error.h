@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <initializer_list>
 #include <string>
 
 #include "anyreduce/anyreduce.h"
@@ -22,6 +23,20 @@ inline void expectError(const std::function<void()>& call, anyrResult_t code,
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), code);
     EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// The same, the message containing every one of `parts`.
+inline void expectError(const std::function<void()>& call, anyrResult_t code,
+                        std::initializer_list<std::string> parts, const std::string& accepted) {
+  try {
+    call();
+    ADD_FAILURE() << accepted;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code);
+    for (const std::string& part : parts) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
   }
 }
 

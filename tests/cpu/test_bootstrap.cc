@@ -98,21 +98,24 @@ TEST(TcpBootstrap, SingleRankNeedsNoPeers) {
   bs->barrier();
 }
 
+// A loopback id made in a child process that has exited since: nobody listens on its port.
+void idMadeByAProcessThatExited(anyrUniqueId* id) {
+  Processes creator;
+  creator.spawn([]() -> std::string {
+    anyrUniqueId made = loopbackId();
+    return std::string(made.internal, sizeof(made.internal));
+  });
+  auto res = creator.waitAll(10000);
+  ASSERT_TRUE(res[0].finished && res[0].code == 0) << res[0].describe();
+  ASSERT_EQ(res[0].message.size(), sizeof(id->internal));
+  std::memcpy(id->internal, res[0].message.data(), sizeof(id->internal));
+}
+
 TEST(TcpBootstrap, RankZeroBindsThePortWhenTheIdWasMadeElsewhere) {
   // The id comes from a process that exits: rank 0 finds no registered listener and binds the
   // id's address and port itself.
   anyrUniqueId id;
-  {
-    Processes creator;
-    creator.spawn([]() -> std::string {
-      anyrUniqueId made = loopbackId();
-      return std::string(made.internal, sizeof(made.internal));
-    });
-    auto res = creator.waitAll(10000);
-    ASSERT_TRUE(res[0].finished && res[0].code == 0) << res[0].describe();
-    ASSERT_EQ(res[0].message.size(), sizeof(id.internal));
-    std::memcpy(id.internal, res[0].message.data(), sizeof(id.internal));
-  }
+  ASSERT_NO_FATAL_FAILURE(idMadeByAProcessThatExited(&id));
   auto res = runTcpRanks(id, 3, 10000, 30000, [](Bootstrap& bs, int r) -> std::string {
     checkedAllGather(&bs, 0, 64);
     bs.barrier();
@@ -335,14 +338,20 @@ TEST(TcpBootstrap, MissingRankTimesOutNamingExactlyThatRank) {
 
 TEST(TcpBootstrap, MissingRanksAreAllNamed) { runMissingRanks(4, {0, 2}, "rank(s) 1, 3"); }
 
-TEST(TcpBootstrap, RankClosingBeforeAllGatherIsNamed) {
-  anyrUniqueId id = loopbackId();
-  auto res = runTcpRanks(id, 3, 5000, 20000, [](Bootstrap& bs, int r) -> std::string {
-    if (r == 2) return "ok";  // exits: its connection closes
+// n ranks on `id` (every wait bounded at 5 s): rank `closer` exits once the bootstrap is up,
+// closing its connections, and must exit cleanly; the others enter an allGather.
+std::vector<ChildResult> rankClosingBeforeAllGather(const anyrUniqueId& id, int n, int closer) {
+  auto res = runTcpRanks(id, n, 5000, 20000, [closer](Bootstrap& bs, int r) -> std::string {
+    if (r == closer) return "ok";  // exits: its connections close
     checkedAllGather(&bs, 0, 16);
-    return "allGather completed without rank 2";
+    return "allGather completed without rank " + std::to_string(closer);
   });
-  EXPECT_EQ(res[2].code, 0) << res[2].describe();
+  EXPECT_EQ(res[closer].code, 0) << res[closer].describe();
+  return res;
+}
+
+TEST(TcpBootstrap, RankClosingBeforeAllGatherIsNamed) {
+  auto res = rankClosingBeforeAllGather(loopbackId(), 3, 2);
   EXPECT_EQ(res[0].code, anyrRemoteError) << res[0].describe();
   EXPECT_EQ(res[0].message, "bootstrap: rank 2 closed the connection");
   EXPECT_EQ(res[1].code, anyrRemoteError) << res[1].describe();
@@ -353,12 +362,7 @@ TEST(TcpBootstrap, RankClosingBeforeAllGatherIsNamed) {
 TEST(TcpBootstrap, RankZeroClosingIsNamedByTheOthers) {
   anyrUniqueId id = loopbackId();
   std::string addr = decodeUniqueId(id).addr.toString();
-  auto res = runTcpRanks(id, 2, 5000, 20000, [](Bootstrap& bs, int r) -> std::string {
-    if (r == 0) return "ok";  // exits: its connections close
-    checkedAllGather(&bs, 0, 16);
-    return "allGather completed without rank 0";
-  });
-  EXPECT_EQ(res[0].code, 0) << res[0].describe();
+  auto res = rankClosingBeforeAllGather(id, 2, 0);
   EXPECT_EQ(res[1].code, anyrRemoteError) << res[1].describe();
   EXPECT_TRUE(contains(res[1].message, "bootstrap: rank 0 at " + addr + " closed the connection"))
       << res[1].message;
@@ -416,16 +420,7 @@ TEST(TcpBootstrap, SizeMismatchNamesTheRankAndLeavesTheBootstrapUnusable) {
 TEST(TcpBootstrap, RankThatCannotReachRankZeroNamesIt) {
   // An id whose listener is gone and that nobody serves: rank 1 retries until its deadline.
   anyrUniqueId id;
-  {
-    Processes creator;
-    creator.spawn([]() -> std::string {
-      anyrUniqueId made = loopbackId();
-      return std::string(made.internal, sizeof(made.internal));
-    });
-    auto res = creator.waitAll(10000);
-    ASSERT_TRUE(res[0].finished && res[0].code == 0) << res[0].describe();
-    std::memcpy(id.internal, res[0].message.data(), sizeof(id.internal));
-  }
+  ASSERT_NO_FATAL_FAILURE(idMadeByAProcessThatExited(&id));
   std::string addr = decodeUniqueId(id).addr.toString();
   auto start = Clock::now();
   try {

@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "bootstrap/bootstrap.h"
 #include "core/call_guard.h"
+#include "cpu/expect_error.h"
 
 namespace anyr {
 namespace {
@@ -209,32 +210,28 @@ TEST(CallGuard, ValidationReportsMismatchAndPeerRefusal) {
   EXPECT_TRUE(settled);
   // Call #2: the peer passes another count.
   bs.canned = {{}, bytesOf(vote(CallSignature::allReduce(200, anyrFloat16, anyrSum), 2))};
-  try {
-    settled = false;
-    g.checked(
-        bs, 0, mine, [] {}, settled);
-    FAIL() << "expected a mismatch";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), anyrInvalidUsage);
-    EXPECT_TRUE(contains(e.what(), "rank 0 made call #2 anyrAllReduce(count=100") &&
-                contains(e.what(), "rank 1 made call #2 anyrAllReduce(count=200"))
-        << e.what();
-    EXPECT_TRUE(settled) << "every rank saw the mismatch: nothing to repair";
-  }
+  settled = false;
+  expectError(
+      [&] {
+        g.checked(
+            bs, 0, mine, [] {}, settled);
+      },
+      anyrInvalidUsage,
+      {"rank 0 made call #2 anyrAllReduce(count=100",
+       "rank 1 made call #2 anyrAllReduce(count=200"},
+      "expected a mismatch");
+  EXPECT_TRUE(settled) << "every rank saw the mismatch: nothing to repair";
   // Call #3: the peer refused its arguments.
   bs.canned = {{}, bytesOf(vote(mine, 3, anyrInvalidArgument, "argument 'recvbuff': bad"))};
-  try {
-    settled = false;
-    g.checked(
-        bs, 0, mine, [] {}, settled);
-    FAIL() << "expected the peer's refusal";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), anyrRemoteError);
-    EXPECT_TRUE(contains(e.what(), "rank 1 refused call #3") &&
-                contains(e.what(), "argument 'recvbuff': bad"))
-        << e.what();
-    EXPECT_TRUE(settled);
-  }
+  settled = false;
+  expectError(
+      [&] {
+        g.checked(
+            bs, 0, mine, [] {}, settled);
+      },
+      anyrRemoteError, {"rank 1 refused call #3", "argument 'recvbuff': bad"},
+      "expected the peer's refusal");
+  EXPECT_TRUE(settled);
   // Call #4: this rank refuses; its own full message comes back even though the peer agreed.
   std::string longRule(300, 'x');
   bs.canned = {{}, bytesOf(vote(mine, 4))};
@@ -257,16 +254,13 @@ TEST(CallGuard, ExchangeFailureIsNotSettled) {
   g.init(bs, true);
   bs.failWith = anyrTimeout;
   bool settled = false;
-  try {
-    g.checked(
-        bs, 0, CallSignature::allReduce(8, anyrFloat32, anyrSum), [] {}, settled);
-    FAIL() << "expected a timeout";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), anyrTimeout);
-    EXPECT_TRUE(contains(e.what(), "rank(s) 1 of 2 did not arrive") &&
-                contains(e.what(), "exchanging the signature of call #1"))
-        << e.what();
-  }
+  expectError(
+      [&] {
+        g.checked(
+            bs, 0, CallSignature::allReduce(8, anyrFloat32, anyrSum), [] {}, settled);
+      },
+      anyrTimeout, {"rank(s) 1 of 2 did not arrive", "exchanging the signature of call #1"},
+      "expected a timeout");
   EXPECT_FALSE(settled) << "a failed exchange is not an agreement: the communicator repairs it";
 }
 
@@ -339,26 +333,15 @@ TEST(CallGuard, EnvironmentSwitch) {
   EXPECT_TRUE(validateCallsFromEnv());
   for (const char* bad : {"2", "yes"}) {
     setenv("ANYR_VALIDATE_CALLS", bad, 1);
-    try {
-      validateCallsFromEnv();
-      FAIL() << bad;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), anyrInvalidArgument);
-      EXPECT_TRUE(contains(e.what(), "ANYR_VALIDATE_CALLS")) << e.what();
-    }
+    expectError([] { validateCallsFromEnv(); }, anyrInvalidArgument, "ANYR_VALIDATE_CALLS", bad);
   }
   unsetenv("ANYR_VALIDATE_CALLS");
 }
 
 TEST(Config, MaxBlocksIsRangeCheckedBeforeNarrowing) {
   setenv("ANYR_MAX_BLOCKS", "4294967297", 1);  // 2^32 + 1: would read as 1 after an int cast
-  try {
-    resolveConfig(nullptr);
-    FAIL() << "expected ANYR_MAX_BLOCKS=4294967297 to be refused";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), anyrInvalidArgument);
-    EXPECT_TRUE(contains(e.what(), "ANYR_MAX_BLOCKS")) << e.what();
-  }
+  expectError([] { resolveConfig(nullptr); }, anyrInvalidArgument, "ANYR_MAX_BLOCKS",
+              "expected ANYR_MAX_BLOCKS=4294967297 to be refused");
   unsetenv("ANYR_MAX_BLOCKS");
 }
 
@@ -366,14 +349,9 @@ TEST(Config, TimeoutFieldHasTheEnvironmentsRange) {
   for (int bad : {0, -5, 86400001, 2147483647}) {
     anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
     cfg.timeoutMs = bad;
-    try {
-      resolveConfig(&cfg);
-      ADD_FAILURE() << "timeoutMs " << bad << " accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), anyrInvalidArgument);
-      EXPECT_TRUE(contains(e.what(), "argument 'config.timeoutMs': must be in 1..86400000"))
-          << e.what();
-    }
+    expectError([&] { resolveConfig(&cfg); }, anyrInvalidArgument,
+                "argument 'config.timeoutMs': must be in 1..86400000",
+                "timeoutMs " + std::to_string(bad) + " accepted");
   }
   anyrConfig_t ok = ANYR_CONFIG_INITIALIZER;
   ok.timeoutMs = 86400000;

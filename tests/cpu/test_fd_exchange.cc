@@ -356,6 +356,19 @@ TEST(FdExchange, ManySilentConnectionsAtOnceDelayNobody) {
   runSilentStrangers(200, "abstract");
 }
 
+// Rank 0 of two, in a process of `procs`: exchanges descriptors (every wait bounded at 8 s) and
+// must get rank 1's real one, whatever else connected meanwhile.
+void spawnRankZeroGettingTheRealDescriptor(Processes& procs, const anyrUniqueId& id) {
+  procs.spawn([id]() -> std::string {
+    auto bs = createTcpBootstrap(id, 0, 2, 10000);
+    FdExchange ex = exchangeFds(*bs, memfdWith(textOfRank(0)), "", 8000);
+    expect(ex.errors[1].empty(), "rank 1's descriptor: " + ex.errors[1]);
+    const std::string got = readAll(ex.fds[1].fd());
+    expect(got == textOfRank(1), "the real one kept, got '" + got + "'");
+    return "ok";
+  });
+}
+
 // A stranger that connects and says nothing is closed after its own deadline while the exchange
 // goes on; the real descriptor, sent after that, still arrives.
 TEST(FdExchange, SilentStrangerIsDroppedAfterItsOwnDeadline) {
@@ -363,13 +376,7 @@ TEST(FdExchange, SilentStrangerIsDroppedAfterItsOwnDeadline) {
   ScopedEnv d("ANYR_IPC_SOCKET_DIR", nullptr);
   const anyrUniqueId id = loopbackId();
   Processes procs;
-  procs.spawn([id]() -> std::string {
-    auto bs = createTcpBootstrap(id, 0, 2, 10000);
-    FdExchange ex = exchangeFds(*bs, memfdWith(textOfRank(0)), "", 8000);
-    expect(ex.errors[1].empty() && readAll(ex.fds[1].fd()) == textOfRank(1),
-           "rank 1's descriptor: " + ex.errors[1]);
-    return "ok";
-  });
+  spawnRankZeroGettingTheRealDescriptor(procs, id);
   procs.spawn([id]() -> std::string {
     auto bs = createTcpBootstrap(id, 1, 2, 10000);
     fdwire::Listing mine{};
@@ -401,14 +408,7 @@ void runWrongProcess(bool otherUser, const char* kind) {
   ScopedEnv d("ANYR_IPC_SOCKET_DIR", nullptr);
   const anyrUniqueId id = loopbackId();
   Processes procs;
-  procs.spawn([id]() -> std::string {
-    auto bs = createTcpBootstrap(id, 0, 2, 10000);
-    FdExchange ex = exchangeFds(*bs, memfdWith(textOfRank(0)), "", 8000);
-    expect(ex.errors[1].empty(), "rank 1's descriptor: " + ex.errors[1]);
-    const std::string got = readAll(ex.fds[1].fd());
-    expect(got == textOfRank(1), "the real one kept, got '" + got + "'");
-    return "ok";
-  });
+  spawnRankZeroGettingTheRealDescriptor(procs, id);
   procs.spawn([id, otherUser]() -> std::string {
     auto bs = createTcpBootstrap(id, 1, 2, 10000);
     fdwire::Listing mine{};

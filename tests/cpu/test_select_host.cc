@@ -4,7 +4,9 @@
 // forced); without a host segment the host algorithms are rejected with the reason.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "base/config.h"
 #include "cpu/select_fixtures.h"
@@ -34,6 +36,14 @@ Topology withoutPeerAccess(Topology t) {
     }
   }
   return t;
+}
+
+// The automatic choice at each message size: the algorithm paired with it.
+void expectChoices(const Admission& adm, const Thresholds& th,
+                   std::initializer_list<std::pair<uint64_t, anyrAlgo_t>> choices) {
+  for (const auto& [bytes, algo] : choices) {
+    EXPECT_EQ(chooseAlgo(adm, th, bytes, anyrAlgoAuto), algo) << bytes << " bytes";
+  }
 }
 
 TEST(SelectHost, NoPeerAccessChoosesHostThenNccl) {
@@ -116,9 +126,9 @@ TEST(SelectHost, PeerAccessKeepsPeerDefaultsButAdmitsHost) {
   Thresholds th = defaultThresholds(t, adm, Config(), f.nranks);
   EXPECT_TRUE(adm[anyrAlgoHostOneShot].admitted);
   EXPECT_TRUE(adm[anyrAlgoHostTwoShot].admitted);
-  EXPECT_EQ(chooseAlgo(adm, th, 1024, anyrAlgoAuto), anyrAlgoOneShotPush);
-  EXPECT_EQ(chooseAlgo(adm, th, 4u << 20, anyrAlgoAuto), anyrAlgoTwoShotPush);
-  EXPECT_EQ(chooseAlgo(adm, th, 64u << 20, anyrAlgoAuto), anyrAlgoNccl);
+  expectChoices(
+      adm, th,
+      {{1024, anyrAlgoOneShotPush}, {4u << 20, anyrAlgoTwoShotPush}, {64u << 20, anyrAlgoNccl}});
 }
 
 TEST(SelectHost, MoreRanksSwitchToHostTwoShotAboveTheOneShotLimit) {
@@ -130,9 +140,9 @@ TEST(SelectHost, MoreRanksSwitchToHostTwoShotAboveTheOneShotLimit) {
   Admission adm = admit(t, f);
   Thresholds th = defaultThresholds(t, adm, Config(), f.nranks);
   EXPECT_EQ(th.hostOneShotMaxBytes, (512u << 10) / 3);
-  EXPECT_EQ(chooseAlgo(adm, th, 4096, anyrAlgoAuto), anyrAlgoHostOneShot);
-  EXPECT_EQ(chooseAlgo(adm, th, 1u << 20, anyrAlgoAuto), anyrAlgoHostTwoShot);
-  EXPECT_EQ(chooseAlgo(adm, th, 64u << 20, anyrAlgoAuto), anyrAlgoNccl);
+  expectChoices(
+      adm, th,
+      {{4096, anyrAlgoHostOneShot}, {1u << 20, anyrAlgoHostTwoShot}, {64u << 20, anyrAlgoNccl}});
   std::string why = explainChoice(adm, th, 1u << 20, anyrAlgoAuto);
   EXPECT_TRUE(mentions(why, "host-twoshot")) << why;
 }
