@@ -614,11 +614,23 @@ std::vector<std::string> matrix(const std::string& text, const std::string& titl
   return {};
 }
 
-TEST(TopologyPrint, NvlinkPairTables) {
-  const Topology t = loadTopologyFile(fixturePath("nvlink_pair"));
+// printTopology's text.
+std::string printed(const Topology& t) {
   std::ostringstream os;
   printTopology(t, os);
-  const std::string out = os.str();
+  return os.str();
+}
+
+// Row `row` of the n-GPU matrix titled `title` (0: the header row, then one row per GPU), which
+// must have its n + 1 rows; "" where it has not.
+std::string matrixRow(const std::string& text, const std::string& title, int n, size_t row) {
+  const std::vector<std::string> m = matrix(text, title, n);
+  EXPECT_EQ(m.size(), static_cast<size_t>(n) + 1) << title;
+  return row < m.size() ? m[row] : std::string();
+}
+
+TEST(TopologyPrint, NvlinkPairTables) {
+  const std::string out = printed(loadTopologyFile(fixturePath("nvlink_pair")));
 
   // GPU table: fixed-width columns, one row per GPU.
   std::vector<std::string> all = lines(out);
@@ -665,56 +677,37 @@ TEST(TopologyPrint, NvlinkPairTables) {
 
 TEST(TopologyPrint, PcieAndNoP2pCells) {
   {
-    const Topology t = loadTopologyFile(fixturePath("pcie_no_atomics"));
-    std::ostringstream os;
-    printTopology(t, os);
-    const std::vector<std::string> link = matrix(os.str(), "Link", 4);
-    ASSERT_EQ(link.size(), 5u);
-    EXPECT_EQ(link[1], "GPU0     X  PCIe  PCIe  PCIe");
-    const std::vector<std::string> conf = matrix(os.str(), "Confirmed", 4);
-    ASSERT_EQ(conf.size(), 5u);
-    EXPECT_EQ(conf[2], "GPU1  ok/ok/-        X  ok/ok/-  ok/ok/-");
-    EXPECT_NE(os.str().find("yes/no"), std::string::npos);
+    const std::string out = printed(loadTopologyFile(fixturePath("pcie_no_atomics")));
+    EXPECT_EQ(matrixRow(out, "Link", 4, 1), "GPU0     X  PCIe  PCIe  PCIe");
+    EXPECT_EQ(matrixRow(out, "Confirmed", 4, 2), "GPU1  ok/ok/-        X  ok/ok/-  ok/ok/-");
+    EXPECT_NE(out.find("yes/no"), std::string::npos);
   }
   {
-    const Topology t = loadTopologyFile(fixturePath("no_p2p"));
-    std::ostringstream os;
-    printTopology(t, os);
-    const std::vector<std::string> link = matrix(os.str(), "Link", 4);
-    ASSERT_EQ(link.size(), 5u);
-    EXPECT_EQ(link[4], "GPU3     -     -     -     X");
-    const std::vector<std::string> write = matrix(os.str(), "Measured write", 4);
-    ASSERT_EQ(write.size(), 5u);
-    EXPECT_EQ(write[1], "GPU0     X     -     -     -");
-    const std::vector<std::string> conf = matrix(os.str(), "Confirmed", 4);
-    ASSERT_EQ(conf.size(), 5u);
-    EXPECT_EQ(conf[1], "GPU0      X  -/-/-  -/-/-  -/-/-");
+    const std::string out = printed(loadTopologyFile(fixturePath("no_p2p")));
+    EXPECT_EQ(matrixRow(out, "Link", 4, 4), "GPU3     -     -     -     X");
+    EXPECT_EQ(matrixRow(out, "Measured write", 4, 1), "GPU0     X     -     -     -");
+    EXPECT_EQ(matrixRow(out, "Confirmed", 4, 1), "GPU0      X  -/-/-  -/-/-  -/-/-");
     // L40S: no cluster launch, NUMA nodes 0 and 1, PCIe Gen4.
-    EXPECT_NE(os.str().find("Gen4 x16"), std::string::npos);
-    EXPECT_NE(os.str().find(" no "), std::string::npos);
+    EXPECT_NE(out.find("Gen4 x16"), std::string::npos);
+    EXPECT_NE(out.find(" no "), std::string::npos);
   }
 }
 
 TEST(TopologyPrint, FailedConfirmationIsVisible) {
   Topology t = loadTopologyFile(fixturePath("pcie_8gpu_two_switches"));
   t.pair(0, 5).peerWriteOk = false;  // driver said yes, the transfer said no
-  std::ostringstream os;
-  printTopology(t, os);
-  const std::vector<std::string> conf = matrix(os.str(), "Confirmed", 8);
-  ASSERT_EQ(conf.size(), 9u);
-  EXPECT_NE(conf[1].find("FAIL/ok/-"), std::string::npos) << conf[1];
-  EXPECT_NE(conf[1].find("ok/ok/ok"), std::string::npos) << conf[1];  // within the switch
-  const std::vector<std::string> rel = matrix(os.str(), "PCIe common ancestor", 8);
-  ASSERT_EQ(rel.size(), 9u);
-  EXPECT_EQ(rel[1], "GPU0       X  switch  switch  switch  system  system  system  system");
+  const std::string out = printed(t);
+  const std::string conf = matrixRow(out, "Confirmed", 8, 1);
+  EXPECT_NE(conf.find("FAIL/ok/-"), std::string::npos) << conf;
+  EXPECT_NE(conf.find("ok/ok/ok"), std::string::npos) << conf;  // within the switch
+  EXPECT_EQ(matrixRow(out, "PCIe common ancestor", 8, 1),
+            "GPU0       X  switch  switch  switch  system  system  system  system");
 }
 
 TEST(TopologyPrint, EmptyTopology) {
-  Topology t;
-  std::ostringstream os;
-  printTopology(t, os);
-  EXPECT_NE(os.str().find("0 GPUs"), std::string::npos) << os.str();
-  EXPECT_NE(os.str().find("(no GPUs)"), std::string::npos) << os.str();
+  const std::string out = printed(Topology());
+  EXPECT_NE(out.find("0 GPUs"), std::string::npos) << out;
+  EXPECT_NE(out.find("(no GPUs)"), std::string::npos) << out;
 }
 
 // ---------------------------------------------------------------------------------------------
