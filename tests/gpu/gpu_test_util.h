@@ -215,6 +215,14 @@ inline std::vector<launch::RankResult> runRanksCatching(int n, double timeoutSec
       timeoutSec);
 }
 
+// Forces `algo` on the communicator; where it is not admitted here, reports "SKIP <algo>: <why>"
+// (the tests' convention for a subject not run, see subjectsNotRun) and returns false.
+inline bool forceOrSkip(anyrComm_t comm, anyrAlgo_t algo, const Report& report) {
+  if (anyrCommSetAlgorithm(comm, algo) == anyrSuccess) return true;
+  report(std::string("SKIP ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) + "\n");
+  return false;
+}
+
 // One automatic choice: anyrCommQueryAlgorithm for `count` bf16 elements must give one of
 // `allowed`; 1 and a "FAIL <size> chose <algorithm>" line otherwise, else 0.
 inline int expectChoice(anyrComm_t comm, size_t count, const std::string& size,

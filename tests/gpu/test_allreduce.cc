@@ -65,10 +65,7 @@ int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   std::vector<anyrDataType_t> dtypes = {anyrBfloat16};
   if (allDtypes) dtypes = {anyrBfloat16, anyrFloat16, anyrFloat32};
   for (anyrAlgo_t algo : algos) {
-    if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
-      report(std::string("SKIP ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) + "\n");
-      continue;
-    }
+    if (!forceOrSkip(comm, algo, report)) continue;
     for (anyrDataType_t dt : dtypes) {
       const size_t es = data::dtypeBytes(dt);
       for (uint64_t count : counts) {

@@ -130,17 +130,7 @@ int countersRank(int rank, int n, const anyrUniqueId& id, const Report& report) 
 TEST(CountersGpu, CountsDispatchesByPathBucketAndKind) {
   REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  auto results = launch::runRanks(
-      2,
-      [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
-        try {
-          return countersRank(rank, nr, id, report);
-        } catch (const std::exception& e) {
-          report(std::string("FAIL ") + e.what() + "\n");
-          return 3;
-        }
-      },
-      120);
+  auto results = runRanksCatching(2, 120, countersRank);
   EXPECT_EQ(launch::describeFailures(results), "");
 }
 

@@ -216,10 +216,7 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   size_t checked = 0;
   uint32_t seed = 77;
   for (anyrAlgo_t algo : algos) {
-    if (anyrCommSetAlgorithm(comm, algo) != anyrSuccess) {
-      report(std::string("SKIP ") + anyrAlgoName(algo) + ": " + anyrGetLastError(comm) + "\n");
-      continue;
-    }
+    if (!forceOrSkip(comm, algo, report)) continue;
     for (anyrDataType_t dt : {anyrBfloat16, anyrFloat16}) {
       for (size_t hidden : hiddens) {
         for (size_t tokens : tokensList) {

@@ -30,6 +30,35 @@ namespace {
 
 using namespace nccltest;  // the helpers this file shares with the other NCCL tests
 
+// ncclAllReduce on `nccl` (non-blocking or not), then the stream; throws past 30 s.
+void ncclAllReduceNow(const void* in, void* out, size_t n, ncclComm_t nccl, cudaStream_t s) {
+  const ncclResult_t r = ncclAllReduce(in, out, n, ncclBfloat16, ncclSum, nccl, s);
+  if (r == ncclInProgress) {
+    settleNccl(nccl, "ncclAllReduce");
+  } else if (r != ncclSuccess) {
+    throw RankError(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
+  }
+  R_CUDA(waitStream(s, 30));
+}
+
+// The end of a rank whose communicator over `nccl` is destroyed: NCCL's communicator outlives
+// ours, and still works (an ncclAllReduceNow of `count` small integers made with `seed`, from
+// `in` into `out`, over `nranks`); then it, the buffers and the stream are released. Returns the
+// wrong elements.
+unsigned long long ncclStillWorksThenRelease(ncclComm_t nccl, int rank, int nranks, void* in,
+                                             void* out, unsigned long long* scratch, uint64_t count,
+                                             uint32_t seed, cudaStream_t s) {
+  R_CUDA(data::fillInput(anyrBfloat16, in, count, rank, seed, data::kSmallInts, s));
+  ncclAllReduceNow(in, out, count, nccl, s);
+  unsigned long long wrong = ~0ull;
+  R_CUDA(data::mismatchesNow(anyrBfloat16, out, count, nranks, seed, data::kSmallInts, scratch, s,
+                             &wrong));
+  R_NCCL(ncclCommDestroy(nccl));
+  for (void* p : {in, out, static_cast<void*>(scratch)}) R_CUDA(cudaFree(p));
+  R_CUDA(cudaStreamDestroy(s));
+  return wrong;
+}
+
 TEST(NcclBootstrapGpu, CommunicatorFromAnNcclCommunicatorOfOneRank) {
   REQUIRE_GPU();
   auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& report) {
@@ -72,15 +101,9 @@ TEST(NcclBootstrapGpu, CommunicatorFromAnNcclCommunicatorOfOneRank) {
     failures += asyncErrorFailures(comm, report);
     R_ANYR(anyrCommDestroy(comm), nullptr);
 
-    // NCCL's communicator outlives ours, and still works.
-    R_CUDA(data::fillInput(anyrBfloat16, in, n, 0, 9, data::kSmallInts, s));
-    R_NCCL(ncclAllReduce(in, out, n, ncclBfloat16, ncclSum, nccl, s));
-    unsigned long long wrong = ~0ull;
-    R_CUDA(data::mismatchesNow(anyrBfloat16, out, n, 1, 9, data::kSmallInts, scratch, s, &wrong));
+    const unsigned long long wrong =
+        ncclStillWorksThenRelease(nccl, 0, 1, in, out, scratch, n, 9, s);
     expect(wrong == 0, "NCCL after anyrCommDestroy: " + std::to_string(wrong) + " wrong elements");
-    R_NCCL(ncclCommDestroy(nccl));
-    for (void* p : {in, out, static_cast<void*>(scratch)}) R_CUDA(cudaFree(p));
-    R_CUDA(cudaStreamDestroy(s));
     report("CHECKED 4 calls\n");
     return failures ? 4 : 0;
   });
@@ -95,17 +118,6 @@ TEST(NcclBootstrapGpu, CommunicatorFromAnNcclCommunicatorOfOneRank) {
                       "(NCCL refuses duplicate GPUs)";                                       \
     }                                                                                        \
   } while (0)
-
-// ncclAllReduce on `nccl` (non-blocking or not), then the stream; throws past 30 s.
-void ncclAllReduceNow(const void* in, void* out, size_t n, ncclComm_t nccl, cudaStream_t s) {
-  const ncclResult_t r = ncclAllReduce(in, out, n, ncclBfloat16, ncclSum, nccl, s);
-  if (r == ncclInProgress) {
-    settleNccl(nccl, "ncclAllReduce");
-  } else if (r != ncclSuccess) {
-    throw RankError(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
-  }
-  R_CUDA(waitStream(s, 30));
-}
 
 // ncclAllGather of `bytes` per rank on `nccl`, then the stream; throws past 30 s.
 void ncclAllGatherNow(const void* in, void* out, size_t bytes, ncclComm_t nccl, cudaStream_t s) {
@@ -162,17 +174,9 @@ TEST(NcclBootstrapGpu, TwoGpusExactCallsOnBlockingAndNonBlockingCommunicators) {
           }
           failures += asyncErrorFailures(comm, report);
           R_ANYR(anyrCommDestroy(comm), nullptr);
-          // NCCL's communicator outlives ours, and still works.
-          ++seed;
-          R_CUDA(data::fillInput(anyrBfloat16, in, elems, rank, seed, data::kSmallInts, s));
-          ncclAllReduceNow(in, out, elems, nccl, s);
-          unsigned long long wrong = ~0ull;
-          R_CUDA(data::mismatchesNow(anyrBfloat16, out, elems, n, seed, data::kSmallInts, scratch,
-                                     s, &wrong));
+          const unsigned long long wrong =
+              ncclStillWorksThenRelease(nccl, rank, n, in, out, scratch, elems, ++seed, s);
           expect(wrong == 0, "NCCL after anyrCommDestroy: " + std::to_string(wrong) + " wrong");
-          R_NCCL(ncclCommDestroy(nccl));
-          for (void* p : {in, out, static_cast<void*>(scratch)}) R_CUDA(cudaFree(p));
-          R_CUDA(cudaStreamDestroy(s));
           report("CHECKED\n");
           return failures ? 4 : 0;
         });

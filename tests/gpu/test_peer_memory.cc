@@ -213,10 +213,7 @@ TEST(PeerMemoryGpu, BuffersFromVirtualMemoryAllocationsAreAccepted) {
         uint32_t seed = 900;
         int ran = 0;
         for (anyrAlgo_t a : algos) {
-          if (anyrCommSetAlgorithm(comm, a) != anyrSuccess) {
-            report(std::string("SKIP ") + anyrAlgoName(a) + ": " + anyrGetLastError(comm) + "\n");
-            continue;
-          }
+          if (!forceOrSkip(comm, a, report)) continue;
           for (int inPlace = 0; inPlace < 2; ++inPlace) {
             ++seed;
             void* dst = inPlace ? in.get() : out.get();

@@ -140,6 +140,17 @@ unsigned long long checkedAllReduce(anyrComm_t comm, int rank, int n, anyrDataTy
   return wrong;
 }
 
+// anyrCommDestroy of a communicator that failed (its result is not the subject), bounded: 1 and
+// a "FAIL destroy took" line where it took longer than timeoutMs and 5 s, else 0.
+int destroyWithinBound(anyrComm_t comm, int timeoutMs, const Report& report) {
+  const auto t0 = Clock::now();
+  anyrCommDestroy(comm);
+  const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (sec <= timeoutMs / 1000.0 + 5.0) return 0;
+  report("FAIL destroy took " + std::to_string(sec) + " s\n");
+  return 1;
+}
+
 // ---- startup self-test --------------------------------------------------------------------
 
 TEST(ReliabilityGpu, SelfTestPassesAndReportsItsCost) {
@@ -377,13 +388,7 @@ TEST(ReliabilityGpu, KillOneRankSurvivorsNameItWithinTimeout) {
               report(std::string("FAIL the next call: ") + anyrGetErrorString(next) + ": " +
                      anyrGetLastError(comm) + "\n");
             }
-            auto t0 = Clock::now();
-            anyrCommDestroy(comm);
-            const double destroySec = std::chrono::duration<double>(Clock::now() - t0).count();
-            if (destroySec > timeoutMs / 1000.0 + 5.0) {
-              ++failures;
-              report("FAIL destroy took " + std::to_string(destroySec) + " s\n");
-            }
+            failures += destroyWithinBound(comm, timeoutMs, report);
             report("LATENCY " + std::to_string(sec) + "\nNOTE " + msg + "\n");
             return failures ? 4 : 0;
           }
@@ -470,13 +475,7 @@ TEST(ReliabilityGpu, SkippedCallGivesBoundedErrorNamingTheRank) {
             }
             anyrCommAbort(comm);
           }
-          auto t0 = Clock::now();
-          anyrCommDestroy(comm);
-          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-          if (sec > timeoutMs / 1000.0 + 5.0) {
-            ++failures;
-            report("FAIL destroy took " + std::to_string(sec) + " s\n");
-          }
+          failures += destroyWithinBound(comm, timeoutMs, report);
           return failures ? 4 : 0;
         });
     std::string failures = launch::describeFailures(results);
