@@ -12,3 +12,8 @@ if [ ! -f "$LAYERS_PY" ]; then
 fi
 python3 "$LAYERS_PY" --strict include,src/base,src/device \
   src/bootstrap,src/topology,src/transport src/algo,src/fused src/select src/core src/api
+# The tools use the public header only: src/ is in no layer, so with --strict any include of it
+# fails. Their own layers, bottom up: the shared tool library, the doctor, the command (which
+# calls the doctor; the doctor never includes the command).
+python3 "$LAYERS_PY" --strict -I include -I tools -I src include tools/common tools/doctor \
+  tools/anyreduce

@@ -174,7 +174,7 @@ if want torchops; then
   timeout -k 10 200 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" PYTHONPATH="$PWD/python" \
     python3 tools/peers/torch_ops_overhead.py --json "$OUT/torch-ops-overhead.json" 2>&1 | grep -v Warning | tee "$OUT/torch-ops-overhead.txt"
   check "${PIPESTATUS[0]}" "torch ops overhead"
-  timeout -k 10 150 "$BUILD/tools/anyr_host_overhead" 2>&1 | tee "$OUT/host-overhead.txt"
+  timeout -k 10 150 "$BUILD/tests/diag/anyr_host_overhead" 2>&1 | tee "$OUT/host-overhead.txt"
   check "${PIPESTATUS[0]}" "anyr_host_overhead"
 fi
 
@@ -223,9 +223,9 @@ if want host; then
   # host-copy's copy buffer adds a launch plus a copy chunk per rank).
   df -h /dev/shm | tail -1
   step "host-memory link: copy engines, SM stores/loads, flag round trip (the transport's ceiling)"
-  timeout -k 10 120 "$BUILD/tools/anyr_host_link_bw" 2>&1 | tee "$OUT/host-link-bw.txt"
+  timeout -k 10 120 "$BUILD/tests/diag/anyr_host_link_bw" 2>&1 | tee "$OUT/host-link-bw.txt"
   check "${PIPESTATUS[0]}" "host link bandwidth"
-  timeout -k 10 180 "$BUILD/tools/anyr_host_phases" 2>&1 | tee "$OUT/host-phases.txt"
+  timeout -k 10 180 "$BUILD/tests/diag/anyr_host_phases" 2>&1 | tee "$OUT/host-phases.txt"
   check "${PIPESTATUS[0]}" "host phases"
   timeout -k 10 500 env NCCL_P2P_DISABLE=1 "$A" bench -a host-oneshot,host-twoshot,host-copy,nccl \
     -b 1K -e 16M -f 4 --samples 11 --json "$OUT/bench-host.json" 2>&1 | tee "$OUT/bench-host.txt"
@@ -259,7 +259,7 @@ fi
 
 if want hostphases && ! want host; then
   step "host-memory all-reduce phases: write, flag release, flag seen, read (anyr_host_phases)"
-  timeout -k 10 180 "$BUILD/tools/anyr_host_phases" 2>&1 | tee "$OUT/host-phases.txt"
+  timeout -k 10 180 "$BUILD/tests/diag/anyr_host_phases" 2>&1 | tee "$OUT/host-phases.txt"
   check "${PIPESTATUS[0]}" "host phases"
 fi
 
@@ -276,13 +276,13 @@ if want profile; then
   step "profile: where the fused one-shot's time goes at one token (anyr_fused_floor)"
   # Empty kernel, standalone add+RMSNorm, plain one-shot push and the fused kernel, at world
   # size 1 (no peer) and 2, in one process (nsys is not installed on the GPU machine).
-  timeout -k 10 120 "$BUILD/tools/anyr_fused_floor" --pdl 2>&1 | tee "$OUT/fused-floor.txt"
+  timeout -k 10 120 "$BUILD/tests/diag/anyr_fused_floor" --pdl 2>&1 | tee "$OUT/fused-floor.txt"
   check "${PIPESTATUS[0]}" "anyr_fused_floor"
   # Rows (where the 8..32-token time goes) and the quantized epilogues, hidden 6144.
   # The cluster form (--cluster 8: each row over the 8 blocks of a cluster) beside each.
   for args in "--rows 8" "--rows 32" "--rows 64" "--quant fp8" "--quant nvfp4" "--rows 32 --quant fp8" \
     "--cluster 8" "--rows 8 --cluster 8" "--quant nvfp4 --cluster 8"; do
-    timeout -k 10 60 "$BUILD/tools/anyr_fused_floor" --pdl --hidden 6144 $args 2>&1 |
+    timeout -k 10 60 "$BUILD/tests/diag/anyr_fused_floor" --pdl --hidden 6144 $args 2>&1 |
       tee -a "$OUT/fused-floor.txt" | grep -v "^empty"
     check "${PIPESTATUS[0]}" "anyr_fused_floor $args"
   done
@@ -294,7 +294,7 @@ if want profile; then
     for args in "--rows 80" "--rows 80 --cluster 2 --pairs" "--rows 128 --cluster 2 --pairs" \
       "--twoshot --dense --rows 128" "--twoshot --rows 128 --cluster 2 --pairs"; do
       for h in 6144 7168; do
-        timeout -k 10 60 "$BUILD/tools/anyr_fused_floor" --pdl --hidden $h --quant $q $args 2>&1 |
+        timeout -k 10 60 "$BUILD/tests/diag/anyr_fused_floor" --pdl --hidden $h --quant $q $args 2>&1 |
           tee -a "$OUT/fused-floor.txt" | grep -vE "^empty|^#"
         check "${PIPESTATUS[0]}" "anyr_fused_floor --hidden $h --quant $q $args"
       done
@@ -485,7 +485,7 @@ if want ncu; then
       timeout -k 10 200 "$NCU" --clock-control none --cache-control none -k "regex:$k" \
         --launch-skip 20 --launch-count 1 --warp-sampling-interval 0 --section SpeedOfLight --section LaunchStats \
         --section WarpStateStats --section SourceCounters --metrics gpu__time_duration.sum \
-        -f -o "$OUT/ncu-$k" "$BUILD/tools/anyr_fused_floor" --ranks 1 --hidden "${NCU_HIDDEN:-6144}" "${CL[@]}" "${Q[@]}" \
+        -f -o "$OUT/ncu-$k" "$BUILD/tests/diag/anyr_fused_floor" --ranks 1 --hidden "${NCU_HIDDEN:-6144}" "${CL[@]}" "${Q[@]}" \
         >"$OUT/ncu-$k.log" 2>&1
       check "$?" "ncu $k"
       "$NCU" --import "$OUT/ncu-$k.ncu-rep" --print-summary none >"$OUT/ncu-$k-details.txt" 2>&1

@@ -353,6 +353,130 @@ ANYR_API anyrResult_t anyrCommGetCounters(const anyrComm_t comm, anyrCounters_t*
 /* Sets every counter of the communicator to zero. */
 ANYR_API anyrResult_t anyrCommResetCounters(anyrComm_t comm);
 
+/* ---- Queries and controls for tools ----------------------------------------------------
+ *
+ * What the `anyreduce` command and its doctor need beyond the calls above, for any program that
+ * wants the same: the rules of the fused operation's row width, the library's own parsers and
+ * configuration rules, the environment variables it reads, topology probing and offline
+ * explain, and per-operation path control for benchmarks. Text results follow anyrCommExplain:
+ * at most `len` bytes are written (NUL-terminated; `buf` may be NULL with `len` 0), and
+ * *needed (may be NULL) receives the full length + 1. JSON documents are UTF-8 objects. */
+
+/* The fused operations' row width (hidden): a multiple of ANYR_FUSED_HIDDEN_MULTIPLE (of
+ * ANYR_FUSED_NVFP4_HIDDEN_MULTIPLE with NVFP4 output) in ANYR_FUSED_MIN_HIDDEN..
+ * ANYR_FUSED_MAX_HIDDEN. */
+#define ANYR_FUSED_MIN_HIDDEN 128
+#define ANYR_FUSED_MAX_HIDDEN 16384
+#define ANYR_FUSED_HIDDEN_MULTIPLE 8
+#define ANYR_FUSED_NVFP4_HIDDEN_MULTIPLE 16
+
+/* Short names of anyrPeerMemory_t, as ANYR_PEER_MEMORY takes them: "none", "auto", "cuda-ipc",
+ * "vmm"; NULL if invalid. */
+ANYR_API const char* anyrPeerMemoryName(anyrPeerMemory_t kind);
+
+/* Parses a size as the size environment variables take it: a decimal count with an optional
+ * suffix B, K (k, KB, KiB), M (MB, MiB) or G (GB, GiB), powers of 1024: "4096", "64K", "8M".
+ * anyrInvalidArgument, naming the text, for anything else or a value that does not fit. */
+ANYR_API anyrResult_t anyrParseSize(const char* text, size_t* bytes);
+
+/* Checks `value` against the rule of the anyrConfig_t field named `field` ("maxBlocks" or
+ * "fusedCluster"), the rule the communicator applies to it and to its environment variable:
+ * *valid receives 1 or 0, *rule (may be NULL) the rule's text, e.g. "must be in 0..256
+ * (0 = automatic)" (static storage). anyrInvalidArgument for another field name. */
+ANYR_API anyrResult_t anyrConfigCheckField(const char* field, long long value, int* valid,
+                                           const char** rule);
+
+/* The environment variables the library reads, in documentation order, as a JSON array of
+ * {"name", "default" ("" when none), "meaning", "value" (only when set in this process)}. */
+ANYR_API anyrResult_t anyrGetEnvParams(char* buf, size_t len, size_t* needed);
+
+/* Probes every GPU visible to this process and every ordered pair (capabilities, transfers
+ * confirmed by real copies, and with measure != 0 bandwidth and latency), writes the topology
+ * as JSON to savePath (may be NULL: not saved; the format anyrDescribeTopology and
+ * anyrExplainTopology read), and describes it as
+ * anyrDescribeTopology does. A buffer too short for the description gets it truncated: the
+ * probe is not kept, so asking again probes again. Initializes CUDA in this process. */
+ANYR_API anyrResult_t anyrProbeTopology(int measure, const char* savePath, char* buf, size_t len,
+                                        size_t* needed);
+
+/* Reads the topology JSON file at `path` and describes it: a JSON object {"gpus" (count),
+ * "source" (how it was made), "text" (the GPU and pair tables, as `anyreduce probe` prints
+ * them)}. No GPU needed. */
+ANYR_API anyrResult_t anyrDescribeTopology(const char* path, char* buf, size_t len, size_t* needed);
+
+/* What a communicator over the GPUs of the topology file at `path` would admit and dispatch,
+ * computed without GPUs: nranks (0 = all) takes the file's first nranks GPUs; ncclAvailable
+ * says whether NCCL is assumed available; tuningFile (may be NULL) is applied where its
+ * fingerprint matches the topology (the settings it was measured under are assumed); config
+ * (may be NULL) as anyrCommInitRankConfig resolves it, environment included (its algorithm is
+ * the forced one). Writes a JSON object {"gpus", "source", "admission": [{"algo", "admitted",
+ * "reason"}] (every algorithm but auto, in enum order), "warnings": [text], "forcedError" (""
+ * or why the forced algorithm is not admitted, as anyrCommSetAlgorithm would refuse it),
+ * "dispatchText" (the choice per operation and size, as anyrCommExplain's; "" with a
+ * forcedError)}. anyrInvalidArgument for nranks < 0 or above the file's GPU count. */
+ANYR_API anyrResult_t anyrExplainTopology(const char* path, int nranks, int ncclAvailable,
+                                          const char* tuningFile, const anyrConfig_t* config,
+                                          char* buf, size_t len, size_t* needed);
+
+/* The operations a communicator dispatches separately, by name: "allreduce" (anyrAllReduce),
+ * "add-rmsnorm" (anyrAllReduceAddRmsNorm without quantization or with NVFP4), and
+ * "add-rmsnorm-quant" (with FP8 output). A path names how one call runs: for "allreduce" the
+ * algorithm (anyrAlgoName); for the fused operations "fused:<algorithm>" (its fused kernel;
+ * "/c1", "/c2", "/c4" or "/c8" may follow: a block per row, or thread-block clusters of that
+ * size) or "<algorithm>+epilogue" (the all-reduce, then the standalone add+RMSNorm kernel). */
+
+/* Every operation with its candidate paths, as a JSON object {"tuned" (whether a measured
+ * tuning table is installed), "ops": [{"op", "candidates": [{"path", "algo", "fusedKernel",
+ * "admitted", "reason"}]}]} (operations and candidates in the communicator's fixed order). */
+ANYR_API anyrResult_t anyrCommDescribePaths(const anyrComm_t comm, char* buf, size_t len,
+                                            size_t* needed);
+
+/* Forces `path` for every later call of operation `op` on this communicator (path NULL or ""
+ * restores dispatch for it); for benchmarks that time each candidate. Collective like
+ * anyrCommSetAlgorithm: every rank must force the same path. anyrInvalidArgument for an
+ * unknown operation or path, anyrUnsupported, naming why, for a path the communicator does not
+ * admit. */
+ANYR_API anyrResult_t anyrCommForcePath(anyrComm_t comm, const char* op, const char* path);
+
+/* The path a call of operation `op` with a message of `bytes` bytes would take now (a forced
+ * path, else a forced algorithm, else the dispatch table), without running it; as
+ * anyrCommQueryAlgorithm for every operation. */
+ANYR_API anyrResult_t anyrCommQueryPath(const anyrComm_t comm, const char* op, size_t bytes,
+                                        char* buf, size_t len, size_t* needed);
+
+/* anyrCommTune with its measurement chosen: all-reduce sizes minBytes..maxBytes (powers of
+ * two, 2 B..4 GiB), the fused operation at `hidden` (its row-width rule) for 1, 2, 4 ..
+ * maxTokens (1..65536) tokens, `calls` calls per timed sample and the median of `samples`
+ * samples (both >= 1), budgetMs as anyrCommTune's. Rank 0's options hold for every
+ * rank. progress (may be NULL) is called on rank 0 after every measured point with the points
+ * done, their total, a short description and progressArg. Initialize with
+ * ANYR_TUNE_OPTIONS_INITIALIZER (anyrCommTune's defaults). */
+typedef void (*anyrTuneProgress_t)(int done, int total, const char* what, void* progressArg);
+typedef struct {
+  size_t size;                 /* sizeof(anyrTuneOptions_t) */
+  unsigned int magic;          /* ANYR_TUNE_MAGIC */
+  size_t minBytes;             /* smallest all-reduce size measured; default 1024 */
+  size_t maxBytes;             /* largest; default 256 MiB */
+  int hidden;                  /* fused operation's row width; default 6144 */
+  int maxTokens;               /* fused operation: 1, 2, 4 .. this many rows; default 2048 */
+  int budgetMs;                /* > 0: stop measuring after this long; 0 = no limit */
+  int calls;                   /* calls per timed sample (one graph); default 20 */
+  int samples;                 /* timed samples, median used; default 9 */
+  anyrTuneProgress_t progress; /* may be NULL */
+  void* progressArg;
+} anyrTuneOptions_t;
+#define ANYR_TUNE_MAGIC 0x414e5954u
+#define ANYR_TUNE_OPTIONS_INITIALIZER                                                          \
+  {                                                                                            \
+    sizeof(anyrTuneOptions_t), ANYR_TUNE_MAGIC, 1024, (size_t)256 << 20, 6144, 2048, 0, 20, 9, \
+        NULL, NULL                                                                             \
+  }
+
+/* Measures and installs like anyrCommTune, with `options` (NULL: anyrCommTune's); savePath as
+ * anyrCommTune's. Collective. */
+ANYR_API anyrResult_t anyrCommTuneWithOptions(anyrComm_t comm, const anyrTuneOptions_t* options,
+                                              const char* savePath);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,12 +24,20 @@ import os
 import sys
 import sysconfig
 import threading
-from ctypes import POINTER, c_char_p, c_float, c_int, c_size_t, c_void_p
+from ctypes import POINTER, c_char_p, c_float, c_int, c_longlong, c_size_t, c_void_p
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._errors import FunctionNotAvailable, LibraryNotFoundError, make_error
-from ._types import ANYR_MAJOR, Result, UniqueId, anyrConfig_t, anyrCounters_t, anyrFusedOptions_t
+from ._types import (
+    ANYR_MAJOR,
+    Result,
+    UniqueId,
+    anyrConfig_t,
+    anyrCounters_t,
+    anyrFusedOptions_t,
+    anyrTuneOptions_t,
+)
 
 ENV_VAR = "ANYREDUCE_LIBRARY"
 LIB_NAME = "libanyreduce.so"
@@ -40,6 +48,7 @@ anyrComm_t = c_void_p
 anyrDataType_t = c_int
 anyrRedOp_t = c_int
 anyrAlgo_t = c_int
+anyrPeerMemory_t = c_int
 cudaStream_t = c_void_p
 
 
@@ -121,6 +130,44 @@ FUNCTIONS: List[Function] = [
     Function("anyrCommGetCounters", anyrResult_t, (anyrComm_t, POINTER(anyrCounters_t))),
     # anyrResult_t anyrCommResetCounters(anyrComm_t comm);
     Function("anyrCommResetCounters", anyrResult_t, (anyrComm_t,)),
+    # const char* anyrPeerMemoryName(anyrPeerMemory_t kind);
+    Function("anyrPeerMemoryName", c_char_p, (anyrPeerMemory_t,)),
+    # anyrResult_t anyrParseSize(const char* text, size_t* bytes);
+    Function("anyrParseSize", anyrResult_t, (c_char_p, POINTER(c_size_t))),
+    # anyrResult_t anyrConfigCheckField(const char* field, long long value, int* valid,
+    #                                   const char** rule);
+    Function("anyrConfigCheckField", anyrResult_t,
+             (c_char_p, c_longlong, POINTER(c_int), POINTER(c_char_p))),
+    # anyrResult_t anyrGetEnvParams(char* buf, size_t len, size_t* needed);
+    Function("anyrGetEnvParams", anyrResult_t, (c_char_p, c_size_t, POINTER(c_size_t))),
+    # anyrResult_t anyrProbeTopology(int measure, const char* savePath, char* buf, size_t len,
+    #                                size_t* needed);
+    Function("anyrProbeTopology", anyrResult_t,
+             (c_int, c_char_p, c_char_p, c_size_t, POINTER(c_size_t))),
+    # anyrResult_t anyrDescribeTopology(const char* path, char* buf, size_t len,
+    #                                   size_t* needed);
+    Function("anyrDescribeTopology", anyrResult_t,
+             (c_char_p, c_char_p, c_size_t, POINTER(c_size_t))),
+    # anyrResult_t anyrExplainTopology(const char* path, int nranks, int ncclAvailable,
+    #                                  const char* tuningFile, const anyrConfig_t* config,
+    #                                  char* buf, size_t len, size_t* needed);
+    Function("anyrExplainTopology", anyrResult_t,
+             (c_char_p, c_int, c_int, c_char_p, POINTER(anyrConfig_t), c_char_p, c_size_t,
+              POINTER(c_size_t))),
+    # anyrResult_t anyrCommDescribePaths(const anyrComm_t comm, char* buf, size_t len,
+    #                                    size_t* needed);
+    Function("anyrCommDescribePaths", anyrResult_t,
+             (anyrComm_t, c_char_p, c_size_t, POINTER(c_size_t))),
+    # anyrResult_t anyrCommForcePath(anyrComm_t comm, const char* op, const char* path);
+    Function("anyrCommForcePath", anyrResult_t, (anyrComm_t, c_char_p, c_char_p)),
+    # anyrResult_t anyrCommQueryPath(const anyrComm_t comm, const char* op, size_t bytes,
+    #                                char* buf, size_t len, size_t* needed);
+    Function("anyrCommQueryPath", anyrResult_t,
+             (anyrComm_t, c_char_p, c_size_t, c_char_p, c_size_t, POINTER(c_size_t))),
+    # anyrResult_t anyrCommTuneWithOptions(anyrComm_t comm, const anyrTuneOptions_t* options,
+    #                                      const char* savePath);
+    Function("anyrCommTuneWithOptions", anyrResult_t,
+             (anyrComm_t, POINTER(anyrTuneOptions_t), c_char_p)),
     # const char* anyrAlgoName(anyrAlgo_t algorithm);
     Function("anyrAlgoName", c_char_p, (anyrAlgo_t,)),
     # const char* anyrGetErrorString(anyrResult_t result);

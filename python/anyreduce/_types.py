@@ -461,3 +461,33 @@ class anyrCounters_t(ctypes.Structure):  # noqa: N801 (C name)
         c.size = ctypes.sizeof(cls)
         c.magic = ANYR_COUNTERS_MAGIC
         return c
+
+
+# anyrTuneProgress_t: void (*)(int done, int total, const char* what, void* progressArg).
+anyrTuneProgress_t = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
+                                      ctypes.c_void_p)
+ANYR_TUNE_MAGIC = 0x414E5954
+
+
+class anyrTuneOptions_t(ctypes.Structure):  # noqa: N801 (C name)
+    """anyrTuneOptions_t, field for field (the progress callback as anyrTuneProgress_t)."""
+
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("magic", ctypes.c_uint),
+        ("minBytes", ctypes.c_size_t),
+        ("maxBytes", ctypes.c_size_t),
+        ("hidden", ctypes.c_int),
+        ("maxTokens", ctypes.c_int),
+        ("budgetMs", ctypes.c_int),
+        ("calls", ctypes.c_int),
+        ("samples", ctypes.c_int),
+        ("progress", anyrTuneProgress_t),
+        ("progressArg", ctypes.c_void_p),
+    ]
+
+    @classmethod
+    def initializer(cls) -> "anyrTuneOptions_t":
+        """ANYR_TUNE_OPTIONS_INITIALIZER (anyrCommTune's defaults)."""
+        return cls(ctypes.sizeof(cls), ANYR_TUNE_MAGIC, 1024, 256 << 20, 6144, 2048, 0, 20, 9,
+                   anyrTuneProgress_t(), None)

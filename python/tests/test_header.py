@@ -5,7 +5,7 @@ needed."""
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, c_char_p, c_float, c_int, c_size_t, c_uint, c_void_p
+from ctypes import POINTER, c_char_p, c_float, c_int, c_longlong, c_size_t, c_uint, c_void_p
 
 import pytest
 
@@ -23,6 +23,7 @@ from anyreduce._types import (
     anyrConfig_t,
     anyrCounters_t,
     anyrFusedOptions_t,
+    anyrTuneOptions_t,
 )
 
 # C type (as normalized by _header.norm_type) -> the ctypes type the binding must use.
@@ -49,6 +50,10 @@ C_TO_CTYPES = {
     "anyrAlgo_t": c_int,
     "anyrAlgo_t*": POINTER(c_int),
     "cudaStream_t": c_void_p,
+    "long long": c_longlong,
+    "char**": POINTER(c_char_p),
+    "anyrPeerMemory_t": c_int,
+    "anyrTuneOptions_t*": POINTER(anyrTuneOptions_t),
 }
 
 ENUMS = {
@@ -257,3 +262,25 @@ def test_counters_struct_mirrors_header(header):
     assert m and int(m.group(1), 16) == _types.ANYR_COUNTERS_MAGIC
     m = re.search(r"#define ANYR_COUNTER_BUCKETS (\d+)", header.text)
     assert m and int(m.group(1)) == buckets
+
+
+def test_tune_options_mirror_header(header):
+    # anyrTuneOptions_t: field order and types (the progress callback as anyrTuneProgress_t),
+    # the magic, and ANYR_TUNE_OPTIONS_INITIALIZER.
+    fields = header.structs()["anyrTuneOptions_t"]
+    py_fields = anyrTuneOptions_t._fields_
+    assert [f[0] for f in fields] == [f[0] for f in py_fields], "field names/order differ"
+    for (name, ctype, arr), (_, pytype) in zip(fields, py_fields):
+        assert arr is None
+        if ctype == "anyrTuneProgress_t":
+            assert pytype is _types.anyrTuneProgress_t
+            continue
+        expected = c_void_p if ctype.endswith("*") else STRUCT_FIELD_TYPES[ctype]
+        assert pytype is expected, f"anyrTuneOptions_t.{name}: C {ctype}, bound as {pytype}"
+    assert header.eval(header.defines()["ANYR_TUNE_MAGIC"]) == _types.ANYR_TUNE_MAGIC
+    want = _initializer_values(header, "ANYR_TUNE_OPTIONS_INITIALIZER", anyrTuneOptions_t)
+    o = anyrTuneOptions_t.initializer()
+    got = [getattr(o, n) for n, _ in anyrTuneOptions_t._fields_]
+    got = [0 if v is None else (ctypes.cast(v, c_void_p).value or 0) if n == "progress" else v
+           for v, (n, _) in zip(got, anyrTuneOptions_t._fields_)]
+    assert got == want

@@ -361,6 +361,25 @@ void Communicator::setAlgorithm(anyrAlgo_t algo) {
   });
 }
 
+void Communicator::forcePath(const std::function<ForcedPath()>& judge) {
+  collectiveCall("anyrCommForcePath", [&](bool& settled) {
+    const ForcedPath f = judge();
+    failure_.requireHealthy(settled);
+    if (f.clear) {
+      sel_.clearForcedPath(f.op);
+      return;
+    }
+    try {
+      sel_.forcePath(f.op, f.path);
+    } catch (const Error& e) {
+      // Admission and the cluster probe are agreed at init: every rank refuses such a path
+      // alike and none changes what it runs.
+      settled = e.code() == anyrUnsupported;
+      throw;
+    }
+  });
+}
+
 anyrAlgo_t Communicator::queryAlgorithm(size_t count, anyrDataType_t dtype) const {
   ANYR_REQUIRE_ARG(dtype >= 0 && dtype < anyrNumTypes, "datatype", "unsupported datatype");
   checkCountFits(count, dtypeSize(dtype), "count");

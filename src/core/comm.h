@@ -14,6 +14,7 @@
 
 #include <nccl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -62,6 +63,17 @@ class Communicator {
                            size_t hidden, anyrDataType_t dtype, const anyrFusedOptions_t* options,
                            cudaStream_t stream);
   void setAlgorithm(anyrAlgo_t algo);
+  // anyrCommForcePath's body: forces one path of one operation (`clear`: restores dispatch).
+  // Collective like setAlgorithm, and under the same refusal rule: `judge` parses the caller's
+  // names into `op` and `path` (throwing for a bad one) inside the call, so a rank that refuses
+  // stops its peers instead of running a path they do not. A path that admission or the agreed
+  // cluster probe rejects is rejected alike on every rank and leaves the communicator usable.
+  struct ForcedPath {
+    Op op = Op::AllReduce;
+    bool clear = true;
+    Path path;
+  };
+  void forcePath(const std::function<ForcedPath()>& judge);
   anyrAlgo_t queryAlgorithm(size_t count, anyrDataType_t dtype) const;
   std::string explainJson() const;
 

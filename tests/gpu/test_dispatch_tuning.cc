@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "anyreduce/timing.h"
 #include "api/boundary.h"
 #include "common/data.h"
 #include "common/launcher.h"
+#include "common/timing.h"
 #include "core/comm.h"
 #include "gpu/gpu_test_util.h"
 #include "select/dispatch.h"

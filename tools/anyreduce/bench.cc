@@ -16,10 +16,10 @@
 #include <sstream>
 #include <vector>
 
-#include "base/config.h"
+#include "common/api.h"
 #include "common/data.h"
 #include "common/launcher.h"
-#include "timing.h"
+#include "common/timing.h"
 
 namespace anyr {
 namespace tool {
@@ -231,17 +231,7 @@ std::string fmtBytes(uint64_t b) {
 
 anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,
                          int ngpus, void** nccl) {
-  BENCH_CUDA(cudaSetDevice(rank % ngpus));
-  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
-  if (o.timeoutMs > 0) cfg.timeoutMs = o.timeoutMs;
-  if (o.wire >= 0) cfg.wire = o.wire;
-  if (o.comm.maxBlocks >= 0) cfg.maxBlocks = o.comm.maxBlocks;
-  if (o.comm.fusedCluster >= 0) cfg.fusedCluster = o.comm.fusedCluster;
-  if (o.comm.peerMemory >= 0) cfg.peerMemory = o.comm.peerMemory;
-  anyrComm_t comm = nullptr;
-  BENCH_ANYR(anyrCommInitRankConfig(&comm, nranks, id, rank, &cfg), nullptr);
-  BENCH_ANYR(anyrCommGetNcclComm(comm, nccl), comm);
-  return comm;
+  return openRankComm(rank, nranks, id, ngpus, o.timeoutMs, o.wire, o.comm, nccl);
 }
 
 void sumOverRanks(float* dStats, size_t n, anyrComm_t comm, void* ncclVoid, cudaStream_t s) {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
-#include "comm_flags.h"
+#include "common/comm_flags.h"
 
 namespace anyr {
 namespace tool {
@@ -76,9 +76,7 @@ std::string fmtBytes(uint64_t b);
 // (--wire) would round the figures.
 void sumOverRanks(float* dStats, size_t n, anyrComm_t comm, void* nccl, cudaStream_t s);
 
-// Selects the rank's GPU (rank % ngpus) and creates its communicator with the bench's
-// timeout, wire and CommFlags (those set; the rest from the environment); *nccl
-// receives the communicator's NCCL communicator (ncclComm_t), or NULL.
+// The rank's communicator with the bench's timeout, wire and CommFlags (openRankComm).
 anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,
                          int ngpus, void** nccl);
 

@@ -18,8 +18,8 @@
 
 #include "bench.h"
 #include "common/data.h"
-#include "fused/fused.h"
-#include "timing.h"
+#include "common/nvfp4_layout.h"
+#include "common/timing.h"
 
 namespace anyr {
 namespace tool {

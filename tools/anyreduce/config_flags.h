@@ -1,10 +1,10 @@
 // Command-line flags for communicator config fields (anyrConfig_t) that otherwise only the
-// environment sets, checked with the library's own rules (base/config.h).
+// environment sets, checked with the library's own rules (anyrConfigCheckField).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
-#include "comm_flags.h"
+#include "common/comm_flags.h"
 
 namespace anyr {
 namespace tool {

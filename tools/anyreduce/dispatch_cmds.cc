@@ -1,8 +1,8 @@
 // `anyreduce tune` and `anyreduce bench --check-dispatch`.
 //
 // tune: every rank measures every admitted path of every operation per size bucket; the
-// slowest rank's time counts; rank 0 chooses and broadcasts (Communicator::tune); rank 0 writes
-// the table (JSON, keyed by the machine's fingerprint) for ANYR_TUNING_FILE.
+// slowest rank's time counts; rank 0 chooses and broadcasts (anyrCommTuneWithOptions); rank 0
+// writes the table (JSON, keyed by the machine's fingerprint) for ANYR_TUNING_FILE.
 //
 // check-dispatch: in one run, every admitted candidate and the dispatched choice, for
 // all-reduce (1 KB..256 MB) and the fused operation (1..2048 tokens, hidden 6144). Fails (exit
@@ -17,20 +17,48 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "api/boundary.h"
 #include "bench.h"
+#include "common/api.h"
 #include "common/launcher.h"
-#include "core/comm.h"
-#include "select/dispatch.h"
-#include "select/tuning.h"
-#include "timing.h"
+#include "common/timing.h"
 
 namespace anyr {
 namespace tool {
 
 namespace {
 
-Communicator& impl(anyrComm_t comm) { return *comm->impl; }
+using nlohmann::json;
+
+// The communicator's operations and their candidate paths (anyrCommDescribePaths).
+json describePaths(anyrComm_t comm) {
+  return json::parse(textOf(
+      [&](char* b, size_t n, size_t* need) { return anyrCommDescribePaths(comm, b, n, need); },
+      comm, "anyrCommDescribePaths"));
+}
+
+// The NCCL path of an operation (the candidate that runs NCCL without a fused kernel), or "".
+std::string ncclPathOf(const json& op) {
+  for (const auto& c : op["candidates"]) {
+    if (c["algo"] == anyrAlgoName(anyrAlgoNccl) && !c["fusedKernel"].get<bool>())
+      return c["path"].get<std::string>();
+  }
+  return "";
+}
+
+struct Progress {
+  bool tty = false;
+};
+
+void printProgress(int done, int total, const char* what, void* arg) {
+  const Progress& p = *static_cast<const Progress*>(arg);
+  if (p.tty) {
+    std::fprintf(stderr, "\r[%4d/%4d] %3d%%  %-60s", done, total, 100 * done / total, what);
+    if (done == total) std::fprintf(stderr, "\n");
+  } else {
+    std::fprintf(stderr, "[%4d/%4d] %s\n", done, total, what);
+  }
+  std::fflush(stderr);
+}
 
 }  // namespace
 
@@ -42,7 +70,7 @@ int runTune(const TuneCliOptions& t) {
                        bo.comm = t.comm;
                        void* nccl = nullptr;
                        anyrComm_t comm = openBenchComm(bo, rank, n, id, ngpus, &nccl);
-                       Communicator::TuneOptions o;
+                       anyrTuneOptions_t o = ANYR_TUNE_OPTIONS_INITIALIZER;
                        o.minBytes = t.minBytes;
                        o.maxBytes = t.maxBytes;
                        o.hidden = t.hidden;
@@ -50,35 +78,32 @@ int runTune(const TuneCliOptions& t) {
                        o.budgetMs = t.budgetMs;
                        o.calls = t.calls;
                        o.samples = t.samples;
-                       const bool tty = isatty(fileno(stderr)) != 0;
-                       auto progress = [&](int done, int total, const std::string& what) {
-                         if (tty) {
-                           std::fprintf(stderr, "\r[%4d/%4d] %3d%%  %-60s", done, total,
-                                        100 * done / total, what.c_str());
-                           if (done == total) std::fprintf(stderr, "\n");
-                         } else {
-                           std::fprintf(stderr, "[%4d/%4d] %s\n", done, total, what.c_str());
-                         }
-                         std::fflush(stderr);
-                       };
-                       TuningTable table = impl(comm).tune(o, progress);
+                       Progress progress;
+                       progress.tty = isatty(fileno(stderr)) != 0;
+                       o.progress = printProgress;
+                       o.progressArg = &progress;
+                       // Rank 0 writes the table; it prints it from the file it wrote.
+                       BENCH_ANYR(anyrCommTuneWithOptions(comm, &o, t.output.c_str()), comm);
                        if (rank == 0) {
-                         if (tty) std::fprintf(stderr, "\n");
-                         saveTuningFile(table, t.output);
+                         if (progress.tty) std::fprintf(stderr, "\n");
                          std::printf("tuning table written to %s (use ANYR_TUNING_FILE=%s)\n\n",
                                      t.output.c_str(), t.output.c_str());
-                         for (int op = 0; op < kNumOps; ++op) {
-                           std::printf("%s:\n", opName(static_cast<Op>(op)));
-                           for (const TunedPoint& p : table.points[static_cast<size_t>(op)]) {
+                         std::ifstream file(t.output);
+                         const json table = json::parse(file);
+                         for (const auto& op : describePaths(comm)["ops"]) {
+                           const std::string name = op["op"].get<std::string>();
+                           const std::string ncclPath = ncclPathOf(op);
+                           std::printf("%s:\n", name.c_str());
+                           for (const auto& p : table.at("ops").at(name)) {
+                             const std::string choice = p["choice"].get<std::string>();
                              double ncclUs = -1, best = -1;
-                             for (const auto& [name, us] : p.times) {
-                               if (name == pathName(static_cast<Op>(op), Path{anyrAlgoNccl, false}))
-                                 ncclUs = us;
-                               if (name == p.choice) best = us;
+                             for (const auto& [path, us] : p["timesUs"].items()) {
+                               if (path == ncclPath) ncclUs = us.get<double>();
+                               if (path == choice) best = us.get<double>();
                              }
                              std::printf("  %8s  %-22s %9.2f us",
-                                         fmtBytes(bucketBytes(p.bucket)).c_str(), p.choice.c_str(),
-                                         best);
+                                         fmtBytes(p["bytes"].get<uint64_t>()).c_str(),
+                                         choice.c_str(), best);
                              if (ncclUs > 0)
                                std::printf("   NCCL %9.2f us (%.2fx)", ncclUs, ncclUs / best);
                              std::printf("\n");
@@ -94,8 +119,8 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
                       int ngpus) {
   void* nccl = nullptr;
   anyrComm_t comm = openBenchComm(o, rank, nranks, id, ngpus, &nccl);
-  Communicator& c = impl(comm);
-  const bool tuned = c.selector().tuned() != nullptr;
+  const json described = describePaths(comm);
+  const bool tuned = described["tuned"].get<bool>();
   const double limit = tuned ? 1.03 : 1.10;
   const size_t hidden = o.hiddens.at(0);  // one (the command line checks)
   const std::vector<size_t>& tokens = o.tokens;
@@ -117,24 +142,26 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
   BENCH_CUDA(cudaMemcpy(scale, &one, sizeof(one), cudaMemcpyHostToDevice));
   cudaStream_t s;
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  const Op fusedOp = o.quant == anyrQuantFp8 ? Op::AddRmsNormQuant : Op::AddRmsNorm;
+  // The operations by name (anyrCommDescribePaths; FP8 output is an operation of its own).
+  const std::string allReduceOp = "allreduce";
+  const std::string fusedOp = o.quant == anyrQuantFp8 ? "add-rmsnorm-quant" : "add-rmsnorm";
   if (o.quant == anyrQuantNvfp4) throw std::runtime_error("--check-dispatch: --quant none or fp8");
   anyrFusedOptions_t fo = ANYR_FUSED_OPTIONS_INITIALIZER;
-  if (fusedOp == Op::AddRmsNormQuant) {
+  if (o.quant == anyrQuantFp8) {
     fo.quant = anyrQuantFp8;
     fo.scale = scale;
     fo.quantOut = quant;
   }
 
   struct Item {
-    Op op;
+    std::string op;
     uint64_t bytes;
     size_t tokens;
   };
   std::vector<Item> items;
   for (uint64_t b = o.minBytes; b <= o.maxBytes;
        b = std::max<uint64_t>(b + 1, static_cast<uint64_t>(b * o.factor))) {
-    items.push_back({Op::AllReduce, b / 2 * 2, 0});
+    items.push_back({allReduceOp, b / 2 * 2, 0});
   }
   for (size_t t : tokens) items.push_back({fusedOp, t * hidden * 2, t});
 
@@ -145,10 +172,10 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
                 "fastest", "us", "dispatched", "us", "nccl(us)", "ratio", "verdict");
   }
   int failures = 0;
-  nlohmann::json rows = nlohmann::json::array();
+  json rows = json::array();
   for (const Item& it : items) {
     auto call = [&] {
-      if (it.op == Op::AllReduce) {
+      if (it.op == allReduceOp) {
         BENCH_ANYR(anyrAllReduce(in, out, it.bytes / 2, anyrBfloat16, anyrSum, comm, s), comm);
       } else {
         BENCH_ANYR(anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, norm,
@@ -156,18 +183,28 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
                    comm);
       }
     };
-    std::vector<Path> paths;
+    std::vector<std::string> paths;  // the admitted candidates' names
+    std::vector<bool> isNccl;
     std::vector<double> times;
-    for (const Candidate& cand : c.selector().candidatesOf(it.op)) {
-      if (!cand.admitted) continue;
-      c.selector().forcePath(it.op, cand.path);
-      call();  // eager first call: surfaces errors outside capture
-      BENCH_CUDA(cudaStreamSynchronize(s));
-      paths.push_back(cand.path);
-      times.push_back(timeCalls(call, s, o.graph, o.calls, o.samples, o.warmup));
-      c.selector().clearForcedPath(it.op);
+    const char* op = it.op.c_str();
+    for (const auto& d : described["ops"]) {
+      if (d["op"] != it.op) continue;
+      for (const auto& cand : d["candidates"]) {
+        if (!cand["admitted"].get<bool>()) continue;
+        const std::string path = cand["path"].get<std::string>();
+        BENCH_ANYR(anyrCommForcePath(comm, op, path.c_str()), comm);
+        call();  // eager first call: surfaces errors outside capture
+        BENCH_CUDA(cudaStreamSynchronize(s));
+        paths.push_back(path);
+        isNccl.push_back(cand["algo"] == anyrAlgoName(anyrAlgoNccl));
+        times.push_back(timeCalls(call, s, o.graph, o.calls, o.samples, o.warmup));
+        BENCH_ANYR(anyrCommForcePath(comm, op, nullptr), comm);
+      }
     }
-    const Path dispatched = c.selector().pathFor(it.op, it.bytes);
+    const std::string dispatched =
+        textOf([&](char* b, size_t n,
+                   size_t* need) { return anyrCommQueryPath(comm, op, it.bytes, b, n, need); },
+               comm, "anyrCommQueryPath");
     call();
     BENCH_CUDA(cudaStreamSynchronize(s));
     times.push_back(timeCalls(call, s, o.graph, o.calls, o.samples, o.warmup));
@@ -184,7 +221,7 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
     double ncclUs = -1;
     for (size_t i = 0; i + 1 < k; ++i) {
       if (times[i] < times[best]) best = i;
-      if (paths[i].algo == anyrAlgoNccl) ncclUs = times[i];
+      if (isNccl[i]) ncclUs = times[i];
     }
     const double dUs = times[k - 1];
     const double ratio = dUs / times[best];
@@ -196,18 +233,18 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
     }
     if (!ok) ++failures;
     if (rank == 0) {
-      std::printf("%-18s %8s %6s  %-22s %9.2f  %-22s %9.2f %9.2f %6.3fx  %s\n", opName(it.op),
+      std::printf("%-18s %8s %6s  %-22s %9.2f  %-22s %9.2f %9.2f %6.3fx  %s\n", op,
                   fmtBytes(it.bytes).c_str(), it.tokens ? std::to_string(it.tokens).c_str() : "-",
-                  pathName(it.op, paths[best]).c_str(), times[best],
-                  pathName(it.op, dispatched).c_str(), dUs, ncclUs, ratio, ok ? "ok" : "FAIL");
+                  paths[best].c_str(), times[best], dispatched.c_str(), dUs, ncclUs, ratio,
+                  ok ? "ok" : "FAIL");
       std::fflush(stdout);
-      nlohmann::json cand = nlohmann::json::object();
-      for (size_t i = 0; i + 1 < k; ++i) cand[pathName(it.op, paths[i])] = times[i];
-      rows.push_back({{"op", opName(it.op)},
+      json cand = json::object();
+      for (size_t i = 0; i + 1 < k; ++i) cand[paths[i]] = times[i];
+      rows.push_back({{"op", it.op},
                       {"bytes", it.bytes},
                       {"tokens", it.tokens},
                       {"candidatesUs", cand},
-                      {"dispatched", pathName(it.op, dispatched)},
+                      {"dispatched", dispatched},
                       {"dispatchedUs", dUs},
                       {"ncclUs", ncclUs},
                       {"ok", ok}});
@@ -219,9 +256,7 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
                 tuned ? "the fastest candidate" : "NCCL");
     if (!o.jsonPath.empty()) {
       std::ofstream f(o.jsonPath);
-      f << nlohmann::json(
-               {{"nranks", nranks}, {"tuned", tuned}, {"limit", limit}, {"points", rows}})
-               .dump(2)
+      f << json({{"nranks", nranks}, {"tuned", tuned}, {"limit", limit}, {"points", rows}}).dump(2)
         << "\n";
       if (!f) {
         std::fprintf(stderr, "anyreduce bench: could not write --json %s\n", o.jsonPath.c_str());

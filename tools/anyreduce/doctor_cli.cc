@@ -4,9 +4,9 @@
 #include <memory>
 #include <sstream>
 
+#include "common/api.h"
 #include "config_flags.h"
 #include "doctor/doctor.h"
-#include "fused/fused.h"
 
 namespace anyr {
 namespace tool {
@@ -84,8 +84,9 @@ int runParsed(const Args& a, const std::string& command) {
   if (overridden) s.source += " Overridden on the command line: see the model table.";
   if (!fusedHiddenValid(static_cast<uint64_t>(s.hidden))) {
     throw CLI::ValidationError(
-        "--hidden", "must be a multiple of " + std::to_string(kFusedHiddenMultiple) + " in " +
-                        std::to_string(kFusedMinHidden) + ".." + std::to_string(kFusedMaxHidden) +
+        "--hidden", "must be a multiple of " + std::to_string(ANYR_FUSED_HIDDEN_MULTIPLE) + " in " +
+                        std::to_string(ANYR_FUSED_MIN_HIDDEN) + ".." +
+                        std::to_string(ANYR_FUSED_MAX_HIDDEN) +
                         " (the fused operation's rule), got " + std::to_string(s.hidden));
   }
   if (s.moe && (s.topk < 1 || s.topk > s.experts)) {
@@ -124,7 +125,7 @@ std::function<int()> addDoctorCommand(CLI::App& app, int argc, char** argv) {
   d->add_option("--batch", a->batches, "Comma-separated batch sizes, 1..256 (default 1,8,32)");
   d->add_option("--layers", a->layers, "Override: number of layers")->check(CLI::Range(1, 1000));
   d->add_option("--hidden", a->hidden, "Override: hidden size (multiple of 8, 128..16384)")
-      ->check(CLI::Range(kFusedMinHidden, kFusedMaxHidden));
+      ->check(CLI::Range(ANYR_FUSED_MIN_HIDDEN, ANYR_FUSED_MAX_HIDDEN));
   d->add_option("--heads", a->heads, "Override: attention heads")->check(CLI::Range(1, 1024));
   d->add_option("--kv-heads", a->kvHeads, "Override: KV heads")->check(CLI::Range(1, 1024));
   d->add_option("--head-dim", a->headDim, "Override: head dimension")->check(CLI::Range(8, 1024));

@@ -10,31 +10,27 @@
 #include <sstream>
 #include <vector>
 
-#include "base/config.h"
-#include "base/env.h"
-#include "base/error.h"
 #include "bench.h"
+#include "common/api.h"
 #include "common/data.h"
 #include "common/launcher.h"
 #include "config_flags.h"
-#include "device/handles.h"
 #include "doctor_cli.h"
-#include "fused/fused.h"
-#include "select/admission.h"
-#include "select/dispatch.h"
-#include "select/explain.h"
-#include "select/tuning.h"
-#include "topology/probe.h"
-#include "topology/topology.h"
 
 namespace {
 
 using namespace anyr;
+using tool::algoNames;
+using tool::check;
+using tool::parseAlgo;
+using tool::textOf;
 
 int cmdProbe(bool measure, const std::string& jsonOut, const std::string& load) {
-  Topology t;
+  std::string report;
   if (!load.empty()) {
-    t = loadTopologyFile(load);
+    report = textOf([&](char* b, size_t n,
+                        size_t* need) { return anyrDescribeTopology(load.c_str(), b, n, need); },
+                    nullptr, "anyrDescribeTopology");
   } else {
     std::string why;
     if (launch::countGpus(&why) == 0) {
@@ -42,101 +38,65 @@ int cmdProbe(bool measure, const std::string& jsonOut, const std::string& load) 
                    why.c_str());
       return 2;
     }
-    ProbeOptions po;
-    po.measure = measure;
-    t = probeLocal(po);
+    // A description longer than the first buffer probes again (textOf): never seen in practice.
+    report = textOf(
+        [&](char* b, size_t n, size_t* need) {
+          return anyrProbeTopology(measure ? 1 : 0, jsonOut.empty() ? nullptr : jsonOut.c_str(), b,
+                                   n, need);
+        },
+        nullptr, "anyrProbeTopology", 1 << 20);
   }
-  printTopology(t, std::cout);
-  if (!jsonOut.empty()) {
-    saveTopologyFile(t, jsonOut);
-    std::printf("topology written to %s\n", jsonOut.c_str());
-  }
+  std::cout << nlohmann::json::parse(report)["text"].get<std::string>();
+  if (!jsonOut.empty()) std::printf("topology written to %s\n", jsonOut.c_str());
   return 0;
 }
 
 // Admission and default choices for a topology file, as every rank of a communicator over
-// those GPUs would compute them (NCCL assumed available unless --no-nccl).
+// those GPUs would compute them (NCCL assumed available unless --no-nccl): anyrExplainTopology.
 int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
                        const std::string& tuningFile, const std::string& algo) {
-  Topology t = loadTopologyFile(path);
-  if (nranks > 0 && nranks != t.size()) {
-    if (nranks > t.size()) {
-      std::fprintf(stderr, "anyreduce explain: --nranks %d but the topology has %d GPUs\n", nranks,
-                   t.size());
-      return 2;
-    }
-    t = firstGpus(t, nranks);  // as a communicator of N ranks over them would see them
-  }
-  CommFacts f;
-  f.nranks = t.size();
-  f.sameHost = true;
-  for (const GpuInfo& g : t.gpus) f.sameHost = f.sameHost && g.hostHash == t.gpus[0].hostHash;
-  f.ncclAvailable = nccl;
-  f.ncclReason = nccl ? "" : "disabled (--no-nccl)";
-  f.peerMemory = true;
-  f.hostMemory = f.sameHost && f.nranks <= kMaxLocalRanks;
-  f.hostMemoryReason = f.hostMemory ? "" : "ranks on several hosts or more than 8 ranks";
-  Config cfg = resolveConfig(nullptr);
-  if (!algo.empty() && !parseAlgo(algo, &cfg.algorithm)) {
-    std::fprintf(stderr, "anyreduce explain: --algo '%s': must be one of %s\n", algo.c_str(),
-                 algoNames().c_str());
+  const auto described = nlohmann::json::parse(
+      textOf([&](char* b, size_t n,
+                 size_t* need) { return anyrDescribeTopology(path.c_str(), b, n, need); },
+             nullptr, "anyrDescribeTopology"));
+  const int gpus = described["gpus"].get<int>();
+  if (nranks > gpus) {
+    std::fprintf(stderr, "anyreduce explain: --nranks %d but the topology has %d GPUs\n", nranks,
+                 gpus);
     return 2;
   }
-  Admission adm = admit(t, f);
-  std::printf("topology %s: %d GPUs (%s)\n\nadmission:\n", path.c_str(), t.size(),
-              t.source.c_str());
-  for (int a = 1; a < anyrNumAlgos; ++a) {
-    const AlgoAdmission& x = adm.algo[static_cast<size_t>(a)];
-    std::printf("  %-13s %-9s %s\n", anyrAlgoName(static_cast<anyrAlgo_t>(a)),
-                x.admitted ? "admitted" : "REJECTED", x.reason.c_str());
-  }
-  DispatchTable table = seedTable(t, adm, cfg, t.size());
-  ExplainInput in;
-  in.topo = &t;
-  in.adm = &adm;
-  in.cfg = &cfg;
-  in.nranks = t.size();
-  in.table = &table;
-  in.forced = cfg.algorithm;
-  TuningTable tuned;
-  if (!tuningFile.empty()) {
-    std::string why;
-    // The settings a communicator measured under (block caps, cluster and programmatic-launch
-    // probes, sizes) are not in a topology file: taken as the table's own here; the topology,
-    // world size, library and driver are compared. A live communicator compares its own.
-    std::vector<std::string> settings;
-    try {
-      std::ifstream file(tuningFile);
-      std::stringstream text;
-      text << file.rdbuf();
-      settings = tuningFromJson(text.str()).fingerprint.settings;
-    } catch (const Error&) {
-      // malformed: loadTuningFor below says why
+  anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;  // the environment's, --algo over ANYR_ALGO
+  if (!algo.empty()) {
+    anyrAlgo_t a = anyrAlgoAuto;
+    if (!parseAlgo(algo, &a)) {
+      std::fprintf(stderr, "anyreduce explain: --algo '%s': must be one of %s\n", algo.c_str(),
+                   algoNames().c_str());
+      return 2;
     }
-    if (loadTuningFor(tuningFile, fingerprintOf(t, t.size(), settings), &tuned, &why)) {
-      std::vector<std::string> warnings;
-      std::array<std::vector<Candidate>, kNumOps> cands;
-      for (int o = 0; o < kNumOps; ++o)
-        cands[static_cast<size_t>(o)] = candidates(static_cast<Op>(o), t, adm);
-      // No GPU to probe clusters here: the table's sizes are shown as
-      // a configuration that does not turn clusters off would take them.
-      applyTuning(tuned, cands, cfg.fusedCluster != 1, &table, &warnings);
-      for (const std::string& w : warnings) std::printf("warning: %s\n", w.c_str());
-      in.tuned = &tuned;
-      in.tuningNote = "loaded from " + tuningFile + " (its measured settings assumed)";
-    } else {
-      in.tuningNote = "ignored: " + why;
-    }
+    cfg.algorithm = a;
   }
-  if (cfg.algorithm != anyrAlgoAuto) {
-    std::string err = overrideError(adm, cfg.algorithm);
-    if (!err.empty()) {
-      std::fprintf(stderr, "anyreduce explain: forced algorithm (--algo / ANYR_ALGO): %s\n",
-                   err.c_str());
-      return 1;
-    }
+  const auto j = nlohmann::json::parse(textOf(
+      [&](char* b, size_t n, size_t* need) {
+        return anyrExplainTopology(path.c_str(), nranks, nccl ? 1 : 0,
+                                   tuningFile.empty() ? nullptr : tuningFile.c_str(), &cfg, b, n,
+                                   need);
+      },
+      nullptr, "anyrExplainTopology"));
+  std::printf("topology %s: %d GPUs (%s)\n\nadmission:\n", path.c_str(), j["gpus"].get<int>(),
+              j["source"].get<std::string>().c_str());
+  for (const auto& a : j["admission"]) {
+    std::printf("  %-13s %-9s %s\n", a["algo"].get<std::string>().c_str(),
+                a["admitted"].get<bool>() ? "admitted" : "REJECTED",
+                a["reason"].get<std::string>().c_str());
   }
-  std::printf("\n%s", explainDispatch(in).c_str());
+  for (const auto& w : j["warnings"]) std::printf("warning: %s\n", w.get<std::string>().c_str());
+  const std::string forcedError = j["forcedError"].get<std::string>();
+  if (!forcedError.empty()) {
+    std::fprintf(stderr, "anyreduce explain: forced algorithm (--algo / ANYR_ALGO): %s\n",
+                 forcedError.c_str());
+    return 1;
+  }
+  std::printf("\n%s", j["dispatchText"].get<std::string>().c_str());
   return 0;
 }
 
@@ -190,10 +150,15 @@ int cmdExplainLive(int nranks, bool json) {
 }
 
 int cmdEnv() {
-  for (const env::Param& p : env::params()) {
-    std::printf("%-24s default %-8s %s\n", p.name, *p.defaultValue ? p.defaultValue : "-",
-                p.meaning);
-    if (env::isSet(p.name)) std::printf("%-24s   (set: %s)\n", "", env::getString(p.name).c_str());
+  const auto params = nlohmann::json::parse(
+      textOf([](char* b, size_t n, size_t* need) { return anyrGetEnvParams(b, n, need); }, nullptr,
+             "anyrGetEnvParams"));
+  for (const auto& p : params) {
+    const std::string dflt = p["default"].get<std::string>();
+    std::printf("%-24s default %-8s %s\n", p["name"].get<std::string>().c_str(),
+                dflt.empty() ? "-" : dflt.c_str(), p["meaning"].get<std::string>().c_str());
+    if (p.contains("value"))
+      std::printf("%-24s   (set: %s)\n", "", p["value"].get<std::string>().c_str());
   }
   return 0;
 }
@@ -201,7 +166,7 @@ int cmdEnv() {
 // CLI11 validator + transform for sizes such as 64K / 8M.
 uint64_t parseSizeOrThrow(const std::string& s, const char* what) {
   uint64_t v = 0;
-  if (!env::parseSize(s, &v))
+  if (!tool::parseSize(s, &v))
     throw CLI::ValidationError(what, "'" + s + "' is not a size (e.g. 1024, 64K, 8M, 1G)");
   return v;
 }
@@ -290,7 +255,7 @@ int main(int argc, char** argv) {
   tune->add_option("-b,--minbytes", tuneMinS, "Smallest all-reduce size (default 1K)");
   tune->add_option("-e,--maxbytes", tuneMaxS, "Largest all-reduce size (default 256M)");
   tune->add_option("--hidden", to.hidden, "Fused op: hidden size measured (default 6144)")
-      ->check(CLI::Range(kFusedMinHidden, kFusedMaxHidden));
+      ->check(CLI::Range(ANYR_FUSED_MIN_HIDDEN, ANYR_FUSED_MAX_HIDDEN));
   tune->add_option("--max-tokens", to.maxTokens, "Fused op: 1, 2, 4 .. this many tokens (2048)")
       ->check(CLI::Range(1, 65536));
   tune->add_option("--budget-s", tuneBudgetS, "Stop measuring after this many seconds (0: none)")
@@ -350,9 +315,8 @@ int main(int argc, char** argv) {
       }
       bo.graph = !noGraph;
       if (!wireS.empty()) {
-        anyrWire_t w = anyrWireNative;
-        parseWire(wireS, &w);
-        bo.wire = static_cast<int>(w);
+        // The names of anyrWire_t in enum order (the flag's check admits only these).
+        bo.wire = wireS == "int8" ? anyrWireInt8 : wireS == "fp8" ? anyrWireFp8 : anyrWireNative;
       }
       bo.dtypes.clear();
       std::stringstream ds(dtypesS);
@@ -387,7 +351,7 @@ int main(int argc, char** argv) {
         std::stringstream ss(text);
         for (std::string item; std::getline(ss, item, ',');) {
           uint64_t v = 0;
-          if (!env::parseSize(item, &v) || v == 0) {
+          if (!tool::parseSize(item, &v) || v == 0) {
             throw CLI::ValidationError(what, "'" + item + "' is not a positive integer");
           }
           out->push_back(static_cast<size_t>(v));
@@ -396,12 +360,12 @@ int main(int argc, char** argv) {
       parseList(hiddenS, "--hidden", &bo.hiddens);
       parseList(tokensS, "--tokens", &bo.tokens);
       for (size_t h : bo.hiddens) {  // before any buffer is sized or filled for it
-        const int multiple = fusedHiddenMultiple(bo.quant);
-        if (!fusedHiddenValid(h, bo.quant)) {
+        const int multiple = tool::fusedHiddenMultiple(bo.quant);
+        if (!tool::fusedHiddenValid(h, bo.quant)) {
           throw CLI::ValidationError("--hidden", std::to_string(h) + " is not a multiple of " +
                                                      std::to_string(multiple) + " in " +
-                                                     std::to_string(kFusedMinHidden) + ".." +
-                                                     std::to_string(kFusedMaxHidden));
+                                                     std::to_string(ANYR_FUSED_MIN_HIDDEN) + ".." +
+                                                     std::to_string(ANYR_FUSED_MAX_HIDDEN));
         }
       }
       if (bo.checkDispatch) {
@@ -424,10 +388,10 @@ int main(int argc, char** argv) {
       if (to.minBytes < 2 || to.minBytes > to.maxBytes) {
         throw CLI::ValidationError("--minbytes", "must be >= 2 and <= --maxbytes");
       }
-      if (to.hidden % kFusedHiddenMultiple != 0) {
+      if (to.hidden % ANYR_FUSED_HIDDEN_MULTIPLE != 0) {
         throw CLI::ValidationError("--hidden", std::to_string(to.hidden) +
                                                    " is not a multiple of " +
-                                                   std::to_string(kFusedHiddenMultiple));
+                                                   std::to_string(ANYR_FUSED_HIDDEN_MULTIPLE));
       }
       to.budgetMs = static_cast<int>(tuneBudgetS * 1000);
       return tool::runTune(to);
@@ -458,7 +422,7 @@ int main(int argc, char** argv) {
     }
   } catch (const CLI::Error& e) {
     return app.exit(e);
-  } catch (const Error& e) {
+  } catch (const tool::ApiError& e) {
     std::fprintf(stderr, "anyreduce: %s\n", e.what());
     return 1;
   }

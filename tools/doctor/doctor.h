@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "anyreduce/comm_flags.h"
+#include "common/comm_flags.h"
 
 namespace anyr {
 namespace doctor {

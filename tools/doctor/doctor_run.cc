@@ -17,8 +17,8 @@
 #include <functional>
 #include <stdexcept>
 
-#include "anyreduce/bench.h"
-#include "anyreduce/timing.h"
+#include "common/api.h"
+#include "common/timing.h"
 #include "doctor.h"
 #include "doctor_kernels.h"
 #include "nvml_sampler.h"
@@ -230,12 +230,9 @@ json samplesJson(const json& gpu, const std::vector<Sample>& samples) {
 
 int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id, int ngpus,
                double t0, const std::string& rankFile) {
-  tool::BenchOptions bo;
-  bo.timeoutMs = o.timeoutMs;
-  bo.comm = o.comm;
   void* ncclVoid = nullptr;
   Step st;
-  st.comm = tool::openBenchComm(bo, rank, nranks, id, ngpus, &ncclVoid);
+  st.comm = tool::openRankComm(rank, nranks, id, ngpus, o.timeoutMs, -1, o.comm, &ncclVoid);
   st.nccl = static_cast<ncclComm_t>(ncclVoid);
   if (st.nccl == nullptr) {
     throw std::runtime_error(

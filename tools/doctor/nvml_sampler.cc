@@ -4,13 +4,40 @@
 #include <time.h>
 
 #include <chrono>
-
-#include "topology/nvml.h"
+#include <cstdio>
+#include <string>
 
 namespace anyr {
 namespace doctor {
 
 namespace {
+
+// "dddd:bb:dd.f" in lower case (4-digit domain, 8 when it does not fit), from any of the
+// spellings CUDA, NVML and sysfs use ("0000:1B:00.0", "00000000:1b:00.0", "1b:00.0"), as NVML's
+// bus-id lookup takes it; "" when `busId` is not a PCI address.
+std::string normalizeBusId(const std::string& busId) {
+  unsigned long long domain = 0;
+  unsigned bus = 0, dev = 0, fn = 0;
+  int used = -1;
+  const char* s = busId.c_str();
+  // Either "domain:bus:device.function" or "bus:device.function".
+  bool ok = std::sscanf(s, "%llx:%x:%x.%x%n", &domain, &bus, &dev, &fn, &used) == 4 && used >= 0 &&
+            s[used] == '\0';
+  if (!ok) {
+    domain = 0;
+    used = -1;
+    ok = std::sscanf(s, "%x:%x.%x%n", &bus, &dev, &fn, &used) == 3 && used >= 0 && s[used] == '\0';
+  }
+  if (!ok) return "";
+  if (domain > 0xffffffffull || bus > 0xff || dev > 0x1f || fn > 0x7) return "";
+  char out[32];
+  if (domain > 0xffff) {
+    std::snprintf(out, sizeof(out), "%08llx:%02x:%02x.%x", domain, bus, dev, fn);
+  } else {
+    std::snprintf(out, sizeof(out), "%04llx:%02x:%02x.%x", domain, bus, dev, fn);
+  }
+  return out;
+}
 
 // The few NVML declarations used (NVML's stable ABI; nvml.h is not needed to build).
 typedef struct nvmlDevice_st* nvmlDevice_t;
@@ -168,7 +195,7 @@ bool NvmlSampler::describe(int index, GpuStatic* out) {
 
 bool NvmlSampler::describeBusId(const std::string& busId, GpuStatic* out) {
   const Api& a = api();
-  const std::string norm = nvml::normalizeBusId(busId);
+  const std::string norm = normalizeBusId(busId);
   nvmlDevice_t d;
   if (!a.ok || norm.empty() || a.byBusId(norm.c_str(), &d) != kNvmlSuccess) return false;
   out->busId = norm;

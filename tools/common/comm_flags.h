@@ -1,6 +1,8 @@
 // Communicator config fields (anyrConfig_t) that the command line can set over the environment:
 // each -1 means "not given" (the environment, then the library default, decides). The flags
-// that fill them are added by addConfigFlags (config_flags.h).
+// that fill them are added by addConfigFlags (tools/anyreduce/config_flags.h); openRankComm
+// (common/api.h) puts them in a communicator's config. No CUDA header: the doctor's report
+// library, which builds without CUDA, includes it.
 #pragma once
 
 namespace anyr {

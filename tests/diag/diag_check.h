@@ -1,4 +1,4 @@
-// Error check of the diagnostic tools (tools/diag): on a CUDA error, prints where and why and
+// Error check of the diagnostic tools (tests/diag): on a CUDA error, prints where and why and
 // exits with status 1.
 #pragma once
 

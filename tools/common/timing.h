@@ -1,4 +1,4 @@
-// Timing and error helpers shared by the benchmarks of the command-line tool.
+// Timing and error helpers shared by the benchmarks of the command-line tool and the doctor.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,0 +1,95 @@
+#include "select/explain_topology.h"
+
+#include <array>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "base/error.h"
+#include "device/handles.h"
+#include "select/admission.h"
+#include "select/dispatch.h"
+#include "select/explain.h"
+#include "select/tuning.h"
+#include "topology/topology.h"
+
+namespace anyr {
+
+std::string explainTopologyJson(const TopologyExplainOptions& o, const anyrConfig_t* config) {
+  Topology t = loadTopologyFile(o.path);
+  ANYR_REQUIRE_ARG(o.nranks >= 0, "nranks", "must be >= 0 (0: every GPU of the topology)");
+  ANYR_REQUIRE_ARG(
+      o.nranks <= t.size(), "nranks",
+      std::to_string(o.nranks) + " but the topology has " + std::to_string(t.size()) + " GPUs");
+  if (o.nranks > 0 && o.nranks != t.size()) {
+    t = firstGpus(t, o.nranks);  // as a communicator of N ranks over them would see them
+  }
+  CommFacts f;
+  f.nranks = t.size();
+  f.sameHost = true;
+  for (const GpuInfo& g : t.gpus) f.sameHost = f.sameHost && g.hostHash == t.gpus[0].hostHash;
+  f.ncclAvailable = o.ncclAvailable;
+  f.ncclReason = o.ncclAvailable ? "" : "disabled (--no-nccl)";
+  f.peerMemory = true;
+  f.hostMemory = f.sameHost && f.nranks <= kMaxLocalRanks;
+  f.hostMemoryReason = f.hostMemory ? "" : "ranks on several hosts or more than 8 ranks";
+  const Config cfg = resolveConfig(config);
+  Admission adm = admit(t, f);
+  nlohmann::json j;
+  j["gpus"] = t.size();
+  j["source"] = t.source;
+  nlohmann::json admission = nlohmann::json::array();
+  for (int a = 1; a < anyrNumAlgos; ++a) {
+    const AlgoAdmission& x = adm.algo[static_cast<size_t>(a)];
+    admission.push_back({{"algo", anyrAlgoName(static_cast<anyrAlgo_t>(a))},
+                         {"admitted", x.admitted},
+                         {"reason", x.reason}});
+  }
+  j["admission"] = admission;
+  DispatchTable table = seedTable(t, adm, cfg, t.size());
+  ExplainInput in;
+  in.topo = &t;
+  in.adm = &adm;
+  in.cfg = &cfg;
+  in.nranks = t.size();
+  in.table = &table;
+  in.forced = cfg.algorithm;
+  TuningTable tuned;
+  std::vector<std::string> warnings;
+  if (!o.tuningFile.empty()) {
+    std::string why;
+    // The settings a communicator measured under (block caps, cluster and programmatic-launch
+    // probes, sizes) are not in a topology file: taken as the table's own here; the topology,
+    // world size, library and driver are compared. A live communicator compares its own.
+    std::vector<std::string> settings;
+    try {
+      std::ifstream file(o.tuningFile);
+      std::stringstream text;
+      text << file.rdbuf();
+      settings = tuningFromJson(text.str()).fingerprint.settings;
+    } catch (const Error&) {
+      // malformed: loadTuningFor below says why
+    }
+    if (loadTuningFor(o.tuningFile, fingerprintOf(t, t.size(), settings), &tuned, &why)) {
+      std::array<std::vector<Candidate>, kNumOps> cands;
+      for (int op = 0; op < kNumOps; ++op)
+        cands[static_cast<size_t>(op)] = candidates(static_cast<Op>(op), t, adm);
+      // No GPU to probe clusters here: the table's sizes are shown as
+      // a configuration that does not turn clusters off would take them.
+      applyTuning(tuned, cands, cfg.fusedCluster != 1, &table, &warnings);
+      in.tuned = &tuned;
+      in.tuningNote = "loaded from " + o.tuningFile + " (its measured settings assumed)";
+    } else {
+      in.tuningNote = "ignored: " + why;
+    }
+  }
+  j["warnings"] = warnings;
+  const std::string forcedError =
+      cfg.algorithm != anyrAlgoAuto ? overrideError(adm, cfg.algorithm) : "";
+  j["forcedError"] = forcedError;
+  j["dispatchText"] = forcedError.empty() ? explainDispatch(in) : "";
+  return j.dump();
+}
+
+}  // namespace anyr
