@@ -178,10 +178,7 @@ anyrResult_t anyrCommDescribePaths(const anyrComm_t comm, char* buf, size_t len,
 
 anyrResult_t anyrCommForcePath(anyrComm_t comm, const char* op, const char* path) {
   return anyr::guarded(comm, "anyrCommForcePath", [&] {
-    anyr::Communicator& c = anyr::liveComm(comm);
-    // The names are judged inside the collective call: a rank that refuses them stops its
-    // peers (Communicator::forcePath).
-    c.forcePath([&] {
+    const auto judge = [&] {
       anyr::Communicator::ForcedPath f;
       f.op = anyr::requireOp(op);
       f.clear = path == nullptr || *path == '\0';
@@ -189,7 +186,12 @@ anyrResult_t anyrCommForcePath(anyrComm_t comm, const char* op, const char* path
           f.clear || anyr::parsePath(f.op, path, &f.path), "path",
           "'" + std::string(f.clear ? "" : path) + "' is not a path of " + anyr::opName(f.op));
       return f;
-    });
+    };
+    // The names are judged before the communicator, and on a communicator inside the
+    // collective call, so that a rank that refuses them stops its peers
+    // (Communicator::forcePath).
+    if (comm == nullptr) judge();
+    anyr::liveComm(comm).forcePath(judge);
   });
 }
 
