@@ -110,10 +110,7 @@ __global__ void hostCopyWaitKernel(HostArgs a, uint32_t c) {
 
 template <typename T, bool kAligned>
 __device__ __forceinline__ Vec loadInput(const HostArgs& a, uint64_t v) {
-  Vec x;
-  x.u = make_uint4(0, 0, 0, 0);
-  if (v < a.numVecs) x = dev::loadVec<T, kAligned>(static_cast<const T*>(a.input), v, a.count);
-  return x;
+  return dev::loadVecOrZero<T, kAligned>(static_cast<const T*>(a.input), v, a.numVecs, a.count);
 }
 
 // Compressed wire: quantizes chunk c of the launch into the send staging (wire.cuh's groups of

@@ -35,16 +35,16 @@ using dev::Vec;
 
 template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
-  dev::waitForPrevious(a.releaseEarly);
   constexpr int E = Elem<T>::kPerVec;
+  const auto start = dev::startKernel(a, &LocalState::syncEpoch, dev::flagEpochOf);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
   const int n = a.nranks;
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
-  const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
-  const bool stopped = dev::stopRequested(st);
+  const uint32_t epoch = start.epoch;
+  const bool stopped = start.stopped;
   const uint64_t buf = L.dataOffset + (epoch & 1u) * L.dataBytes;
   const uint64_t V = a.numVecs;
   // This block's range: a multiple of kHostBlockQuantum vectors, so wire groups and warps
@@ -70,12 +70,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
   const uint32_t seq0 = st->pushEpoch[blockIdx.x];
   const uint64_t flagOff = L.flagsOffset + offsetof(HostFlags, rounds) + blockIdx.x * 4u;
 
-  auto loadIn = [&](uint64_t v) {
-    Vec x;
-    x.u = make_uint4(0, 0, 0, 0);
-    if (v < V) x = dev::loadVec<T, kAligned>(in, v, a.count);
-    return x;
-  };
+  auto loadIn = [&](uint64_t v) { return dev::loadVecOrZero<T, kAligned>(in, v, V, a.count); };
   // Round k covers vectors lo + k R + j, j < R; thread t takes j = t, t + blockDim, ...
   auto writeRound = [&](uint64_t k) {
     for (uint64_t j = threadIdx.x; j < R; j += blockDim.x) {
@@ -144,10 +139,9 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotKernel(HostArgs a) {
 cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
                               cudaStream_t stream) {
   return dev::dispatchWire(a.wire, [&](auto wire) {
-    return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+    return launchTagged(dtype, a, shape, stream, [](auto tag) {
       using Tag = decltype(tag);
-      return launchKernel(hostOneShotKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>,
-                          dim3(shape.blocks), dim3(shape.threads), 0, stream, shape.pdl, a);
+      return hostOneShotKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>;
     });
   });
 }

@@ -46,7 +46,7 @@ constexpr unsigned kLLPollPauseNs = 200;
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) {
-  dev::waitForPrevious(a.releaseEarly);
+  const auto start = dev::startKernel(a, &LocalState::syncEpoch, dev::flagEpochOf);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
@@ -55,8 +55,8 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
   LocalState* st = a.state;
   // The host kernels' shared launch epoch: advanced by this kernel too, it names the launch in
   // a failure report; the lines carry the protocol's own count.
-  const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
-  const bool stopped = dev::stopRequested(st);
+  const uint32_t epoch = start.epoch;
+  const bool stopped = start.stopped;
   const uint32_t tag = dev::readEpoch(st->llUse) + 1;
   const uint64_t buf = L.llOffset + hostLLBuffer(tag) * L.llBytes;
   const uint64_t V = a.numVecs;
@@ -174,10 +174,9 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
 
 cudaError_t launchHostOneShotLL(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
                                 cudaStream_t stream) {
-  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+  return launchTagged(dtype, a, shape, stream, [](auto tag) {
     using Tag = decltype(tag);
-    return launchKernel(hostOneShotLLKernel<typename Tag::T, Tag::kAligned>, dim3(shape.blocks),
-                        dim3(shape.threads), 0, stream, shape.pdl, a);
+    return hostOneShotLLKernel<typename Tag::T, Tag::kAligned>;
   });
 }
 

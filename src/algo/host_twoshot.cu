@@ -34,16 +34,16 @@ using dev::Vec;
 
 template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
-  dev::waitForPrevious(a.releaseEarly);
   constexpr int E = Elem<T>::kPerVec;
+  const auto start = dev::startKernel(a, &LocalState::syncEpoch, dev::flagEpochOf);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
   const int n = a.nranks;
   const HostLayout& L = a.layout;
   LocalState* st = a.state;
-  const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
-  const bool stopped = dev::stopRequested(st);
+  const uint32_t epoch = start.epoch;
+  const bool stopped = start.stopped;
   const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t dataBuf = L.dataOffset + (epoch & 1u) * L.dataBytes;
   const uint64_t resBuf = L.resultOffset + (epoch & 1u) * L.resultBytes;
@@ -58,12 +58,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
   char* ownRes = region(rank) + resBuf;
   const uint64_t dataScales = L.dataBytes / 2;
   const uint64_t resScales = L.resultBytes / 2;
-  auto loadIn = [&](uint64_t v) {
-    Vec x;
-    x.u = make_uint4(0, 0, 0, 0);
-    if (v < V) x = dev::loadVec<T, kAligned>(in, v, a.count);
-    return x;
-  };
+  auto loadIn = [&](uint64_t v) { return dev::loadVecOrZero<T, kAligned>(in, v, V, a.count); };
 
   // 1. Scatter: the peers' segments of the own input, into the own data buffer.
   for (int k = 1; k < n; ++k) {
@@ -159,10 +154,9 @@ __global__ void __launch_bounds__(kAlgoThreads) hostTwoShotKernel(HostArgs a) {
 cudaError_t launchHostTwoShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
                               cudaStream_t stream) {
   return dev::dispatchWire(a.wire, [&](auto wire) {
-    return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+    return launchTagged(dtype, a, shape, stream, [](auto tag) {
       using Tag = decltype(tag);
-      return launchKernel(hostTwoShotKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>,
-                          dim3(shape.blocks), dim3(shape.threads), 0, stream, shape.pdl, a);
+      return hostTwoShotKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>;
     });
   });
 }

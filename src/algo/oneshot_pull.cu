@@ -27,15 +27,15 @@ using dev::Vec;
 template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
     oneShotPullKernel(AllReduceArgs a) {
-  dev::waitForPrevious(a.releaseEarly);
   constexpr int E = Elem<T>::kPerVec;
+  const auto start = dev::startKernel(a, &LocalState::syncEpoch, dev::flagEpochOf);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
   const int n = a.nranks;
   LocalState* st = a.state;
-  const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
-  const bool stopped = dev::stopRequested(st);
+  const uint32_t epoch = start.epoch;
+  const bool stopped = start.stopped;
   const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t bufOffset = a.layout.stagingOffset + (epoch & 1u) * a.layout.chunkBytes;
 
@@ -52,12 +52,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const uint64_t lo = per * blockIdx.x;
   const uint64_t hi = min(vEnd, lo + per);
   const uint64_t scaleOff = a.layout.chunkBytes / 2;
-  auto loadIn = [&](uint64_t v) {
-    Vec x;
-    x.u = make_uint4(0, 0, 0, 0);
-    if (v < V) x = dev::loadVec<T, kAligned>(in, v, a.count);
-    return x;
-  };
+  auto loadIn = [&](uint64_t v) { return dev::loadVecOrZero<T, kAligned>(in, v, V, a.count); };
 
   // 1. Stage this block's range of the input.
   char* own = a.peerWorkspace[rank];
@@ -129,10 +124,9 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
 cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
   return dev::dispatchWire(a.wire, [&](auto wire) {
-    return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+    return launchTagged(dtype, a, shape, stream, [](auto tag) {
       using Tag = decltype(tag);
-      return launchKernel(oneShotPullKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>,
-                          dim3(shape.blocks), dim3(shape.threads), 0, stream, shape.pdl, a);
+      return oneShotPullKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>;
     });
   });
 }

@@ -29,14 +29,14 @@ using dev::Vec;
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
     oneShotPushKernel(AllReduceArgs a) {
-  dev::waitForPrevious(a.releaseEarly);
+  LocalState* st = a.state;
+  const dev::PushStart start = dev::startPushKernel(a, &LocalState::pushEpoch);
+  const dev::Phases ph = start.epoch;
+  const bool stopped = start.stopped;
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
   const int n = a.nranks;
-  LocalState* st = a.state;
-  const dev::Phases ph = dev::phasesOf(st->pushEpoch);
-  const bool stopped = dev::stopRequested(st);
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.pushSlotBytes;
@@ -84,29 +84,24 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
     if (ok) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc));
   }
 
-  if (blockIdx.x == 0 && threadIdx.x == 0) st->pushVecs[phase] = static_cast<uint32_t>(a.numVecs);
-  dev::finishEpoch(st->pushEpoch, dev::nextPushEpoch(epoch));
+  dev::finishPushKernel(st->pushEpoch, st->pushVecs, ph, a.numVecs);
 }
+
+// The kernel for a dispatch tag (dev::KernelTag).
+const auto oneShotPushKernelOf = [](auto tag) {
+  using Tag = decltype(tag);
+  return oneShotPushKernel<typename Tag::T, Tag::kAligned>;
+};
 
 }  // namespace
 
 cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
-  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
-    using Tag = decltype(tag);
-    return launchKernel(oneShotPushKernel<typename Tag::T, Tag::kAligned>, dim3(shape.blocks),
-                        dim3(shape.threads), 0, stream, shape.pdl, a);
-  });
+  return launchTagged(dtype, a, shape, stream, oneShotPushKernelOf);
 }
 
 cudaError_t oneShotPushResidentPerSm(int* least) {
-  return dev::lowerResidentPerSm(
-      kAlgoThreads,
-      [](auto tag) {
-        using Tag = decltype(tag);
-        return oneShotPushKernel<typename Tag::T, Tag::kAligned>;
-      },
-      least);
+  return dev::lowerResidentPerSm(kAlgoThreads, oneShotPushKernelOf, least);
 }
 
 }  // namespace anyr

@@ -56,30 +56,15 @@ cudaError_t checkT(const void* out, uint64_t count, int nranks, SelfCheckResult*
 
 cudaError_t launchSelfTestFill(anyrDataType_t dtype, void* p, uint64_t count, int rank,
                                cudaStream_t s) {
-  switch (dtype) {
-    case anyrFloat32:
-      return fillT<float>(p, count, rank, s);
-    case anyrFloat16:
-      return fillT<__half>(p, count, rank, s);
-    case anyrBfloat16:
-      return fillT<__nv_bfloat16>(p, count, rank, s);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::dispatchDtype(
+      dtype, [&](auto tag) { return fillT<typename decltype(tag)::T>(p, count, rank, s); });
 }
 
 cudaError_t launchSelfTestCheck(anyrDataType_t dtype, const void* out, uint64_t count, int nranks,
                                 SelfCheckResult* res, cudaStream_t s) {
-  switch (dtype) {
-    case anyrFloat32:
-      return checkT<float>(out, count, nranks, res, s);
-    case anyrFloat16:
-      return checkT<__half>(out, count, nranks, res, s);
-    case anyrBfloat16:
-      return checkT<__nv_bfloat16>(out, count, nranks, res, s);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::dispatchDtype(dtype, [&](auto tag) {
+    return checkT<typename decltype(tag)::T>(out, count, nranks, res, s);
+  });
 }
 
 }  // namespace anyr

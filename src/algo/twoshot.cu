@@ -70,14 +70,14 @@ __device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd,
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(AllReduceArgs a) {
-  dev::waitForPrevious(a.releaseEarly);
+  const auto start = dev::startKernel(a, &LocalState::syncEpoch, dev::flagEpochOf);
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
   const int rank = a.rank;
   const int n = a.nranks;
   LocalState* st = a.state;
-  const uint32_t epoch = dev::readEpoch(st->syncEpoch) + 1;
-  const bool stopped = dev::stopRequested(st);
+  const uint32_t epoch = start.epoch;
+  const bool stopped = start.stopped;
   const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
   const uint64_t parity = epoch & 1u;
   const uint64_t stagingOffset = a.layout.stagingOffset + parity * a.layout.chunkBytes;
@@ -133,25 +133,21 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
   dev::finishFlagUse(st, use);
 }
 
+// The kernel for a dispatch tag (dev::KernelTag).
+const auto twoShotKernelOf = [](auto tag) {
+  using Tag = decltype(tag);
+  return twoShotKernel<typename Tag::T, Tag::kAligned>;
+};
+
 }  // namespace
 
 cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                           cudaStream_t stream) {
-  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
-    using Tag = decltype(tag);
-    return launchKernel(twoShotKernel<typename Tag::T, Tag::kAligned>, dim3(shape.blocks),
-                        dim3(shape.threads), 0, stream, shape.pdl, a);
-  });
+  return launchTagged(dtype, a, shape, stream, twoShotKernelOf);
 }
 
 cudaError_t twoShotResidentPerSm(int* least) {
-  return dev::lowerResidentPerSm(
-      kAlgoThreads,
-      [](auto tag) {
-        using Tag = decltype(tag);
-        return twoShotKernel<typename Tag::T, Tag::kAligned>;
-      },
-      least);
+  return dev::lowerResidentPerSm(kAlgoThreads, twoShotKernelOf, least);
 }
 
 }  // namespace anyr

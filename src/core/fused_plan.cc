@@ -18,7 +18,7 @@ cudaError_t FusedPlan::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, co
   a.input = rowsIn;
   a.output = nullptr;
   a.count = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden);
-  a.numVecs = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden / 8);
+  a.numVecs = static_cast<uint64_t>(rows) * static_cast<uint64_t>(rowVecs(p.hidden));
   // Rows spread over thread-block clusters of clusterBlocks blocks (1: a block per row; the
   // same bits either way).
   if (algo == anyrAlgoOneShotPush) {

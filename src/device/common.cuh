@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include <type_traits>
+#include <utility>
 
 #include "anyreduce/anyreduce.h"
 #include "device/handles.h"
@@ -16,25 +17,68 @@ namespace anyr {
 namespace dev {
 
 // ---- dtype dispatch -----------------------------------------------------------------------
+// The one switch from an anyrDataType_t to the element type a kernel template is instantiated
+// for: calls f(DtypeTag<T>{}) (T: float, __half or __nv_bfloat16) and returns its result, or
+// cudaErrorInvalidValue for a dtype the kernels do not take. k16BitOnly: the kernels exist for
+// fp16 and bf16 only (the fused ones); fp32 is then refused like an unknown dtype, and f is not
+// instantiated for it.
+template <typename T_>
+struct DtypeTag {
+  using T = T_;
+};
+
+template <bool k16BitOnly = false, typename F>
+cudaError_t dispatchDtype(anyrDataType_t dtype, F&& f) {
+  switch (dtype) {
+    case anyrFloat32:
+      if constexpr (k16BitOnly) {
+        return cudaErrorInvalidValue;
+      } else {
+        return f(DtypeTag<float>{});
+      }
+    case anyrFloat16:
+      return f(DtypeTag<__half>{});
+    case anyrBfloat16:
+      return f(DtypeTag<__nv_bfloat16>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 template <typename T_, bool kAligned_>
 struct KernelTag {
   using T = T_;
   static constexpr bool kAligned = kAligned_;
 };
 
-// Calls f(KernelTag<T, aligned>{}) for the dtype; f launches and returns cudaGetLastError().
+// Calls f(KernelTag<T, aligned>{}) for the dtype (dispatchDtype); f launches and returns
+// cudaGetLastError().
 template <typename F>
 cudaError_t dispatch(anyrDataType_t dtype, bool aligned, F&& f) {
-  switch (dtype) {
-    case anyrFloat32:
-      return aligned ? f(KernelTag<float, true>{}) : f(KernelTag<float, false>{});
-    case anyrFloat16:
-      return aligned ? f(KernelTag<__half, true>{}) : f(KernelTag<__half, false>{});
-    case anyrBfloat16:
-      return aligned ? f(KernelTag<__nv_bfloat16, true>{}) : f(KernelTag<__nv_bfloat16, false>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dispatchDtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::T;
+    return aligned ? f(KernelTag<T, true>{}) : f(KernelTag<T, false>{});
+  });
+}
+
+// The one switch from a run-time integer setting to the kernel compiled for its value (the
+// wire format, the quantization mode, the vectors a thread holds): calls
+// f(std::integral_constant<int, V>{}) for the V among kValues that equals v and returns its
+// result; cudaErrorInvalidValue where none does.
+template <int... kValues, typename F>
+cudaError_t dispatchInt(int v, F&& f) {
+  cudaError_t r = cudaErrorInvalidValue;
+  (void)((v == kValues ? (r = f(std::integral_constant<int, kValues>{}), true) : false) || ...);
+  return r;
+}
+template <int... kIndex, typename F>
+cudaError_t dispatchCountOf(int v, std::integer_sequence<int, kIndex...>, F&& f) {
+  return dispatchInt<(kIndex + 1)...>(v, static_cast<F&&>(f));
+}
+// dispatchInt over 1..kMax.
+template <int kMax, typename F>
+cudaError_t dispatchCount(int v, F&& f) {
+  return dispatchCountOf(v, std::make_integer_sequence<int, kMax>{}, static_cast<F&&>(f));
 }
 
 // Lowers *least to the fewest blocks of `threads` threads that one SM of the current device
@@ -549,6 +593,42 @@ __device__ __forceinline__ void advanceSlots(uint32_t* slots, uint32_t next) {
 __device__ __forceinline__ void finishEpoch(uint32_t* slots, uint32_t next) {
   __syncthreads();
   advanceSlots(slots, next);
+}
+
+// ---- the kernel preamble ------------------------------------------------------------------
+// The start every all-reduce kernel shares, in this order: the wait for the work before it on
+// the stream (waitForPrevious, releasing the next launch early where `a` asks for it), the
+// block's slot of its launch counter (a.state->*slots: readEpoch) turned into the kernel's epoch
+// by epochOf, then the stop test (stopRequested; its load is not waited for here, see there).
+// Args: AllReduceArgs or HostArgs. Flag kernels: epochOf = flagEpochOf; push kernels: phasesOf
+// (lamport.cuh).
+using EpochSlots = uint32_t (LocalState::*)[kMaxBlocks];
+template <typename E>
+struct KernelStart {
+  E epoch;       // epochOf(the slot as this launch found it)
+  bool stopped;  // stopRequested
+};
+template <typename Args, typename EpochOf>
+__device__ __forceinline__ auto startKernel(const Args& a, EpochSlots slots, EpochOf&& epochOf) {
+  waitForPrevious(a.releaseEarly);
+  const LocalState* st = a.state;
+  using E = std::decay_t<decltype(epochOf(0u))>;
+  const E epoch = epochOf(readEpoch(st->*slots));
+  return KernelStart<E>{epoch, stopRequested(st)};
+}
+
+// The flag kernels' epoch: this launch's number, one past the slot (finishEpoch writes it back).
+__device__ __forceinline__ uint32_t flagEpochOf(uint32_t slot) { return slot + 1; }
+
+// Vector v of `in` (count elements), or zeros for v >= numVecs: the lanes past the end of a
+// range rounded up to whole groups (the wire formats, the host algorithms' block ranges).
+template <typename T, bool kAligned>
+__device__ __forceinline__ Vec loadVecOrZero(const T* in, uint64_t v, uint64_t numVecs,
+                                             uint64_t count) {
+  Vec x;
+  x.u = make_uint4(0, 0, 0, 0);
+  if (v < numVecs) x = loadVec<T, kAligned>(in, v, count);
+  return x;
 }
 
 }  // namespace dev

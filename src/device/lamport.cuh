@@ -159,6 +159,10 @@ __device__ __forceinline__ uint4 clearVec() {
 struct Phases {
   uint32_t epoch, cur, prev;
 };
+__device__ __forceinline__ Phases phasesOfEpoch(uint32_t e) {
+  return Phases{e, e % 3, (e + 2) % 3};
+}
+// The phases of the launch from the block's slot of `epochSlots` (readEpoch).
 __device__ __forceinline__ Phases phasesOf(const uint32_t* epochSlots) {
   const uint32_t e = readEpoch(epochSlots);
   return Phases{e, e % 3, (e + 2) % 3};
@@ -170,6 +174,22 @@ __host__ __device__ constexpr uint32_t nextPushEpoch(uint32_t e) {
 static_assert(kPushEpochPeriod % 3 == 0, "the phase rotation needs a multiple of 3");
 static_assert(nextPushEpoch(kPushEpochPeriod - 1) % 3 == (kPushEpochPeriod - 1 + 1) % 3,
               "the phase after the wrap follows the one before it");
+
+// The preamble of a push kernel (startKernel on its launch counter, `slots`: pushEpoch or
+// tsEpoch): this launch's phases, and whether the communicator had stopped.
+using PushStart = KernelStart<Phases>;
+__device__ __forceinline__ PushStart startPushKernel(const AllReduceArgs& a, EpochSlots slots) {
+  return startKernel(a, slots, [](uint32_t e) { return phasesOfEpoch(e); });
+}
+
+// The end of a push launch: block 0 records the vectors per slot this launch wrote in phase
+// ph.cur (`vecs`: pushVecs or tsVecs; the launch after it clears that many), then every block
+// advances its epoch slot (finishEpoch).
+__device__ __forceinline__ void finishPushKernel(uint32_t* epochSlots, uint32_t* vecs,
+                                                 const Phases& ph, uint64_t written) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) vecs[ph.cur] = static_cast<uint32_t>(written);
+  finishEpoch(epochSlots, nextPushEpoch(ph.epoch));
+}
 
 // Clears, in one receive area of this rank's own memory (n slots of slotBytes), the first
 // `vecs` vectors of every peer's slot: what peers wrote there one launch ago. The own slot is

@@ -8,6 +8,8 @@
 
 #include <cuda_runtime.h>
 
+#include "device/common.cuh"
+
 namespace anyr {
 
 // cudaLaunchKernelEx with optional programmatic stream serialization (pdl) and a
@@ -57,6 +59,18 @@ cudaError_t launchClusterKernel(void (*kernel)(Params...), dim3 grid, dim3 block
                                 Args&&... args) {
   return launchKernelEx(kernel, grid, block, clusterBlocks, smem, stream, pdl,
                         static_cast<Args&&>(args)...);
+}
+
+// Launches the kernel kernelOf(tag) returns for `dtype` and the shape's alignment (dev::dispatch;
+// tag: a dev::KernelTag) with the shape's blocks, threads and pdl (algo.h's LaunchShape) and
+// the one argument `a`: every unfused algorithm's launcher.
+template <typename Args, typename Shape, typename KernelOf>
+cudaError_t launchTagged(anyrDataType_t dtype, const Args& a, const Shape& shape,
+                         cudaStream_t stream, KernelOf&& kernelOf) {
+  return dev::dispatch(dtype, shape.aligned, [&](auto tag) {
+    return launchKernel(kernelOf(tag), dim3(shape.blocks), dim3(shape.threads), 0, stream,
+                        shape.pdl, a);
+  });
 }
 
 }  // namespace anyr

@@ -33,16 +33,7 @@ struct WireVec {
 // kWireInt8); cudaErrorInvalidValue for anything else. The launchers' one switch over it.
 template <typename F>
 cudaError_t dispatchWire(int wire, F&& f) {
-  switch (wire) {
-    case kWireNative:
-      return f(std::integral_constant<int, kWireNative>{});
-    case kWireFp8:
-      return f(std::integral_constant<int, kWireFp8>{});
-    case kWireInt8:
-      return f(std::integral_constant<int, kWireInt8>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dispatchInt<kWireNative, kWireFp8, kWireInt8>(wire, static_cast<F&&>(f));
 }
 
 __device__ __forceinline__ float pow2f(int k) { return __int_as_float((127 + k) << 23); }

@@ -32,7 +32,8 @@ namespace {
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxGrid = 1 << 16;  // blocks; more rows are taken in turn by the same blocks
 // The register kernel takes every width: four vectors a thread of kAlgoThreads at most.
-static_assert(4 * kAlgoThreads * 8 == kFusedMaxHidden, "the register kernel takes every width");
+static_assert(4 * kAlgoThreads == rowVecs(kFusedMaxHidden),
+              "the register kernel takes every width");
 
 // (kMaxThreads, 1): one block of 1024 may use 64 registers a thread; without the 1, ptxas for
 // sm_80 aimed at two such blocks (32 registers) and spilled.
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) addRmsNormKernel(const T* x, F
   float* red = xs + p.hidden;
   dev::waitForPrevious();
   const int hidden = p.hidden;
-  const int nvec = hidden / 8;
+  const int nvec = rowVecs(hidden);
   const bool aligned = dev::isAligned(x, 16);
   for (int row = blockIdx.x; row < p.tokens; row += gridDim.x) {
     const T* xr = x + static_cast<int64_t>(row) * hidden;
@@ -109,20 +110,13 @@ cudaError_t launchRegs(const void* x, const FusedParams& p, cudaStream_t stream,
   const int blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
   const int threads = fusedThreads(p.hidden);
   const T* xt = static_cast<const T*>(x);
-  switch ((p.hidden / 8 + threads - 1) / threads) {
-    case 1:
-      return launchKernel(addRmsNormRegsKernel<T, 1>, dim3(blocks), dim3(threads), 0, stream, pdl,
-                          xt, p);
-    case 2:
-      return launchKernel(addRmsNormRegsKernel<T, 2>, dim3(blocks), dim3(threads), 0, stream, pdl,
-                          xt, p);
-    case 3:
-      return launchKernel(addRmsNormRegsKernel<T, 3>, dim3(blocks), dim3(threads), 0, stream, pdl,
-                          xt, p);
-    default:
-      return launchKernel(addRmsNormRegsKernel<T, 4>, dim3(blocks), dim3(threads), 0, stream, pdl,
-                          xt, p);
-  }
+  // 1 to 4 at every width (the static_assert above); any other count takes the widest kernel.
+  const int vpt = rowVecsPerThread(p.hidden, threads);
+  constexpr int kMaxVpt = dev::kFusedRegsMaxVpt;
+  return dev::dispatchCount<kMaxVpt>(vpt >= 1 && vpt < kMaxVpt ? vpt : kMaxVpt, [&](auto v) {
+    return launchKernel(addRmsNormRegsKernel<T, decltype(v)::value>, dim3(blocks), dim3(threads), 0,
+                        stream, pdl, xt, p);
+  });
 }
 
 __global__ void e2m1InstructionKernel(int* out) { *out = ANYR_E2M1_CVT; }
@@ -144,18 +138,10 @@ cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const Fused
   if (!regs && (threads % 32 != 0 || threads < 32 || threads > kMaxThreads)) {
     return cudaErrorInvalidValue;
   }
-  auto launch = [&](auto tag) {
-    using T = decltype(tag);
+  return dev::dispatchDtype<true>(datatype, [&](auto tag) {
+    using T = typename decltype(tag)::T;
     return regs ? launchRegs<T>(x, p, stream, pdl) : launchTyped<T>(x, p, stream, threads, pdl);
-  };
-  switch (datatype) {
-    case anyrBfloat16:
-      return launch(__nv_bfloat16{});
-    case anyrFloat16:
-      return launch(__half{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+  });
 }
 
 }  // namespace anyr

@@ -55,6 +55,7 @@
 #include <stdint.h>
 
 #include "device/common.cuh"
+#include "device/vectors.h"
 #include "fused/fused.h"
 
 namespace anyr {
@@ -211,6 +212,13 @@ __device__ __forceinline__ Vec normVec(const FusedParams& p, const float* xs, in
 // residualOut 16-byte and quantOut 8-byte (FP8) or 4-byte (NVFP4) alignment. Both only remove
 // code: the bits are the same.
 constexpr int kQuantAtRunTime = -1;
+
+// Calls f(std::integral_constant<int, Q>{}) for quantization mode `quant` (dispatchInt):
+// the kernel compiled for that mode; cudaErrorInvalidValue for another mode.
+template <typename F>
+cudaError_t dispatchQuant(int quant, F&& f) {
+  return dispatchInt<anyrQuantNone, anyrQuantFp8, anyrQuantNvfp4>(quant, static_cast<F&&>(f));
+}
 
 // The quantization mode: kQuant, or p.quant when the kernel reads it at run time.
 template <int kQuant = kQuantAtRunTime>
@@ -443,7 +451,7 @@ __device__ __forceinline__ float rstdFromGroups(const FusedParams& p, int groups
 template <typename T>
 __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float* red) {
   const int hidden = p.hidden;
-  const int nvec = hidden / 8;
+  const int nvec = rowVecs(hidden);
   const int nslots = nvec < kFusedSlots ? nvec : kFusedSlots;
   const int64_t rowStart = static_cast<int64_t>(row) * hidden;
   const T* resIn = p.residualIn ? static_cast<const T*>(p.residualIn) + rowStart : nullptr;
@@ -504,13 +512,13 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
 // the caller places a barrier before the next row reuses it. kQuant / kAligned as for RowOutputs
 // (kAligned: the residual and the weight too).
 constexpr int kFusedRegsMaxVpt = 4;  // kFusedMaxHidden / 8 vectors over kFusedSlots / 2 threads
-static_assert(kFusedMaxHidden / 8 <= kFusedRegsMaxVpt * (kFusedSlots / 2), "VPT too small");
+static_assert(rowVecs(kFusedMaxHidden) <= kFusedRegsMaxVpt * (kFusedSlots / 2), "VPT too small");
 
 template <typename T, int VPT>
 __device__ __forceinline__ void loadRowRegs(const T* base, int row, int hidden, bool aligned,
                                             Vec (&out)[VPT]) {
   const T* r = base + static_cast<int64_t>(row) * hidden;
-  const int nvec = hidden / 8;
+  const int nvec = rowVecs(hidden);
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int v = threadIdx.x + k * blockDim.x;
@@ -526,7 +534,7 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p,
                                                      const Vec (&w)[VPT], float* red, bool ok) {
   static_assert(VPT >= 1 && VPT <= kFusedRegsMaxVpt, "unsupported vectors per thread");
   const int hidden = p.hidden;
-  const int nvec = hidden / 8;
+  const int nvec = rowVecs(hidden);
   const int t = threadIdx.x;
   const int B = blockDim.x;
   const int lane = t & 31;
@@ -610,7 +618,7 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p,
 // into a peer's array i % 2 only after it received row i + 1 from that peer, which the peer
 // sent after reading its row-i array; so no barrier is needed between rows.
 //
-// Rules: B is a multiple of 32 and C * B >= hidden / 8; every thread of every block of the
+// Rules: B is a multiple of 32 and C * B >= rowVecs(hidden); every thread of every block of the
 // cluster calls clusterExchangeBegin once, then fusedRowEpilogueCluster for the same rows in
 // the same order (one count `rowsDone`, starting at 0), then clusterExchangeEnd (a block's
 // shared memory must outlive its peers' stores into it). `o` is the row's outputs (as for
@@ -640,7 +648,7 @@ struct ClusterRowThread {
     clusters = static_cast<int>(gridDim.x) / blocks;
     first = static_cast<int>(clusterBlockRank() * blockDim.x);
     v = first + static_cast<int>(threadIdx.x);
-    active = v < p.hidden / 8;
+    active = v < rowVecs(p.hidden);
     resAligned = kAligned || isAligned(p.residualIn, 16);
   }
 
@@ -682,7 +690,7 @@ __device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p,
                                                         uint32_t& rowsDone, bool ok, W& waiter,
                                                         int rank, uint32_t epoch) {
   const int hidden = p.hidden;
-  const bool active = v < hidden / 8;
+  const bool active = v < rowVecs(hidden);
   const int lane = threadIdx.x & 31;
   const unsigned blocks = clusterSize();
   const int groupsPerBlock = static_cast<int>(blockDim.x) / 32;

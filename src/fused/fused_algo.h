@@ -7,6 +7,7 @@
 
 #include "anyreduce/anyreduce.h"
 #include "device/handles.h"
+#include "device/vectors.h"
 #include "fused/fused.h"
 
 namespace anyr {
@@ -15,7 +16,7 @@ namespace anyr {
 // of two, one 8-element vector per thread up to 512 vectors (at least 64 threads), else 512
 // threads with up to four vectors each (the register epilogue's rule, fused/epilogue.cuh).
 inline int fusedThreads(int hidden) {
-  const int nvec = hidden / 8;
+  const int nvec = rowVecs(hidden);
   int t = 64;
   while (t < nvec && t < 512) t *= 2;
   return t;
@@ -25,7 +26,9 @@ inline int fusedThreads(int hidden) {
 // (hidden 8192). Wider rows spill in the one-shot kernel and are staged in shared memory by the
 // two-shot one (fused_twoshot_push.cu has both forms); the communicator composes there unless
 // the algorithm is forced.
-inline bool fusedRowFitsRegisters(int hidden) { return hidden / 8 <= 2 * fusedThreads(hidden); }
+inline bool fusedRowFitsRegisters(int hidden) {
+  return rowVecs(hidden) <= 2 * fusedThreads(hidden);
+}
 
 // Grid of one fused launch of `rows` rows (numVecs 16-byte vectors), at most maxBlocks blocks.
 // One-shot, and the two-shot's register form: a block per row, and at least one per 64 vectors
@@ -79,11 +82,11 @@ inline FusedLaunchShape fusedTwoShotShape(int rows, int nranks, int hidden, uint
 constexpr int kFusedMaxClusterBlocks = 8;
 constexpr int kFusedClusterMaxThreads = kFusedSlots / 2;  // C >= 2 blocks cover 1024 vectors
 
-inline bool fusedClusterFits(int hidden) { return hidden / 8 <= kFusedSlots; }
+inline bool fusedClusterFits(int hidden) { return rowVecs(hidden) <= kFusedSlots; }
 
 // Threads per block: the row's vectors over C blocks, rounded up to whole warps.
 inline int fusedClusterThreads(int hidden, int clusterBlocks) {
-  const int nvec = hidden / 8;
+  const int nvec = rowVecs(hidden);
   const int per = (nvec + clusterBlocks - 1) / clusterBlocks;
   const int t = (per + 31) / 32 * 32;
   return t < 32 ? 32 : t;
@@ -107,7 +110,7 @@ inline int fusedClusterThreads(int hidden, int clusterBlocks) {
 inline int fusedClusterSize(int rows, int hidden, int maxBlocks, int setting, int pairBlocks = 0) {
   if (setting == 1 || !fusedClusterFits(hidden)) return 1;
   if (setting > 1) return setting;
-  const int nvec = hidden / 8;
+  const int nvec = rowVecs(hidden);
   for (int c = kFusedMaxClusterBlocks; c >= 2; c /= 2) {
     if (nvec / c >= 64 && static_cast<int64_t>(rows) * c <= maxBlocks) return c;
   }

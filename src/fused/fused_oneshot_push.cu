@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.pushSlotBytes;
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
-  const int H = p.hidden / 8;  // 16-byte vectors per row; thread t owns t + k * blockDim.x
+  const int H = rowVecs(p.hidden);  // 16-byte vectors per row; thread t owns t + k * blockDim.x
   const bool inAligned = kAligned || dev::isAligned(in, 16);
 
   // The weight, the quantization scale and the residual of this block's first row are loaded
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
   const uint32_t epoch = ph.epoch;
   const uint64_t slot = a.layout.pushSlotBytes;
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
-  const int H = p.hidden / 8;
+  const int H = rowVecs(p.hidden);
   const bool inAligned = kAligned || dev::isAligned(in, 16);
   dev::ClusterRowThread<T, Q, kAligned> me(p);
   const int cluster = me.cluster, clusters = me.clusters, first = me.first, v = me.v;

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
-  const int H = p.hidden / 8;
+  const int H = rowVecs(p.hidden);
   // Any input alignment: whether a call runs fused must not depend on a rank's own pointers.
   const bool inAligned = dev::isAligned(in, 16);
   const int Lr = (rows + n - 1) / n;                 // rows per segment
@@ -243,7 +243,7 @@ __device__ __forceinline__ bool clearAndReduce(const AllReduceArgs& a, const T* 
   return ok;
 }
 
-// The register form, for rows a block holds in registers (hidden / 8 <= 2 x fusedThreads; in
+// The register form, for rows a block holds in registers (rowVecs(hidden) <= 2 x fusedThreads; in
 // the dense shape, fusedTwoShotShape, 256 threads a block with up to four vectors each):
 // the traffic is spread over the whole grid as in twoshot_push.cu, and rows are normalized by
 // blocks as in fused_oneshot_push.cu. Thread i of the grid handles vector i of every segment:
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const uint32_t epoch = ph.epoch;
   const uint32_t phase = ph.cur;
   const uint64_t slot = a.layout.tsSlotBytes;
-  const int H = p.hidden / 8;
+  const int H = rowVecs(p.hidden);
   const bool inAligned = kAligned || dev::isAligned(in, 16);
   const int Lr = (rows + n - 1) / n;                 // rows per segment
   const uint64_t L = static_cast<uint64_t>(Lr) * H;  // vectors per segment slot
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
   const bool stopped = dev::stopRequested(st);
   const uint32_t epoch = ph.epoch;
   const uint64_t slot = a.layout.tsSlotBytes;
-  const int H = p.hidden / 8;
+  const int H = rowVecs(p.hidden);
   const bool inAligned = kAligned || dev::isAligned(in, 16);
   const int Lr = (rows + n - 1) / n;
   const uint64_t L = static_cast<uint64_t>(Lr) * H;
@@ -473,16 +473,10 @@ cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
   const size_t smem = fusedSharedBytes(p.hidden);
   const size_t maxSmem = fusedSharedBytes(kFusedMaxHidden);
   const int staged = fusedThreads(p.hidden);
-  switch (dtype) {
-    case anyrFloat16:
-      return launchWithSmem(fusedTwoShotPushKernel<__half>, blocks, staged, smem, maxSmem, stream,
-                            pdl, a, p, rowBase, rows);
-    case anyrBfloat16:
-      return launchWithSmem(fusedTwoShotPushKernel<__nv_bfloat16>, blocks, staged, smem, maxSmem,
-                            stream, pdl, a, p, rowBase, rows);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::dispatchDtype<true>(dtype, [&](auto tag) {
+    return launchWithSmem(fusedTwoShotPushKernel<typename decltype(tag)::T>, blocks, staged, smem,
+                          maxSmem, stream, pdl, a, p, rowBase, rows);
+  });
 }
 
 cudaError_t launchFusedTwoShotPushCluster(anyrDataType_t dtype, const AllReduceArgs& a,

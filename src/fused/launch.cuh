@@ -2,11 +2,7 @@
 // than 48 KB of dynamic shared memory, or thread-block clusters.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
-
-#include <type_traits>
 
 #include "device/launch.cuh"
 #include "fused/epilogue.cuh"
@@ -56,37 +52,19 @@ template <typename Family>
 cudaError_t clusterKernelFor(anyrDataType_t dtype, int quant, bool aligned, bool pair, int threads,
                              ClusterKernel* kernel) {
   *kernel = nullptr;
-  auto typed = [&](auto t) -> cudaError_t {
-    using T = decltype(t);
-    auto pick = [&](auto q) -> cudaError_t {
-      constexpr int Q = decltype(q)::value;
-      *kernel = pair ? Family::template pairKernelFor<T, Q>(threads)
-                     : Family::template kernel<T, Q, true>();
-      return cudaSuccess;
-    };
+  return dev::dispatchDtype<true>(dtype, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::T;
     if (!aligned) {
       if (!pair) *kernel = Family::template kernel<T, dev::kQuantAtRunTime, false>();
       return cudaSuccess;
     }
-    switch (quant) {
-      case anyrQuantNone:
-        return pick(std::integral_constant<int, anyrQuantNone>{});
-      case anyrQuantFp8:
-        return pick(std::integral_constant<int, anyrQuantFp8>{});
-      case anyrQuantNvfp4:
-        return pick(std::integral_constant<int, anyrQuantNvfp4>{});
-      default:
-        return cudaErrorInvalidValue;
-    }
-  };
-  switch (dtype) {
-    case anyrFloat16:
-      return typed(__half{});
-    case anyrBfloat16:
-      return typed(__nv_bfloat16{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+    return dev::dispatchQuant(quant, [&](auto q) -> cudaError_t {
+      constexpr int Q = decltype(q)::value;
+      *kernel = pair ? Family::template pairKernelFor<T, Q>(threads)
+                     : Family::template kernel<T, Q, true>();
+      return cudaSuccess;
+    });
+  });
 }
 
 // Picks the cluster kernel for the buffers and launches it in clusters. Rows of at most

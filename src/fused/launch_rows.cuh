@@ -8,11 +8,6 @@
 // general kernel that reads the mode at run time and checks each buffer's alignment.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include <type_traits>
-
 #include "device/launch.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
@@ -20,44 +15,28 @@
 namespace anyr {
 namespace rowsdetail {
 
-template <typename Family, typename T, int Q, bool kAligned, int VPT = 1>
+template <typename Family, typename T, int Q, bool kAligned>
 cudaError_t launchVpt(int vpt, const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
                       int blocks, int threads, cudaStream_t stream, bool pdl) {
-  if constexpr (VPT > Family::kMaxVpt) {
-    return cudaErrorInvalidValue;
-  } else {
-    if (vpt == VPT) {
-      return launchKernel(Family::template kernel<T, VPT, Q, kAligned>(), dim3(blocks),
-                          dim3(threads), 0, stream, pdl, a, p, rowBase, rows);
-    }
-    return launchVpt<Family, T, Q, kAligned, VPT + 1>(vpt, a, p, rowBase, rows, blocks, threads,
-                                                      stream, pdl);
-  }
+  return dev::dispatchCount<Family::kMaxVpt>(vpt, [&](auto v) {
+    return launchKernel(Family::template kernel<T, decltype(v)::value, Q, kAligned>(), dim3(blocks),
+                        dim3(threads), 0, stream, pdl, a, p, rowBase, rows);
+  });
 }
 
 template <typename Family, typename T>
 cudaError_t launchTyped(const AllReduceArgs& a, const FusedParams& p, int rowBase, int rows,
                         int blocks, int threadsWanted, cudaStream_t stream, bool pdl) {
   const int threads = threadsWanted > 0 ? threadsWanted : fusedThreads(p.hidden);
-  const int vpt = (p.hidden / 8 + threads - 1) / threads;
-  auto go = [&](auto q, auto aligned) {
-    return launchVpt<Family, T, decltype(q)::value, decltype(aligned)::value>(
-        vpt, a, p, rowBase, rows, blocks, threads, stream, pdl);
-  };
-  using Yes = std::true_type;
+  const int vpt = rowVecsPerThread(p.hidden, threads);
   if (!fusedBuffersAligned(a.input, p)) {
-    return go(std::integral_constant<int, dev::kQuantAtRunTime>{}, std::false_type{});
+    return launchVpt<Family, T, dev::kQuantAtRunTime, false>(vpt, a, p, rowBase, rows, blocks,
+                                                             threads, stream, pdl);
   }
-  switch (p.quant) {
-    case anyrQuantNone:
-      return go(std::integral_constant<int, anyrQuantNone>{}, Yes{});
-    case anyrQuantFp8:
-      return go(std::integral_constant<int, anyrQuantFp8>{}, Yes{});
-    case anyrQuantNvfp4:
-      return go(std::integral_constant<int, anyrQuantNvfp4>{}, Yes{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::dispatchQuant(p.quant, [&](auto q) {
+    return launchVpt<Family, T, decltype(q)::value, true>(vpt, a, p, rowBase, rows, blocks, threads,
+                                                          stream, pdl);
+  });
 }
 
 }  // namespace rowsdetail
@@ -67,16 +46,10 @@ template <typename Family>
 cudaError_t launchRowsInRegisters(anyrDataType_t dtype, const AllReduceArgs& a,
                                   const FusedParams& p, int rowBase, int rows, int blocks,
                                   cudaStream_t stream, bool pdl, int threads = 0) {
-  switch (dtype) {
-    case anyrFloat16:
-      return rowsdetail::launchTyped<Family, __half>(a, p, rowBase, rows, blocks, threads, stream,
-                                                     pdl);
-    case anyrBfloat16:
-      return rowsdetail::launchTyped<Family, __nv_bfloat16>(a, p, rowBase, rows, blocks, threads,
-                                                            stream, pdl);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return dev::dispatchDtype<true>(dtype, [&](auto tag) {
+    return rowsdetail::launchTyped<Family, typename decltype(tag)::T>(a, p, rowBase, rows, blocks,
+                                                                      threads, stream, pdl);
+  });
 }
 
 }  // namespace anyr

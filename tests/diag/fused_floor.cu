@@ -440,10 +440,11 @@ int main(int argc, char** argv) {
         cluster > 1 && rows * cluster > maxBlocks
             ? anyr::fusedClusterPairBlocks(hidden, cluster, maxBlocks, pairThreads, pairBlocks)
             : maxBlocks;
-    const uint64_t vecs = static_cast<uint64_t>(hidden) / 8 * static_cast<uint64_t>(rows);
+    const uint64_t vecs =
+        static_cast<uint64_t>(anyr::rowVecs(hidden)) * static_cast<uint64_t>(rows);
     // The one-shot holds the whole message in a slot, the two-shot one segment of ceil(rows / 2).
     const uint64_t slotRows = twoShot ? (static_cast<uint64_t>(rows) + 1) / 2 : rows;
-    if (static_cast<uint64_t>(hidden) / 8 * slotRows * 16 > kSlotBytes) {
+    if (static_cast<uint64_t>(anyr::rowVecs(hidden)) * slotRows * 16 > kSlotBytes) {
       std::printf("%7d: %d rows exceed the %llu-byte slot; skipped\n", hidden, rows,
                   static_cast<unsigned long long>(kSlotBytes));
       continue;
