@@ -141,9 +141,8 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
     int32_t pairThreads[kClusterPairVariants];
   };
   PerSm perSm{kPeerBlocksPerSm, kFusedDensePerSm, {}};
-  for (auto lower : {oneShotPushResidentPerSm, oneShotPullResidentPerSm, twoShotPushResidentPerSm,
-                     twoShotResidentPerSm}) {
-    ANYR_CUDA_CHECK(lower(&perSm.peer));
+  for (const AlgoInfo& r : algoRegistry()) {
+    if (r.residentPerSm != nullptr) ANYR_CUDA_CHECK(r.residentPerSm(&perSm.peer));
   }
   ANYR_CUDA_CHECK(fusedTwoShotDenseResidentPerSm(&perSm.fused));
   for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoTwoShotPush}) {
@@ -1420,11 +1419,12 @@ constexpr uint64_t kHostBytesPerBlock = 64u << 10;
 LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
   // spreadShape (algo/algo.h) under this algorithm's block cap. Every rank computes the same
   // shape (agreed inputs only), which the per-block flags rely on.
-  const bool twoShot =
-      algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush || algo == anyrAlgoHostTwoShot;
-  const uint64_t work = twoShot ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
-  uint64_t blocksCap = static_cast<uint64_t>(isHostAlgo(algo) ? maxBlocks_ : peerBlocks_);
-  if (isHostAlgo(algo) && cfg_.wire == anyrWireNative) {
+  const AlgoInfo* row = findAlgo(algo);
+  const bool host = row != nullptr && row->kind == AlgoKind::HostMemory;
+  const bool perRank = row != nullptr && row->perRankShare;
+  const uint64_t work = perRank ? (numVecs + nranks_ - 1) / nranks_ : numVecs;
+  uint64_t blocksCap = static_cast<uint64_t>(host ? maxBlocks_ : peerBlocks_);
+  if (host && cfg_.wire == anyrWireNative) {
     // The host paths are bound by each GPU's PCIe link, not by its SMs, and every block polls
     // its own flags across that link: about one block per 64 KiB of message, at least 16 and
     // at most half the SMs (measured on 2 x H200 from 64 KiB to 16 MiB: 16 blocks beat 32..132
@@ -1443,27 +1443,23 @@ LaunchShape Communicator::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
 
 void Communicator::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                                   anyrDataType_t dtype, cudaStream_t stream) {
-  if (isHostAlgo(algo)) {
+  const AlgoInfo* row = findAlgo(algo);
+  if (row != nullptr && row->kind == AlgoKind::HostMemory) {
     launchHostAlgo(algo, in, out, count, dtype, stream);
     return;
   }
-  // Per-launch capacity: one push slot, or one staging chunk.
-  const uint64_t capacity =
-      algo == anyrAlgoOneShotPush ? layout_.pushSlotBytes : layout_.chunkBytes;
+  // Per-launch capacity: one push slot, or one staging chunk (the row's LaunchCapacity).
+  const uint64_t capacity = row != nullptr && row->capacity == LaunchCapacity::PushSlot
+                                ? layout_.pushSlotBytes
+                                : layout_.chunkBytes;
+  const PeerLaunchFn launch =
+      row != nullptr && row->kind == AlgoKind::PeerMemory ? row->launch : nullptr;
   launchInPieces(algo, argsTemplate_, in, out, count, dtype, capacity,
                  [&](const AllReduceArgs& a, const LaunchShape& shape) {
-                   switch (algo) {
-                     case anyrAlgoOneShotPush:
-                       return launchOneShotPush(dtype, a, shape, stream);
-                     case anyrAlgoOneShotPull:
-                       return launchOneShotPull(dtype, a, shape, stream);
-                     case anyrAlgoTwoShot:
-                       return launchTwoShot(dtype, a, shape, stream);
-                     case anyrAlgoTwoShotPush:
-                       return launchTwoShotPush(dtype, a, shape, stream);
-                     default:
-                       throwError(anyrInternalError, "launchPeerAlgo: not a peer algorithm");
+                   if (launch == nullptr) {
+                     throwError(anyrInternalError, "launchPeerAlgo: not a peer algorithm");
                    }
+                   return launch(dtype, a, shape, stream);
                  });
 }
 

@@ -150,7 +150,9 @@ void Communicator::freeHostCopy() {
 void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                                   anyrDataType_t dtype, cudaStream_t stream) {
   if (!host_) throwError(anyrInternalError, "launchHostAlgo: no host transport");
-  if (algo == anyrAlgoHostCopy) {
+  const AlgoInfo& row = algoInfo(algo);
+  if (row.launchHostCopy != nullptr) {
+    // The copy engines' form (host-copy): its own streams and events, and device staging.
     HostCopyArgs t{};
     t.h = hostTemplate_;
     t.hostBase = host_->host();
@@ -179,7 +181,7 @@ void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, si
           LaunchShape shape =
               spreadShape(std::min(a.numVecs, c.chunkVecs), static_cast<uint64_t>(maxBlocks_));
           shape.aligned = piece.aligned;
-          return launchHostCopy(dtype, c, shape, streams, stream);
+          return row.launchHostCopy(dtype, c, shape, streams, stream);
         });
     return;
   }
@@ -187,7 +189,7 @@ void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, si
   // (one PCIe round trip instead of two); the decision depends only on agreed values and the
   // call's count, so every rank takes the same one.
   const uint64_t bytes = count * dtypeSize(dtype);
-  const bool ll = algo == anyrAlgoHostOneShot && hostTemplate_.wire == kWireNative &&
+  const bool ll = row.launchHostLowLatency != nullptr && hostTemplate_.wire == kWireNative &&
                   bytes <= hostLayout_.llMaxBytes;
   launchInPieces(algo, hostTemplate_, in, out, count, dtype, hostLayout_.launchBytes,
                  [&](const HostArgs& a, const LaunchShape& shape) {
@@ -197,10 +199,12 @@ void Communicator::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, si
                      LaunchShape s = hostLowLatencyShape(a.numVecs, maxBlocks_);
                      s.aligned = shape.aligned;
                      s.pdl = shape.pdl;
-                     return launchHostOneShotLL(dtype, l, s, stream);
+                     return row.launchHostLowLatency(dtype, l, s, stream);
                    }
-                   return algo == anyrAlgoHostOneShot ? launchHostOneShot(dtype, a, shape, stream)
-                                                      : launchHostTwoShot(dtype, a, shape, stream);
+                   if (row.launchHost == nullptr) {
+                     throwError(anyrInternalError, "launchHostAlgo: not a host algorithm");
+                   }
+                   return row.launchHost(dtype, a, shape, stream);
                  });
 }
 
