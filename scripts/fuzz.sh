@@ -35,15 +35,16 @@ if ! "$CXX" -fsanitize=fuzzer "$probe/p.cc" -o "$probe/p" 2>"$probe/err"; then
 fi
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+# ANYR_HOST_ONLY: the algorithm registry without its kernels (src/algo/registry.cc).
 FLAGS="-std=c++17 -O1 -g $SAN -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror
-       -I$ROOT/include -I$ROOT/src -I$ROOT/tests -isystem $CUDA_HOME/include"
+       -DANYR_HOST_ONLY -I$ROOT/include -I$ROOT/src -I$ROOT/tests -isystem $CUDA_HOME/include"
 LIBS="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcrypto -lpthread -ldl"
 
 # The library sources the parsers live in (and what they need: errors, logging, env).
 LIB_SOURCES=(src/bootstrap/message.cc src/bootstrap/auth.cc src/bootstrap/unique_id.cc
   src/bootstrap/socket.cc src/base/env.cc src/base/error.cc src/base/log.cc src/base/config.cc
-  src/topology/topology.cc src/select/admission.cc src/select/dispatch.cc src/select/tuning.cc
-  tests/fuzz/fuzz_stubs.cc)
+  src/topology/topology.cc src/algo/registry.cc src/algo/cost.cc src/select/admission.cc
+  src/select/dispatch.cc src/select/tuning.cc tests/fuzz/fuzz_stubs.cc)
 ALL_TARGETS=(fuzz_bootstrap_message fuzz_topology_json fuzz_config_env fuzz_tuning_json)
 
 mkdir -p "$FUZZ_BUILD/obj"

@@ -79,17 +79,23 @@ typedef enum {
 
 typedef enum { anyrSum = 0, anyrNumOps = 1 } anyrRedOp_t;
 
-/* Algorithms. anyrAlgoAuto lets the communicator choose (see anyrCommExplain). */
+/* Algorithms. anyrAlgoAuto lets the communicator choose (see anyrCommExplain). Each value's
+ * comment starts with its short name (anyrAlgoName; ANYR_ALGO and the tools accept it). */
 typedef enum {
-  anyrAlgoAuto = 0,
-  anyrAlgoOneShotPush = 1, /* each rank writes its data into every rank's buffer */
-  anyrAlgoOneShotPull = 2, /* each rank reads every peer's buffer after a flag handshake */
-  anyrAlgoTwoShot = 3,     /* reduce-scatter, then all-gather, by peer reads */
-  anyrAlgoNccl = 4,        /* ncclAllReduce on the communicator's NCCL communicator */
-  anyrAlgoTwoShotPush = 5, /* reduce-scatter and all-gather by peer writes, no barriers */
-  anyrAlgoHostOneShot = 6, /* through pinned shared host memory: no peer access needed */
-  anyrAlgoHostTwoShot = 7, /* reduce-scatter + all-gather through pinned shared host memory */
-  anyrAlgoHostCopy = 8,    /* one-shot through pinned shared host memory, moved by copy engines */
+  anyrAlgoAuto = 0,        /* "auto" */
+  anyrAlgoOneShotPush = 1, /* "oneshot-push": each rank writes its data into every rank's buffer */
+  anyrAlgoOneShotPull = 2, /* "oneshot-pull": each rank reads every peer's buffer after a flag
+                              handshake */
+  anyrAlgoTwoShot = 3,     /* "twoshot": reduce-scatter, then all-gather, by peer reads */
+  anyrAlgoNccl = 4,        /* "nccl": ncclAllReduce on the communicator's NCCL communicator */
+  anyrAlgoTwoShotPush = 5, /* "twoshot-push": reduce-scatter and all-gather by peer writes, no
+                              barriers */
+  anyrAlgoHostOneShot = 6, /* "host-oneshot": through pinned shared host memory: no peer access
+                              needed */
+  anyrAlgoHostTwoShot = 7, /* "host-twoshot": reduce-scatter + all-gather through pinned shared
+                              host memory */
+  anyrAlgoHostCopy = 8,    /* "host-copy": one-shot through pinned shared host memory, moved by
+                              copy engines */
   anyrNumAlgos = 9
 } anyrAlgo_t;
 
@@ -312,8 +318,8 @@ ANYR_API anyrResult_t anyrCommQueryAlgorithm(const anyrComm_t comm, size_t count
  * *needed of the same call got a truncated prefix and asks again. */
 ANYR_API anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed);
 
-/* Short names: "auto", "oneshot-push", "oneshot-pull", "twoshot", "nccl", "twoshot-push",
- * "host-oneshot", "host-twoshot", "host-copy"; NULL if invalid. */
+/* The short name quoted at the start of the algorithm's comment in anyrAlgo_t ("auto",
+ * "oneshot-push", ...); NULL if invalid. */
 ANYR_API const char* anyrAlgoName(anyrAlgo_t algorithm);
 
 ANYR_API const char* anyrGetErrorString(anyrResult_t result);

@@ -114,21 +114,31 @@ class RedOp(_CEnum):
 
 
 class Algo(_CEnum):
-    """anyrAlgo_t. ``str(algo)`` / ``Algo.parse(name)`` use the library's short names."""
+    """anyrAlgo_t. ``str(algo)`` / ``Algo.parse(name)`` use the library's short names.
 
-    AUTO = 0
-    ONE_SHOT_PUSH = 1
-    ONE_SHOT_PULL = 2
-    TWO_SHOT = 3
-    NCCL = 4
-    TWO_SHOT_PUSH = 5
-    HOST_ONE_SHOT = 6
-    HOST_TWO_SHOT = 7
-    HOST_COPY = 8
+    Each member is its C value and its short name, the one quoted in its enumerator's comment in
+    the header (python/tests/test_header.py checks both; test_library.py checks the names
+    against anyrAlgoName)."""
+
+    def __new__(cls, value: int, short: str) -> "Algo":
+        member = int.__new__(cls, value)
+        member._value_ = value
+        member._short = short
+        return member
+
+    AUTO = 0, "auto"
+    ONE_SHOT_PUSH = 1, "oneshot-push"
+    ONE_SHOT_PULL = 2, "oneshot-pull"
+    TWO_SHOT = 3, "twoshot"
+    NCCL = 4, "nccl"
+    TWO_SHOT_PUSH = 5, "twoshot-push"
+    HOST_ONE_SHOT = 6, "host-oneshot"
+    HOST_TWO_SHOT = 7, "host-twoshot"
+    HOST_COPY = 8, "host-copy"
 
     @property
     def short_name(self) -> str:
-        return _ALGO_SHORT[self]
+        return self._short
 
     def __str__(self) -> str:
         return self.short_name
@@ -139,26 +149,13 @@ class Algo(_CEnum):
         member name ("ONE_SHOT_PUSH")."""
         if isinstance(value, str):
             key = value.strip()
-            for algo, short in _ALGO_SHORT.items():
-                if key.lower() == short or key.upper() == algo.name:
+            for algo in cls:
+                if key.lower() == algo.short_name or key.upper() == algo.name:
                     return algo
             raise ValueError(
-                f"unknown algorithm {value!r} (one of {', '.join(_ALGO_SHORT.values())})"
+                f"unknown algorithm {value!r} (one of {', '.join(a.short_name for a in cls)})"
             )
         return cls(value)
-
-
-_ALGO_SHORT = {
-    Algo.AUTO: "auto",
-    Algo.ONE_SHOT_PUSH: "oneshot-push",
-    Algo.ONE_SHOT_PULL: "oneshot-pull",
-    Algo.TWO_SHOT: "twoshot",
-    Algo.NCCL: "nccl",
-    Algo.TWO_SHOT_PUSH: "twoshot-push",
-    Algo.HOST_ONE_SHOT: "host-oneshot",
-    Algo.HOST_TWO_SHOT: "host-twoshot",
-    Algo.HOST_COPY: "host-copy",
-}
 
 
 class Wire(_CEnum):

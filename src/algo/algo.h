@@ -1,5 +1,7 @@
-// Host-side entry points of the device algorithms. One .cu file per algorithm; each takes
-// the plain AllReduceArgs struct and a launch shape, and returns the launch's cudaError_t.
+// What the device algorithms' host-side entry points share: their launch shape and the
+// host-copy algorithm's streams. One .cu file per algorithm; each launcher takes the plain
+// AllReduceArgs (or HostArgs) struct and a launch shape and returns the launch's cudaError_t.
+// The launchers are declared and reached through the registry (algo/registry.h, registry.cc).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -62,29 +64,6 @@ inline LaunchShape hostLowLatencyShape(uint64_t numVecs, uint64_t blocksCap) {
   return spreadShape(numVecs, std::max<uint64_t>(1, std::min<uint64_t>(64, blocksCap)), 32);
 }
 
-cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
-                              const LaunchShape& shape, cudaStream_t stream);
-cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
-                              const LaunchShape& shape, cudaStream_t stream);
-cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
-                              const LaunchShape& shape, cudaStream_t stream);
-cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
-                          cudaStream_t stream);
-// Each lowers *least to the fewest blocks of kAlgoThreads threads of its peer algorithm's
-// kernel (every dtype, alignment and wire variant) that one SM of the current device holds.
-cudaError_t oneShotPushResidentPerSm(int* least);
-cudaError_t oneShotPullResidentPerSm(int* least);
-cudaError_t twoShotPushResidentPerSm(int* least);
-cudaError_t twoShotResidentPerSm(int* least);
-// Host-memory transport (host_oneshot.cu, host_twoshot.cu); a.wire selects the wire format.
-// host_oneshot_ll.cu: the one-shot's low-latency protocol (native wire, small launches).
-cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
-                              cudaStream_t stream);
-cudaError_t launchHostOneShotLL(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
-                                cudaStream_t stream);
-cudaError_t launchHostTwoShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
-                              cudaStream_t stream);
-
 // host_copy.cu: the copy-engine host algorithm. Its side streams and per-chunk events (owned by
 // the communicator); every call forks from and joins back into the caller's stream.
 struct HostCopyStreams {
@@ -100,8 +79,5 @@ struct HostCopyStreams {
   cudaEvent_t* packed;   // [chunk]: compressed wire: the own chunk quantized (caller's stream)
   uint32_t events;       // entries of copied, arrived, recv and packed
 };
-// One launch (a piece of at most layout.launchBytes): `shape` is the reduction kernels' grid.
-cudaError_t launchHostCopy(anyrDataType_t dtype, const HostCopyArgs& a, const LaunchShape& shape,
-                           const HostCopyStreams& s, cudaStream_t stream);
 
 }  // namespace anyr

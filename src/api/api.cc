@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "algo/registry.h"
 #include "anyreduce/anyreduce.h"
 #include "api/boundary.h"
 #include "base/config.h"

@@ -7,18 +7,10 @@
 
 namespace anyr {
 
-const char* algoName(anyrAlgo_t algorithm) {
-  static const char* const names[anyrNumAlgos] = {"auto",         "oneshot-push", "oneshot-pull",
-                                                  "twoshot",      "nccl",         "twoshot-push",
-                                                  "host-oneshot", "host-twoshot", "host-copy"};
-  static_assert(anyrNumAlgos == 9, "name every algorithm here");
-  if (algorithm < 0 || algorithm >= anyrNumAlgos) return nullptr;
-  return names[algorithm];
-}
-
 bool parseAlgo(const std::string& name, anyrAlgo_t* out) {
   for (int i = 0; i < anyrNumAlgos; ++i) {
-    if (name == algoName(static_cast<anyrAlgo_t>(i))) {
+    const char* n = anyrAlgoName(static_cast<anyrAlgo_t>(i));
+    if (n != nullptr && name == n) {
       *out = static_cast<anyrAlgo_t>(i);
       return true;
     }

@@ -63,13 +63,11 @@ bool fusedClusterValid(int64_t v);
 extern const char* const kMaxBlocksRule;     // "must be in 0..256 (0 = automatic)"
 extern const char* const kFusedClusterRule;  // "must be 0 (automatic), 1 (off), 2, 4 or 8"
 
-// The short name of an algorithm ("auto", "oneshot-push", ...), NULL outside the enum: the one
-// table behind anyrAlgoName (kept here, with the parsers, so every build that parses names
-// has it).
-const char* algoName(anyrAlgo_t algorithm);
-// "auto", "oneshot-push", ... <-> anyrAlgo_t. parseAlgo returns false for an unknown name.
+// "auto", "oneshot-push", ... <-> anyrAlgo_t, through the public anyrAlgoName (the C API
+// answers it from the algorithm registry, algo/registry.h, which this floor may not include).
+// parseAlgo returns false for an unknown name.
 bool parseAlgo(const std::string& name, anyrAlgo_t* out);
-std::string algoNames();  // "auto, oneshot-push, oneshot-pull, twoshot, nccl"
+std::string algoNames();  // "auto, oneshot-push, ...": every name, in enum order
 
 // "native", "fp8", "int8" <-> anyrWire_t. parseWire returns false for an unknown name.
 bool parseWire(const std::string& name, anyrWire_t* out);

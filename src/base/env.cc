@@ -5,18 +5,19 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "base/config.h"
 #include "base/error.h"
 
 namespace anyr {
 namespace env {
 
 const std::vector<Param>& params() {
+  // The algorithms' names as the registry has them (through anyrAlgoName).
+  static const std::string algoMeaning = "force an algorithm: " + algoNames();
   static const std::vector<Param> table = {
       {"ANYR_DEBUG", "WARN",
        "log level: NONE, WARN, INFO or TRACE (any other value fails communicator creation)"},
-      {"ANYR_ALGO", "auto",
-       "force an algorithm: auto, oneshot-push, oneshot-pull, twoshot, twoshot-push, nccl, "
-       "host-oneshot, host-twoshot, host-copy"},
+      {"ANYR_ALGO", "auto", algoMeaning.c_str()},
       {"ANYR_TIMEOUT_MS", "30000",
        "bound on every wait, host and device, in milliseconds (bootstrap, flags, data)"},
       {"ANYR_ONESHOT_MAX_BYTES", "",

@@ -34,9 +34,8 @@ void Capabilities::agreeGridCaps() {
     int32_t pairThreads[kClusterPairVariants];
   };
   PerSm perSm{kPeerBlocksPerSm, kFusedDensePerSm, {}};
-  for (auto lower : {oneShotPushResidentPerSm, oneShotPullResidentPerSm, twoShotPushResidentPerSm,
-                     twoShotResidentPerSm}) {
-    ANYR_CUDA_CHECK(lower(&perSm.peer));
+  for (const AlgoInfo& r : algoRegistry()) {
+    if (r.residentPerSm != nullptr) ANYR_CUDA_CHECK(r.residentPerSm(&perSm.peer));
   }
   ANYR_CUDA_CHECK(fusedTwoShotDenseResidentPerSm(&perSm.fused));
   for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoTwoShotPush}) {

@@ -32,12 +32,12 @@ constexpr uint64_t kHostBytesPerBlock = 64u << 10;
 LaunchShape Launcher::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
   // spreadShape (algo/algo.h) under this algorithm's block cap. Every rank computes the same
   // shape (agreed inputs only), which the per-block flags rely on.
-  const bool twoShot =
-      algo == anyrAlgoTwoShot || algo == anyrAlgoTwoShotPush || algo == anyrAlgoHostTwoShot;
-  const uint64_t work = twoShot ? (numVecs + ctx_.nranks - 1) / ctx_.nranks : numVecs;
-  uint64_t blocksCap =
-      static_cast<uint64_t>(isHostAlgo(algo) ? caps_.maxBlocks() : caps_.peerBlocks());
-  if (isHostAlgo(algo) && ctx_.cfg.wire == anyrWireNative) {
+  const AlgoInfo* row = findAlgo(algo);
+  const bool host = row != nullptr && row->kind == AlgoKind::HostMemory;
+  const bool perRank = row != nullptr && row->perRankShare;
+  const uint64_t work = perRank ? (numVecs + ctx_.nranks - 1) / ctx_.nranks : numVecs;
+  uint64_t blocksCap = static_cast<uint64_t>(host ? caps_.maxBlocks() : caps_.peerBlocks());
+  if (host && ctx_.cfg.wire == anyrWireNative) {
     // The host paths are bound by each GPU's PCIe link, not by its SMs, and every block polls
     // its own flags across that link: about one block per 64 KiB of message, at least 16 and
     // at most half the SMs (measured on 2 x H200 from 64 KiB to 16 MiB: 16 blocks beat 32..132
@@ -56,27 +56,23 @@ LaunchShape Launcher::shapeFor(anyrAlgo_t algo, uint64_t numVecs) const {
 
 void Launcher::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                               anyrDataType_t dtype, cudaStream_t stream) const {
-  if (isHostAlgo(algo)) {
+  const AlgoInfo* row = findAlgo(algo);
+  if (row != nullptr && row->kind == AlgoKind::HostMemory) {
     launchHostAlgo(algo, in, out, count, dtype, stream);
     return;
   }
-  // Per-launch capacity: one push slot, or one staging chunk.
-  const uint64_t capacity = algo == anyrAlgoOneShotPush ? workspace_.layout().pushSlotBytes
-                                                        : workspace_.layout().chunkBytes;
+  // Per-launch capacity: one push slot, or one staging chunk (the row's LaunchCapacity).
+  const uint64_t capacity = row != nullptr && row->capacity == LaunchCapacity::PushSlot
+                                ? workspace_.layout().pushSlotBytes
+                                : workspace_.layout().chunkBytes;
+  const PeerLaunchFn launch =
+      row != nullptr && row->kind == AlgoKind::PeerMemory ? row->launch : nullptr;
   launchInPieces(algo, workspace_.args(), in, out, count, dtype, capacity,
                  [&](const AllReduceArgs& a, const LaunchShape& shape) {
-                   switch (algo) {
-                     case anyrAlgoOneShotPush:
-                       return launchOneShotPush(dtype, a, shape, stream);
-                     case anyrAlgoOneShotPull:
-                       return launchOneShotPull(dtype, a, shape, stream);
-                     case anyrAlgoTwoShot:
-                       return launchTwoShot(dtype, a, shape, stream);
-                     case anyrAlgoTwoShotPush:
-                       return launchTwoShotPush(dtype, a, shape, stream);
-                     default:
-                       throwError(anyrInternalError, "launchPeerAlgo: not a peer algorithm");
+                   if (launch == nullptr) {
+                     throwError(anyrInternalError, "launchPeerAlgo: not a peer algorithm");
                    }
+                   return launch(dtype, a, shape, stream);
                  });
 }
 
@@ -88,7 +84,9 @@ void Launcher::throwLaunchFailed(anyrAlgo_t algo, cudaError_t e) {
 void Launcher::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t count,
                               anyrDataType_t dtype, cudaStream_t stream) const {
   if (!host_.present()) throwError(anyrInternalError, "launchHostAlgo: no host transport");
-  if (algo == anyrAlgoHostCopy) {
+  const AlgoInfo& row = algoInfo(algo);
+  if (row.launchHostCopy != nullptr) {
+    // The copy engines' form (host-copy): its own streams and events, and device staging.
     HostCopyArgs t{};
     t.h = host_.args();
     t.hostBase = host_.memory()->host();
@@ -117,7 +115,7 @@ void Launcher::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t
                      LaunchShape shape = spreadShape(std::min(a.numVecs, c.chunkVecs),
                                                      static_cast<uint64_t>(caps_.maxBlocks()));
                      shape.aligned = piece.aligned;
-                     return launchHostCopy(dtype, c, shape, streams, stream);
+                     return row.launchHostCopy(dtype, c, shape, streams, stream);
                    });
     return;
   }
@@ -125,7 +123,7 @@ void Launcher::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t
   // (one PCIe round trip instead of two); the decision depends only on agreed values and the
   // call's count, so every rank takes the same one.
   const uint64_t bytes = count * dtypeSize(dtype);
-  const bool ll = algo == anyrAlgoHostOneShot && host_.args().wire == kWireNative &&
+  const bool ll = row.launchHostLowLatency != nullptr && host_.args().wire == kWireNative &&
                   bytes <= host_.layout().llMaxBytes;
   launchInPieces(algo, host_.args(), in, out, count, dtype, host_.layout().launchBytes,
                  [&](const HostArgs& a, const LaunchShape& shape) {
@@ -135,10 +133,12 @@ void Launcher::launchHostAlgo(anyrAlgo_t algo, const void* in, void* out, size_t
                      LaunchShape s = hostLowLatencyShape(a.numVecs, caps_.maxBlocks());
                      s.aligned = shape.aligned;
                      s.pdl = shape.pdl;
-                     return launchHostOneShotLL(dtype, l, s, stream);
+                     return row.launchHostLowLatency(dtype, l, s, stream);
                    }
-                   return algo == anyrAlgoHostOneShot ? launchHostOneShot(dtype, a, shape, stream)
-                                                      : launchHostTwoShot(dtype, a, shape, stream);
+                   if (row.launchHost == nullptr) {
+                     throwError(anyrInternalError, "launchHostAlgo: not a host algorithm");
+                   }
+                   return row.launchHost(dtype, a, shape, stream);
                  });
 }
 

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "algo/registry.h"
 #include "algo/selftest_kernels.h"
 #include "base/env.h"
 #include "base/error.h"
@@ -154,9 +155,11 @@ void SelfTest::run() {
   setWaitTimeoutMs(timeoutMs);
 
   nlohmann::json results = nlohmann::json::object();
-  for (anyrAlgo_t algo :
-       {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot, anyrAlgoTwoShotPush,
-        anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy}) {
+  // Every peer- and host-memory algorithm of the registry (NCCL runs no kernel of ours), in
+  // enum order: every rank runs the same collective sequence.
+  for (int a = 1; a < anyrNumAlgos; ++a) {
+    const anyrAlgo_t algo = static_cast<anyrAlgo_t>(a);
+    if (algoInfo(algo).kind == AlgoKind::Nccl) continue;
     AlgoAdmission& adm = c.sel_.admission().algo[static_cast<size_t>(algo)];
     if (!adm.admitted) {
       results[anyrAlgoName(algo)] = "not run (not admitted)";
@@ -174,7 +177,10 @@ void SelfTest::run() {
       results[anyrAlgoName(algo)] = "passed";
     }
   }
-  for (anyrAlgo_t algo : {anyrAlgoOneShotPush, anyrAlgoTwoShotPush}) {
+  // The fused kernels of the registry's algorithms, in enum order.
+  for (int a = 1; a < anyrNumAlgos; ++a) {
+    const anyrAlgo_t algo = static_cast<anyrAlgo_t>(a);
+    if (algoInfo(algo).fused == nullptr) continue;
     const std::string name = std::string("fused-") + anyrAlgoName(algo);
     if (!c.sel_.admission()[algo].admitted) {
       results[name] = std::string("not run (") + anyrAlgoName(algo) + " is not admitted)";
@@ -214,7 +220,8 @@ SelfCheckResult* SelfTest::clearResults() {
 SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
   Communicator& c = c_;
   const anyrAlgo_t algo = static_cast<anyrAlgo_t>(algoInt);
-  const bool host = isHostAlgo(algo);
+  const AlgoInfo& row = algoInfo(algo);
+  const bool host = row.kind == AlgoKind::HostMemory;
   // The host algorithms run with the native wire here: a compressed wire (opt-in, lossy by
   // design) rounds the pattern's partial sums, so the exact check could not pass. The test is
   // of the segment, its mappings and flags, which every wire shares.
@@ -224,9 +231,10 @@ SelfTest::Outcome SelfTest::runAlgo(int algoInt) {
     explicit NativeWire(HostArgs& a) : t(a), saved(a.wire) { t.wire = kWireNative; }
     ~NativeWire() { t.wire = saved; }
   } native(c.host_.hostTemplate_);
-  const uint64_t cap = host                          ? c.host_.hostLayout_.launchBytes
-                       : algo == anyrAlgoOneShotPush ? c.workspace_.layout_.pushSlotBytes
-                                                     : c.workspace_.layout_.chunkBytes;
+  const uint64_t cap = host ? c.host_.hostLayout_.launchBytes
+                       : row.capacity == LaunchCapacity::PushSlot
+                           ? c.workspace_.layout_.pushSlotBytes
+                           : c.workspace_.layout_.chunkBytes;
   // A small fp32 message (one partial vector at the end) and a large bf16 one (many blocks,
   // odd count: a partial last vector too).
   struct Size {
@@ -286,7 +294,7 @@ SelfTest::Outcome SelfTest::runFused(int algoInt) {
   std::vector<Shape> shapes = {{3, kReps},
                                {static_cast<int>(std::min<uint64_t>(maxRows, 48)), kReps}};
   const int denseRows = c.caps_.maxBlocks() + 1;
-  const bool dense = algo == anyrAlgoTwoShotPush &&
+  const bool dense = algoInfo(algo).fused->denseForm &&
                      c.caps_.fusedDenseBlocks() > c.caps_.maxBlocks() &&
                      static_cast<uint64_t>(denseRows) <= maxRows && denseRows <= kFusedMaxRows;
   SelfCheckResult* res = clearResults();

@@ -2,8 +2,6 @@
 
 #include <sstream>
 
-#include "device/handles.h"
-
 namespace anyr {
 
 bool Admission::any() const {
@@ -14,19 +12,6 @@ bool Admission::any() const {
 }
 
 namespace {
-
-// First ordered pair that fails `ok`, as "rank a -> rank b", or "" if none.
-template <typename F>
-std::string firstFailingPair(const Topology& t, F ok) {
-  for (int s = 0; s < t.size(); ++s) {
-    for (int d = 0; d < t.size(); ++d) {
-      if (s != d && !ok(t.pair(s, d))) {
-        return "rank " + std::to_string(s) + " -> rank " + std::to_string(d);
-      }
-    }
-  }
-  return "";
-}
 
 std::string fmtGBps(double x) {
   std::ostringstream os;
@@ -39,60 +24,7 @@ std::string fmtGBps(double x) {
 
 Admission admit(const Topology& t, const CommFacts& f) {
   Admission adm;
-  // NCCL
-  adm.algo[anyrAlgoNccl].admitted = f.ncclAvailable;
-  adm.algo[anyrAlgoNccl].reason =
-      f.ncclAvailable ? "NCCL communicator available" : "NCCL unavailable: " + f.ncclReason;
-
-  // Peer-mapped algorithms share the structural conditions.
-  std::string structural;
-  if (f.nranks > kMaxLocalRanks) {
-    structural = "world size " + std::to_string(f.nranks) + " exceeds " +
-                 std::to_string(kMaxLocalRanks) + " peer-mapped ranks";
-  } else if (!f.sameHost) {
-    structural = "ranks are on more than one host";
-  } else if (!f.peerMemory) {
-    structural = "no peer-mapped workspace: " + f.peerMemoryReason;
-  } else if (t.size() != f.nranks) {
-    structural = "topology has " + std::to_string(t.size()) + " GPUs for " +
-                 std::to_string(f.nranks) + " ranks";
-  }
-  auto setPeer = [&](anyrAlgo_t a, bool needsWrite, bool needsRead) {
-    AlgoAdmission& x = adm.algo[static_cast<size_t>(a)];
-    if (!structural.empty()) {
-      x.reason = structural;
-      return;
-    }
-    if (needsWrite) {
-      std::string bad = firstFailingPair(t, [](const PairInfo& p) { return p.peerWriteOk; });
-      if (!bad.empty()) {
-        x.reason = "peer write " + bad + " failed its transfer check or is not mapped";
-        return;
-      }
-    }
-    if (needsRead) {
-      std::string bad = firstFailingPair(t, [](const PairInfo& p) { return p.peerReadOk; });
-      if (!bad.empty()) {
-        x.reason = "peer read " + bad + " failed its transfer check or is not mapped";
-        return;
-      }
-    }
-    x.admitted = true;
-    x.reason = std::string("every pair passed its peer-") + (needsWrite ? "write" : "read") +
-               " check (no peer atomics needed)";
-  };
-  setPeer(anyrAlgoOneShotPush, true, false);
-  setPeer(anyrAlgoOneShotPull, false, true);
-  setPeer(anyrAlgoTwoShot, false, true);
-  setPeer(anyrAlgoTwoShotPush, true, false);
-  // Host-memory algorithms need no peer access at all: only the shared pinned segment.
-  for (anyrAlgo_t a : {anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy}) {
-    AlgoAdmission& x = adm.algo[static_cast<size_t>(a)];
-    x.admitted = f.hostMemory && f.sameHost && f.nranks <= kMaxLocalRanks;
-    x.reason = x.admitted ? "every rank mapped the shared pinned host segment (no peer access "
-                            "needed)"
-                          : "no host-memory transport: " + f.hostMemoryReason;
-  }
+  for (const AlgoInfo& r : algoRegistry()) adm.algo[static_cast<size_t>(r.algo)] = r.admit(t, f);
   adm.algo[anyrAlgoAuto].admitted = adm.any();
   adm.algo[anyrAlgoAuto].reason = "automatic choice by message size";
   return adm;
@@ -164,9 +96,8 @@ Thresholds defaultThresholds(const Topology& t, const Admission& adm, const Conf
 }
 
 bool peerPathAdmitted(const Admission& adm) {
-  for (anyrAlgo_t a :
-       {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShotPush, anyrAlgoTwoShot}) {
-    if (adm[a].admitted) return true;
+  for (const AlgoInfo& r : algoRegistry()) {
+    if (r.kind == AlgoKind::PeerMemory && adm[r.algo].admitted) return true;
   }
   return false;
 }

@@ -1,36 +1,20 @@
 // Which algorithms this communicator may use (admission: a capability question, answered
-// from the probed and confirmed topology; tuning cannot change it), and the default choice per
-// message size (thresholds: a seed, not a measurement). Pure functions of agreed inputs, so
-// every rank computes the same answer. No architecture names: capabilities decide.
+// from the probed and confirmed topology by each registry row's rule, algo/registry.h; tuning
+// cannot change it), and the default choice per message size (thresholds: a seed, not a
+// measurement). Pure functions of agreed inputs, so every rank computes the same answer. No
+// architecture names: capabilities decide.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
 
+#include "algo/registry.h"
 #include "anyreduce/anyreduce.h"
 #include "base/config.h"
 #include "topology/topology.h"
 
 namespace anyr {
-
-// Facts about the communicator that are not per-pair topology.
-struct CommFacts {
-  int nranks = 0;
-  bool sameHost = true;         // every rank on one host
-  bool distinctDevices = true;  // no two ranks on one GPU
-  bool ncclAvailable = false;
-  std::string ncclReason;  // why NCCL is unavailable ("" if available)
-  bool peerMemory = true;  // a peer-mapped workspace exists
-  std::string peerMemoryReason;
-  bool hostMemory = false;  // a shared pinned host segment is mapped by every rank
-  std::string hostMemoryReason;
-};
-
-struct AlgoAdmission {
-  bool admitted = false;
-  std::string reason;  // why admitted ("every pair passed its peer-write check") or rejected
-};
 
 struct Admission {
   std::array<AlgoAdmission, anyrNumAlgos> algo;  // index anyrAlgo_t; [anyrAlgoAuto] unused
@@ -43,6 +27,10 @@ struct Admission {
 
 Admission admit(const Topology& rankTopo, const CommFacts& facts);
 
+// The threshold ladder (Thresholds, defaultThresholds, chooseAlgo, explainChoice): the policy
+// of configured size thresholds, by design over named algorithms (the one-shot and two-shot
+// flavours, push or pull, and the host rung). The registry does not feed it: an algorithm
+// added since is chosen by the seed cost model, tuning or forcing, never by the ladder.
 struct Thresholds {
   anyrAlgo_t oneShot = anyrAlgoOneShotPush;  // preferred one-shot flavour
   std::string oneShotWhy;
@@ -70,13 +58,13 @@ uint64_t defaultOneShotMaxBytes(int nranks);
 Thresholds defaultThresholds(const Topology& rankTopo, const Admission& adm, const Config& cfg,
                              int nranks);
 
-// The algorithms that go through the shared pinned host segment (host_oneshot.cu, host_twoshot.cu,
-// host_copy.cu).
+// The algorithms that go through the shared pinned host segment (registry kind HostMemory).
 inline bool isHostAlgo(anyrAlgo_t a) {
-  return a == anyrAlgoHostOneShot || a == anyrAlgoHostTwoShot || a == anyrAlgoHostCopy;
+  const AlgoInfo* r = findAlgo(a);
+  return r != nullptr && r->kind == AlgoKind::HostMemory;
 }
 
-// True when some peer-memory algorithm (one-shot / two-shot, push or pull) is admitted. The
+// True when some peer-memory algorithm (registry kind PeerMemory) is admitted. The
 // seed then never picks a host-memory algorithm (they stay admitted candidates, for tuning and
 // forcing): peer paths keep the seed where they exist.
 bool peerPathAdmitted(const Admission& adm);

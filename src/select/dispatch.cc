@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "device/host_handles.h"
-#include "fused/fused.h"
 
 namespace anyr {
 
@@ -72,25 +71,6 @@ bool parsePath(Op op, const std::string& name, Path* out) {
 
 namespace {
 
-// Fixed candidate order (it breaks ties, so every rank must use the same one). The host-memory
-// algorithms come last: they have no fused kernel, so the fused operations get them only as
-// composition ("host-oneshot+epilogue").
-const anyrAlgo_t kAlgoOrder[] = {anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShotPush,
-                                 anyrAlgoTwoShot,     anyrAlgoNccl,        anyrAlgoHostOneShot,
-                                 anyrAlgoHostTwoShot, anyrAlgoHostCopy};
-
-bool hasFusedKernel(anyrAlgo_t a) { return a == anyrAlgoOneShotPush || a == anyrAlgoTwoShotPush; }
-
-// Shared memory a block of `a`'s fused kernel needs, bytes. The fused one-shot push kernel
-// holds its row in registers: only the reduction scratch, static (4,112 bytes, under
-// the 48 KB every block gets without opting in). The fused two-shot push kernel stages the fp32
-// row in dynamic shared memory, sized for the widest supported row (69,648 bytes), which a
-// block must opt in to.
-size_t fusedKernelSmemBytes(anyrAlgo_t a) {
-  if (a == anyrAlgoTwoShotPush) return fusedSharedBytes(kFusedMaxHidden);
-  return kFusedRedFloats * sizeof(float);
-}
-
 std::string kb(double bytes) {
   std::ostringstream os;
   os << static_cast<long long>(std::lround(bytes / 1024.0)) << " KB";
@@ -101,9 +81,9 @@ std::string kb(double bytes) {
 
 std::vector<Candidate> candidates(Op op, const Topology& t, const Admission& adm) {
   std::vector<Candidate> out;
-  // "" if every GPU gives a block the shared memory `a`'s fused kernel needs, else why not.
-  auto smemWhyFor = [&](anyrAlgo_t a) -> std::string {
-    const size_t need = fusedKernelSmemBytes(a);
+  // "" if every GPU gives a block the shared memory the fused kernel `f` needs, else why not.
+  auto smemWhyFor = [&](const FusedVariant& f) -> std::string {
+    const size_t need = f.smemBytes;
     for (const GpuInfo& g : t.gpus) {
       if (g.sharedMemPerBlockOptin < static_cast<int64_t>(need)) {
         return "needs " + kb(static_cast<double>(need)) + " shared memory per block, GPU " +
@@ -113,10 +93,13 @@ std::vector<Candidate> candidates(Op op, const Topology& t, const Admission& adm
     }
     return "";
   };
-  for (anyrAlgo_t a : kAlgoOrder) {
+  // The registry's order (it breaks ties, so every rank must use the same one); an algorithm's
+  // fused kernel, where it has one, comes just before its composition.
+  for (const AlgoInfo& r : algoRegistry()) {
+    const anyrAlgo_t a = r.algo;
     const AlgoAdmission& x = adm[a];
-    if (op != Op::AllReduce && hasFusedKernel(a)) {
-      const std::string smemWhy = smemWhyFor(a);
+    if (op != Op::AllReduce && r.fused != nullptr) {
+      const std::string smemWhy = smemWhyFor(*r.fused);
       Candidate k;
       k.path = {a, true};
       const std::string& failed = adm.fusedKernelFailure[static_cast<size_t>(a)];
@@ -142,57 +125,8 @@ std::vector<Candidate> candidates(Op op, const Topology& t, const Admission& adm
 
 namespace {
 
-// Model constants. They are a seed, not a measurement: tuning replaces every choice they make.
-// Efficiencies are the fraction of a link's measured one-pair bandwidth an algorithm reaches
-// when every rank moves data at once (one-shot: every rank stores its whole message into
-// every peer while peers read theirs; two-shot: half the traffic per phase; NCCL: pipelined
-// ring, the best at large sizes). Latencies: a kernel launch inside a graph, and NCCL's fixed
-// per-call cost on top of its ring's hops.
-constexpr double kLaunchUs = 2.0;
-constexpr double kEffOneShot = 0.5;
-constexpr double kEffTwoShot = 0.8;
-constexpr double kEffNccl = 0.85;
-constexpr double kNcclBaseUs = 10.0;
-constexpr double kNcclViaHostLargeBaseUs = 24.0;
-constexpr double kNcclViaHostSmallBytes = 64.0 * 1024;
-// The fused epilogue reads x, the residual and writes residual and output: 4 bytes of local
-// memory traffic per byte of message. The topology records no local memory bandwidth, so a
-// nominal one is used; it weighs only fused kernel against composition.
-constexpr double kLocalGBps = 3000.0;
-// Largest message for which the seed expects the fused two-shot kernel to beat the composition.
-constexpr double kFusedTwoShotMaxBytes = 16.0 * (1 << 20);
-// Host-memory algorithms move their bytes the way NCCL's ring does where there is no peer path
-// (SM stores into, and loads from, pinned host memory over each GPU's PCIe link), so they are
-// charged on the same terms: each byte crosses the link twice (written up, read down by a
-// peer), the two crossings one after the other (the one-shot's overlap of writes and reads is
-// not credited), at NCCL's efficiency. What separates them is latency: no NCCL per-call base
-// and fewer steps for small messages, but one more launch (and its steps) per launch buffer
-// (ANYR_HOST_LAUNCH_BYTES) for large ones. A step is a PCIe round trip plus a flag in host memory
-// (one-shot: publish, then poll and read; two-shot: two such steps).
-// Calibrated on 2 x H200 (PCIe Gen5 x16) with ANYR_PEER_MEMORY=0 against NCCL with
-// NCCL_P2P_DISABLE=1 (docs/PERFORMANCE.md, "Cost model"): the one-shot's writes and reads do not
-// overlap and its small rounds reach a fifth of the link (host-oneshot 1 KB 6.9 us, 64 KB
-// 19.4 us, 1 MB 97 us); the two-shot overlaps its reduce-scatter and all-gather traffic
-// (charged on the larger direction) at about 0.6 of the link (1 MB 58 us, 16 MB 553 us).
-constexpr double kEffHost = kEffNccl;  // the link as NCCL's ring through host memory sees it
-constexpr double kEffHostOneShot = 0.2 / kEffHost;
-constexpr double kEffHostTwoShot = 0.6 / kEffHost;
-constexpr double kHostStepUs = 3.0;
-// The one-shot's low-latency protocol (host_oneshot_ll.cu): one step, twice the bytes, writes
-// and reads overlapping, in small launches spread over many SMs. Calibrated on the same machine
-// (docs/PERFORMANCE.md, "Cost model", every thread polling its own lines): 1 KB 5.0-5.5 us, 16 KB
-// 7.4-7.6, 32 KB 9.1-9.4, 64 KB 12.1 (NCCL 10.0, 11.3, 12.1, 15.6), i.e. about 0.47 of hostGBps.
-constexpr double kEffHostLowLatency = 0.4 / kEffHost;
-// host-copy (host_copy.cu): each GPU sends B up and receives (n-1) B down through its copy
-// engines, writes and reads at once. Calibrated on 2 x H200 (docs/PERFORMANCE.md, "Cost model",
-// NCCL_P2P_DISABLE=1): 34 us at 1 KB, 160 at 4 MB, 548 at 16 MB (two 8 MiB launches; 494 in
-// one 16 MiB launch, ANYR_HOST_LAUNCH_BYTES's default since; 476 in 2 MiB copy chunks,
-// ANYR_HOST_COPY_CHUNK_BYTES's default since), i.e. about 32 us per launch (the
-// barrier, the fork and join, the first chunk's flag) and the link at 0.85 of hostGBps (42.8 there;
-// the copy engines alone reach 43 GB/s each way), plus the wait and signal kernels per chunk.
-constexpr double kEffHostCopy = 0.85;
-constexpr double kHostCopyLaunchUs = 32.0;
-constexpr double kHostCopyChunkUs = 2.0;
+// The model's constants and per-algorithm terms are in algo/cost.h and algo/cost.cc; here the
+// inputs they take are derived from the topology.
 
 double pcieNominalGBps(const GpuInfo& g) {
   static const double perLane[] = {0, 0.25, 0.5, 0.985, 1.97, 3.94, 7.56};
@@ -317,127 +251,16 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   return in;
 }
 
-namespace {
-
-// Time for the all-to-all traffic of one call, in microseconds: `perFlowBytes` from every rank
-// to every other rank, at efficiency `eff`; each GPU's own link carries (n-1) flows, and each
-// switch uplink carries g x (n - g) of them.
-double allToAllUs(const CostInputs& in, double perFlowBytes, bool write, double eff) {
-  const int n = in.nranks;
-  const double bw = write ? in.writeGBps : in.readGBps;
-  if (bw <= 0) return -1;
-  double t = (n - 1) * perFlowBytes / (bw * eff * 1e3);
-  const double cross = write ? in.crossWriteGBps : in.crossReadGBps;
-  if (cross > 0) {
-    const int g = in.largestGroup;
-    t = std::max(t, g * (n - g) * perFlowBytes / (cross * eff * 1e3));
-  }
-  return t;
-}
-
-double allReduceUs(anyrAlgo_t a, double B, const CostInputs& in) {
-  const int n = in.nranks;
-  const double lat = in.latencyUs;
-  switch (a) {
-    case anyrAlgoOneShotPush:
-    case anyrAlgoOneShotPull: {
-      // Every rank sends its whole message to every peer; larger messages than a push slot
-      // (or staging chunk) run as several calls, each paying the latency again.
-      const bool push = a == anyrAlgoOneShotPush;
-      const double slot = static_cast<double>(push ? in.pushSlotBytes : in.chunkBytes);
-      const double calls = std::max(1.0, std::ceil(B / slot));
-      const double data = allToAllUs(in, B, push, kEffOneShot);
-      if (data < 0) return -1;
-      // pull: flag handshake, then the reads: one latency more than push
-      return calls * (kLaunchUs + (push ? 1 : 2) * lat) + data;
-    }
-    case anyrAlgoTwoShotPush:
-    case anyrAlgoTwoShot: {
-      // Reduce-scatter then all-gather: each phase moves B/n per pair. Pull adds barriers
-      // around each phase (two more latencies).
-      const bool push = a == anyrAlgoTwoShotPush;
-      const double data = allToAllUs(in, 2.0 * B / n, push, kEffTwoShot);
-      if (data < 0) return -1;
-      return kLaunchUs + (push ? 2 : 4) * lat + data;
-    }
-    case anyrAlgoHostOneShot:
-    case anyrAlgoHostTwoShot: {
-      // One-shot: write the own B, read the (n-1) peers' B each. Two-shot: reduce-scatter and
-      // all-gather, each writing and reading (n-1)/n of B (2 B (n-1)/n each way in all). A
-      // message larger than a launch's buffers runs as several launches.
-      if (in.hostGBps <= 0) return -1;
-      const bool one = a == anyrAlgoHostOneShot;
-      const double calls =
-          in.hostLaunchBytes > 0
-              ? std::max(1.0, std::ceil(B / static_cast<double>(in.hostLaunchBytes)))
-              : 1.0;
-      const double wrote = one ? B : 2.0 * B * (n - 1) / n;
-      const double read = one ? (n - 1) * B : 2.0 * B * (n - 1) / n;
-      if (one && B <= static_cast<double>(in.hostLowLatencyBytes)) {
-        // Low-latency protocol: one step (the flag rides in every line), twice the bytes,
-        // writes and reads overlapping (kEffHostLowLatency).
-        return kLaunchUs + in.hostLatencyUs +
-               2.0 * std::max(wrote, read) / (in.hostGBps * kEffHostLowLatency * 1e3);
-      }
-      const double data = one ? (wrote + read) / (in.hostGBps * kEffHostOneShot * 1e3)
-                              : std::max(wrote, read) / (in.hostGBps * kEffHostTwoShot * 1e3);
-      return calls * (kLaunchUs + (one ? 2 : 4) * in.hostLatencyUs) + data;
-    }
-    case anyrAlgoHostCopy: {
-      if (in.hostGBps <= 0 || in.hostCopyChunkBytes == 0) return -1;
-      const double launch = in.hostLaunchBytes > 0 ? static_cast<double>(in.hostLaunchBytes) : B;
-      const double full = std::floor(B / launch);
-      const double rest = B - full * launch;
-      const double bw = in.hostGBps * kEffHostCopy * 1e3;  // bytes per us
-      // One launch of b bytes (the full ones, then the remainder).
-      auto launchUs = [&](double b) {
-        const double chunk = static_cast<double>(
-            hostCopyLaunchChunkBytes(static_cast<uint64_t>(b), in.hostCopyChunkBytes));
-        const double chunks = std::max(1.0, std::ceil(b / chunk));
-        return kHostCopyLaunchUs + chunks * kHostCopyChunkUs + std::max(1, n - 1) * b / bw;
-      };
-      return full * launchUs(launch) + (rest > 0 ? launchUs(rest) : 0.0);
-    }
-    case anyrAlgoNccl: {
-      if (in.ringGBps <= 0) return -1;
-      // Through host memory NCCL's per-hop flags are in its base cost (measured: 10 us at 1 KB
-      // on 2 x H200 with NCCL_P2P_DISABLE=1, about its cost with peer access); above 64 KB of
-      // ring traffic its base there is 24 us (same machine: 35.7 us at 256 KB,
-      // 62.4 at 1 MB, 168 at 4 MB, where 10 us + the bytes gave 20, 49 and 166).
-      const double hop = in.ncclViaHost ? 0.0 : lat;
-      const double ringBytes = 2.0 * (n - 1) / n * B;
-      const double base = in.ncclViaHost && ringBytes > kNcclViaHostSmallBytes
-                              ? kNcclViaHostLargeBaseUs
-                              : kNcclBaseUs;
-      return base + 2.0 * (n - 1) * hop + ringBytes / (in.ringGBps * kEffNccl * 1e3);
-    }
-    default:
-      return -1;
-  }
-}
-
-}  // namespace
-
 double seedTimeUs(Op op, Path p, uint64_t bytes, const CostInputs& in) {
   const double B = static_cast<double>(bytes);
-  const double ar = allReduceUs(p.algo, B, in);
+  const AlgoInfo* r = findAlgo(p.algo);
+  const double ar = r != nullptr ? r->seedUs(B, in) : -1;
   if (ar < 0 || op == Op::AllReduce) return ar;
   // Fused operation: the epilogue's local traffic (+ the quantized output).
   const double local = (op == Op::AddRmsNormQuant ? 4.5 : 4.0) * B / (kLocalGBps * 1e3);
   if (!p.fusedKernel) return ar + kLaunchUs + local;  // composition: a second kernel
-  if (p.algo == anyrAlgoOneShotPush) {
-    // One kernel: no second launch, and x never goes through memory (half the traffic).
-    return ar + 0.5 * local;
-  }
-  // The fused two-shot kernel (its register form; wider rows compose, see
-  // Communicator::allReduceAddRmsNorm) saves the second launch but reads x back from the
-  // gather buffers: measured on 2 x H200 (docs/PERFORMANCE.md, "Cost model") 0.8-2.0 us faster
-  // than the composition from 64 to 512 tokens of hidden 6144 and 7168 (0.8 to 7.3 MB); with
-  // the dense shape (two blocks per SM from 133 rows) 6.9-7.0 us faster at 1024 tokens (12.6
-  // and 14.7 MB) and even at 2048 (25 MB, 118.6 against 118.1 us at 6144), where one block per
-  // SM was 8.5 us slower: beyond 16 MB modelled as three times the epilogue's traffic time.
-  if (B <= kFusedTwoShotMaxBytes) return ar + local + 0.5 * kLaunchUs;
-  return ar + 3.0 * local;
+  if (r->fused == nullptr) return -1;                 // no such kernel
+  return r->fused->seedUs(ar, local, B);
 }
 
 const char* sourceName(Source s) {
@@ -469,6 +292,7 @@ DispatchTable seedTable(const Topology& t, const Admission& adm, const Config& c
       Path best{anyrAlgoAuto, false};
       if (ladder) {
         best.algo = chooseAlgo(adm, th, bytes, anyrAlgoAuto);
+        // The ladder's own rule (admission.h): its one-shot push runs fused, nothing else.
         if (op != Op::AllReduce && best.algo == anyrAlgoOneShotPush) {
           for (const Candidate& c : cands) {
             if (c.path == Path{anyrAlgoOneShotPush, true} && c.admitted) best.fusedKernel = true;
@@ -503,7 +327,8 @@ DispatchTable seedTable(const Topology& t, const Admission& adm, const Config& c
 
 Path forcedPath(Op op, anyrAlgo_t forced) {
   Path p{forced, false};
-  if (op != Op::AllReduce && hasFusedKernel(forced)) p.fusedKernel = true;
+  const AlgoInfo* r = findAlgo(forced);
+  if (op != Op::AllReduce && r != nullptr && r->fused != nullptr) p.fusedKernel = true;
   return p;
 }
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "algo/cost.h"
+#include "algo/registry.h"
 #include "anyreduce/anyreduce.h"
 #include "base/config.h"
 #include "select/admission.h"
@@ -69,31 +71,7 @@ struct Candidate {
 std::vector<Candidate> candidates(Op op, const Topology& rankTopo, const Admission& adm);
 
 // ---- Seed cost model -------------------------------------------------------------------------
-// Inputs derived from the topology: the slowest pair's measured numbers (nominal ones where a
-// pair was not measured), and PCIe switch groups (GPUs whose pairs meet below the host bridge)
-// whose uplinks all-to-all traffic between groups must share.
-struct CostInputs {
-  int nranks = 0;
-  double latencyUs = 2.0;    // one-way flag latency, slowest pair
-  double writeGBps = 0;      // slowest pair, peer stores (0: no peer path)
-  double readGBps = 0;       // slowest pair, peer loads
-  double ringGBps = 0;       // what NCCL's ring gets per hop (better direction, or host path)
-  bool ncclViaHost = false;  // some pair has no peer path: NCCL's ring goes through host memory
-  double crossWriteGBps = 0, crossReadGBps = 0;  // slowest pair between groups (0: one group)
-  int largestGroup = 0;                          // GPUs in the largest switch group
-  uint64_t pushSlotBytes = 0;                    // one-shot push capacity per launch
-  uint64_t chunkBytes = 0;                       // pull / two-shot staging per launch
-  // Host-memory algorithms: every rank's traffic crosses its own PCIe link to host memory
-  // (writes up, reads down). Per direction, from the slowest GPU's probed PCIe generation and
-  // width (nominal, derated); latency of one PCIe round trip plus a flag. Larger messages than
-  // hostLaunchBytes (the agreed ANYR_HOST_LAUNCH_BYTES) run as several launches.
-  double hostGBps = 0;
-  double hostLatencyUs = 0;
-  uint64_t hostLaunchBytes = 0;
-  uint64_t hostLowLatencyBytes = 0;  // host one-shot messages up to this take one step
-  uint64_t hostCopyChunkBytes = 0;   // host-copy's configured chunk
-  std::string summary;               // one line, for explain
-};
+// CostInputs and the per-algorithm terms: algo/cost.h (each registry row names its entry).
 CostInputs costInputs(const Topology& rankTopo, const Config& cfg, int nranks);
 
 // Modelled time of one call, microseconds; < 0 when the model has no number (path not

@@ -54,9 +54,11 @@ std::string explainDispatch(const ExplainInput& in) {
       os << "\n    " << pathName(op, c.path) << ": " << c.reason;
     }
     if (!anyRejected) os << " none";
-    if (peerPathAdmitted(*in.adm) &&
-        ((*in.adm)[anyrAlgoHostOneShot].admitted || (*in.adm)[anyrAlgoHostTwoShot].admitted ||
-         (*in.adm)[anyrAlgoHostCopy].admitted)) {
+    bool hostAdmitted = false;
+    for (const AlgoInfo& r : algoRegistry()) {
+      if (r.kind == AlgoKind::HostMemory && (*in.adm)[r.algo].admitted) hostAdmitted = true;
+    }
+    if (peerPathAdmitted(*in.adm) && hostAdmitted) {
       os << "\n  host-memory candidates: admitted (tuning measures them, forcing works), never the "
             "seed while a peer path is admitted";
     }

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "algo/algo.h"
+#include "algo/registry.h"
 #include "base/names.h"
 #include "common/data.h"
 #include "diag_check.h"
@@ -470,9 +471,10 @@ int main(int argc, char** argv) {
           anyr::LaunchShape ts = anyr::spreadShape((vecs + n - 1) / n, maxBlocks);
           ts.aligned = true;
           ts.pdl = pdl;
-          DIAG_CHECK(anyr::launchTwoShotPush(anyrBfloat16, a, ts, ranks[i].s));
+          DIAG_CHECK(anyr::algoInfo(anyrAlgoTwoShotPush).launch(anyrBfloat16, a, ts, ranks[i].s));
         } else {
-          DIAG_CHECK(anyr::launchOneShotPush(anyrBfloat16, a, shape, ranks[i].s));
+          DIAG_CHECK(
+              anyr::algoInfo(anyrAlgoOneShotPush).launch(anyrBfloat16, a, shape, ranks[i].s));
         }
       };
     };

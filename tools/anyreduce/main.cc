@@ -190,12 +190,10 @@ int main(int argc, char** argv) {
   auto* bench =
       app.add_subcommand("bench", "Benchmark all-reduce against NCCL, one process per GPU");
   tool::BenchOptions bo;
-  std::string
-      minS = "1K",
-      maxS = "256M", dtypesS = "bf16",
-      algosS =
-          "auto,oneshot-push,oneshot-pull,twoshot,twoshot-push,nccl,host-oneshot,host-twoshot,"
-          "host-copy";
+  std::string minS = "1K", maxS = "256M", dtypesS = "bf16", algosS;
+  for (int a = 0; a < anyrNumAlgos; ++a) {  // every algorithm, in enum order
+    algosS += std::string(a ? "," : "") + anyrAlgoName(static_cast<anyrAlgo_t>(a));
+  }
   bool noGraph = false;
   bench->add_option("-b,--minbytes", minS, "Smallest message (default 1K)");
   bench->add_option("-e,--maxbytes", maxS, "Largest message (default 256M)");

@@ -1,0 +1,168 @@
+#include "algo/cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "device/host_handles.h"
+
+namespace anyr {
+
+namespace {
+
+// Model constants. They are a seed, not a measurement: tuning replaces every choice they make.
+// Efficiencies are the fraction of a link's measured one-pair bandwidth an algorithm reaches
+// when every rank moves data at once (one-shot: every rank stores its whole message into
+// every peer while peers read theirs; two-shot: half the traffic per phase; NCCL: pipelined
+// ring, the best at large sizes, kEffNccl). Latencies: a kernel launch inside a graph
+// (kLaunchUs), and NCCL's fixed per-call cost on top of its ring's hops.
+constexpr double kEffOneShot = 0.5;
+constexpr double kEffTwoShot = 0.8;
+constexpr double kNcclBaseUs = 10.0;
+constexpr double kNcclViaHostLargeBaseUs = 24.0;
+constexpr double kNcclViaHostSmallBytes = 64.0 * 1024;
+// Largest message for which the seed expects the fused two-shot kernel to beat the composition.
+constexpr double kFusedTwoShotMaxBytes = 16.0 * (1 << 20);
+// Host-memory algorithms move their bytes the way NCCL's ring does where there is no peer path
+// (SM stores into, and loads from, pinned host memory over each GPU's PCIe link), so they are
+// charged on the same terms: each byte crosses the link twice (written up, read down by a
+// peer), the two crossings one after the other (the one-shot's overlap of writes and reads is
+// not credited), at NCCL's efficiency (kEffHost). What separates them is latency: no NCCL
+// per-call base and fewer steps for small messages, but one more launch (and its steps) per
+// launch buffer (ANYR_HOST_LAUNCH_BYTES) for large ones. A step (kHostStepUs) is a PCIe round
+// trip plus a flag in host memory (one-shot: publish, then poll and read; two-shot: two such
+// steps).
+// Calibrated on 2 x H200 (PCIe Gen5 x16) with ANYR_PEER_MEMORY=0 against NCCL with
+// NCCL_P2P_DISABLE=1 (docs/PERFORMANCE.md, "Cost model"): the one-shot's writes and reads do not
+// overlap and its small rounds reach a fifth of the link (host-oneshot 1 KB 6.9 us, 64 KB
+// 19.4 us, 1 MB 97 us); the two-shot overlaps its reduce-scatter and all-gather traffic
+// (charged on the larger direction) at about 0.6 of the link (1 MB 58 us, 16 MB 553 us).
+constexpr double kEffHostOneShot = 0.2 / kEffHost;
+constexpr double kEffHostTwoShot = 0.6 / kEffHost;
+// The one-shot's low-latency protocol (host_oneshot_ll.cu): one step, twice the bytes, writes
+// and reads overlapping, in small launches spread over many SMs. Calibrated on the same machine
+// (docs/PERFORMANCE.md, "Cost model", every thread polling its own lines): 1 KB 5.0-5.5 us, 16 KB
+// 7.4-7.6, 32 KB 9.1-9.4, 64 KB 12.1 (NCCL 10.0, 11.3, 12.1, 15.6), i.e. about 0.47 of hostGBps.
+constexpr double kEffHostLowLatency = 0.4 / kEffHost;
+// host-copy (host_copy.cu): each GPU sends B up and receives (n-1) B down through its copy
+// engines, writes and reads at once. Calibrated on 2 x H200 (docs/PERFORMANCE.md, "Cost model",
+// NCCL_P2P_DISABLE=1): 34 us at 1 KB, 160 at 4 MB, 548 at 16 MB (two 8 MiB launches; 494 in
+// one 16 MiB launch, ANYR_HOST_LAUNCH_BYTES's default since; 476 in 2 MiB copy chunks,
+// ANYR_HOST_COPY_CHUNK_BYTES's default since), i.e. about 32 us per launch (the
+// barrier, the fork and join, the first chunk's flag) and the link at 0.85 of hostGBps (42.8 there;
+// the copy engines alone reach 43 GB/s each way), plus the wait and signal kernels per chunk.
+constexpr double kEffHostCopy = 0.85;
+constexpr double kHostCopyLaunchUs = 32.0;
+constexpr double kHostCopyChunkUs = 2.0;
+
+// Every rank sends its whole message to every peer; larger messages than a push slot (or
+// staging chunk) run as several calls, each paying the latency again.
+double oneShotUs(double B, const CostInputs& in, bool push) {
+  const double slot = static_cast<double>(push ? in.pushSlotBytes : in.chunkBytes);
+  const double calls = std::max(1.0, std::ceil(B / slot));
+  const double data = allToAllUs(in, B, push, kEffOneShot);
+  if (data < 0) return -1;
+  // pull: flag handshake, then the reads: one latency more than push
+  return calls * (kLaunchUs + (push ? 1 : 2) * in.latencyUs) + data;
+}
+
+// Reduce-scatter then all-gather: each phase moves B/n per pair. Pull adds barriers around
+// each phase (two more latencies).
+double twoShotUsOf(double B, const CostInputs& in, bool push) {
+  const double data = allToAllUs(in, 2.0 * B / in.nranks, push, kEffTwoShot);
+  if (data < 0) return -1;
+  return kLaunchUs + (push ? 2 : 4) * in.latencyUs + data;
+}
+
+// One-shot: write the own B, read the (n-1) peers' B each. Two-shot: reduce-scatter and
+// all-gather, each writing and reading (n-1)/n of B (2 B (n-1)/n each way in all). A message
+// larger than a launch's buffers runs as several launches.
+double hostShotUs(double B, const CostInputs& in, bool one) {
+  const int n = in.nranks;
+  if (in.hostGBps <= 0) return -1;
+  const double calls = in.hostLaunchBytes > 0
+                           ? std::max(1.0, std::ceil(B / static_cast<double>(in.hostLaunchBytes)))
+                           : 1.0;
+  const double wrote = one ? B : 2.0 * B * (n - 1) / n;
+  const double read = one ? (n - 1) * B : 2.0 * B * (n - 1) / n;
+  if (one && B <= static_cast<double>(in.hostLowLatencyBytes)) {
+    // Low-latency protocol: one step (the flag rides in every line), twice the bytes,
+    // writes and reads overlapping (kEffHostLowLatency).
+    return kLaunchUs + in.hostLatencyUs +
+           2.0 * std::max(wrote, read) / (in.hostGBps * kEffHostLowLatency * 1e3);
+  }
+  const double data = one ? (wrote + read) / (in.hostGBps * kEffHostOneShot * 1e3)
+                          : std::max(wrote, read) / (in.hostGBps * kEffHostTwoShot * 1e3);
+  return calls * (kLaunchUs + (one ? 2 : 4) * in.hostLatencyUs) + data;
+}
+
+}  // namespace
+
+double allToAllUs(const CostInputs& in, double perFlowBytes, bool write, double eff) {
+  const int n = in.nranks;
+  const double bw = write ? in.writeGBps : in.readGBps;
+  if (bw <= 0) return -1;
+  double t = (n - 1) * perFlowBytes / (bw * eff * 1e3);
+  const double cross = write ? in.crossWriteGBps : in.crossReadGBps;
+  if (cross > 0) {
+    const int g = in.largestGroup;
+    t = std::max(t, g * (n - g) * perFlowBytes / (cross * eff * 1e3));
+  }
+  return t;
+}
+
+double oneShotPushUs(double B, const CostInputs& in) { return oneShotUs(B, in, true); }
+double oneShotPullUs(double B, const CostInputs& in) { return oneShotUs(B, in, false); }
+double twoShotPushUs(double B, const CostInputs& in) { return twoShotUsOf(B, in, true); }
+double twoShotUs(double B, const CostInputs& in) { return twoShotUsOf(B, in, false); }
+double hostOneShotUs(double B, const CostInputs& in) { return hostShotUs(B, in, true); }
+double hostTwoShotUs(double B, const CostInputs& in) { return hostShotUs(B, in, false); }
+
+double hostCopyUs(double B, const CostInputs& in) {
+  const int n = in.nranks;
+  if (in.hostGBps <= 0 || in.hostCopyChunkBytes == 0) return -1;
+  const double launch = in.hostLaunchBytes > 0 ? static_cast<double>(in.hostLaunchBytes) : B;
+  const double full = std::floor(B / launch);
+  const double rest = B - full * launch;
+  const double bw = in.hostGBps * kEffHostCopy * 1e3;  // bytes per us
+  // One launch of b bytes (the full ones, then the remainder).
+  auto launchUs = [&](double b) {
+    const double chunk = static_cast<double>(
+        hostCopyLaunchChunkBytes(static_cast<uint64_t>(b), in.hostCopyChunkBytes));
+    const double chunks = std::max(1.0, std::ceil(b / chunk));
+    return kHostCopyLaunchUs + chunks * kHostCopyChunkUs + std::max(1, n - 1) * b / bw;
+  };
+  return full * launchUs(launch) + (rest > 0 ? launchUs(rest) : 0.0);
+}
+
+double ncclUs(double B, const CostInputs& in) {
+  const int n = in.nranks;
+  if (in.ringGBps <= 0) return -1;
+  // Through host memory NCCL's per-hop flags are in its base cost (measured: 10 us at 1 KB
+  // on 2 x H200 with NCCL_P2P_DISABLE=1, about its cost with peer access); above 64 KB of
+  // ring traffic its base there is 24 us (same machine: 35.7 us at 256 KB,
+  // 62.4 at 1 MB, 168 at 4 MB, where 10 us + the bytes gave 20, 49 and 166).
+  const double hop = in.ncclViaHost ? 0.0 : in.latencyUs;
+  const double ringBytes = 2.0 * (n - 1) / n * B;
+  const double base =
+      in.ncclViaHost && ringBytes > kNcclViaHostSmallBytes ? kNcclViaHostLargeBaseUs : kNcclBaseUs;
+  return base + 2.0 * (n - 1) * hop + ringBytes / (in.ringGBps * kEffNccl * 1e3);
+}
+
+double fusedOneShotPushUs(double ar, double local, double /*bytes*/) {
+  // One kernel: no second launch, and x never goes through memory (half the traffic).
+  return ar + 0.5 * local;
+}
+
+double fusedTwoShotPushUs(double ar, double local, double B) {
+  // The fused two-shot kernel (its register form; wider rows compose, see
+  // Communicator::allReduceAddRmsNorm) saves the second launch but reads x back from the
+  // gather buffers: measured on 2 x H200 (docs/PERFORMANCE.md, "Cost model") 0.8-2.0 us faster
+  // than the composition from 64 to 512 tokens of hidden 6144 and 7168 (0.8 to 7.3 MB); with
+  // the dense shape (two blocks per SM from 133 rows) 6.9-7.0 us faster at 1024 tokens (12.6
+  // and 14.7 MB) and even at 2048 (25 MB, 118.6 against 118.1 us at 6144), where one block per
+  // SM was 8.5 us slower: beyond 16 MB modelled as three times the epilogue's traffic time.
+  if (B <= kFusedTwoShotMaxBytes) return ar + local + 0.5 * kLaunchUs;
+  return ar + 3.0 * local;
+}
+
+}  // namespace anyr

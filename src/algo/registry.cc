@@ -1,0 +1,268 @@
+// The algorithm registry's table (algo/registry.h): one row per algorithm, with the admission
+// rules the rows share.
+#include "algo/registry.h"
+
+#include <array>
+
+#include "base/error.h"
+#include "fused/fused.h"
+
+// Host-only builds of the selection code (the fuzz targets, scripts/fuzz.sh) link no kernel:
+// compiled with ANYR_HOST_ONLY, the rows' launchers and resident functions are null there.
+#ifdef ANYR_HOST_ONLY
+#define ANYR_KERNEL_FN(f) nullptr
+#else
+#define ANYR_KERNEL_FN(f) f
+#endif
+
+namespace anyr {
+
+// The launchers and resident-blocks functions, each defined in its algorithm's file.
+// oneshot_push.cu
+cudaError_t launchOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
+                              const LaunchShape& shape, cudaStream_t stream);
+cudaError_t oneShotPushResidentPerSm(int* least);
+// oneshot_pull.cu
+cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
+                              const LaunchShape& shape, cudaStream_t stream);
+cudaError_t oneShotPullResidentPerSm(int* least);
+// twoshot_push.cu
+cudaError_t launchTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
+                              const LaunchShape& shape, cudaStream_t stream);
+cudaError_t twoShotPushResidentPerSm(int* least);
+// twoshot.cu
+cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
+                          cudaStream_t stream);
+cudaError_t twoShotResidentPerSm(int* least);
+// host_oneshot.cu, and host_oneshot_ll.cu: its low-latency protocol (native wire, small
+// launches); a.wire selects the wire format.
+cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
+                              cudaStream_t stream);
+cudaError_t launchHostOneShotLL(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
+                                cudaStream_t stream);
+// host_twoshot.cu
+cudaError_t launchHostTwoShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
+                              cudaStream_t stream);
+// host_copy.cu: one launch (a piece of at most layout.launchBytes); `shape` is the reduction
+// kernels' grid.
+cudaError_t launchHostCopy(anyrDataType_t dtype, const HostCopyArgs& a, const LaunchShape& shape,
+                           const HostCopyStreams& s, cudaStream_t stream);
+
+const char* algoKindName(AlgoKind k) {
+  switch (k) {
+    case AlgoKind::PeerMemory:
+      return "peer-memory";
+    case AlgoKind::HostMemory:
+      return "host-memory";
+    case AlgoKind::Nccl:
+      return "nccl";
+  }
+  return "?";
+}
+
+namespace {
+
+// ---- Admission rules -------------------------------------------------------------------------
+
+// First ordered pair that fails `ok`, as "rank a -> rank b", or "" if none.
+template <typename F>
+std::string firstFailingPair(const Topology& t, F ok) {
+  for (int s = 0; s < t.size(); ++s) {
+    for (int d = 0; d < t.size(); ++d) {
+      if (s != d && !ok(t.pair(s, d))) {
+        return "rank " + std::to_string(s) + " -> rank " + std::to_string(d);
+      }
+    }
+  }
+  return "";
+}
+
+// Peer-mapped algorithms share the structural conditions, then need every ordered pair to have
+// passed its peer-write and/or peer-read transfer check.
+AlgoAdmission admitPeer(const Topology& t, const CommFacts& f, bool needsWrite, bool needsRead) {
+  AlgoAdmission x;
+  if (f.nranks > kMaxLocalRanks) {
+    x.reason = "world size " + std::to_string(f.nranks) + " exceeds " +
+               std::to_string(kMaxLocalRanks) + " peer-mapped ranks";
+    return x;
+  }
+  if (!f.sameHost) {
+    x.reason = "ranks are on more than one host";
+    return x;
+  }
+  if (!f.peerMemory) {
+    x.reason = "no peer-mapped workspace: " + f.peerMemoryReason;
+    return x;
+  }
+  if (t.size() != f.nranks) {
+    x.reason = "topology has " + std::to_string(t.size()) + " GPUs for " +
+               std::to_string(f.nranks) + " ranks";
+    return x;
+  }
+  if (needsWrite) {
+    std::string bad = firstFailingPair(t, [](const PairInfo& p) { return p.peerWriteOk; });
+    if (!bad.empty()) {
+      x.reason = "peer write " + bad + " failed its transfer check or is not mapped";
+      return x;
+    }
+  }
+  if (needsRead) {
+    std::string bad = firstFailingPair(t, [](const PairInfo& p) { return p.peerReadOk; });
+    if (!bad.empty()) {
+      x.reason = "peer read " + bad + " failed its transfer check or is not mapped";
+      return x;
+    }
+  }
+  x.admitted = true;
+  x.reason = std::string("every pair passed its peer-") + (needsWrite ? "write" : "read") +
+             " check (no peer atomics needed)";
+  return x;
+}
+
+// Peer stores into every peer's workspace (the push forms).
+AlgoAdmission admitPeerWrites(const Topology& t, const CommFacts& f) {
+  return admitPeer(t, f, true, false);
+}
+
+// Peer loads from every peer's workspace (the pull forms).
+AlgoAdmission admitPeerReads(const Topology& t, const CommFacts& f) {
+  return admitPeer(t, f, false, true);
+}
+
+// Host-memory algorithms need no peer access at all: only the shared pinned segment.
+AlgoAdmission admitHostSegment(const Topology&, const CommFacts& f) {
+  AlgoAdmission x;
+  x.admitted = f.hostMemory && f.sameHost && f.nranks <= kMaxLocalRanks;
+  x.reason = x.admitted ? "every rank mapped the shared pinned host segment (no peer access "
+                          "needed)"
+                        : "no host-memory transport: " + f.hostMemoryReason;
+  return x;
+}
+
+AlgoAdmission admitNccl(const Topology&, const CommFacts& f) {
+  AlgoAdmission x;
+  x.admitted = f.ncclAvailable;
+  x.reason = f.ncclAvailable ? "NCCL communicator available" : "NCCL unavailable: " + f.ncclReason;
+  return x;
+}
+
+// ---- Fused kernels ---------------------------------------------------------------------------
+
+// The fused one-shot push kernel holds its row in registers: only the reduction scratch,
+// static (4,112 bytes, under the 48 KB every block gets without opting in).
+constexpr FusedVariant kFusedOneShotPush{"fused one-shot push", kFusedRedFloats * sizeof(float),
+                                         false, fusedOneShotPushUs};
+// The fused two-shot push kernel stages the fp32 row in dynamic shared memory, sized for the
+// widest supported row (69,648 bytes), which a block must opt in to; its register form runs
+// dense launches of more rows than SMs.
+constexpr FusedVariant kFusedTwoShotPush{"fused two-shot push", fusedSharedBytes(kFusedMaxHidden),
+                                         true, fusedTwoShotPushUs};
+
+// ---- The table -------------------------------------------------------------------------------
+// Candidate order: the peer-memory algorithms, NCCL, then the host-memory algorithms (they have
+// no fused kernel, so the fused operations get them only as composition, "host-oneshot+epilogue").
+constexpr AlgoInfo kAlgos[] = {
+    AlgoInfo(anyrAlgoOneShotPush, "oneshot-push", AlgoKind::PeerMemory)
+        .peer(ANYR_KERNEL_FN(launchOneShotPush), ANYR_KERNEL_FN(oneShotPushResidentPerSm),
+              LaunchCapacity::PushSlot)
+        .fusedKernel(&kFusedOneShotPush)
+        .admission(admitPeerWrites)
+        .cost(oneShotPushUs),
+    AlgoInfo(anyrAlgoOneShotPull, "oneshot-pull", AlgoKind::PeerMemory)
+        .peer(ANYR_KERNEL_FN(launchOneShotPull), ANYR_KERNEL_FN(oneShotPullResidentPerSm),
+              LaunchCapacity::Chunk)
+        .admission(admitPeerReads)
+        .cost(oneShotPullUs),
+    AlgoInfo(anyrAlgoTwoShotPush, "twoshot-push", AlgoKind::PeerMemory)
+        .peer(ANYR_KERNEL_FN(launchTwoShotPush), ANYR_KERNEL_FN(twoShotPushResidentPerSm),
+              LaunchCapacity::Chunk)
+        .splitPerRank()
+        .fusedKernel(&kFusedTwoShotPush)
+        .admission(admitPeerWrites)
+        .cost(twoShotPushUs),
+    AlgoInfo(anyrAlgoTwoShot, "twoshot", AlgoKind::PeerMemory)
+        .peer(ANYR_KERNEL_FN(launchTwoShot), ANYR_KERNEL_FN(twoShotResidentPerSm),
+              LaunchCapacity::Chunk)
+        .splitPerRank()
+        .admission(admitPeerReads)
+        .cost(twoShotUs),
+    AlgoInfo(anyrAlgoNccl, "nccl", AlgoKind::Nccl).admission(admitNccl).cost(ncclUs),
+    AlgoInfo(anyrAlgoHostOneShot, "host-oneshot", AlgoKind::HostMemory)
+        .host(ANYR_KERNEL_FN(launchHostOneShot), ANYR_KERNEL_FN(launchHostOneShotLL))
+        .admission(admitHostSegment)
+        .cost(hostOneShotUs),
+    AlgoInfo(anyrAlgoHostTwoShot, "host-twoshot", AlgoKind::HostMemory)
+        .host(ANYR_KERNEL_FN(launchHostTwoShot))
+        .splitPerRank()
+        .admission(admitHostSegment)
+        .cost(hostTwoShotUs),
+    AlgoInfo(anyrAlgoHostCopy, "host-copy", AlgoKind::HostMemory)
+        .hostCopy(ANYR_KERNEL_FN(launchHostCopy))
+        .admission(admitHostSegment)
+        .cost(hostCopyUs),
+};
+constexpr size_t kNumRows = sizeof(kAlgos) / sizeof(kAlgos[0]);
+
+// ---- Checked at compile time: every anyrAlgo_t value but anyrAlgoAuto has exactly one row,
+// and no two rows share a name.
+
+constexpr bool sameText(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+
+constexpr bool oneRowPerValue() {
+  if (kNumRows != static_cast<size_t>(anyrNumAlgos) - 1) return false;
+  for (size_t i = 0; i < kNumRows; ++i) {
+    if (kAlgos[i].algo <= anyrAlgoAuto || kAlgos[i].algo >= anyrNumAlgos) return false;
+    if (kAlgos[i].name == nullptr || sameText(kAlgos[i].name, "auto")) return false;
+    for (size_t j = 0; j < i; ++j) {
+      if (kAlgos[j].algo == kAlgos[i].algo || sameText(kAlgos[j].name, kAlgos[i].name)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+static_assert(oneRowPerValue(),
+              "every anyrAlgo_t value but anyrAlgoAuto needs exactly one row, under its own name");
+
+// Row index by enum value (-1: none), for O(1) lookups on the call path.
+constexpr std::array<int, anyrNumAlgos> rowIndex() {
+  std::array<int, anyrNumAlgos> idx{};
+  for (int& i : idx) i = -1;
+  for (size_t r = 0; r < kNumRows; ++r)
+    idx[static_cast<size_t>(kAlgos[r].algo)] = static_cast<int>(r);
+  return idx;
+}
+constexpr std::array<int, anyrNumAlgos> kRowOf = rowIndex();
+
+}  // namespace
+
+AlgoRows algoRegistry() { return AlgoRows{kAlgos, kNumRows}; }
+
+const AlgoInfo* findAlgo(anyrAlgo_t a) {
+  if (a < 0 || a >= anyrNumAlgos) return nullptr;
+  const int r = kRowOf[static_cast<size_t>(a)];
+  return r < 0 ? nullptr : &kAlgos[r];
+}
+
+const AlgoInfo& algoInfo(anyrAlgo_t a) {
+  const AlgoInfo* r = findAlgo(a);
+  if (r == nullptr) {
+    throwError(anyrInternalError,
+               "algorithm " + std::to_string(static_cast<int>(a)) + " has no registry row");
+  }
+  return *r;
+}
+
+const char* algoName(anyrAlgo_t a) {
+  if (a == anyrAlgoAuto) return "auto";
+  const AlgoInfo* r = findAlgo(a);
+  return r == nullptr ? nullptr : r->name;
+}
+
+}  // namespace anyr
