@@ -155,7 +155,7 @@ double fusedOneShotPushUs(double ar, double local, double /*bytes*/) {
 
 double fusedTwoShotPushUs(double ar, double local, double B) {
   // The fused two-shot kernel (its register form; wider rows compose, see
-  // Communicator::allReduceAddRmsNorm) saves the second launch but reads x back from the
+  // Communicator::fusedCall) saves the second launch but reads x back from the
   // gather buffers: measured on 2 x H200 (docs/PERFORMANCE.md, "Cost model") 0.8-2.0 us faster
   // than the composition from 64 to 512 tokens of hidden 6144 and 7168 (0.8 to 7.3 MB); with
   // the dense shape (two blocks per SM from 133 rows) 6.9-7.0 us faster at 1024 tokens (12.6

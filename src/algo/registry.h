@@ -111,7 +111,7 @@ struct AlgoInfo {
   HostCopyLaunchFn launchHostCopy = nullptr;
   LaunchCapacity capacity = LaunchCapacity::None;
   // A launch's grid covers 1/nranks of the message's vectors (the reduce-scatter forms);
-  // otherwise all of them (Communicator::shapeFor).
+  // otherwise all of them (Launcher::shapeFor, core/launch.cc).
   bool perRankShare = false;
   const FusedVariant* fused = nullptr;  // none: the fused operations compose it with the epilogue
   AdmitFn admit = nullptr;
