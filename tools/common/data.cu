@@ -7,33 +7,32 @@ namespace data {
 
 namespace {
 
+// x as the element type, rounded to nearest even (the constructors of cuda_fp16.h and
+// cuda_bf16.h: __float2half, __float2bfloat16), and an element back to float; plain for fp32.
 template <typename T>
-__host__ __device__ inline T fromFloat(float x);
-template <>
-__host__ __device__ inline float fromFloat<float>(float x) {
-  return x;
-}
-template <>
-__host__ __device__ inline __half fromFloat<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__host__ __device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
+__host__ __device__ inline T fromFloat(float x) {
+  return static_cast<T>(x);
 }
 template <typename T>
-__host__ __device__ inline float toFloat(T x);
-template <>
-__host__ __device__ inline float toFloat<float>(float x) {
-  return x;
+__host__ __device__ inline float toFloat(T x) {
+  return static_cast<float>(x);
 }
-template <>
-__host__ __device__ inline float toFloat<__half>(__half x) {
-  return __half2float(x);
-}
-template <>
-__host__ __device__ inline float toFloat<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
+
+// Calls f(T{}) for the element type of t (anything not fp32 or fp16 is bf16, as everywhere in
+// the tools).
+template <typename F>
+void forDtype(anyrDataType_t t, F&& f) {
+  switch (t) {
+    case anyrFloat32:
+      f(float{});
+      break;
+    case anyrFloat16:
+      f(__half{});
+      break;
+    default:
+      f(__nv_bfloat16{});
+      break;
+  }
 }
 
 template <typename T>
@@ -114,36 +113,19 @@ bool parseDtype(const std::string& s, anyrDataType_t* out) {
 
 cudaError_t fillInput(anyrDataType_t t, void* p, uint64_t count, int rank, uint32_t seed, int mode,
                       cudaStream_t s) {
-  switch (t) {
-    case anyrFloat32:
-      fillKernel<<<256, 256, 0, s>>>(static_cast<float*>(p), count, rank, seed, mode);
-      break;
-    case anyrFloat16:
-      fillKernel<<<256, 256, 0, s>>>(static_cast<__half*>(p), count, rank, seed, mode);
-      break;
-    default:
-      fillKernel<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), count, rank, seed, mode);
-      break;
-  }
+  forDtype(t, [&](auto z) {
+    using T = decltype(z);
+    fillKernel<<<256, 256, 0, s>>>(static_cast<T*>(p), count, rank, seed, mode);
+  });
   return cudaGetLastError();
 }
 
 cudaError_t countMismatches(anyrDataType_t t, const void* out, uint64_t count, int nranks,
                             uint32_t seed, int mode, unsigned long long* bad, cudaStream_t s) {
-  switch (t) {
-    case anyrFloat32:
-      checkKernel<<<256, 256, 0, s>>>(static_cast<const float*>(out), count, nranks, seed, mode,
-                                      bad);
-      break;
-    case anyrFloat16:
-      checkKernel<<<256, 256, 0, s>>>(static_cast<const __half*>(out), count, nranks, seed, mode,
-                                      bad);
-      break;
-    default:
-      checkKernel<<<256, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(out), count, nranks, seed,
-                                      mode, bad);
-      break;
-  }
+  forDtype(t, [&](auto z) {
+    using T = decltype(z);
+    checkKernel<<<256, 256, 0, s>>>(static_cast<const T*>(out), count, nranks, seed, mode, bad);
+  });
   return cudaGetLastError();
 }
 
@@ -161,35 +143,17 @@ cudaError_t mismatchesNow(anyrDataType_t t, const void* out, uint64_t count, int
 
 cudaError_t countInputChanges(anyrDataType_t t, const void* in, uint64_t count, int rank,
                               uint32_t seed, int mode, unsigned long long* bad, cudaStream_t s) {
-  switch (t) {
-    case anyrFloat32:
-      inputKernel<<<256, 256, 0, s>>>(static_cast<const float*>(in), count, rank, seed, mode, bad);
-      break;
-    case anyrFloat16:
-      inputKernel<<<256, 256, 0, s>>>(static_cast<const __half*>(in), count, rank, seed, mode, bad);
-      break;
-    default:
-      inputKernel<<<256, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(in), count, rank, seed,
-                                      mode, bad);
-      break;
-  }
+  forDtype(t, [&](auto z) {
+    using T = decltype(z);
+    inputKernel<<<256, 256, 0, s>>>(static_cast<const T*>(in), count, rank, seed, mode, bad);
+  });
   return cudaGetLastError();
 }
 
 std::vector<unsigned char> hostExpected(anyrDataType_t t, uint64_t count, int nranks, uint32_t seed,
                                         int mode) {
   std::vector<unsigned char> out;
-  switch (t) {
-    case anyrFloat32:
-      hostExpectedT<float>(out, count, nranks, seed, mode);
-      break;
-    case anyrFloat16:
-      hostExpectedT<__half>(out, count, nranks, seed, mode);
-      break;
-    default:
-      hostExpectedT<__nv_bfloat16>(out, count, nranks, seed, mode);
-      break;
-  }
+  forDtype(t, [&](auto z) { hostExpectedT<decltype(z)>(out, count, nranks, seed, mode); });
   return out;
 }
 
