@@ -59,26 +59,30 @@ __device__ inline bool sameBits(T a, T b) {
   }
 }
 
+// Counts into *bad the elements of p[0, count) whose bits differ from what they should hold:
+// with `reduced`, the sum over `ranks` ranks (expectedAt); else rank `ranks`'s own input.
 template <typename T>
-__global__ void checkKernel(const T* out, uint64_t count, int nranks, uint32_t seed, int mode,
-                            unsigned long long* bad) {
+__global__ void mismatchKernel(const T* p, uint64_t count, bool reduced, int ranks, uint32_t seed,
+                               int mode, unsigned long long* bad) {
   unsigned long long local = 0;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    local += sameBits<T>(out[i], expectedAt<T>(i, nranks, seed, mode)) ? 0 : 1;
+    const T want = reduced ? expectedAt<T>(i, ranks, seed, mode)
+                           : fromFloat<T>(genValue(mode, ranks, i, seed));
+    local += sameBits<T>(p[i], want) ? 0 : 1;
   }
   if (local) atomicAdd(bad, local);
 }
 
-template <typename T>
-__global__ void inputKernel(const T* in, uint64_t count, int rank, uint32_t seed, int mode,
-                            unsigned long long* bad) {
-  unsigned long long local = 0;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    local += sameBits<T>(in[i], fromFloat<T>(genValue(mode, rank, i, seed))) ? 0 : 1;
-  }
-  if (local) atomicAdd(bad, local);
+cudaError_t countMismatchesOf(anyrDataType_t t, const void* p, uint64_t count, bool reduced,
+                              int ranks, uint32_t seed, int mode, unsigned long long* bad,
+                              cudaStream_t s) {
+  forDtype(t, [&](auto z) {
+    using T = decltype(z);
+    mismatchKernel<<<256, 256, 0, s>>>(static_cast<const T*>(p), count, reduced, ranks, seed, mode,
+                                       bad);
+  });
+  return cudaGetLastError();
 }
 
 template <typename T>
@@ -122,11 +126,7 @@ cudaError_t fillInput(anyrDataType_t t, void* p, uint64_t count, int rank, uint3
 
 cudaError_t countMismatches(anyrDataType_t t, const void* out, uint64_t count, int nranks,
                             uint32_t seed, int mode, unsigned long long* bad, cudaStream_t s) {
-  forDtype(t, [&](auto z) {
-    using T = decltype(z);
-    checkKernel<<<256, 256, 0, s>>>(static_cast<const T*>(out), count, nranks, seed, mode, bad);
-  });
-  return cudaGetLastError();
+  return countMismatchesOf(t, out, count, true, nranks, seed, mode, bad, s);
 }
 
 cudaError_t mismatchesNow(anyrDataType_t t, const void* out, uint64_t count, int nranks,
@@ -143,11 +143,7 @@ cudaError_t mismatchesNow(anyrDataType_t t, const void* out, uint64_t count, int
 
 cudaError_t countInputChanges(anyrDataType_t t, const void* in, uint64_t count, int rank,
                               uint32_t seed, int mode, unsigned long long* bad, cudaStream_t s) {
-  forDtype(t, [&](auto z) {
-    using T = decltype(z);
-    inputKernel<<<256, 256, 0, s>>>(static_cast<const T*>(in), count, rank, seed, mode, bad);
-  });
-  return cudaGetLastError();
+  return countMismatchesOf(t, in, count, false, rank, seed, mode, bad, s);
 }
 
 std::vector<unsigned char> hostExpected(anyrDataType_t t, uint64_t count, int nranks, uint32_t seed,
