@@ -28,8 +28,13 @@
 namespace anyr {
 namespace {
 
+// This process's path for the tuning table `tag`, with no file there (one an earlier run left is
+// removed).
 std::string tmpFile(const std::string& tag) {
-  return "/tmp/anyr_gpu_tuning_" + tag + "_" + std::to_string(::getpid()) + ".json";
+  const std::string path =
+      "/tmp/anyr_gpu_tuning_" + tag + "_" + std::to_string(::getpid()) + ".json";
+  std::remove(path.c_str());
+  return path;
 }
 
 anyrComm_t openComm(int rank, int n, const anyrUniqueId& id, const char* tuningFile, int budgetMs) {
@@ -155,7 +160,6 @@ TEST(DispatchGpu, TunedTableIsAgreedUsedSavedAndLoaded) {
   REQUIRE_GPU();
   const int n = ranksForTest();
   const std::string path = tmpFile("tuned");
-  std::remove(path.c_str());
 
   // 1. Tune a small range; every rank reports what dispatch now does.
   auto tuned =
@@ -310,7 +314,6 @@ TEST(DispatchGpu, InitTimeTuningWithinABudgetSavesTheTable) {
   REQUIRE_GPU();
   const int n = ranksForTest();
   const std::string path = tmpFile("init");
-  std::remove(path.c_str());
   auto results =
       runRanksCatching(n, 600, [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         const auto t0 = std::chrono::steady_clock::now();

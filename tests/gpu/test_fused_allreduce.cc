@@ -327,31 +327,31 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                   compare(b.swizzled, b.rSwizzled, swz, "quant-only-swizzled");
                 }
               }
+              // One call with b.inPlace first loaded from `from`, and `poisoned` (when set)
+              // filled with 0x7b first, so that an output the call leaves unwritten shows.
+              auto aliasedCall = [&](const void* from, void* poisoned, const void* partial,
+                                     const void* residualIn, void* residualOut, void* normOut) {
+                R_CUDA(cudaMemcpyAsync(b.inPlace, from, bytes, cudaMemcpyDeviceToDevice, s));
+                if (poisoned) R_CUDA(cudaMemsetAsync(poisoned, 0x7b, bytes, s));
+                R_ANYR(anyrAllReduceAddRmsNorm(partial, residualIn, residualOut, b.weight, 1e-5f,
+                                               normOut, tokens, hidden, dt, &fo, comm, s),
+                       comm);
+              };
               // normOut over partial (allowed: they may be the same buffer), when the residual
               // is not updated in place (a second call would start from the updated one).
               if (quant == 0 && resMode != 2) {
-                R_CUDA(cudaMemcpyAsync(b.inPlace, b.partial, bytes, cudaMemcpyDeviceToDevice, s));
-                R_ANYR(anyrAllReduceAddRmsNorm(b.inPlace, fResIn, resMode ? b.residualOut : nullptr,
-                                               b.weight, 1e-5f, b.inPlace, tokens, hidden, dt, &fo,
-                                               comm, s),
-                       comm);
+                aliasedCall(b.partial, nullptr, b.inPlace, fResIn,
+                            resMode ? b.residualOut : nullptr, b.inPlace);
                 compare(b.inPlace, b.rNorm, bytes, "norm-over-partial");
               }
               // residualOut over partial, and normOut over residualIn (both allowed: the same
               // buffer or disjoint), with a separate residual.
               if (quant == 0 && resMode == 1) {
-                R_CUDA(cudaMemcpyAsync(b.inPlace, b.partial, bytes, cudaMemcpyDeviceToDevice, s));
-                R_CUDA(cudaMemsetAsync(b.norm, 0x7b, bytes, s));
-                R_ANYR(anyrAllReduceAddRmsNorm(b.inPlace, b.residual, b.inPlace, b.weight, 1e-5f,
-                                               b.norm, tokens, hidden, dt, &fo, comm, s),
-                       comm);
+                aliasedCall(b.partial, b.norm, b.inPlace, b.residual, b.inPlace, b.norm);
                 compare(b.inPlace, b.rResidual, bytes, "residual-over-partial");
                 compare(b.norm, b.rNorm, bytes, "norm-beside-residual-over-partial");
-                R_CUDA(cudaMemcpyAsync(b.inPlace, b.residual, bytes, cudaMemcpyDeviceToDevice, s));
-                R_CUDA(cudaMemsetAsync(b.residualOut, 0x7b, bytes, s));
-                R_ANYR(anyrAllReduceAddRmsNorm(b.partial, b.inPlace, b.residualOut, b.weight, 1e-5f,
-                                               b.inPlace, tokens, hidden, dt, &fo, comm, s),
-                       comm);
+                aliasedCall(b.residual, b.residualOut, b.partial, b.inPlace, b.residualOut,
+                            b.inPlace);
                 compare(b.inPlace, b.rNorm, bytes, "norm-over-residual");
                 compare(b.residualOut, b.rResidual, bytes, "residual-beside-norm-over-residual");
               }

@@ -92,20 +92,7 @@ int rankMain(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id
       double ncclUs = -1;
       if (nccl) {
         BENCH_CUDA(data::fillInput(dt, in, count, rank, seed, data::kSmallInts, s));
-        ncclDataType_t nt = dt == anyrFloat32   ? ncclFloat32
-                            : dt == anyrFloat16 ? ncclFloat16
-                                                : ncclBfloat16;
-        // The communicator is non-blocking: a call may report "in progress" while NCCL sets up
-        // connections; wait for it to settle (bounded), as the library's own NCCL path does.
-        auto rawNccl = [&] {
-          ncclResult_t r = ncclAllReduce(in, out, count, nt, ncclSum, nccl, s);
-          auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-          while (r == ncclInProgress && std::chrono::steady_clock::now() < until) {
-            if (ncclCommGetAsyncError(nccl, &r) != ncclSuccess) break;
-          }
-          if (r != ncclSuccess)
-            throw std::runtime_error(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
-        };
+        auto rawNccl = [&] { rawNcclAllReduce(in, out, count, dt, nccl, s); };
         rawNccl();
         BENCH_CUDA(cudaStreamSynchronize(s));
         ncclUs = timeCalls(rawNccl, s, o.graph, o.calls, o.samples, o.warmup);
@@ -203,13 +190,7 @@ int rankMain(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id
     std::printf("# %s\n", totalWrong ? "FAILED: some results were wrong (see #wrong)"
                                      : "all results exact on every rank");
   }
-  BENCH_CUDA(cudaStreamSynchronize(s));
-  BENCH_CUDA(cudaFree(in));
-  BENCH_CUDA(cudaFree(out));
-  BENCH_CUDA(cudaFree(dBad));
-  BENCH_CUDA(cudaFree(dStats));
-  BENCH_CUDA(cudaStreamDestroy(s));
-  BENCH_ANYR(anyrCommDestroy(comm), nullptr);
+  releaseBenchRank(comm, s, {in, out, dBad, dStats});
   return totalWrong ? 4 : 0;
 }
 
@@ -240,7 +221,23 @@ void sumOverRanks(float* dStats, size_t n, anyrComm_t comm, void* ncclVoid, cuda
     BENCH_ANYR(anyrAllReduce(dStats, dStats, n, anyrFloat32, anyrSum, comm, s), comm);
     return;
   }
-  ncclResult_t r = ncclAllReduce(dStats, dStats, n, ncclFloat32, ncclSum, nccl, s);
+  rawNcclAllReduce(dStats, dStats, n, anyrFloat32, nccl, s);
+}
+
+void releaseBenchRank(anyrComm_t comm, cudaStream_t s, std::initializer_list<void*> buffers) {
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  for (void* p : buffers) BENCH_CUDA(cudaFree(p));
+  BENCH_CUDA(cudaStreamDestroy(s));
+  BENCH_ANYR(anyrCommDestroy(comm), nullptr);
+}
+
+void rawNcclAllReduce(const void* in, void* out, size_t count, anyrDataType_t dt, void* ncclVoid,
+                      cudaStream_t s) {
+  ncclComm_t nccl = static_cast<ncclComm_t>(ncclVoid);
+  const ncclDataType_t nt = dt == anyrFloat32   ? ncclFloat32
+                            : dt == anyrFloat16 ? ncclFloat16
+                                                : ncclBfloat16;
+  ncclResult_t r = ncclAllReduce(in, out, count, nt, ncclSum, nccl, s);
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (r == ncclInProgress && std::chrono::steady_clock::now() < until) {
     if (ncclCommGetAsyncError(nccl, &r) != ncclSuccess) break;

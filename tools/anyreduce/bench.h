@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,17 @@ std::string fmtBytes(uint64_t b);
 // through anyreduce. Not through anyreduce when NCCL exists: a host path with a compressed wire
 // (--wire) would round the figures.
 void sumOverRanks(float* dStats, size_t n, anyrComm_t comm, void* nccl, cudaStream_t s);
+
+// The end of a benchmark rank: waits for `s`, frees `buffers` (device memory), destroys `s` and
+// the communicator; throws std::runtime_error on a failure (BENCH_CUDA, BENCH_ANYR).
+void releaseBenchRank(anyrComm_t comm, cudaStream_t s, std::initializer_list<void*> buffers);
+
+// ncclAllReduce (sum) of `count` elements of dt on the NCCL communicator `nccl` (a ncclComm_t).
+// The communicator is non-blocking: a call may report "in progress" while NCCL sets up
+// connections; this waits for it to settle (bounded, 60 s), as the library's own NCCL path does.
+// Throws std::runtime_error when NCCL fails.
+void rawNcclAllReduce(const void* in, void* out, size_t count, anyrDataType_t dt, void* nccl,
+                      cudaStream_t s);
 
 // The rank's communicator with the bench's timeout, wire and CommFlags (openRankComm).
 anyrComm_t openBenchComm(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,

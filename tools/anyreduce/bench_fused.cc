@@ -88,7 +88,6 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
   nlohmann::json rows = nlohmann::json::array();
   uint32_t seed = 999;
   int wrongTotal = 0;
-  const ncclDataType_t nt = dt == anyrFloat16 ? ncclFloat16 : ncclBfloat16;
   for (size_t hidden : o.hiddens) {
     for (size_t tokens : o.tokens) {
       const size_t elems = hidden * tokens;
@@ -173,13 +172,7 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       if (nccl) {
         viaNccl = timeCalls(
             [&] {
-              ncclResult_t r = ncclAllReduce(partial, x, elems, nt, ncclSum, nccl, s);
-              auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-              while (r == ncclInProgress && std::chrono::steady_clock::now() < until) {
-                if (ncclCommGetAsyncError(nccl, &r) != ncclSuccess) break;
-              }
-              if (r != ncclSuccess)
-                throw std::runtime_error(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
+              rawNcclAllReduce(partial, x, elems, dt, nccl, s);
               BENCH_ANYR(anyrAddRmsNorm(x, residual, residual, weight, 1e-6f, normOut, tokens,
                                         hidden, dt, &fo, s),
                          comm);
@@ -232,14 +225,9 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       }
     }
   }
-  BENCH_CUDA(cudaStreamSynchronize(s));
-  for (void* p : {partial, residual, weight, norm, x, refNorm, quant, scales, swz, quantScratch,
-                  refQuant, refScales, refSwz}) {
-    BENCH_CUDA(cudaFree(p));
-  }
-  BENCH_CUDA(cudaFree(scale));
-  BENCH_CUDA(cudaFree(dStats));
-  BENCH_ANYR(anyrCommDestroy(comm), nullptr);
+  releaseBenchRank(comm, s,
+                   {partial, residual, weight, norm, x, refNorm, quant, scales, swz, quantScratch,
+                    refQuant, refScales, refSwz, scale, dStats});
   return wrongTotal ? 4 : 0;
 }
 

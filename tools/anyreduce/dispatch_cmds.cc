@@ -264,12 +264,7 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
       }
     }
   }
-  BENCH_CUDA(cudaStreamSynchronize(s));
-  for (void* p : {in, out, partial, residual, weight, norm, quant}) BENCH_CUDA(cudaFree(p));
-  BENCH_CUDA(cudaFree(scale));
-  BENCH_CUDA(cudaFree(dStats));
-  BENCH_CUDA(cudaStreamDestroy(s));
-  BENCH_ANYR(anyrCommDestroy(comm), nullptr);
+  releaseBenchRank(comm, s, {in, out, partial, residual, weight, norm, quant, scale, dStats});
   return failures ? 5 : 0;
 }
 

@@ -171,6 +171,15 @@ uint64_t parseSizeOrThrow(const std::string& s, const char* what) {
   return v;
 }
 
+// --calls and --samples (each 1..maxCount) and --timeout-ms: the timing flags of bench and tune.
+void addTimingFlags(CLI::App* sub, int* calls, int* samples, int* timeoutMs, int maxCount,
+                    const std::string& callsHelp, const std::string& samplesHelp) {
+  sub->add_option("--calls", *calls, callsHelp)->check(CLI::Range(1, maxCount));
+  sub->add_option("--samples", *samples, samplesHelp)->check(CLI::Range(1, maxCount));
+  sub->add_option("--timeout-ms", *timeoutMs, "Bound on every wait inside anyreduce")
+      ->check(CLI::Range(1, 86400000));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -207,12 +216,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(2, 64));
   bench->add_flag("--no-graph", noGraph, "Time eager launches instead of CUDA-graph replays");
   bench->add_flag("--inplace", bo.inPlace, "In-place all-reduce");
-  bench->add_option("--calls", bo.calls, "Calls per timed sample (default 20)")
-      ->check(CLI::Range(1, 10000));
-  bench->add_option("--samples", bo.samples, "Timed samples; median reported (default 25)")
-      ->check(CLI::Range(1, 10000));
-  bench->add_option("--timeout-ms", bo.timeoutMs, "Bound on every wait inside anyreduce")
-      ->check(CLI::Range(1, 86400000));
+  addTimingFlags(bench, &bo.calls, &bo.samples, &bo.timeoutMs, 10000,
+                 "Calls per timed sample (default 20)",
+                 "Timed samples; median reported (default 25)");
   bench->add_option("--json", bo.jsonPath, "Write every figure to this JSON file");
   std::string wireS;
   bench
@@ -258,12 +264,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 65536));
   tune->add_option("--budget-s", tuneBudgetS, "Stop measuring after this many seconds (0: none)")
       ->check(CLI::Range(0.0, 3600.0));
-  tune->add_option("--calls", to.calls, "Calls per timed sample (default 10)")
-      ->check(CLI::Range(1, 1000));
-  tune->add_option("--samples", to.samples, "Timed samples; median used (default 7)")
-      ->check(CLI::Range(1, 1000));
-  tune->add_option("--timeout-ms", to.timeoutMs, "Bound on every wait inside anyreduce")
-      ->check(CLI::Range(1, 86400000));
+  addTimingFlags(tune, &to.calls, &to.samples, &to.timeoutMs, 1000,
+                 "Calls per timed sample (default 10)", "Timed samples; median used (default 7)");
   tool::addConfigFlags(tune, &to.comm);  // the table is measured under them
 
   auto* explain =

@@ -33,14 +33,24 @@ std::string textOf(const TextCall& call, anyrComm_t comm, const char* fn, size_t
   return buf.data();
 }
 
-bool parseAlgo(const std::string& name, anyrAlgo_t* out) {
-  for (int i = 0; i < anyrNumAlgos; ++i) {
-    if (name == anyrAlgoName(static_cast<anyrAlgo_t>(i))) {
-      *out = static_cast<anyrAlgo_t>(i);
+namespace {
+
+// The value among the first `count` of E whose public name (nameOf) is `name`.
+template <typename E>
+bool parseNamed(const std::string& name, int count, const char* (*nameOf)(E), E* out) {
+  for (int i = 0; i < count; ++i) {
+    if (name == nameOf(static_cast<E>(i))) {
+      *out = static_cast<E>(i);
       return true;
     }
   }
   return false;
+}
+
+}  // namespace
+
+bool parseAlgo(const std::string& name, anyrAlgo_t* out) {
+  return parseNamed(name, anyrNumAlgos, anyrAlgoName, out);
 }
 
 std::string algoNames() {
@@ -51,13 +61,7 @@ std::string algoNames() {
 }
 
 bool parsePeerMemory(const std::string& name, anyrPeerMemory_t* out) {
-  for (int i = 0; i < anyrNumPeerMemories; ++i) {
-    if (name == anyrPeerMemoryName(static_cast<anyrPeerMemory_t>(i))) {
-      *out = static_cast<anyrPeerMemory_t>(i);
-      return true;
-    }
-  }
-  return false;
+  return parseNamed(name, anyrNumPeerMemories, anyrPeerMemoryName, out);
 }
 
 bool parseSize(const std::string& text, uint64_t* out) {

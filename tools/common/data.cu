@@ -7,33 +7,32 @@ namespace data {
 
 namespace {
 
+// x as the element type, rounded to nearest even (the constructors of cuda_fp16.h and
+// cuda_bf16.h: __float2half, __float2bfloat16), and an element back to float; plain for fp32.
 template <typename T>
-__host__ __device__ inline T fromFloat(float x);
-template <>
-__host__ __device__ inline float fromFloat<float>(float x) {
-  return x;
-}
-template <>
-__host__ __device__ inline __half fromFloat<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__host__ __device__ inline __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
+__host__ __device__ inline T fromFloat(float x) {
+  return static_cast<T>(x);
 }
 template <typename T>
-__host__ __device__ inline float toFloat(T x);
-template <>
-__host__ __device__ inline float toFloat<float>(float x) {
-  return x;
+__host__ __device__ inline float toFloat(T x) {
+  return static_cast<float>(x);
 }
-template <>
-__host__ __device__ inline float toFloat<__half>(__half x) {
-  return __half2float(x);
-}
-template <>
-__host__ __device__ inline float toFloat<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
+
+// Calls f(T{}) for the element type of t (anything not fp32 or fp16 is bf16, as everywhere in
+// the tools).
+template <typename F>
+void forDtype(anyrDataType_t t, F&& f) {
+  switch (t) {
+    case anyrFloat32:
+      f(float{});
+      break;
+    case anyrFloat16:
+      f(__half{});
+      break;
+    default:
+      f(__nv_bfloat16{});
+      break;
+  }
 }
 
 template <typename T>
@@ -60,26 +59,30 @@ __device__ inline bool sameBits(T a, T b) {
   }
 }
 
+// Counts into *bad the elements of p[0, count) whose bits differ from what they should hold:
+// with `reduced`, the sum over `ranks` ranks (expectedAt); else rank `ranks`'s own input.
 template <typename T>
-__global__ void checkKernel(const T* out, uint64_t count, int nranks, uint32_t seed, int mode,
-                            unsigned long long* bad) {
+__global__ void mismatchKernel(const T* p, uint64_t count, bool reduced, int ranks, uint32_t seed,
+                               int mode, unsigned long long* bad) {
   unsigned long long local = 0;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    local += sameBits<T>(out[i], expectedAt<T>(i, nranks, seed, mode)) ? 0 : 1;
+    const T want = reduced ? expectedAt<T>(i, ranks, seed, mode)
+                           : fromFloat<T>(genValue(mode, ranks, i, seed));
+    local += sameBits<T>(p[i], want) ? 0 : 1;
   }
   if (local) atomicAdd(bad, local);
 }
 
-template <typename T>
-__global__ void inputKernel(const T* in, uint64_t count, int rank, uint32_t seed, int mode,
-                            unsigned long long* bad) {
-  unsigned long long local = 0;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    local += sameBits<T>(in[i], fromFloat<T>(genValue(mode, rank, i, seed))) ? 0 : 1;
-  }
-  if (local) atomicAdd(bad, local);
+cudaError_t countMismatchesOf(anyrDataType_t t, const void* p, uint64_t count, bool reduced,
+                              int ranks, uint32_t seed, int mode, unsigned long long* bad,
+                              cudaStream_t s) {
+  forDtype(t, [&](auto z) {
+    using T = decltype(z);
+    mismatchKernel<<<256, 256, 0, s>>>(static_cast<const T*>(p), count, reduced, ranks, seed, mode,
+                                       bad);
+  });
+  return cudaGetLastError();
 }
 
 template <typename T>
@@ -114,37 +117,16 @@ bool parseDtype(const std::string& s, anyrDataType_t* out) {
 
 cudaError_t fillInput(anyrDataType_t t, void* p, uint64_t count, int rank, uint32_t seed, int mode,
                       cudaStream_t s) {
-  switch (t) {
-    case anyrFloat32:
-      fillKernel<<<256, 256, 0, s>>>(static_cast<float*>(p), count, rank, seed, mode);
-      break;
-    case anyrFloat16:
-      fillKernel<<<256, 256, 0, s>>>(static_cast<__half*>(p), count, rank, seed, mode);
-      break;
-    default:
-      fillKernel<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), count, rank, seed, mode);
-      break;
-  }
+  forDtype(t, [&](auto z) {
+    using T = decltype(z);
+    fillKernel<<<256, 256, 0, s>>>(static_cast<T*>(p), count, rank, seed, mode);
+  });
   return cudaGetLastError();
 }
 
 cudaError_t countMismatches(anyrDataType_t t, const void* out, uint64_t count, int nranks,
                             uint32_t seed, int mode, unsigned long long* bad, cudaStream_t s) {
-  switch (t) {
-    case anyrFloat32:
-      checkKernel<<<256, 256, 0, s>>>(static_cast<const float*>(out), count, nranks, seed, mode,
-                                      bad);
-      break;
-    case anyrFloat16:
-      checkKernel<<<256, 256, 0, s>>>(static_cast<const __half*>(out), count, nranks, seed, mode,
-                                      bad);
-      break;
-    default:
-      checkKernel<<<256, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(out), count, nranks, seed,
-                                      mode, bad);
-      break;
-  }
-  return cudaGetLastError();
+  return countMismatchesOf(t, out, count, true, nranks, seed, mode, bad, s);
 }
 
 cudaError_t mismatchesNow(anyrDataType_t t, const void* out, uint64_t count, int nranks,
@@ -161,35 +143,13 @@ cudaError_t mismatchesNow(anyrDataType_t t, const void* out, uint64_t count, int
 
 cudaError_t countInputChanges(anyrDataType_t t, const void* in, uint64_t count, int rank,
                               uint32_t seed, int mode, unsigned long long* bad, cudaStream_t s) {
-  switch (t) {
-    case anyrFloat32:
-      inputKernel<<<256, 256, 0, s>>>(static_cast<const float*>(in), count, rank, seed, mode, bad);
-      break;
-    case anyrFloat16:
-      inputKernel<<<256, 256, 0, s>>>(static_cast<const __half*>(in), count, rank, seed, mode, bad);
-      break;
-    default:
-      inputKernel<<<256, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(in), count, rank, seed,
-                                      mode, bad);
-      break;
-  }
-  return cudaGetLastError();
+  return countMismatchesOf(t, in, count, false, rank, seed, mode, bad, s);
 }
 
 std::vector<unsigned char> hostExpected(anyrDataType_t t, uint64_t count, int nranks, uint32_t seed,
                                         int mode) {
   std::vector<unsigned char> out;
-  switch (t) {
-    case anyrFloat32:
-      hostExpectedT<float>(out, count, nranks, seed, mode);
-      break;
-    case anyrFloat16:
-      hostExpectedT<__half>(out, count, nranks, seed, mode);
-      break;
-    default:
-      hostExpectedT<__nv_bfloat16>(out, count, nranks, seed, mode);
-      break;
-  }
+  forDtype(t, [&](auto z) { hostExpectedT<decltype(z)>(out, count, nranks, seed, mode); });
   return out;
 }
 

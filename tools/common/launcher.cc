@@ -18,36 +18,36 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool writeAll(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
+// Moves n bytes through io(c, left) (one read or write: the bytes moved, <0 with errno, or 0
+// at the end), retrying EINTR; false at the end or on an error before all n moved.
+template <typename C, typename Io>
+bool moveAll(C* c, size_t n, Io io) {
   while (n > 0) {
-    ssize_t w = ::write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w;
-    n -= static_cast<size_t>(w);
+    ssize_t k = io(c, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
   }
   return true;
 }
 
+bool writeAll(int fd, const void* p, size_t n) {
+  return moveAll(static_cast<const char*>(p), n,
+                 [&](const char* c, size_t left) { return ::write(fd, c, left); });
+}
+
 // Reads exactly n bytes before the deadline.
 bool readAll(int fd, void* p, size_t n, Clock::time_point deadline) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
+  return moveAll(static_cast<char*>(p), n, [&](char* c, size_t left) -> ssize_t {
     int ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    if (ms <= 0) return false;
+    if (ms <= 0) return 0;
     pollfd pfd{fd, POLLIN, 0};
     int pr = ::poll(&pfd, 1, ms);
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) return false;
-    ssize_t r = ::read(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
+    if (pr <= 0) return pr;  // <0 with EINTR: polled again; 0: the deadline passed
+    return ::read(fd, c, left);
+  });
 }
 
 void drain(int fd, std::string* out) {

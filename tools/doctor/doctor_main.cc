@@ -17,78 +17,50 @@ namespace doctor {
 
 using nlohmann::json;
 
-bool presetShape(const std::string& name, ModelShape* s) {
-  *s = ModelShape{};
-  s->preset = name;
-  if (name == "glm") {
+namespace {
+
+// The presets, as ModelShape's fields in order: name, layers, dense layers, hidden, heads, KV
+// heads, head dim, dense FFN, MoE, routed experts, top-k, expert FFN, shared experts, source.
+const ModelShape kPresets[] = {
     // GLM-5-like MoE: hidden 6144, 78 layers (3 dense + 75 MoE), 256 routed experts, top-8,
     // expert FFN 2048, 1 shared expert, dense FFN 12288, 64 heads (the slime GLM-5 model
     // script). GLM-5's MLA attention is approximated by GQA (64 heads x 128, 8 KV heads).
-    s->layers = 78;
-    s->denseLayers = 3;
-    s->hidden = 6144;
-    s->heads = 64;
-    s->kvHeads = 8;
-    s->headDim = 128;
-    s->intermediate = 12288;
-    s->moe = true;
-    s->experts = 256;
-    s->topk = 8;
-    s->moeIntermediate = 2048;
-    s->sharedExperts = 1;
-    s->source =
-        "GLM-5-like MoE: hidden 6144, 78 layers (3 dense, 75 MoE), 256 routed experts top-8 of "
-        "FFN 2048 + 1 shared expert, dense FFN 12288, 64 attention heads (dimensions of the "
-        "public slime GLM-5 model script). Attention is modelled as GQA (64 heads x 128, 8 KV "
-        "heads) instead of GLM-5's MLA; experts are tensor-parallel (each expert's FFN split "
-        "across ranks), uniformly routed.";
-  } else if (name == "glm-air") {
+    {"glm", 78, 3, 6144, 64, 8, 128, 12288, true, 256, 8, 2048, 1,
+     "GLM-5-like MoE: hidden 6144, 78 layers (3 dense, 75 MoE), 256 routed experts top-8 of "
+     "FFN 2048 + 1 shared expert, dense FFN 12288, 64 attention heads (dimensions of the "
+     "public slime GLM-5 model script). Attention is modelled as GQA (64 heads x 128, 8 KV "
+     "heads) instead of GLM-5's MLA; experts are tensor-parallel (each expert's FFN split "
+     "across ranks), uniformly routed."},
     // GLM-4.5-Air (106B total, 12B active): fits 2 x H200 in bf16, so TP2 is a real deployment.
-    s->layers = 46;
-    s->denseLayers = 1;
-    s->hidden = 4096;
-    s->heads = 96;
-    s->kvHeads = 8;
-    s->headDim = 128;
-    s->intermediate = 10944;
-    s->moe = true;
-    s->experts = 128;
-    s->topk = 8;
-    s->moeIntermediate = 1408;
-    s->sharedExperts = 1;
-    s->source =
-        "GLM-4.5-Air: hidden 4096, 46 layers (1 dense, 45 MoE), 128 routed experts top-8 of FFN "
-        "1408 + 1 shared expert, dense FFN 10944, 96 heads x 128, 8 KV heads (public model "
-        "scripts); fits two H200 in bf16. Experts tensor-parallel, uniformly routed.";
-  } else if (name == "llama70b") {
-    s->layers = 80;
-    s->hidden = 8192;
-    s->heads = 64;
-    s->kvHeads = 8;
-    s->headDim = 128;
-    s->intermediate = 28672;
-    s->source = "Llama-3-70B: hidden 8192, 80 layers, 64 heads x 128, 8 KV heads, FFN 28672.";
-  } else if (name == "tiny") {
-    s->layers = 4;
-    s->denseLayers = 1;
-    s->hidden = 1024;
-    s->heads = 16;
-    s->kvHeads = 4;
-    s->headDim = 64;
-    s->intermediate = 2816;
-    s->moe = true;
-    s->experts = 16;
-    s->topk = 2;
-    s->moeIntermediate = 512;
-    s->sharedExperts = 1;
-    s->source = "tiny: a small MoE for tests (hidden 1024, 4 layers, 16 experts top-2).";
-  } else {
-    return false;
+    {"glm-air", 46, 1, 4096, 96, 8, 128, 10944, true, 128, 8, 1408, 1,
+     "GLM-4.5-Air: hidden 4096, 46 layers (1 dense, 45 MoE), 128 routed experts top-8 of FFN "
+     "1408 + 1 shared expert, dense FFN 10944, 96 heads x 128, 8 KV heads (public model "
+     "scripts); fits two H200 in bf16. Experts tensor-parallel, uniformly routed."},
+    {"llama70b", 80, 0, 8192, 64, 8, 128, 28672, false, 0, 0, 0, 0,
+     "Llama-3-70B: hidden 8192, 80 layers, 64 heads x 128, 8 KV heads, FFN 28672."},
+    {"tiny", 4, 1, 1024, 16, 4, 64, 2816, true, 16, 2, 512, 1,
+     "tiny: a small MoE for tests (hidden 1024, 4 layers, 16 experts top-2)."},
+};
+
+}  // namespace
+
+bool presetShape(const std::string& name, ModelShape* s) {
+  *s = ModelShape{};
+  s->preset = name;
+  for (const ModelShape& p : kPresets) {
+    if (p.preset == name) {
+      *s = p;
+      return true;
+    }
   }
-  return true;
+  return false;
 }
 
-std::string presetNames() { return "glm, glm-air, llama70b, tiny"; }
+std::string presetNames() {
+  std::string names;
+  for (const ModelShape& p : kPresets) names += (names.empty() ? "" : ", ") + p.preset;
+  return names;
+}
 
 namespace {
 
