@@ -5,6 +5,7 @@
 #include <array>
 
 #include "base/error.h"
+#include "base/names.h"
 #include "fused/fused.h"
 
 // Host-only builds of the selection code (the fuzz targets, scripts/fuzz.sh) link no kernel:
@@ -49,15 +50,10 @@ cudaError_t launchHostCopy(anyrDataType_t dtype, const HostCopyArgs& a, const La
                            const HostCopyStreams& s, cudaStream_t stream);
 
 const char* algoKindName(AlgoKind k) {
-  switch (k) {
-    case AlgoKind::PeerMemory:
-      return "peer-memory";
-    case AlgoKind::HostMemory:
-      return "host-memory";
-    case AlgoKind::Nccl:
-      return "nccl";
-  }
-  return "?";
+  static constexpr Named<AlgoKind> kNames[] = {{AlgoKind::PeerMemory, "peer-memory"},
+                                               {AlgoKind::HostMemory, "host-memory"},
+                                               {AlgoKind::Nccl, "nccl"}};
+  return nameOf(kNames, k, "?");
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/names.h"
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 
@@ -181,32 +182,19 @@ anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_
 const char* anyrAlgoName(anyrAlgo_t algorithm) { return anyr::algoName(algorithm); }
 
 const char* anyrGetErrorString(anyrResult_t result) {
-  switch (result) {
-    case anyrSuccess:
-      return "no error";
-    case anyrCudaError:
-      return "CUDA call failed";
-    case anyrSystemError:
-      return "system call failed";
-    case anyrInternalError:
-      return "internal error (please report)";
-    case anyrInvalidArgument:
-      return "invalid argument";
-    case anyrInvalidUsage:
-      return "invalid usage";
-    case anyrRemoteError:
-      return "remote rank failed";
-    case anyrTimeout:
-      return "timed out";
-    case anyrAborted:
-      return "communicator aborted";
-    case anyrNcclError:
-      return "NCCL call failed";
-    case anyrUnsupported:
-      return "not supported on this hardware or build";
-    default:
-      return "unknown result code";
-  }
+  static constexpr anyr::Named<anyrResult_t> kTexts[] = {
+      {anyrSuccess, "no error"},
+      {anyrCudaError, "CUDA call failed"},
+      {anyrSystemError, "system call failed"},
+      {anyrInternalError, "internal error (please report)"},
+      {anyrInvalidArgument, "invalid argument"},
+      {anyrInvalidUsage, "invalid usage"},
+      {anyrRemoteError, "remote rank failed"},
+      {anyrTimeout, "timed out"},
+      {anyrAborted, "communicator aborted"},
+      {anyrNcclError, "NCCL call failed"},
+      {anyrUnsupported, "not supported on this hardware or build"}};
+  return anyr::nameOf(kTexts, result, "unknown result code");
 }
 
 const char* anyrGetLastError(anyrComm_t comm) {

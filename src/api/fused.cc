@@ -77,11 +77,8 @@ void validateFused(const void* input, const char* inputName, const void* residua
   ANYR_REQUIRE_ARG(epsilon > 0.0f && std::isfinite(epsilon), "epsilon",
                    "must be positive and finite (got " + formatFloat(epsilon) + ")");
   if (options != nullptr) {
-    ANYR_REQUIRE_ARG(options->magic == ANYR_FUSED_MAGIC, "options",
-                     "not initialized with ANYR_FUSED_OPTIONS_INITIALIZER (bad magic)");
-    ANYR_REQUIRE_ARG(options->size == sizeof(anyrFusedOptions_t), "options",
-                     "size field is " + std::to_string(options->size) + ", this library expects " +
-                         std::to_string(sizeof(anyrFusedOptions_t)) + " (header/library mismatch)");
+    checkVersionedStruct("options", options->magic, ANYR_FUSED_MAGIC, options->size,
+                         sizeof(anyrFusedOptions_t), "ANYR_FUSED_OPTIONS_INITIALIZER");
   }
   const anyrFusedOptions_t& o = options != nullptr ? *options : kDefaultOptions;
   ANYR_REQUIRE_ARG(o.quant >= anyrQuantNone && o.quant < anyrNumQuants, "options.quant",

@@ -4,6 +4,8 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "base/names.h"
+#include "base/validate.h"
 
 namespace anyr {
 
@@ -25,56 +27,32 @@ std::string algoNames() {
   return s;
 }
 
-const char* wireName(anyrWire_t w) {
-  switch (w) {
-    case anyrWireNative:
-      return "native";
-    case anyrWireFp8:
-      return "fp8";
-    case anyrWireInt8:
-      return "int8";
-    default:
-      return "invalid";
-  }
-}
+namespace {
+
+constexpr Named<anyrWire_t> kWireNames[] = {
+    {anyrWireNative, "native"}, {anyrWireFp8, "fp8"}, {anyrWireInt8, "int8"}};
+
+constexpr Named<anyrPeerMemory_t> kPeerMemoryNames[] = {{anyrPeerMemoryNone, "none"},
+                                                        {anyrPeerMemoryAuto, "auto"},
+                                                        {anyrPeerMemoryCudaIpc, "cuda-ipc"},
+                                                        {anyrPeerMemoryVmm, "vmm"}};
+
+}  // namespace
+
+const char* wireName(anyrWire_t w) { return nameOf(kWireNames, w, "invalid"); }
 
 bool parseWire(const std::string& name, anyrWire_t* out) {
-  for (int i = 0; i < anyrNumWires; ++i) {
-    if (name == wireName(static_cast<anyrWire_t>(i))) {
-      *out = static_cast<anyrWire_t>(i);
-      return true;
-    }
-  }
-  return false;
+  return parseName(kWireNames, name, out);
 }
 
-const char* peerMemoryName(anyrPeerMemory_t k) {
-  switch (k) {
-    case anyrPeerMemoryNone:
-      return "none";
-    case anyrPeerMemoryAuto:
-      return "auto";
-    case anyrPeerMemoryCudaIpc:
-      return "cuda-ipc";
-    case anyrPeerMemoryVmm:
-      return "vmm";
-    default:
-      return "invalid";
-  }
-}
+const char* peerMemoryName(anyrPeerMemory_t k) { return nameOf(kPeerMemoryNames, k, "invalid"); }
 
 bool parsePeerMemory(const std::string& name, anyrPeerMemory_t* out) {
   if (name == "0" || name == "1") {
     *out = name == "0" ? anyrPeerMemoryNone : anyrPeerMemoryAuto;
     return true;
   }
-  for (int i = 0; i < anyrNumPeerMemories; ++i) {
-    if (name == peerMemoryName(static_cast<anyrPeerMemory_t>(i))) {
-      *out = static_cast<anyrPeerMemory_t>(i);
-      return true;
-    }
-  }
-  return false;
+  return parseName(kPeerMemoryNames, name, out);
 }
 
 Config::Wire Config::toWire() const {
@@ -133,11 +111,8 @@ bool fusedClusterValid(int64_t v) { return v == 0 || v == 1 || v == 2 || v == 4 
 
 Config resolveConfig(const anyrConfig_t* user) {
   if (user != nullptr) {
-    ANYR_REQUIRE_ARG(user->magic == ANYR_CONFIG_MAGIC, "config",
-                     "not initialized with ANYR_CONFIG_INITIALIZER (bad magic)");
-    ANYR_REQUIRE_ARG(user->size == sizeof(anyrConfig_t), "config",
-                     "size field is " + std::to_string(user->size) + ", this library expects " +
-                         std::to_string(sizeof(anyrConfig_t)) + " (header/library mismatch)");
+    checkVersionedStruct("config", user->magic, ANYR_CONFIG_MAGIC, user->size, sizeof(anyrConfig_t),
+                         "ANYR_CONFIG_INITIALIZER");
   }
   Config c;
   // algorithm

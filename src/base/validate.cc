@@ -66,6 +66,15 @@ void checkDatatype(int datatype) {
                        " (anyrFloat32, anyrFloat16, anyrBfloat16)");
 }
 
+void checkVersionedStruct(const char* name, unsigned magic, unsigned wantMagic, size_t size,
+                          size_t wantSize, const char* initializer) {
+  ANYR_REQUIRE_ARG(magic == wantMagic, name,
+                   std::string("not initialized with ") + initializer + " (bad magic)");
+  ANYR_REQUIRE_ARG(size == wantSize, name,
+                   "size field is " + std::to_string(size) + ", this library expects " +
+                       std::to_string(wantSize) + " (header/library mismatch)");
+}
+
 void checkOp(int op) {
   ANYR_REQUIRE_ARG(op == anyrSum, "op",
                    "unsupported reduction " + std::to_string(op) + " (only anyrSum)");

@@ -39,6 +39,12 @@ void checkAligned(const void* p, size_t bytes, const char* name);
 // count * elementSize must fit in size_t (and in the address space past `p`).
 void checkCountFits(size_t count, size_t elementSize, const char* name);
 
+// A versioned struct the caller fills (anyrConfig_t, anyrFusedOptions_t), argument `name`: its
+// magic must be `wantMagic` (else it was not initialized with `initializer`) and its size this
+// library's `wantSize` (else header and library differ).
+void checkVersionedStruct(const char* name, unsigned magic, unsigned wantMagic, size_t size,
+                          size_t wantSize, const char* initializer);
+
 // datatype and op must be supported by anyrAllReduce.
 void checkDatatype(int datatype);
 void checkOp(int op);

@@ -3,30 +3,18 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/names.h"
 #include "bootstrap/byte_order.h"
 
 namespace anyr {
 
 const char* msgTypeName(uint16_t type) {
-  switch (static_cast<MsgType>(type)) {
-    case MsgType::kHello:
-      return "HELLO";
-    case MsgType::kWelcome:
-      return "WELCOME";
-    case MsgType::kReject:
-      return "REJECT";
-    case MsgType::kGather:
-      return "GATHER";
-    case MsgType::kGatherAll:
-      return "GATHER_ALL";
-    case MsgType::kAbort:
-      return "ABORT";
-    case MsgType::kChallenge:
-      return "CHALLENGE";
-    case MsgType::kProof:
-      return "PROOF";
-  }
-  return "unknown";
+  static constexpr Named<MsgType> kNames[] = {
+      {MsgType::kHello, "HELLO"},          {MsgType::kWelcome, "WELCOME"},
+      {MsgType::kReject, "REJECT"},        {MsgType::kGather, "GATHER"},
+      {MsgType::kGatherAll, "GATHER_ALL"}, {MsgType::kAbort, "ABORT"},
+      {MsgType::kChallenge, "CHALLENGE"},  {MsgType::kProof, "PROOF"}};
+  return nameOf(kNames, static_cast<MsgType>(type), "unknown");
 }
 
 bool msgTypeAuthenticated(uint16_t type) {

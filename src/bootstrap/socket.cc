@@ -17,6 +17,7 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/names.h"
 
 namespace anyr {
 
@@ -395,17 +396,11 @@ void closeGracefully(Socket* sock) {
 }
 
 std::string ioResultText(IoResult r, int err) {
-  switch (r) {
-    case IoResult::kDone:
-      return "no error";
-    case IoResult::kTimeout:
-      return "timed out";
-    case IoResult::kClosed:
-      return "closed the connection";
-    case IoResult::kError:
-      return std::strerror(err);
-  }
-  return "unknown error";
+  if (r == IoResult::kError) return std::strerror(err);
+  static constexpr Named<IoResult> kNames[] = {{IoResult::kDone, "no error"},
+                                               {IoResult::kTimeout, "timed out"},
+                                               {IoResult::kClosed, "closed the connection"}};
+  return nameOf(kNames, r, "unknown error");
 }
 
 }  // namespace anyr

@@ -13,21 +13,10 @@ namespace anyr {
 
 namespace {
 
-const char* dtypeName(int32_t t) {
-  switch (t) {
-    case anyrFloat32:
-      return "float32";
-    case anyrFloat16:
-      return "float16";
-    case anyrBfloat16:
-      return "bfloat16";
-    default:
-      return nullptr;
-  }
-}
-
 std::string dtypeText(int32_t t) {
-  const char* n = dtypeName(t);
+  static constexpr Named<int32_t> kNames[] = {
+      {anyrFloat32, "float32"}, {anyrFloat16, "float16"}, {anyrBfloat16, "bfloat16"}};
+  const char* n = nameOf(kNames, t, nullptr);
   return n != nullptr ? n : "invalid(" + std::to_string(t) + ")";
 }
 

@@ -13,16 +13,15 @@
 #include <string>
 
 #include "anyreduce/anyreduce.h"
+#include "core/comm_part.h"
 
 namespace anyr {
 
 struct CommContext;
 
-class Capabilities {
+class Capabilities : private CommPart {
  public:
-  explicit Capabilities(CommContext& ctx) : ctx_(ctx) {}
-  Capabilities(const Capabilities&) = delete;
-  Capabilities& operator=(const Capabilities&) = delete;
+  using CommPart::CommPart;
 
   // Collective: the grid caps (maxBlocks, peerBlocks, fusedDenseBlocks, the cluster pair forms)
   // from every rank's SM count and kernel occupancy, capped by config.maxBlocks.
@@ -62,7 +61,6 @@ class Capabilities {
   cudaError_t probeOnStream(const char* what, size_t bytes, void* hostOut,
                             const std::function<cudaError_t(void*, cudaStream_t)>& launch);
 
-  CommContext& ctx_;
   int maxBlocks_ = 1;   // fused and host kernels: one block per SM of the smallest GPU
   int peerBlocks_ = 1;  // peer all-reduce kernels: up to kPeerBlocksPerSm per SM (occupancy)
   int peerPerSm_ = 1;   // the agreed blocks per SM of the peer kernels

@@ -169,6 +169,13 @@ void CommContext::exchangeDeviceInfo() {
   }
 }
 
+const char* CommContext::localTransportRefusal(const char* single) const {
+  if (nranks < 2) return single;
+  if (nranks > kMaxLocalRanks) return "more than 8 ranks";
+  if (!facts.sameHost) return "ranks on several hosts";
+  return nullptr;
+}
+
 WorkspaceHeader CommContext::headerOfThisRank(uint64_t layoutHash) const {
   WorkspaceHeader h{};
   h.magic = kWorkspaceMagic;

@@ -56,6 +56,11 @@ struct CommContext {
   // names the rank waited for, is reported rather than this wait's).
   void waitStreamIdle(cudaStream_t s, const char* what, int graceMs = 0);
 
+  // Why no node-local transport (peer memory, host memory) can serve this communicator: `single`
+  // for one rank (nothing to transport), else more than kMaxLocalRanks ranks or ranks on several
+  // hosts; NULL when one can.
+  const char* localTransportRefusal(const char* single) const;
+
   // This rank's workspace header (peer workspace, or its region of the host segment).
   WorkspaceHeader headerOfThisRank(uint64_t layoutHash) const;
   // A device copy of the bounded-wait control of one transport: its local state, this rank's

@@ -32,13 +32,8 @@ void tagLowLatencyLines(char* lines, const HostLayout& layout, uint32_t tag) {
 
 void HostTransport::init() {
   ctx_.facts.hostMemory = false;
-  if (ctx_.nranks < 2) {
-    ctx_.facts.hostMemoryReason = "a single rank needs no transport";
-    return;
-  }
-  if (ctx_.nranks > kMaxLocalRanks || !ctx_.facts.sameHost) {
-    ctx_.facts.hostMemoryReason =
-        ctx_.nranks > kMaxLocalRanks ? "more than 8 ranks" : "ranks on several hosts";
+  if (const char* refusal = ctx_.localTransportRefusal("a single rank needs no transport")) {
+    ctx_.facts.hostMemoryReason = refusal;
     return;
   }
   // Rank 0's choice counts for everyone (the environment may differ between processes).

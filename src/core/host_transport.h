@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/comm_part.h"
 #include "device/handles.h"
 #include "device/host_handles.h"
 #include "transport/host_layout.h"
@@ -20,11 +21,9 @@ namespace anyr {
 
 struct CommContext;
 
-class HostTransport {
+class HostTransport : private CommPart {
  public:
-  explicit HostTransport(CommContext& ctx) : ctx_(ctx) {}
-  HostTransport(const HostTransport&) = delete;
-  HostTransport& operator=(const HostTransport&) = delete;
+  using CommPart::CommPart;
 
   // Collective. Sets up the segment (facts.hostMemory, or facts.hostMemoryReason why not) and
   // writes the agreed host settings into the configuration.
@@ -59,7 +58,6 @@ class HostTransport {
   void initHostCopy();
   void freeHostCopy();
 
-  CommContext& ctx_;
   std::unique_ptr<HostMemory> host_;  // shared pinned host segment
   HostLayout hostLayout_{};
   LocalState* dHostState_ = nullptr;  // the host transport's own epochs and fail claim

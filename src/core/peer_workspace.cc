@@ -54,13 +54,8 @@ WorkspaceLayout computeLayout(const Config& cfg, int nranks) {
 
 void PeerWorkspace::init() {
   ctx_.facts.peerMemory = false;
-  if (ctx_.nranks < 2) {
-    ctx_.facts.peerMemoryReason = "a single rank needs no peer memory";
-    return;
-  }
-  if (ctx_.nranks > kMaxLocalRanks || !ctx_.facts.sameHost) {
-    ctx_.facts.peerMemoryReason =
-        ctx_.nranks > kMaxLocalRanks ? "more than 8 ranks" : "ranks on several hosts";
+  if (const char* refusal = ctx_.localTransportRefusal("a single rank needs no peer memory")) {
+    ctx_.facts.peerMemoryReason = refusal;
     return;
   }
   // Diagnostic: behave as GPUs without peer access (rank 0's setting, through the agreed

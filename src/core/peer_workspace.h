@@ -11,6 +11,7 @@
 #include <string>
 
 #include "base/config.h"
+#include "core/comm_part.h"
 #include "device/handles.h"
 #include "transport/peer_memory.h"
 
@@ -21,11 +22,9 @@ struct CommContext;
 // Workspace layout for an agreed configuration.
 WorkspaceLayout computeLayout(const Config& cfg, int nranks);
 
-class PeerWorkspace {
+class PeerWorkspace : private CommPart {
  public:
-  explicit PeerWorkspace(CommContext& ctx) : ctx_(ctx) {}
-  PeerWorkspace(const PeerWorkspace&) = delete;
-  PeerWorkspace& operator=(const PeerWorkspace&) = delete;
+  using CommPart::CommPart;
 
   // Collective. Sets up the workspace (facts.peerMemory, or facts.peerMemoryReason why not):
   // header, zeroed flags and check area, cleared push buffers, local state, wait control and the
@@ -70,7 +69,6 @@ class PeerWorkspace {
   };
   MapSummary summarize(const PeerMemory& m);
 
-  CommContext& ctx_;
   std::unique_ptr<PeerMemory> peers_;
   std::string peerMemoryNote_;  // with peers_: which kind maps the workspace, and why
   WorkspaceLayout layout_{};

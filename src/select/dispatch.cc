@@ -5,31 +5,27 @@
 #include <numeric>
 #include <sstream>
 
+#include "base/names.h"
 #include "device/host_handles.h"
 
 namespace anyr {
 
-const char* opName(Op op) {
-  switch (op) {
-    case Op::AllReduce:
-      return "allreduce";
-    case Op::AddRmsNorm:
-      return "add-rmsnorm";
-    case Op::AddRmsNormQuant:
-      return "add-rmsnorm-quant";
-  }
-  return "?";
-}
+namespace {
 
-bool parseOp(const std::string& name, Op* out) {
-  for (int i = 0; i < kNumOps; ++i) {
-    if (name == opName(static_cast<Op>(i))) {
-      *out = static_cast<Op>(i);
-      return true;
-    }
-  }
-  return false;
-}
+constexpr Named<Op> kOpNames[] = {{Op::AllReduce, "allreduce"},
+                                  {Op::AddRmsNorm, "add-rmsnorm"},
+                                  {Op::AddRmsNormQuant, "add-rmsnorm-quant"}};
+
+constexpr Named<Source> kSourceNames[] = {{Source::Seed, "seed"},
+                                          {Source::Thresholds, "thresholds"},
+                                          {Source::Measured, "measured"},
+                                          {Source::NearestMeasured, "nearest"}};
+
+}  // namespace
+
+const char* opName(Op op) { return nameOf(kOpNames, op, "?"); }
+
+bool parseOp(const std::string& name, Op* out) { return parseName(kOpNames, name, out); }
 
 bool pathClusterValid(int cluster) {
   return cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8;
@@ -263,19 +259,7 @@ double seedTimeUs(Op op, Path p, uint64_t bytes, const CostInputs& in) {
   return r->fused->seedUs(ar, local, B);
 }
 
-const char* sourceName(Source s) {
-  switch (s) {
-    case Source::Seed:
-      return "seed";
-    case Source::Thresholds:
-      return "thresholds";
-    case Source::Measured:
-      return "measured";
-    case Source::NearestMeasured:
-      return "nearest";
-  }
-  return "?";
-}
+const char* sourceName(Source s) { return nameOf(kSourceNames, s, "?"); }
 
 DispatchTable seedTable(const Topology& t, const Admission& adm, const Config& cfg, int nranks) {
   DispatchTable tab;

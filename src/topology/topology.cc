@@ -39,6 +39,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/names.h"
 
 namespace anyr {
 
@@ -56,34 +57,25 @@ const char* const kPcieRelations[] = {"",           "board", "switch", "switches
 // ---------------------------------------------------------------------------------------------
 // Link names
 
-const char* linkTypeName(LinkType t) {
-  switch (t) {
-    case LinkType::Unknown:
-      return "unknown";
-    case LinkType::Self:
-      return "self";
-    case LinkType::NVLink:
-      return "nvlink";
-    case LinkType::PCIe:
-      return "pcie";
-    case LinkType::None:
-      return "none";
-  }
-  return "unknown";
-}
+namespace {
+
+constexpr Named<LinkType> kLinkTypeNames[] = {{LinkType::Unknown, "unknown"},
+                                              {LinkType::Self, "self"},
+                                              {LinkType::NVLink, "nvlink"},
+                                              {LinkType::PCIe, "pcie"},
+                                              {LinkType::None, "none"}};
+
+}  // namespace
+
+const char* linkTypeName(LinkType t) { return nameOf(kLinkTypeNames, t, "unknown"); }
 
 bool parseLinkType(const std::string& s, LinkType* out) {
   std::string lower(s);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  static const LinkType all[] = {LinkType::Unknown, LinkType::Self, LinkType::NVLink,
-                                 LinkType::PCIe, LinkType::None};
-  for (LinkType t : all) {
-    if (lower == linkTypeName(t)) {
-      if (out != nullptr) *out = t;
-      return true;
-    }
-  }
-  return false;
+  LinkType t{};
+  if (!parseName(kLinkTypeNames, lower, &t)) return false;
+  if (out != nullptr) *out = t;
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
