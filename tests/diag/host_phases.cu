@@ -267,11 +267,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main() {
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-    std::printf("anyr_host_phases: no CUDA GPU visible; nothing to measure\n");
-    return 0;
-  }
+  const int ndev = diagGpuCount("anyr_host_phases");
+  if (ndev == 0) return 0;
   if (ndev < 2) {
     std::printf("anyr_host_phases: needs two GPUs, %d visible; nothing to measure\n", ndev);
     return 0;
