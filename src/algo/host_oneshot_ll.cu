@@ -28,6 +28,7 @@
 // every rank and on every path.
 #include "algo/algo.h"
 #include "device/launch.cuh"
+#include "device/ll_lines.cuh"
 #include "device/opening.cuh"
 #include "device/wire.cuh"
 
@@ -116,14 +117,7 @@ __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) 
           // The rest of the warp's lines were written with the probe's: most have landed (or,
           // eager, every lane's first poll).
           uint4 lo[kLLVecsPerPass], hi[kLLVecsPerPass];
-#pragma unroll
-          for (int k = 0; k < kLLVecsPerPass; ++k) {
-            const uint64_t v = v0 + k * stride;
-            if (v < V) {
-              lo[k] = dev::loadVolatile(src + v * 32);
-              hi[k] = dev::loadVolatile(src + v * 32 + 16);
-            }
-          }
+          dev::loadLLPass(src, v0, stride, V, lo, hi);
 #pragma unroll
           for (int k = 0; k < kLLVecsPerPass; ++k) {
             const uint64_t v = v0 + k * stride;
