@@ -28,6 +28,8 @@
 // every rank and on every path.
 #include "algo/algo.h"
 #include "device/launch.cuh"
+#include "device/ll_lines.cuh"
+#include "device/opening.cuh"
 #include "device/wire.cuh"
 
 namespace anyr {
@@ -46,128 +48,116 @@ constexpr unsigned kLLPollPauseNs = 200;
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads) hostOneShotLLKernel(HostArgs a) {
-  const auto start = dev::startKernel(a, &LocalState::syncEpoch, dev::flagEpochOf);
-  const T* in = static_cast<const T*>(a.input);
-  T* out = static_cast<T*>(a.output);
-  const int rank = a.rank;
-  const int n = a.nranks;
-  const HostLayout& L = a.layout;
-  LocalState* st = a.state;
-  // The host kernels' shared launch epoch: advanced by this kernel too, it names the launch in
-  // a failure report; the lines carry the protocol's own count.
-  const uint32_t epoch = start.epoch;
-  const bool stopped = start.stopped;
-  const uint32_t tag = dev::readEpoch(st->llUse) + 1;
-  const uint64_t buf = L.llOffset + hostLLBuffer(tag) * L.llBytes;
-  const uint64_t V = a.numVecs;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  auto lines = [&](int r) { return a.base + static_cast<uint64_t>(r) * L.rankBytes + buf; };
+  dev::runFlagKernel<T>(a, [&](const T* in, T* out, const int rank, const int n, LocalState* st,
+                               const uint32_t epoch, const bool stopped) {
+    const HostLayout& L = a.layout;
+    // `epoch`, the host kernels' shared launch epoch: advanced by this kernel too, it names the
+    // launch in a failure report; the lines carry the protocol's own count (tag).
+    const uint32_t tag = dev::readEpoch(st->llUse) + 1;
+    const uint64_t buf = L.llOffset + hostLLBuffer(tag) * L.llBytes;
+    const uint64_t V = a.numVecs;
+    const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+    const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    auto lines = [&](int r) { return a.base + static_cast<uint64_t>(r) * L.rankBytes + buf; };
 
-  // Publish: every vector of this thread, as two flagged lines.
-  char* own = lines(rank);
-  for (uint64_t v = first; v < V && !stopped; v += stride) {
-    const Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
-    dev::storeSys(own + v * 32, make_uint4(x.w[0], tag, x.w[1], tag));
-    dev::storeSys(own + v * 32 + 16, make_uint4(x.w[2], tag, x.w[3], tag));
-  }
-  // The sweep: the rest of the buffer, after this launch's own lines (which peers wait for).
-  if (hostLLSweeps(tag)) {
-    const uint32_t old = hostLLSweepTag(tag);
-    const uint64_t bufLines = L.llBytes / 16;
-    for (uint64_t l = 2 * V + first; l < bufLines; l += stride) {
-      dev::storeSys(own + l * 16, make_uint4(0u, old, 0u, old));
+    // Publish: every vector of this thread, as two flagged lines.
+    char* own = lines(rank);
+    for (uint64_t v = first; v < V && !stopped; v += stride) {
+      const Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
+      dev::storeSys(own + v * 32, make_uint4(x.w[0], tag, x.w[1], tag));
+      dev::storeSys(own + v * 32 + 16, make_uint4(x.w[2], tag, x.w[3], tag));
     }
-  }
+    // The sweep: the rest of the buffer, after this launch's own lines (which peers wait for).
+    if (hostLLSweeps(tag)) {
+      const uint32_t old = hostLLSweepTag(tag);
+      const uint64_t bufLines = L.llBytes / 16;
+      for (uint64_t l = 2 * V + first; l < bufLines; l += stride) {
+        dev::storeSys(own + l * 16, make_uint4(0u, old, 0u, old));
+      }
+    }
 
-  // Collect: kLLVecsPerPass vectors at a time, every peer's lines requested at once, then
-  // polled again only where they had not landed.
-  dev::Waiter waiter(a.wait);
-  bool ok = true;
-  for (uint64_t v0 = first; v0 < V && ok; v0 += stride * kLLVecsPerPass) {
-    float acc[kLLVecsPerPass][Elem<T>::kPerVec] = {};
-    for (int s = 0; s < n && ok; ++s) {
-      Vec x[kLLVecsPerPass];
-      if (s == rank) {
+    // Collect: kLLVecsPerPass vectors at a time, every peer's lines requested at once, then
+    // polled again only where they had not landed.
+    dev::Waiter waiter(a.wait);
+    bool ok = true;
+    for (uint64_t v0 = first; v0 < V && ok; v0 += stride * kLLVecsPerPass) {
+      float acc[kLLVecsPerPass][Elem<T>::kPerVec] = {};
+      for (int s = 0; s < n && ok; ++s) {
+        Vec x[kLLVecsPerPass];
+        if (s == rank) {
 #pragma unroll
-        for (int k = 0; k < kLLVecsPerPass; ++k) {
-          const uint64_t v = v0 + k * stride;
-          if (v < V) x[k] = dev::loadVec<T, kAligned>(in, v, a.count);
-        }
-      } else {
-        const char* src = lines(s);
-        // Eager (a.llEager: launches up to ANYR_HOST_LL_EAGER_BYTES, by default every
-        // low-latency launch): every lane polls its own lines, which saves the round trip of
-        // the reads after a probe. Otherwise one lane per warp polls first (the warp's last
-        // line of this pass), with a pause between polls, and the other lanes read once it
-        // landed: in the earlier shape (blocks of 128 threads, 8 at 16 KB) every lane polling
-        // flooded the link with reads that returned stale lines and delayed the very writes
-        // they waited for (2 x H200, 16 KB / 64 KB: 45 / 336 us against 9.4 / 21 us probing
-        // first); in today's shape it did not (docs/WIRE.md).
-        const unsigned active = __activemask();
-        if (!a.llEager && static_cast<int>(threadIdx.x % 32) == 31 - __clz(active)) {
-          uint4 probe = dev::loadVolatile(src + v0 * 32 + 16);
-          while (probe.y != tag || probe.w != tag) {
-            if (!waiter.keepWaiting(s, kWaitHostData, epoch)) {
-              ok = false;
-              break;
-            }
-            __nanosleep(kLLPollPauseNs);
-            probe = dev::loadVolatile(src + v0 * 32 + 16);
+          for (int k = 0; k < kLLVecsPerPass; ++k) {
+            const uint64_t v = v0 + k * stride;
+            if (v < V) x[k] = dev::loadVec<T, kAligned>(in, v, a.count);
           }
-        }
-        if (__any_sync(active, !ok)) ok = false;
-        if (!ok) break;
-        // The rest of the warp's lines were written with the probe's: most have landed (or,
-        // eager, every lane's first poll).
-        uint4 lo[kLLVecsPerPass], hi[kLLVecsPerPass];
-#pragma unroll
-        for (int k = 0; k < kLLVecsPerPass; ++k) {
-          const uint64_t v = v0 + k * stride;
-          if (v < V) {
-            lo[k] = dev::loadVolatile(src + v * 32);
-            hi[k] = dev::loadVolatile(src + v * 32 + 16);
-          }
-        }
-#pragma unroll
-        for (int k = 0; k < kLLVecsPerPass; ++k) {
-          const uint64_t v = v0 + k * stride;
-          if (v >= V) continue;
-          while (lo[k].y != tag || lo[k].w != tag || hi[k].y != tag || hi[k].w != tag) {
-            if (!waiter.keepWaiting(s, kWaitHostData, epoch)) {
-              ok = false;
-              break;
+        } else {
+          const char* src = lines(s);
+          // Eager (a.llEager: launches up to ANYR_HOST_LL_EAGER_BYTES, by default every
+          // low-latency launch): every lane polls its own lines, which saves the round trip of
+          // the reads after a probe. Otherwise one lane per warp polls first (the warp's last
+          // line of this pass), with a pause between polls, and the other lanes read once it
+          // landed: in the earlier shape (blocks of 128 threads, 8 at 16 KB) every lane polling
+          // flooded the link with reads that returned stale lines and delayed the very writes
+          // they waited for (2 x H200, 16 KB / 64 KB: 45 / 336 us against 9.4 / 21 us probing
+          // first); in today's shape it did not (docs/WIRE.md).
+          const unsigned active = __activemask();
+          if (!a.llEager && static_cast<int>(threadIdx.x % 32) == 31 - __clz(active)) {
+            uint4 probe = dev::loadVolatile(src + v0 * 32 + 16);
+            while (probe.y != tag || probe.w != tag) {
+              if (!waiter.keepWaiting(s, kWaitHostData, epoch)) {
+                ok = false;
+                break;
+              }
+              __nanosleep(kLLPollPauseNs);
+              probe = dev::loadVolatile(src + v0 * 32 + 16);
             }
-            if (!a.llEager) __nanosleep(kLLPollPauseNs);
-            lo[k] = dev::loadVolatile(src + v * 32);
-            hi[k] = dev::loadVolatile(src + v * 32 + 16);
+          }
+          if (__any_sync(active, !ok)) ok = false;
+          if (!ok) break;
+          // The rest of the warp's lines were written with the probe's: most have landed (or,
+          // eager, every lane's first poll).
+          uint4 lo[kLLVecsPerPass], hi[kLLVecsPerPass];
+          dev::loadLLPass(src, v0, stride, V, lo, hi);
+#pragma unroll
+          for (int k = 0; k < kLLVecsPerPass; ++k) {
+            const uint64_t v = v0 + k * stride;
+            if (v >= V) continue;
+            while (lo[k].y != tag || lo[k].w != tag || hi[k].y != tag || hi[k].w != tag) {
+              if (!waiter.keepWaiting(s, kWaitHostData, epoch)) {
+                ok = false;
+                break;
+              }
+              if (!a.llEager) __nanosleep(kLLPollPauseNs);
+              lo[k] = dev::loadVolatile(src + v * 32);
+              hi[k] = dev::loadVolatile(src + v * 32 + 16);
+            }
+            if (!ok) break;
           }
           if (!ok) break;
+#pragma unroll
+          for (int k = 0; k < kLLVecsPerPass; ++k) {
+            if (v0 + k * stride >= V) continue;
+            x[k].u = make_uint4(lo[k].x, lo[k].z, hi[k].x, hi[k].z);
+          }
         }
         if (!ok) break;
 #pragma unroll
         for (int k = 0; k < kLLVecsPerPass; ++k) {
-          if (v0 + k * stride >= V) continue;
-          x[k].u = make_uint4(lo[k].x, lo[k].z, hi[k].x, hi[k].z);
+          if (v0 + k * stride < V) dev::accumulate<T>(acc[k], x[k]);
         }
       }
       if (!ok) break;
 #pragma unroll
       for (int k = 0; k < kLLVecsPerPass; ++k) {
-        if (v0 + k * stride < V) dev::accumulate<T>(acc[k], x[k]);
+        const uint64_t v = v0 + k * stride;
+        if (v < V) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc[k]));
       }
     }
-    if (!ok) break;
-#pragma unroll
-    for (int k = 0; k < kLLVecsPerPass; ++k) {
-      const uint64_t v = v0 + k * stride;
-      if (v < V) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc[k]));
-    }
-  }
-  // Every block ends the launch the same way whether or not its wait failed: the epoch and the
-  // launch count advance (a failed communicator refuses later calls anyway).
-  dev::finishEpoch(st->syncEpoch, epoch);
-  dev::advanceSlots(st->llUse, tag);
+    // Every block ends the launch the same way whether or not its wait failed: the epoch and the
+    // launch count advance (a failed communicator refuses later calls anyway).
+    dev::finishEpoch(st->syncEpoch, epoch);
+    dev::advanceSlots(st->llUse, tag);
+  });
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 // every rank sums dequantize(quantize(x_r)) in rank order, its own term included.
 #include "algo/algo.h"
 #include "device/launch.cuh"
+#include "device/opening.cuh"
 #include "device/wire.cuh"
 
 namespace anyr {
@@ -28,106 +29,99 @@ template <typename T, bool kAligned, int kWire>
 __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
     oneShotPullKernel(AllReduceArgs a) {
   constexpr int E = Elem<T>::kPerVec;
-  const auto start = dev::startKernel(a, &LocalState::syncEpoch, dev::flagEpochOf);
-  const T* in = static_cast<const T*>(a.input);
-  T* out = static_cast<T*>(a.output);
-  const int rank = a.rank;
-  const int n = a.nranks;
-  LocalState* st = a.state;
-  const uint32_t epoch = start.epoch;
-  const bool stopped = start.stopped;
-  const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
-  const uint64_t bufOffset = a.layout.stagingOffset + (epoch & 1u) * a.layout.chunkBytes;
+  dev::runFlagKernel<T>(a, [&](const T* in, T* out, const int rank, const int n, LocalState* st,
+                               const uint32_t epoch, const bool stopped) {
+    const uint32_t use = dev::flagUseOf(st);  // what this block's flags carry
+    const uint64_t bufOffset = a.layout.stagingOffset + (epoch & 1u) * a.layout.chunkBytes;
 
-  // This block's vector range. With a compressed wire (wire.cuh) the ranges are whole
-  // multiples of kHostBlockQuantum vectors, so every wire group lies in one warp, and lanes
-  // past numVecs carry zeros and store nothing.
-  const uint64_t V = a.numVecs;
-  uint64_t per = (V + gridDim.x - 1) / gridDim.x;
-  uint64_t vEnd = V;
-  if constexpr (kWire != kWireNative) {
-    per = (per + kHostBlockQuantum - 1) / kHostBlockQuantum * kHostBlockQuantum;
-    vEnd = (V + kHostBlockQuantum - 1) / kHostBlockQuantum * kHostBlockQuantum;
-  }
-  const uint64_t lo = per * blockIdx.x;
-  const uint64_t hi = min(vEnd, lo + per);
-  const uint64_t scaleOff = a.layout.chunkBytes / 2;
-  auto loadIn = [&](uint64_t v) { return dev::loadVecOrZero<T, kAligned>(in, v, V, a.count); };
-
-  // 1. Stage this block's range of the input.
-  char* own = a.peerWorkspace[rank];
-  for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
-    if constexpr (kWire == kWireNative) {
-      dev::storeRelaxed(own + bufOffset + v * 16, loadIn(v).u);
-    } else {
-      float unused[E];
-      dev::wirePut<T, kWire>(loadIn(v), own + bufOffset, own + bufOffset + scaleOff, v, v < V,
-                             unused);
+    // This block's vector range. With a compressed wire (wire.cuh) the ranges are whole
+    // multiples of kHostBlockQuantum vectors, so every wire group lies in one warp, and lanes
+    // past numVecs carry zeros and store nothing.
+    const uint64_t V = a.numVecs;
+    uint64_t per = (V + gridDim.x - 1) / gridDim.x;
+    uint64_t vEnd = V;
+    if constexpr (kWire != kWireNative) {
+      per = (per + kHostBlockQuantum - 1) / kHostBlockQuantum * kHostBlockQuantum;
+      vEnd = (V + kHostBlockQuantum - 1) / kHostBlockQuantum * kHostBlockQuantum;
     }
-  }
-  __syncthreads();
+    const uint64_t lo = per * blockIdx.x;
+    const uint64_t hi = min(vEnd, lo + per);
+    const uint64_t scaleOff = a.layout.chunkBytes / 2;
+    auto loadIn = [&](uint64_t v) { return dev::loadVecOrZero<T, kAligned>(in, v, V, a.count); };
 
-  // 2. Signal every peer (release: orders the block's staging stores before the flag), then
-  //    wait for every peer's signal.
-  __shared__ int blockFailed;
-  if (threadIdx.x == 0) blockFailed = 0;
-  const int t = static_cast<int>(threadIdx.x);
-  if (t < n && t != rank && !stopped) {
-    FlagArea* peerFlags = reinterpret_cast<FlagArea*>(a.peerWorkspace[t] + a.layout.flagsOffset);
-    dev::storeReleaseSys(&peerFlags->start[blockIdx.x][rank], use);
-  }
-  __syncthreads();
-  if (t < n && t != rank) {
-    const FlagArea* flags = reinterpret_cast<const FlagArea*>(own + a.layout.flagsOffset);
-    dev::Waiter waiter(a.wait);
-    while (static_cast<int32_t>(dev::loadAcquireSys(&flags->start[blockIdx.x][t]) - use) < 0) {
-      if (!waiter.keepWaiting(t, kWaitStartFlag, epoch)) {
-        blockFailed = 1;
-        break;
-      }
-    }
-  }
-  __syncthreads();
-
-  // 3. Read every rank's staged range in rank order and reduce.
-  if (!blockFailed) {
+    // 1. Stage this block's range of the input.
+    char* own = a.peerWorkspace[rank];
     for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
-      float acc[E] = {};
       if constexpr (kWire == kWireNative) {
-        for (int s = 0; s < n; ++s) {
-          Vec x;
-          if (s == rank) {
-            x = dev::loadVec<T, kAligned>(in, v, a.count);
-          } else {
-            x.u = dev::loadCg(a.peerWorkspace[s] + bufOffset + v * 16);
-          }
-          dev::accumulate<T>(acc, x);
-        }
+        dev::storeRelaxed(own + bufOffset + v * 16, loadIn(v).u);
       } else {
-        // The own contribution as the peers see it: quantized and dequantized.
-        float mine[E];
-        dev::wirePut<T, kWire>(loadIn(v), nullptr, nullptr, v, false, mine);
-        dev::wireSumRanks<T, kWire>(
-            mine, rank, n, v, V, [&](int s) { return a.peerWorkspace[s]; }, bufOffset, scaleOff,
-            acc);
+        float unused[E];
+        dev::wirePut<T, kWire>(loadIn(v), own + bufOffset, own + bufOffset + scaleOff, v, v < V,
+                               unused);
       }
-      if (v < V) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc));
     }
-  }
+    __syncthreads();
 
-  dev::finishEpoch(st->syncEpoch, epoch);
-  dev::finishFlagUse(st, use);
+    // 2. Signal every peer (release: orders the block's staging stores before the flag), then
+    //    wait for every peer's signal.
+    __shared__ int blockFailed;
+    if (threadIdx.x == 0) blockFailed = 0;
+    const int t = static_cast<int>(threadIdx.x);
+    if (t < n && t != rank && !stopped) {
+      FlagArea* peerFlags = reinterpret_cast<FlagArea*>(a.peerWorkspace[t] + a.layout.flagsOffset);
+      dev::storeReleaseSys(&peerFlags->start[blockIdx.x][rank], use);
+    }
+    __syncthreads();
+    if (t < n && t != rank) {
+      const FlagArea* flags = reinterpret_cast<const FlagArea*>(own + a.layout.flagsOffset);
+      dev::Waiter waiter(a.wait);
+      while (static_cast<int32_t>(dev::loadAcquireSys(&flags->start[blockIdx.x][t]) - use) < 0) {
+        if (!waiter.keepWaiting(t, kWaitStartFlag, epoch)) {
+          blockFailed = 1;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+
+    // 3. Read every rank's staged range in rank order and reduce.
+    if (!blockFailed) {
+      for (uint64_t v = lo + threadIdx.x; v < hi; v += blockDim.x) {
+        float acc[E] = {};
+        if constexpr (kWire == kWireNative) {
+          for (int s = 0; s < n; ++s) {
+            Vec x;
+            if (s == rank) {
+              x = dev::loadVec<T, kAligned>(in, v, a.count);
+            } else {
+              x.u = dev::loadCg(a.peerWorkspace[s] + bufOffset + v * 16);
+            }
+            dev::accumulate<T>(acc, x);
+          }
+        } else {
+          // The own contribution as the peers see it: quantized and dequantized.
+          float mine[E];
+          dev::wirePut<T, kWire>(loadIn(v), nullptr, nullptr, v, false, mine);
+          dev::wireSumRanks<T, kWire>(
+              mine, rank, n, v, V, [&](int s) { return a.peerWorkspace[s]; }, bufOffset, scaleOff,
+              acc);
+        }
+        if (v < V) dev::storeVec<T, kAligned>(out, v, a.count, dev::packVec<T>(acc));
+      }
+    }
+
+    dev::finishEpoch(st->syncEpoch, epoch);
+    dev::finishFlagUse(st, use);
+  });
 }
 
 }  // namespace
 
 cudaError_t launchOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
                               const LaunchShape& shape, cudaStream_t stream) {
-  return dev::dispatchWire(a.wire, [&](auto wire) {
-    return launchTagged(dtype, a, shape, stream, [](auto tag) {
-      using Tag = decltype(tag);
-      return oneShotPullKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>;
-    });
+  return dev::launchWireTagged(dtype, a, shape, stream, [](auto tag, auto wire) {
+    using Tag = decltype(tag);
+    return oneShotPullKernel<typename Tag::T, Tag::kAligned, decltype(wire)::value>;
   });
 }
 

@@ -18,6 +18,7 @@
 
 #include "device/common.cuh"
 #include "device/host_handles.h"
+#include "device/launch.cuh"
 
 namespace anyr {
 namespace dev {
@@ -200,6 +201,16 @@ __device__ __forceinline__ void wireSumRanks(const float (&mine)[Elem<T>::kPerVe
 #pragma unroll
     for (int e = 0; e < E; ++e) acc[e] += d[e];
   }
+}
+
+// launchTagged for a kernel that also takes the wire format: the kernel kernelOf(tag, wire)
+// returns, wire being what dispatchWire passes for a.wire. The wire algorithms' launcher.
+template <typename Args, typename Shape, typename KernelOf>
+cudaError_t launchWireTagged(anyrDataType_t dtype, const Args& a, const Shape& shape,
+                             cudaStream_t stream, KernelOf&& kernelOf) {
+  return dispatchWire(a.wire, [&](auto wire) {
+    return launchTagged(dtype, a, shape, stream, [&](auto tag) { return kernelOf(tag, wire); });
+  });
 }
 
 }  // namespace dev

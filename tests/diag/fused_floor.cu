@@ -314,30 +314,12 @@ int main(int argc, char** argv) {
   int onlyRanks = 0, onlyHidden = 0, rows = 1, quant = anyrQuantNone, cluster = 1;
   bool pdl = false, twoShot = false, dense = false, pairs = false;
   for (int i = 1; i < argc; i += 2) {
-    if (std::strcmp(argv[i], "--pdl") == 0) {
-      pdl = true;
+    if (diagSwitch(argv[i], "--pdl", &pdl) || diagSwitch(argv[i], "--twoshot", &twoShot) ||
+        diagSwitch(argv[i], "--dense", &dense) || diagSwitch(argv[i], "--pairs", &pairs)) {
       --i;
       continue;
     }
-    if (std::strcmp(argv[i], "--twoshot") == 0) {
-      twoShot = true;
-      --i;
-      continue;
-    }
-    if (std::strcmp(argv[i], "--dense") == 0) {
-      dense = true;
-      --i;
-      continue;
-    }
-    if (std::strcmp(argv[i], "--pairs") == 0) {
-      pairs = true;
-      --i;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "anyr_fused_floor: '%s' needs a value\n", argv[i]);
-      return 2;
-    }
+    if (!diagHasValue("anyr_fused_floor", i, argc, argv)) return 2;
     if (std::strcmp(argv[i], "--ranks") == 0) {
       onlyRanks = std::atoi(argv[i + 1]);
     } else if (std::strcmp(argv[i], "--hidden") == 0) {
@@ -377,11 +359,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "anyr_fused_floor: --rows must be in 1..%d\n", kMaxRows);
     return 2;
   }
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-    std::printf("anyr_fused_floor: no CUDA GPU visible; nothing to measure\n");
-    return 0;
-  }
+  const int ndev = diagGpuCount("anyr_fused_floor");
+  if (ndev == 0) return 0;
   int n2 = 0;
   if (ndev >= 2) {
     int ab = 0, ba = 0;
@@ -511,10 +490,7 @@ int main(int argc, char** argv) {
     };
     checkAgainstComposition(ranks, 1, hidden, rows, quant, composed(1), fused(1), "fused(1)");
     r[1] = timeRanks(ranks, 1, push(1));
-    r[2] = timeRanks(ranks, 1, [&](int i) {
-      push(1)(i);
-      k(i);
-    });
+    r[2] = timeRanks(ranks, 1, composed(1));
     r[3] = timeRanks(ranks, 1, fused(1));
     if (n2) {
       for (int i = 0; i < 2; ++i) setWait(ranks[i], ranks, 2, i);
@@ -528,10 +504,7 @@ int main(int argc, char** argv) {
       }
       checkAgainstComposition(ranks, 2, hidden, rows, quant, composed(2), fused(2), "fused(2)");
       r[4] = timeRanks(ranks, 2, push(2));
-      r[5] = timeRanks(ranks, 2, [&](int i) {
-        push(2)(i);
-        k(i);
-      });
+      r[5] = timeRanks(ranks, 2, composed(2));
       r[6] = timeRanks(ranks, 2, fused(2));
     }
     std::printf("%7d %6d %6d %7.2f %8.2f %8.2f %10.2f %9.2f %8.2f %10.2f %9.2f\n", hidden, fBlocks,

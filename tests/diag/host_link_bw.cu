@@ -68,11 +68,8 @@ struct Gpu {
 }  // namespace
 
 int main() {
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-    std::printf("anyr_host_link_bw: no CUDA GPU visible; nothing to measure\n");
-    return 0;
-  }
+  const int ndev = diagGpuCount("anyr_host_link_bw");
+  if (ndev == 0) return 0;
   const int nd = ndev < 2 ? ndev : 2;
   const size_t maxBytes = 16u << 20;
   void* host[2];

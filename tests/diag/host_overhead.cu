@@ -25,6 +25,7 @@
 
 #include "anyreduce/anyreduce.h"
 #include "common/launcher.h"
+#include "diag_check.h"
 
 namespace {
 
@@ -156,10 +157,7 @@ int main(int argc, char** argv) {
   int nranks = 2;
   size_t elements = 4096;
   for (int i = 1; i < argc; i += 2) {
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "anyr_host_overhead: '%s' needs a value\n", argv[i]);
-      return 2;
-    }
+    if (!diagHasValue("anyr_host_overhead", i, argc, argv)) return 2;
     if (std::strcmp(argv[i], "--ranks") == 0) {
       nranks = std::atoi(argv[i + 1]);
     } else if (std::strcmp(argv[i], "--elements") == 0) {

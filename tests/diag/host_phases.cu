@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "device/common.cuh"
+#include "device/ll_lines.cuh"
 #include "diag_check.h"
 
 namespace {
@@ -205,11 +206,7 @@ __global__ void __launch_bounds__(512) phasesKernel(Args a) {
       if (__any_sync(active, !ok)) ok = false;
       if (!ok) break;
       uint4 lo[kLLVecsPerPass], hi[kLLVecsPerPass];
-#pragma unroll
-      for (int k = 0; k < kLLVecsPerPass; ++k) {
-        const uint64_t v = v0 + k * stride;
-        if (v < a.V) lo[k] = loadVolatile(src + v * 32), hi[k] = loadVolatile(src + v * 32 + 16);
-      }
+      anyr::dev::loadLLPass(src, v0, stride, a.V, lo, hi);
 #pragma unroll
       for (int k = 0; k < kLLVecsPerPass; ++k) {
         const uint64_t v = v0 + k * stride;
@@ -267,11 +264,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main() {
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-    std::printf("anyr_host_phases: no CUDA GPU visible; nothing to measure\n");
-    return 0;
-  }
+  const int ndev = diagGpuCount("anyr_host_phases");
+  if (ndev == 0) return 0;
   if (ndev < 2) {
     std::printf("anyr_host_phases: needs two GPUs, %d visible; nothing to measure\n", ndev);
     return 0;
