@@ -119,6 +119,8 @@ struct Api {
                             nvmlGpuP2PStatus_t*) = nullptr;
   nvmlReturn_t (*pcieGen)(nvmlDevice_t, unsigned*) = nullptr;
   nvmlReturn_t (*pcieWidth)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*pcieMaxGen)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*pcieMaxWidth)(nvmlDevice_t, unsigned*) = nullptr;
   nvmlReturn_t (*driverVersion)(char*, unsigned) = nullptr;
   nvmlReturn_t (*fieldValues)(nvmlDevice_t, int, nvmlFieldValue_t*) = nullptr;
 };
@@ -168,6 +170,8 @@ const Api* api() {
     resolve(gApi.lib, "nvmlDeviceGetP2PStatus", &gApi.p2pStatus);
     resolve(gApi.lib, "nvmlDeviceGetCurrPcieLinkGeneration", &gApi.pcieGen);
     resolve(gApi.lib, "nvmlDeviceGetCurrPcieLinkWidth", &gApi.pcieWidth);
+    resolve(gApi.lib, "nvmlDeviceGetMaxPcieLinkGeneration", &gApi.pcieMaxGen);
+    resolve(gApi.lib, "nvmlDeviceGetMaxPcieLinkWidth", &gApi.pcieMaxWidth);
     resolve(gApi.lib, "nvmlSystemGetDriverVersion", &gApi.driverVersion);
     resolve(gApi.lib, "nvmlDeviceGetFieldValues", &gApi.fieldValues);
   }
@@ -246,22 +250,23 @@ std::string driverVersion() {
   return buf;
 }
 
-bool pcieLink(const std::string& busId, int* gen, int* width) {
-  *gen = 0;
-  *width = 0;
+bool pcieLink(const std::string& busId, PcieLink* link) {
+  *link = PcieLink{};
   const Api* a = api();
   nvmlDevice_t d = nullptr;
   if (!handle(a, busId, &d)) return false;
-  unsigned g = 0, w = 0;
   bool ok = false;
-  if (a->pcieGen != nullptr && a->pcieGen(d, &g) == NVML_SUCCESS) {
-    *gen = static_cast<int>(g);
-    ok = true;
-  }
-  if (a->pcieWidth != nullptr && a->pcieWidth(d, &w) == NVML_SUCCESS) {
-    *width = static_cast<int>(w);
-    ok = true;
-  }
+  auto get = [&](nvmlReturn_t (*fn)(nvmlDevice_t, unsigned*), int* out) {
+    unsigned v = 0;
+    if (fn != nullptr && fn(d, &v) == NVML_SUCCESS && v < 1024) {
+      *out = static_cast<int>(v);
+      ok = true;
+    }
+  };
+  get(a->pcieGen, &link->gen);
+  get(a->pcieWidth, &link->width);
+  get(a->pcieMaxGen, &link->maxGen);
+  get(a->pcieMaxWidth, &link->maxWidth);
   return ok;
 }
 

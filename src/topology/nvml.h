@@ -29,8 +29,15 @@ std::string normalizeBusId(const std::string& busId);
 // Driver version ("580.95.05"), or "" when unknown.
 std::string driverVersion();
 
-// Current PCIe link generation and width of the GPU at `busId`. False (and 0s) when unknown.
-bool pcieLink(const std::string& busId, int* gen, int* width);
+// PCIe link of the GPU at `busId`: the current generation and width (an idle GPU may train
+// down, to Gen1 on some workstation boards), and the maximum this GPU and this system support
+// (what the link runs at under load). False (and 0s) when nothing is known; each value is 0
+// when unknown.
+struct PcieLink {
+  int gen = 0, width = 0;        // current
+  int maxGen = 0, maxWidth = 0;  // maximum of the device in this system
+};
+bool pcieLink(const std::string& busId, PcieLink* link);
 
 // A capability answer that may be unknown.
 enum class Tri { Unknown = -1, No = 0, Yes = 1 };

@@ -560,7 +560,12 @@ GpuInfo probeGpu(int cudaDevice) {
   g.hostNativeAtomics = v != 0;
   g.totalMemBytes = static_cast<int64_t>(prop.totalGlobalMem);
   g.numaNode = numaNodeOf(g.pciBusId);
-  nvml::pcieLink(g.pciBusId, &g.pcieGen, &g.pcieWidth);
+  nvml::PcieLink link;
+  nvml::pcieLink(g.pciBusId, &link);
+  g.pcieGen = link.gen;
+  g.pcieWidth = link.width;
+  g.pcieMaxGen = link.maxGen;
+  g.pcieMaxWidth = link.maxWidth;
   return g;
 }
 

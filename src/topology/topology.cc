@@ -138,6 +138,8 @@ json gpuToJson(const GpuInfo& g) {
   j["numaNode"] = g.numaNode;
   j["pcieGen"] = g.pcieGen;
   j["pcieWidth"] = g.pcieWidth;
+  j["pcieMaxGen"] = g.pcieMaxGen;
+  j["pcieMaxWidth"] = g.pcieMaxWidth;
   return j;
 }
 
@@ -165,6 +167,18 @@ json pairToJson(const PairInfo& p) {
   return j;
 }
 
+json loadToJson(const FabricLoad& l) {
+  json j = json::object();
+  j["ranks"] = l.ranks;
+  j["allToAllGBps"] = measurement(l.allToAllGBps);
+  j["ringGBps"] = measurement(l.ringGBps);
+  j["islandGBps"] = measurement(l.islandGBps);
+  j["syncUs"] = measurement(l.syncUs);
+  j["ringHopUs"] = measurement(l.ringHopUs);
+  j["source"] = l.source;
+  return j;
+}
+
 }  // namespace
 
 std::string topologyToJson(const Topology& t, int indent) {
@@ -182,6 +196,8 @@ std::string topologyToJson(const Topology& t, int indent) {
   json pairs = json::array();
   for (const PairInfo& p : t.pairs) pairs.push_back(pairToJson(p));
   j["pairs"] = std::move(pairs);
+  if (t.load.known()) j["load"] = loadToJson(t.load);
+  if (!t.sources.empty()) j["sources"] = t.sources;
   // Names come from the driver; replace invalid UTF-8 rather than throwing.
   std::string out = j.dump(indent < 0 ? -1 : indent, ' ', false, json::error_handler_t::replace);
   out += '\n';
@@ -231,14 +247,17 @@ class Reader {
     throwError(anyrInvalidArgument, prefix_ + ": " + (path.empty() ? "" : path + ": ") + rule);
   }
 
-  // Checks that `obj` (at `path`) is an object holding exactly `keys`.
+  // Checks that `obj` (at `path`) is an object holding exactly `keys`, and perhaps some of
+  // `optional` (fields later versions of the format added).
   void requireObject(const json& obj, const std::string& path,
-                     std::initializer_list<const char*> keys) const {
+                     std::initializer_list<const char*> keys,
+                     std::initializer_list<const char*> optional = {}) const {
     if (!obj.is_object()) fail(path, std::string("must be an object, not ") + typeName(obj));
     for (const char* k : keys) {
       if (!obj.contains(k)) fail(join(path, k), "missing field");
     }
     std::set<std::string> known(keys.begin(), keys.end());
+    known.insert(optional.begin(), optional.end());
     for (auto it = obj.begin(); it != obj.end(); ++it) {
       if (known.count(it.key()) == 0) fail(join(path, it.key()), "unknown field");
     }
@@ -341,7 +360,8 @@ GpuInfo gpuFromJson(const Reader& r, const json& j, size_t position) {
   r.requireObject(j, path,
                   {"index", "name", "pciBusId", "uuid", "hostHash", "ccMajor", "ccMinor", "smCount",
                    "sharedMemPerBlockOptin", "sharedMemPerSm", "clusterLaunch", "hostNativeAtomics",
-                   "totalMemBytes", "numaNode", "pcieGen", "pcieWidth"});
+                   "totalMemBytes", "numaNode", "pcieGen", "pcieWidth"},
+                  {"pcieMaxGen", "pcieMaxWidth"});
   GpuInfo g;
   // Not required to equal the position: a communicator sends one GPU numbered by its rank.
   g.index = r.intAtLeast(j, path, "index", -1);
@@ -360,6 +380,8 @@ GpuInfo gpuFromJson(const Reader& r, const json& j, size_t position) {
   g.numaNode = r.intAtLeast(j, path, "numaNode", -1);
   g.pcieGen = r.intAtLeast(j, path, "pcieGen", 0);
   g.pcieWidth = r.intAtLeast(j, path, "pcieWidth", 0);
+  if (j.contains("pcieMaxGen")) g.pcieMaxGen = r.intAtLeast(j, path, "pcieMaxGen", 0);
+  if (j.contains("pcieMaxWidth")) g.pcieMaxWidth = r.intAtLeast(j, path, "pcieMaxWidth", 0);
   return g;
 }
 
@@ -408,6 +430,22 @@ PairInfo pairFromJson(const Reader& r, const json& j, size_t position, int n) {
   return p;
 }
 
+FabricLoad loadFromJson(const Reader& r, const json& j) {
+  const std::string path = "load";
+  r.requireObject(
+      j, path,
+      {"ranks", "allToAllGBps", "ringGBps", "islandGBps", "syncUs", "ringHopUs", "source"});
+  FabricLoad l;
+  l.ranks = r.intAtLeast(j, path, "ranks", 1);
+  l.allToAllGBps = r.measurement(j, path, "allToAllGBps");
+  l.ringGBps = r.measurement(j, path, "ringGBps");
+  l.islandGBps = r.measurement(j, path, "islandGBps");
+  l.syncUs = r.measurement(j, path, "syncUs");
+  l.ringHopUs = r.measurement(j, path, "ringHopUs");
+  l.source = r.string(j, path, "source");
+  return l;
+}
+
 Topology parseTopology(const std::string& text, const std::string& prefix) {
   const Reader r(prefix);
   json j;
@@ -433,7 +471,8 @@ Topology parseTopology(const std::string& text, const std::string& prefix) {
 
   r.requireObject(j, "",
                   {"format", "version", "source", "hostName", "driverVersion", "cudaDriverVersion",
-                   "cudaRuntimeVersion", "gpus", "pairs"});
+                   "cudaRuntimeVersion", "gpus", "pairs"},
+                  {"load", "sources"});
   Topology t;
   t.source = r.string(j, "", "source");
   t.hostName = r.string(j, "", "hostName");
@@ -459,6 +498,17 @@ Topology parseTopology(const std::string& text, const std::string& prefix) {
   t.pairs.reserve(n * n);
   for (size_t i = 0; i < pairs.size(); ++i) {
     t.pairs.push_back(pairFromJson(r, pairs[i], i, static_cast<int>(n)));
+  }
+  if (j.contains("load")) t.load = loadFromJson(r, j.at("load"));
+  if (j.contains("sources")) {
+    const json& src = j.at("sources");
+    if (!src.is_array()) {
+      r.fail("sources", std::string("must be an array of strings (got ") + typeName(src) + ")");
+    }
+    for (size_t i = 0; i < src.size(); ++i) {
+      if (!src[i].is_string()) r.fail(indexed("sources", i), "must be a string");
+      t.sources.push_back(src[i].get<std::string>());
+    }
   }
   return t;
 }

@@ -36,6 +36,9 @@ struct GpuInfo {
   int64_t totalMemBytes = 0;
   int numaNode = -1;               // -1: unknown
   int pcieGen = 0, pcieWidth = 0;  // current link, 0 if unknown
+  // The link's maximum in this system (0 if unknown): what it trains to under load. Nominal
+  // bandwidths come from these, not from the current link (an idle GPU may sit at Gen1).
+  int pcieMaxGen = 0, pcieMaxWidth = 0;
 };
 
 // What one ordered pair (src -> dst) can do. "Confirmed" fields come from real transfers;
@@ -57,6 +60,21 @@ struct PairInfo {
   double latencyUs = -1;          // one-way flag latency src -> dst
 };
 
+// The fabric under load: figures of every rank moving data at once, which a pair's idle
+// figures do not give (PCIe switches and host bridges share uplinks; flags queue behind data).
+// Measured by a communicator at init, or given by a fixture from published measurements. Each
+// figure is < 0 when not known; `ranks` is the world size they hold for (0: none known).
+struct FabricLoad {
+  int ranks = 0;
+  double allToAllGBps = -1;  // per GPU: storing into every peer at once, every rank
+  double ringGBps = -1;      // per GPU: storing into the ring neighbour only, every rank
+  double islandGBps = -1;    // per GPU: storing into every peer of its own switch island
+  double syncUs = -1;        // one round: every rank raises a flag at every peer, waits for all
+  double ringHopUs = -1;     // one flag passed to the ring neighbour, every rank at once
+  std::string source;        // "measured", "record", or a fixture's citation
+  bool known() const { return ranks > 0; }
+};
+
 struct Topology {
   static constexpr int kFormatVersion = 1;
   std::string source;  // "probe", "communicator", "fixture:<name>", ...
@@ -66,6 +84,9 @@ struct Topology {
   int cudaRuntimeVersion = 0;
   std::vector<GpuInfo> gpus;    // index i = device i (probe) or rank i (communicator)
   std::vector<PairInfo> pairs;  // n*n, row-major by src then dst (diagonal included)
+  FabricLoad load;              // optional in the file ("load")
+  // Where a fixture's figures come from (publication, author, date); optional in the file.
+  std::vector<std::string> sources;
 
   int size() const { return static_cast<int>(gpus.size()); }
   const PairInfo& pair(int src, int dst) const;

@@ -78,6 +78,8 @@ void expectSameGpu(const GpuInfo& a, const GpuInfo& b, const std::string& where)
   EXPECT_EQ(a.numaNode, b.numaNode);
   EXPECT_EQ(a.pcieGen, b.pcieGen);
   EXPECT_EQ(a.pcieWidth, b.pcieWidth);
+  EXPECT_EQ(a.pcieMaxGen, b.pcieMaxGen);
+  EXPECT_EQ(a.pcieMaxWidth, b.pcieMaxWidth);
 }
 
 void expectSamePair(const PairInfo& a, const PairInfo& b, const std::string& where) {
@@ -736,10 +738,13 @@ TEST(TopologyNvml, NominalNvlinkSpeeds) {
 TEST(TopologyNvml, QueriesDegradeWithoutNvml) {
   // On a machine without the driver every answer is "unknown"; with one, a bus id that no GPU
   // has is unknown too. Neither throws.
-  int gen = -5, width = -5;
-  EXPECT_FALSE(nvml::pcieLink("0000:ff:1f.7", &gen, &width));
-  EXPECT_EQ(gen, 0);
-  EXPECT_EQ(width, 0);
+  nvml::PcieLink link;
+  link.gen = link.width = link.maxGen = link.maxWidth = -5;
+  EXPECT_FALSE(nvml::pcieLink("0000:ff:1f.7", &link));
+  EXPECT_EQ(link.gen, 0);
+  EXPECT_EQ(link.width, 0);
+  EXPECT_EQ(link.maxGen, 0);
+  EXPECT_EQ(link.maxWidth, 0);
   EXPECT_EQ(nvml::commonAncestor("0000:ff:1f.7", "0000:fe:1f.7"), "");
   const nvml::P2PStatus st = nvml::p2pStatus("0000:ff:1f.7", "0000:fe:1f.7");
   EXPECT_EQ(st.read, nvml::Tri::Unknown);
