@@ -16,9 +16,20 @@ namespace {
 // ring, the best at large sizes, kEffNccl). Latencies: a kernel launch inside a graph
 // (kLaunchUs), and NCCL's fixed per-call cost on top of its ring's hops.
 constexpr double kEffOneShot = 0.5;
+constexpr double kEffOneShotRead = 0.8;  // loads pipeline deeper than stores (2 x H200: 1-16 MB)
 constexpr double kEffTwoShot = 0.8;
-constexpr double kNcclBaseUs = 10.0;
-constexpr double kNcclViaHostLargeBaseUs = 24.0;
+// NCCL's fixed per-call cost on top of its ring's hops, and what its LL128 / simple protocols
+// add to it. Calibrated on 2 x H200 (docs/PERFORMANCE.md, "Cost model": 1 KB 5.9 us, 1 MB 14.0,
+// 16 MB 77.5) and on published 8 x RTX PRO 6000 figures (24 us from 256 B to 64 KB, 28 us at
+// 256 KB; tests/fixtures/rtxpro6000_8gpu_switches.json). The ring's hops overlap its data: a
+// call costs the longer of the two.
+constexpr double kNcclBaseUs = 4.0;
+constexpr double kNcclLL128ExtraUs = 7.0;
+// Through host memory (no peer path): 10 us at 1 KB on 2 x H200 with NCCL_P2P_DISABLE=1, a base
+// of 24 us above 64 KB of ring traffic (35.7 us at 256 KB, 62.4 at 1 MB, 168 at 4 MB), and
+// 42 us at 8 B on 8 x RTX 4090 (NVIDIA/nccl#1530).
+constexpr double kNcclViaHostBaseUs = 5.4;
+constexpr double kNcclViaHostLargeBaseUs = 19.4;
 constexpr double kNcclViaHostSmallBytes = 64.0 * 1024;
 // Largest message for which the seed expects the fused two-shot kernel to beat the composition.
 constexpr double kFusedTwoShotMaxBytes = 16.0 * (1 << 20);
@@ -55,22 +66,26 @@ constexpr double kHostCopyLaunchUs = 32.0;
 constexpr double kHostCopyChunkUs = 2.0;
 
 // Every rank sends its whole message to every peer; larger messages than a push slot (or
-// staging chunk) run as several calls, each paying the latency again.
+// staging chunk) run as several calls, each paying the launch and its rounds again. Push: one
+// synchronisation round (the flags ride behind the data); pull: a handshake, then the reads.
 double oneShotUs(double B, const CostInputs& in, bool push) {
   const double slot = static_cast<double>(push ? in.pushSlotBytes : in.chunkBytes);
-  const double calls = std::max(1.0, std::ceil(B / slot));
-  const double data = allToAllUs(in, B, push, kEffOneShot);
+  const double calls = slot > 0 ? std::max(1.0, std::ceil(B / slot)) : 1.0;
+  const double data = allToAllUs(in, B, push, push ? kEffOneShot : kEffOneShotRead);
   if (data < 0) return -1;
-  // pull: flag handshake, then the reads: one latency more than push
-  return calls * (kLaunchUs + (push ? 1 : 2) * in.latencyUs) + data;
+  // A load waits a round trip before its data arrives: pull pays the idle latency once more.
+  return calls * (kLaunchUs + (push ? in.syncUs : 2 * in.syncUs + in.latencyUs)) + data;
 }
 
-// Reduce-scatter then all-gather: each phase moves B/n per pair. Pull adds barriers around
-// each phase (two more latencies).
+// Reduce-scatter then all-gather: each phase moves B/n per pair, and each ends in a round.
+// Pull adds barriers around each phase's reads. A message larger than a staging chunk runs as
+// several launches.
 double twoShotUsOf(double B, const CostInputs& in, bool push) {
   const double data = allToAllUs(in, 2.0 * B / in.nranks, push, kEffTwoShot);
   if (data < 0) return -1;
-  return kLaunchUs + (push ? 2 : 4) * in.latencyUs + data;
+  const double chunk = static_cast<double>(in.chunkBytes);
+  const double calls = chunk > 0 ? std::max(1.0, std::ceil(B / chunk)) : 1.0;
+  return calls * (kLaunchUs + (push ? 2 * in.syncUs : 6 * in.syncUs + 2 * in.latencyUs)) + data;
 }
 
 // One-shot: write the own B, read the (n-1) peers' B each. Two-shot: reduce-scatter and
@@ -101,6 +116,12 @@ double allToAllUs(const CostInputs& in, double perFlowBytes, bool write, double 
   const int n = in.nranks;
   const double bw = write ? in.writeGBps : in.readGBps;
   if (bw <= 0) return -1;
+  // Measured all at once (stores): what every rank's egress reached, uplinks, switches and
+  // sockets included. Loads scale by the slowest pair's read / write ratio.
+  if (in.allToAllGBps > 0 && in.writeGBps > 0) {
+    const double a2a = write ? in.allToAllGBps : in.allToAllGBps * in.readGBps / in.writeGBps;
+    return (n - 1) * perFlowBytes / (a2a * 1e3);
+  }
   double t = (n - 1) * perFlowBytes / (bw * eff * 1e3);
   const double cross = write ? in.crossWriteGBps : in.crossReadGBps;
   if (cross > 0) {
@@ -137,32 +158,36 @@ double hostCopyUs(double B, const CostInputs& in) {
 double ncclUs(double B, const CostInputs& in) {
   const int n = in.nranks;
   if (in.ringGBps <= 0) return -1;
-  // Through host memory NCCL's per-hop flags are in its base cost (measured: 10 us at 1 KB
-  // on 2 x H200 with NCCL_P2P_DISABLE=1, about its cost with peer access); above 64 KB of
-  // ring traffic its base there is 24 us (same machine: 35.7 us at 256 KB,
-  // 62.4 at 1 MB, 168 at 4 MB, where 10 us + the bytes gave 20, 49 and 166).
-  const double hop = in.ncclViaHost ? 0.0 : in.latencyUs;
   const double ringBytes = 2.0 * (n - 1) / n * B;
-  const double base =
-      in.ncclViaHost && ringBytes > kNcclViaHostSmallBytes ? kNcclViaHostLargeBaseUs : kNcclBaseUs;
-  return base + 2.0 * (n - 1) * hop + ringBytes / (in.ringGBps * kEffNccl * 1e3);
+  const double hops = 2.0 * (n - 1) * in.ringHopUs;
+  if (in.ncclViaHost) {
+    // Through host memory the per-hop flags sit in host memory; larger messages pay a larger
+    // base (the proxy's staging).
+    const double base =
+        ringBytes > kNcclViaHostSmallBytes ? kNcclViaHostLargeBaseUs : kNcclViaHostBaseUs;
+    return base + hops + ringBytes / (in.ringGBps * kEffHost * 1e3);
+  }
+  // The cheaper of its LL protocol (half the bandwidth, no extra latency) and LL128 / simple.
+  const double ll = kNcclBaseUs + std::max(hops, ringBytes / (in.ringGBps * kEffNcclLL * 1e3));
+  const double ll128 =
+      kNcclBaseUs + kNcclLL128ExtraUs + std::max(hops, ringBytes / (in.ringGBps * kEffNccl * 1e3));
+  return std::min(ll, ll128);
 }
 
 double fusedOneShotPushUs(double ar, double local, double /*bytes*/) {
   // One kernel: no second launch, and x never goes through memory (half the traffic).
-  return ar + 0.5 * local;
+  return ar + kEpilogueUs + 0.5 * local;
 }
 
 double fusedTwoShotPushUs(double ar, double local, double B) {
-  // The fused two-shot kernel (its register form; wider rows compose, see
-  // Communicator::fusedCall) saves the second launch but reads x back from the
-  // gather buffers: measured on 2 x H200 (docs/PERFORMANCE.md, "Cost model") 0.8-2.0 us faster
-  // than the composition from 64 to 512 tokens of hidden 6144 and 7168 (0.8 to 7.3 MB); with
-  // the dense shape (two blocks per SM from 133 rows) 6.9-7.0 us faster at 1024 tokens (12.6
-  // and 14.7 MB) and even at 2048 (25 MB, 118.6 against 118.1 us at 6144), where one block per
-  // SM was 8.5 us slower: beyond 16 MB modelled as three times the epilogue's traffic time.
-  if (B <= kFusedTwoShotMaxBytes) return ar + local + 0.5 * kLaunchUs;
-  return ar + 3.0 * local;
+  // The fused two-shot kernel (its register form; wider rows compose, see core/fused_plan.cc)
+  // saves the second launch but reads x back from the gather buffers: measured on 2 x H200
+  // (docs/PERFORMANCE.md, "Cost model") 0.8-2.0 us faster than the composition from 64 to 512
+  // tokens of hidden 6144 and 7168 (0.8 to 7.3 MB), 6.9-7.0 us faster at 1024 tokens (12.6 and
+  // 14.7 MB) and even at 2048 (25 MB, 118.6 against 118.1 us at 6144): beyond 16 MB modelled as
+  // the composition and a little more, so that the composition keeps the large sizes.
+  if (B <= kFusedTwoShotMaxBytes) return ar + kEpilogueUs + local;
+  return ar + kSecondKernelUs + kEpilogueUs + local + 0.5;
 }
 
 }  // namespace anyr

@@ -15,11 +15,21 @@ namespace anyr {
 // whose uplinks all-to-all traffic between groups must share.
 struct CostInputs {
   int nranks = 0;
-  double latencyUs = 2.0;    // one-way flag latency, slowest pair
-  double writeGBps = 0;      // slowest pair, peer stores (0: no peer path)
-  double readGBps = 0;       // slowest pair, peer loads
-  double ringGBps = 0;       // what NCCL's ring gets per hop (better direction, or host path)
-  bool ncclViaHost = false;  // some pair has no peer path: NCCL's ring goes through host memory
+  double latencyUs = 2.0;  // one-way flag latency of the slowest pair, idle
+  // One synchronisation round of the peer kernels under load: every rank raises a flag at every
+  // peer and waits for all of theirs. Measured (Topology::load) at this world size, else the
+  // idle latency plus a per-peer term of the slowest link type (kLoadedPerPeerUs): flags queue
+  // behind each other and behind data on PCIe, where an idle 0.4 us becomes 6-7 us at 8 GPUs.
+  double syncUs = 2.0;
+  // NCCL's ring hop: a flag passed to the neighbour, all ranks at once (measured, else by link).
+  double ringHopUs = 0.75;
+  // Per GPU, storing into every peer at once (measured all-to-all; 0: derived from the pairs).
+  double allToAllGBps = 0;
+  bool loadMeasured = false;  // syncUs / allToAllGBps / ringHopUs came from Topology::load
+  double writeGBps = 0;       // slowest pair, peer stores (0: no peer path)
+  double readGBps = 0;        // slowest pair, peer loads
+  double ringGBps = 0;        // what NCCL's ring gets per hop (better direction, or host path)
+  bool ncclViaHost = false;   // some pair has no peer path: NCCL's ring goes through host memory
   double crossWriteGBps = 0, crossReadGBps = 0;  // slowest pair between groups (0: one group)
   int largestGroup = 0;                          // GPUs in the largest switch group
   uint64_t pushSlotBytes = 0;                    // one-shot push capacity per launch
@@ -39,15 +49,34 @@ struct CostInputs {
 // Model constants shared with the inputs' derivation and the fused operations' terms.
 // Latency of a kernel launch inside a graph.
 constexpr double kLaunchUs = 2.0;
-// Fraction of a link's bandwidth NCCL's pipelined ring reaches with every rank moving data.
-constexpr double kEffNccl = 0.85;
+// A second kernel right behind the first in the same graph (the composition's epilogue).
+constexpr double kSecondKernelUs = 1.5;
+// The add + RMSNorm epilogue's fixed cost (a block-wide reduction per row, the weight's load),
+// in the standalone kernel and inside the fused ones alike.
+constexpr double kEpilogueUs = 1.6;
+// Idle one-way flag latency by link type where no pair was measured.
+constexpr double kNvlinkLatencyUs = 0.8;
+constexpr double kPcieLatencyUs = 0.45;
+// What each further peer adds to a synchronisation round under load, by the slowest link
+// type among the peer paths. PCIe: published 8 x RTX PRO 6000 figures, 0.36-0.45 us idle
+// against 6.0-7.4 us at 8 GPUs and 2.1-4.1 at 4 (tests/fixtures/rtxpro6000_8gpu_switches.json).
+constexpr double kLoadedPerPeerPcieUs = 0.85;
+constexpr double kLoadedPerPeerNvlinkUs = 0.05;
+// NCCL's ring hop (LL protocol) by link type where none was measured.
+constexpr double kNcclHopNvlinkUs = 0.75;
+constexpr double kNcclHopPcieUs = 1.3;
+constexpr double kNcclHopHostUs = 2.3;
+// Fraction of a link's bandwidth NCCL's pipelined ring reaches with every rank moving data:
+// its LL protocol (8 bytes of data in 16) and its LL128 / simple protocols.
+constexpr double kEffNcclLL = 0.3;
+constexpr double kEffNccl = 0.7;
 // The fused epilogue reads x, the residual and writes residual and output: 4 bytes of local
 // memory traffic per byte of message. The topology records no local memory bandwidth, so a
 // nominal one is used; it weighs only fused kernel against composition.
 constexpr double kLocalGBps = 3000.0;
 // Host memory, as NCCL's ring through host memory sees the link (costInputs derates the
 // nominal PCIe bandwidth by it), and one step: a PCIe round trip plus a flag in host memory.
-constexpr double kEffHost = kEffNccl;
+constexpr double kEffHost = 0.85;
 constexpr double kHostStepUs = 3.0;
 
 // Time for the all-to-all traffic of one call, in microseconds: `perFlowBytes` from every rank
@@ -68,7 +97,7 @@ double hostCopyUs(double bytes, const CostInputs& in);
 double ncclUs(double bytes, const CostInputs& in);
 
 // A fused kernel (all-reduce and epilogue in one kernel) from its all-reduce's time and the
-// epilogue's local traffic time (`localUs`, kLocalGBps).
+// epilogue's local traffic time (`localUs`, kLocalGBps); kEpilogueUs is added by the caller.
 double fusedOneShotPushUs(double allReduceUs, double localUs, double bytes);
 double fusedTwoShotPushUs(double allReduceUs, double localUs, double bytes);
 

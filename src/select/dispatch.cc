@@ -124,10 +124,15 @@ namespace {
 // The model's constants and per-algorithm terms are in algo/cost.h and algo/cost.cc; here the
 // inputs they take are derived from the topology.
 
+// The link's generation and width under load: the maximum where known (an idle GPU trains its
+// link down, to Gen1 on some workstation boards), else the current one.
+int pcieGenOf(const GpuInfo& g) { return g.pcieMaxGen > 0 ? g.pcieMaxGen : g.pcieGen; }
+int pcieWidthOf(const GpuInfo& g) { return g.pcieMaxWidth > 0 ? g.pcieMaxWidth : g.pcieWidth; }
+
 double pcieNominalGBps(const GpuInfo& g) {
   static const double perLane[] = {0, 0.25, 0.5, 0.985, 1.97, 3.94, 7.56};
-  if (g.pcieGen >= 1 && g.pcieGen <= 6 && g.pcieWidth > 0)
-    return perLane[g.pcieGen] * g.pcieWidth * 0.8;
+  const int gen = pcieGenOf(g), width = pcieWidthOf(g);
+  if (gen >= 1 && gen <= 6 && width > 0) return perLane[gen] * width * 0.8;
   return 12.0;  // unknown link: a conservative PCIe figure
 }
 
@@ -173,7 +178,10 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   for (int s = 0; s < n; ++s) ++groupSize[static_cast<size_t>(root(s))];
   in.largestGroup = n ? *std::max_element(groupSize.begin(), groupSize.end()) : 0;
   double w = 1e30, r = 1e30, ring = 1e30, cw = 1e30, cr = 1e30, lat = 0;
-  bool anyPair = false, anyCross = false;
+  bool anyPair = false, anyCross = false, anyPeerPcie = false;
+  // The pair whose writes lag its reads the most (explain names it).
+  double worstRatio = 0;
+  int worstSrc = -1, worstDst = -1;
   for (int s = 0; s < n; ++s) {
     for (int d = 0; d < n; ++d) {
       if (s == d) continue;
@@ -191,7 +199,14 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
         in.ncclViaHost = true;
       }
       ring = std::min(ring, best);
-      lat = std::max(lat, p.latencyUs > 0 ? p.latencyUs : 2.0);
+      if (p.link == LinkType::PCIe) anyPeerPcie = true;
+      const double nominalLat = p.link == LinkType::NVLink ? kNvlinkLatencyUs : kPcieLatencyUs;
+      lat = std::max(lat, p.latencyUs > 0 ? p.latencyUs : nominalLat);
+      if (p.writeGBps > 0 && p.readGBps > 0 && p.readGBps / p.writeGBps > worstRatio) {
+        worstRatio = p.readGBps / p.writeGBps;
+        worstSrc = s;
+        worstDst = d;
+      }
       if (root(s) != root(d)) {
         anyCross = true;
         cw = std::min(cw, pw);
@@ -203,9 +218,24 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   in.writeGBps = w;
   in.readGBps = r;
   in.ringGBps = ring;
-  in.latencyUs = anyPair ? lat : 2.0;
+  in.latencyUs = anyPair ? lat : kNvlinkLatencyUs;
   in.crossWriteGBps = anyCross ? cw : 0;
   in.crossReadGBps = anyCross ? cr : 0;
+  // Under load: the measured figures where they hold for this world size, else the idle ones
+  // and a per-peer term of the slowest link type.
+  const bool viaPcie = anyPeerPcie || in.ncclViaHost;
+  in.syncUs = in.latencyUs +
+              (viaPcie ? kLoadedPerPeerPcieUs : kLoadedPerPeerNvlinkUs) * std::max(0, nranks - 1);
+  in.ringHopUs = in.ncclViaHost ? kNcclHopHostUs : anyPeerPcie ? kNcclHopPcieUs : kNcclHopNvlinkUs;
+  in.allToAllGBps = 0;
+  const FabricLoad& load = t.load;
+  if (load.known() && load.ranks == nranks) {
+    if (load.syncUs > 0) in.syncUs = load.syncUs;
+    if (load.ringHopUs > 0 && !in.ncclViaHost) in.ringHopUs = load.ringHopUs;
+    if (load.allToAllGBps > 0 && w > 0) in.allToAllGBps = load.allToAllGBps;
+    if (load.ringGBps > 0 && !in.ncclViaHost) in.ringGBps = load.ringGBps;
+    in.loadMeasured = true;
+  }
   // Host memory: the slowest GPU's link to the host bounds every rank's step.
   int slowGpu = -1;
   for (int g = 0; g < n; ++g) {
@@ -216,7 +246,9 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
     }
   }
   in.hostGBps *= kEffHost;
-  in.hostLatencyUs = kHostStepUs;
+  // A step's flags in host memory queue like peer flags under load: beyond two ranks each
+  // further rank adds the PCIe per-peer term.
+  in.hostLatencyUs = kHostStepUs + kLoadedPerPeerPcieUs * std::max(0, nranks - 2);
   // The host transport's own launch size (ANYR_HOST_LAUNCH_BYTES, not ANYR_CHUNK_BYTES): the
   // agreed value once the transport set it, else the registered default.
   in.hostLaunchBytes = cfg.hostLaunchBytes != 0 ? cfg.hostLaunchBytes : kHostDefaultLaunchBytes;
@@ -229,6 +261,15 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   os.precision(3);
   os << "slowest pair: write " << in.writeGBps << " GB/s, read " << in.readGBps << " GB/s, latency "
      << in.latencyUs << " us; NCCL ring " << in.ringGBps << " GB/s";
+  if (worstRatio >= 4) {
+    os << "; writes " << std::lround(worstRatio) << "x slower than reads on GPU" << worstSrc
+       << "->GPU" << worstDst << " (pull)";
+  }
+  os << "; under load at " << nranks << " ranks: a synchronisation round " << in.syncUs
+     << " us, NCCL hop " << in.ringHopUs << " us";
+  if (in.allToAllGBps > 0) os << ", all-to-all " << in.allToAllGBps << " GB/s per GPU";
+  os << " (" << (in.loadMeasured ? (load.source.empty() ? "measured" : load.source) : "seed")
+     << ")";
   if (anyCross && anyPcie && in.largestGroup > 1) {
     os << "; PCIe switch groups of up to " << in.largestGroup << " GPUs, between groups write "
        << in.crossWriteGBps << " / read " << in.crossReadGBps << " GB/s";
@@ -236,8 +277,8 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   if (slowGpu >= 0) {
     const GpuInfo& g = t.gpus[static_cast<size_t>(slowGpu)];
     os << "; host memory " << in.hostGBps << " GB/s per direction (GPU " << g.index << " PCIe ";
-    if (g.pcieGen > 0 && g.pcieWidth > 0) {
-      os << "gen" << g.pcieGen << " x" << g.pcieWidth;
+    if (pcieGenOf(g) > 0 && pcieWidthOf(g) > 0) {
+      os << "gen" << pcieGenOf(g) << " x" << pcieWidthOf(g);
     } else {
       os << "link unknown";
     }
@@ -254,8 +295,13 @@ double seedTimeUs(Op op, Path p, uint64_t bytes, const CostInputs& in) {
   if (ar < 0 || op == Op::AllReduce) return ar;
   // Fused operation: the epilogue's local traffic (+ the quantized output).
   const double local = (op == Op::AddRmsNormQuant ? 4.5 : 4.0) * B / (kLocalGBps * 1e3);
-  if (!p.fusedKernel) return ar + kLaunchUs + local;  // composition: a second kernel
-  if (r->fused == nullptr) return -1;                 // no such kernel
+  // Composition: the standalone kernel behind the all-reduce. Behind NCCL's kernel it waits
+  // for a whole launch (NCCL's kernels do not release dependents early); behind ours less.
+  if (!p.fusedKernel) {
+    const double gap = r->kind == AlgoKind::Nccl ? kLaunchUs : kSecondKernelUs;
+    return ar + gap + kEpilogueUs + local;
+  }
+  if (r->fused == nullptr) return -1;  // no such kernel
   return r->fused->seedUs(ar, local, B);
 }
 
