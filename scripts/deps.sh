@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build needs from distribution packages, only where it is missing:
 # CMake, a C++17 compiler, CLI11, nlohmann-json, GoogleTest, OpenSSL's libcrypto with its
-# headers (the bootstrap's authentication), clang (libFuzzer, for scripts/fuzz.sh). The CUDA
+# headers (the bootstrap's authentication), libnuma with its headers (the host segment's NUMA
+# placement), clang (libFuzzer, for scripts/fuzz.sh). The CUDA
 # toolkit (with NCCL) is expected at /usr/local/cuda (or CUDA_HOME); it is not installed here.
 set -euo pipefail
 missing=()
@@ -14,6 +15,7 @@ have_header CLI/CLI.hpp || missing+=(libcli11-dev)
 have_header nlohmann/json.hpp || missing+=(nlohmann-json3-dev)
 have_header gtest/gtest.h || missing+=(libgtest-dev)
 have_header openssl/evp.h || missing+=(libssl-dev)
+have_header numa.h || missing+=(libnuma-dev)
 command -v clang-format >/dev/null || missing+=(clang-format)
 # clang with libFuzzer and the sanitizer runtimes, for scripts/fuzz.sh.
 command -v clang++ >/dev/null || missing+=(clang)

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "algo/algo.h"
 #include "algo/cost.h"
@@ -60,6 +61,11 @@ struct CommFacts {
   std::string peerMemoryReason;
   bool hostMemory = false;  // a shared pinned host segment is mapped by every rank
   std::string hostMemoryReason;
+  // The host segment's NUMA placement (transport/host_memory.h, HostPlacement), where the segment
+  // exists: per rank the node its region prefers (-1: left to rank 0's own policy), and the
+  // explain line (the nodes, or why a region or all of them were not placed).
+  std::vector<int> hostRegionNodes;
+  std::string hostPlacement;
 };
 
 struct AlgoAdmission {

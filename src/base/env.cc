@@ -121,6 +121,11 @@ const std::vector<Param>& params() {
       {"ANYR_HOST_MEMORY", "1",
        "1: set up the shared host-memory transport (host-oneshot, host-twoshot, host-copy); 0: "
        "do not"},
+      {"ANYR_HOST_NUMA", "1",
+       "host-memory transport: 1: each rank's region of the shared segment prefers the NUMA "
+       "node of that rank's GPU (where the host has several nodes and the node is known; "
+       "anyreduce explain shows the placement); 0: the pages come from rank 0's own policy "
+       "(rank 0's value is used)"},
       {"ANYR_HOST_COPY_CHUNK_BYTES", "2M",
        "host-copy: bytes per copy-engine chunk, the unit of its pipeline (a multiple of 64 KiB "
        "in 64 KiB..64 MiB; raised if a launch would need more than 1024 chunks; rank 0's value "

@@ -117,6 +117,7 @@ std::string Explainer::explainTextLocked() const {
   in.forced = sel_.forced();
   in.tuningNote = sel_.tuningNote();
   if (ctx_.nranks > 1) in.launchNotes.push_back("peer memory: " + workspace_.peerMemoryText());
+  if (host_.present()) in.launchNotes.push_back("host segment: " + ctx_.facts.hostPlacement);
   in.launchNotes.push_back(std::string("programmatic launch: ") + (caps_.pdlOn() ? "on" : "off") +
                            " (" + caps_.pdlReason() + ")" +
                            (caps_.releaseEarly() != 0

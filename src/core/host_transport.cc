@@ -48,13 +48,24 @@ void HostTransport::init() {
   ctx_.cfg.hostLowLatencyEagerBytes = std::min(agreed.llEagerBytes, hostLayout_.llMaxBytes);
   ctx_.cfg.hostCopyChunkBytes = hostLayout_.copyChunkBytes;
   ctx_.cfg.hostLaunchBytes = hostLayout_.launchBytes;
+  // Each rank's region on its GPU's NUMA node (the topology's nodes, gathered from every rank
+  // at init), rank 0's ANYR_HOST_NUMA deciding for everyone.
+  HostPlacement placement;
+  placement.rankBytes = hostLayout_.rankBytes;
+  for (int r = 0; r < ctx_.nranks; ++r) {
+    placement.wanted.push_back(ctx_.topo.gpus[static_cast<size_t>(r)].numaNode);
+  }
+  if (!agreed.numa) placement.refusal = "NUMA placement turned off (ANYR_HOST_NUMA=0)";
   std::string why;
-  host_ = createHostMemory(*ctx_.bs, hostLayout_.totalBytes, &why);
+  host_ = createHostMemory(*ctx_.bs, hostLayout_.totalBytes, &placement, &why);
   if (!host_) {
     ctx_.facts.hostMemoryReason = "shared host memory could not be set up: " + why;
     ANYR_LOG(Warn, ctx_.rank, ctx_.facts.hostMemoryReason);
     return;
   }
+  ctx_.facts.hostRegionNodes = placement.placed;
+  ctx_.facts.hostPlacement = describeHostPlacement(placement);
+  ANYR_LOG(Info, ctx_.rank, "host segment: " << ctx_.facts.hostPlacement);
   // The own region's header (the segment starts zeroed: flags are 0, no one aborted).
   char* mine = host_->host() + static_cast<uint64_t>(ctx_.rank) * hostLayout_.rankBytes;
   const WorkspaceHeader h = ctx_.headerOfThisRank(0);
@@ -162,7 +173,14 @@ void HostTransport::explainHost(void* json) const {
                         {"lowLatencyEagerMaxBytes", ctx_.cfg.hostLowLatencyEagerBytes},
                         {"copyChunkBytes", hostLayout_.copyChunkBytes},
                         {"launchBytes", hostLayout_.launchBytes}};
-  if (host_) j["hostTransport"]["segmentBytes"] = hostLayout_.totalBytes;
+  if (host_) {
+    j["hostTransport"]["segmentBytes"] = hostLayout_.totalBytes;
+    std::vector<int> gpuNodes;
+    for (const GpuInfo& g : ctx_.topo.gpus) gpuNodes.push_back(g.numaNode);
+    j["hostTransport"]["numa"] = {{"regionNodes", ctx_.facts.hostRegionNodes},
+                                  {"gpuNodes", gpuNodes},
+                                  {"placement", ctx_.facts.hostPlacement}};
+  }
 }
 
 }  // namespace anyr

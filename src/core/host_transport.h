@@ -25,8 +25,9 @@ class HostTransport : private CommPart {
  public:
   using CommPart::CommPart;
 
-  // Collective. Sets up the segment (facts.hostMemory, or facts.hostMemoryReason why not) and
-  // writes the agreed host settings into the configuration.
+  // Collective. Sets up the segment (facts.hostMemory, or facts.hostMemoryReason why not), each
+  // rank's region placed on its GPU's NUMA node where it can be (facts.hostRegionNodes and
+  // facts.hostPlacement), and writes the agreed host settings into the configuration.
   void init();
   void explainHost(void* json) const;  // nlohmann::json*
 

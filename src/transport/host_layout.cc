@@ -63,7 +63,7 @@ HostSettings agreeHostSettings(Bootstrap& bs, int rank) {
   struct Wire {
     int32_t enabled, round, llBytes, copyChunkBytes;
     uint64_t launchBytes;
-    int32_t llEagerBytes, pad;
+    int32_t llEagerBytes, numa;
   };
   static_assert(sizeof(Wire) == 32, "agreeHostSettings' broadcast layout");
   const uint64_t mineLaunch = env::getSize("ANYR_HOST_LAUNCH_BYTES");
@@ -74,7 +74,7 @@ HostSettings agreeHostSettings(Bootstrap& bs, int rank) {
          static_cast<int32_t>(std::min<uint64_t>(copyChunk, INT32_MAX)),
          mineLaunch,
          env::getInt32("ANYR_HOST_LL_EAGER_BYTES"),
-         0};
+         env::getInt("ANYR_HOST_NUMA") != 0 ? 1 : 0};
   bs.broadcast(&w, sizeof(w), 0);
   // Every rank checks the same (rank 0's) values, so every rank reaches the same verdict.
   const std::string launchError = hostLaunchBytesError(w.launchBytes);
@@ -109,6 +109,7 @@ HostSettings agreeHostSettings(Bootstrap& bs, int rank) {
   }
   HostSettings s;
   s.enabled = w.enabled != 0;
+  s.numa = w.numa != 0;
   s.roundVecs = w.round;
   s.llBytes = static_cast<uint64_t>(w.llBytes);
   s.llEagerBytes = static_cast<uint64_t>(w.llEagerBytes);

@@ -27,6 +27,7 @@ std::string hostLaunchBytesError(uint64_t bytes);
 // The host transport's settings from the environment, rank 0's for every rank.
 struct HostSettings {
   bool enabled = false;         // ANYR_HOST_MEMORY != 0
+  bool numa = false;            // ANYR_HOST_NUMA != 0: place the regions on their GPUs' nodes
   int32_t roundVecs = 0;        // ANYR_HOST_ROUND: 1..64
   uint64_t llBytes = 0;         // ANYR_HOST_LL_BYTES: a multiple of 16 in 0..1 MiB
   uint64_t llEagerBytes = 0;    // ANYR_HOST_LL_EAGER_BYTES: a multiple of 16 in 0..1 MiB

@@ -1,8 +1,9 @@
 // The host-memory transport's shared segment, across real processes: every rank sees the same
-// outcome, and the segment's name never outlives the setup. On a machine with a GPU the ranks
-// also check that they really share the bytes; without one, cudaHostRegister fails and every
-// rank must report that failure (the transport then is not admitted, with that reason), and
-// the test is reported skipped, since its main subject, the sharing, was not checked.
+// outcome and rank 0's NUMA placement of the regions, and the segment's name never outlives the
+// setup. On a machine with a GPU the ranks also check that they really share the bytes; without
+// one, cudaHostRegister fails and every rank must report that failure (the transport then is
+// not admitted, with that reason), and the test is reported skipped, since its main subject,
+// the sharing, was not checked.
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include "bootstrap/bootstrap.h"
 #include "transport/host_layout.h"
 #include "transport/host_memory.h"
+#include "transport/numa_placement.h"
 
 namespace anyr {
 namespace {
@@ -31,13 +33,33 @@ constexpr int kShared = 0;      // segment set up and shared bytes checked
 constexpr int kRegFailed = 10;  // set up failed at cudaHostRegister (no GPU here)
 constexpr int kOtherFailure = 20;
 constexpr int kRegFailedWithGpu = 30;  // registration failed although CUDA sees a GPU
+constexpr int kPlacementDiffers = 40;  // the placement record is not rank 0's outcome
+
+// Rank 0's outcome for its request {0, -1, 0}, which every rank on this host can work out: no
+// placement, with the host's reason, or rank 0's and rank 2's regions on node 0 (every NUMA
+// host has a node 0 with memory, as this test assumes), rank 1's left alone.
+bool placementAsExpected(const HostPlacement& p) {
+  const std::string refusal = numaPlacementRefusal();
+  const bool ok =
+      p.wanted == std::vector<int>{0, -1, 0} && p.error == std::vector<int>{0, 0, 0} &&
+      p.refusal == refusal &&
+      p.placed == (refusal.empty() ? std::vector<int>{0, -1, 0} : std::vector<int>{-1, -1, -1});
+  if (!ok) std::fprintf(stderr, "placement: %s\n", describeHostPlacement(p).c_str());
+  return ok;
+}
 
 int rankMain(const anyrUniqueId& id, int rank, int n) {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
   auto bs = createTcpBootstrap(id, rank, n, 10000);
   std::string why;
-  auto mem = createHostMemory(*bs, 1 << 20, &why);
+  // Rank 0's placement request is the one carried out (rank 1 asks for others), and every
+  // rank receives its outcome, whatever happens at registration.
+  HostPlacement placement;
+  placement.rankBytes = (1 << 20) / 4;
+  placement.wanted = rank == 1 ? std::vector<int>{5, 5, 5} : std::vector<int>{0, -1, 0};
+  auto mem = createHostMemory(*bs, 1 << 20, &placement, &why);
+  if (!placementAsExpected(placement)) return kPlacementDiffers;
   if (!mem) {
     // Every rank names the same failing rank and call. Where CUDA sees a GPU, registration
     // must work: the sharing below is then required, not excused.
@@ -308,9 +330,13 @@ class CountingBootstrap : public Bootstrap {
 
 // One rank's environment: variable -> value (nullptr: unset). Variables not named are unset.
 using RankEnv = std::vector<std::pair<const char*, const char*>>;
-const char* const kHostVars[] = {"ANYR_HOST_MEMORY",           "ANYR_HOST_ROUND",
-                                 "ANYR_HOST_LL_BYTES",         "ANYR_HOST_LL_EAGER_BYTES",
-                                 "ANYR_HOST_COPY_CHUNK_BYTES", "ANYR_HOST_LAUNCH_BYTES"};
+const char* const kHostVars[] = {"ANYR_HOST_MEMORY",
+                                 "ANYR_HOST_ROUND",
+                                 "ANYR_HOST_LL_BYTES",
+                                 "ANYR_HOST_LL_EAGER_BYTES",
+                                 "ANYR_HOST_COPY_CHUNK_BYTES",
+                                 "ANYR_HOST_LAUNCH_BYTES",
+                                 "ANYR_HOST_NUMA"};
 
 void setRankEnv(const RankEnv& env) {
   for (const char* v : kHostVars) unsetenv(v);
@@ -404,21 +430,22 @@ TEST(HostLayout, HostSettingsAreRankZerosInOneExchange) {
                          {"ANYR_HOST_LL_BYTES", "1024"},
                          {"ANYR_HOST_LL_EAGER_BYTES", "512"},
                          {"ANYR_HOST_COPY_CHUNK_BYTES", "1M"},
-                         {"ANYR_HOST_LAUNCH_BYTES", "8M"}};
-  const RankEnv other = {{"ANYR_HOST_MEMORY", "0"},
-                         {"ANYR_HOST_ROUND", "8"},
-                         {"ANYR_HOST_LL_BYTES", "2048"},
-                         {"ANYR_HOST_LL_EAGER_BYTES", "0"},
-                         {"ANYR_HOST_COPY_CHUNK_BYTES", "4M"},
+                         {"ANYR_HOST_LAUNCH_BYTES", "8M"},
+                         {"ANYR_HOST_NUMA", "0"}};
+  const RankEnv other = {{"ANYR_HOST_MEMORY", "0"},         {"ANYR_HOST_NUMA", "1"},
+                         {"ANYR_HOST_ROUND", "8"},          {"ANYR_HOST_LL_BYTES", "2048"},
+                         {"ANYR_HOST_LL_EAGER_BYTES", "0"}, {"ANYR_HOST_COPY_CHUNK_BYTES", "4M"},
                          {"ANYR_HOST_LAUNCH_BYTES", "2M"}};
   auto check = [](const HostSettings& s, int exchanges) {
-    const bool ok = s.enabled && s.roundVecs == 4 && s.llBytes == 1024 && s.llEagerBytes == 512 &&
-                    s.copyChunkBytes == (1u << 20) && s.launchBytes == (8u << 20) && exchanges == 1;
+    const bool ok = s.enabled && !s.numa && s.roundVecs == 4 && s.llBytes == 1024 &&
+                    s.llEagerBytes == 512 && s.copyChunkBytes == (1u << 20) &&
+                    s.launchBytes == (8u << 20) && exchanges == 1;
     if (!ok) {
       std::fprintf(stderr,
-                   "agreed: enabled %d round %d ll %llu eager %llu chunk %llu launch %llu, %d "
-                   "exchanges\n",
-                   s.enabled ? 1 : 0, s.roundVecs, static_cast<unsigned long long>(s.llBytes),
+                   "agreed: enabled %d numa %d round %d ll %llu eager %llu chunk %llu launch "
+                   "%llu, %d exchanges\n",
+                   s.enabled ? 1 : 0, s.numa ? 1 : 0, s.roundVecs,
+                   static_cast<unsigned long long>(s.llBytes),
                    static_cast<unsigned long long>(s.llEagerBytes),
                    static_cast<unsigned long long>(s.copyChunkBytes),
                    static_cast<unsigned long long>(s.launchBytes), exchanges);
@@ -426,11 +453,11 @@ TEST(HostLayout, HostSettingsAreRankZerosInOneExchange) {
     return ok ? 0 : 1;
   };
   EXPECT_EQ(runAgreement({rank0, other, {}}, nullptr, "", check), (std::vector<int>{0, 0, 0}));
-  // The defaults, with nothing set anywhere: 2, 65536, 65536, 2 MiB, 16 MiB, enabled; one
-  // exchange.
+  // The defaults, with nothing set anywhere: 2, 65536, 65536, 2 MiB, 16 MiB, enabled, NUMA
+  // placement on; one exchange.
   EXPECT_EQ(runAgreement({{}, {}}, nullptr, "",
                          [](const HostSettings& s, int exchanges) {
-                           return s.enabled && s.roundVecs == 2 && s.llBytes == 65536 &&
+                           return s.enabled && s.numa && s.roundVecs == 2 && s.llBytes == 65536 &&
                                           s.llEagerBytes == 65536 &&
                                           s.copyChunkBytes == kHostCopyDefaultChunkBytes &&
                                           s.launchBytes == kHostDefaultLaunchBytes && exchanges == 1
