@@ -202,6 +202,15 @@ class FlashInferPatterns:
     kARResidualRMSNormFP4Quant = 3
 
 
+# The schema torch infers for vLLM's call_trtllm_fused_allreduce_norm (its operator
+# vllm::flashinfer_trtllm_fused_allreduce_norm mutates the five tensors it may write).
+VLLM_FUSED_SCHEMA = (
+    "(Tensor(a0!) allreduce_in, Tensor(a1!) residual, Tensor rms_gamma, float rms_eps, "
+    "int world_size, bool launch_with_pdl, bool fp32_acc, int max_token_num, int pattern_code, "
+    "Tensor(a9!)? norm_out=None, Tensor(a10!)? quant_out=None, Tensor(a11!)? scale_out=None, "
+    "Tensor? scale_factor=None, float weight_bias=0.0) -> ()")
+
+
 class FusionRecorder:
     """vLLM's call_trtllm_fused_allreduce_norm (FlashInfer), recording calls."""
 
@@ -444,10 +453,11 @@ class SglGroupCoordinator:
     """The parts of GroupCoordinator the plugin reads: cpu_group and ca_comm, built the way
     __init__ builds it (through device_communicators.comm)."""
 
-    def __init__(self, name: str, use_custom_allreduce: bool = True) -> None:
+    def __init__(self, name: str, use_custom_allreduce: bool = True, cpu_group: Any = None,
+                 device: Any = "cuda:0") -> None:
         self.unique_name = name
-        self.cpu_group = f"gloo-group-{name}"
-        self.device = "cuda:0"
+        self.cpu_group = f"gloo-group-{name}" if cpu_group is None else cpu_group
+        self.device = device
         self.ca_comm = None
         if use_custom_allreduce:
             import sglang.srt.distributed.device_communicators.comm as comm

@@ -266,13 +266,11 @@ def test_vllm_fusion_refuses_a_moved_signature(monkeypatch, fresh_vllm_fusion):
 def test_vllm_fused_operator_copies_vllms_schema():
     torch = pytest.importorskip("torch", reason="torch is not installed: the operator "
                                                 "registration needs torch.library")
+    if not hasattr(torch.library, "register_fake"):
+        pytest.skip(f"torch {torch.__version__} has no torch.library.register_fake (2.4+), "
+                    "which the operator registration uses, as vLLM's torch does")
     lib = torch.library.Library("anyreduce_test_vllm", "FRAGMENT")
-    schema = ("(Tensor(a0!) allreduce_in, Tensor(a1!) residual, Tensor rms_gamma, float rms_eps, "
-              "int world_size, bool launch_with_pdl, bool fp32_acc, int max_token_num, "
-              "int pattern_code, Tensor(a9!)? norm_out=None, Tensor(a10!)? quant_out=None, "
-              "Tensor(a11!)? scale_out=None, Tensor? scale_factor=None, float weight_bias=0.0) "
-              "-> ()")
-    lib.define("flashinfer_trtllm_fused_allreduce_norm" + schema)
+    lib.define("flashinfer_trtllm_fused_allreduce_norm" + fake.VLLM_FUSED_SCHEMA)
     original = torch.ops.anyreduce_test_vllm.flashinfer_trtllm_fused_allreduce_norm.default
     state = vllm_plugin._fusion
     saved = state.library
