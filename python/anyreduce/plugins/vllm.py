@@ -284,6 +284,10 @@ def _quant_by_pattern(flashinfer_comm: Any) -> Dict[int, Optional[str]]:
             int(patterns.kARResidualRMSNormFP4Quant): "nvfp4"}
 
 
+def _fake_fused_allreduce_norm(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
 def _register_operator(original_op: Any) -> Any:
     """Define ``anyreduce_vllm::fused_allreduce_norm`` with the schema of vLLM's operator
     (mutations included) and ``fused_allreduce_norm`` as its CUDA kernel."""
@@ -295,7 +299,7 @@ def _register_operator(original_op: Any) -> Any:
     lib.define(FUSED_OP_NAME + signature)
     lib.impl(FUSED_OP_NAME, fused_allreduce_norm, "CUDA")
     # It returns nothing and only writes its arguments: shape propagation has nothing to do.
-    lib._register_fake(FUSED_OP_NAME, lambda *args, **kwargs: None)
+    torch.library.register_fake(FUSED_OP, _fake_fused_allreduce_norm, lib=lib)
     _fusion.library = lib
     return getattr(getattr(torch.ops, FUSED_OP_NAMESPACE), FUSED_OP_NAME).default
 
