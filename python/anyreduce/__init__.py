@@ -9,6 +9,8 @@ Layers:
     created from a torch.distributed process group;
   * ``anyreduce.adapters``: drop-in shapes of vLLM's and SGLang's custom all-reduce
     interfaces, falling back to the caller's NCCL when anyreduce declines.
+  * ``anyreduce.plugins``: the vLLM and SGLang plugins (entry points the servers load by
+    themselves), which install the adapters when ``ANYREDUCE=1``.
 
 The library is found on first use (see ``anyreduce._library`` for the search order;
 ``ANYREDUCE_LIBRARY`` overrides it), so importing this package never needs a GPU or the

@@ -599,6 +599,118 @@ def scenario_adapters(rank: int, world: int):
     return {"fused_taken": fused_taken}
 
 
+def scenario_plugins(rank: int, world: int):
+    """The vLLM and SGLang plugins with the real anyreduce adapter, driven through the
+    servers' own call paths (tests/_fake_upstream.py): vLLM's CudaCommunicator builds anyreduce's
+    CustomAllreduce and all-reduces through it, eagerly and in a captured graph; vLLM's fused
+    operator, rebound by the plugin, serves through anyreduce or vLLM's FlashInfer function;
+    SGLang's group coordinator gets the anyreduce communicator, all-reduces in place through it,
+    and its fused call is served on that group."""
+    import os
+
+    import pytest
+    import torch
+    import torch.distributed as dist
+
+    import _fake_upstream as fake
+    from anyreduce.plugins import sglang as sglang_plugin
+    from anyreduce.plugins import vllm as vllm_plugin
+    from anyreduce.torch import add_rms_norm_reference
+
+    gloo = dist.new_group(backend="gloo")
+    device = torch.device("cuda", DEVICE)
+    mp = pytest.MonkeyPatch()
+    os.environ["ANYREDUCE"] = "1"
+    try:
+        # vLLM: the tensor-parallel all-reduce. Where torch can register the fused operator,
+        # the stand-in of vLLM's fusion module gets a real operator with vLLM's schema.
+        can_register = hasattr(torch.library, "register_fake")
+        modules = fake.install_vllm(mp, flashinfer=can_register)
+        if can_register:
+            lib = torch.library.Library("anyreduce_test_vllm_gpu", "FRAGMENT")
+            lib.define("flashinfer_trtllm_fused_allreduce_norm" + fake.VLLM_FUSED_SCHEMA)
+            modules[fake.VLLM_FUSION].flashinfer_trtllm_fused_allreduce_norm = \
+                torch.ops.anyreduce_test_vllm_gpu.flashinfer_trtllm_fused_allreduce_norm.default
+        vllm_plugin.register()
+        cc = modules[fake.VLLM_CUDA_COMM].CudaCommunicator(gloo, device, None, "tp:0")
+        assert isinstance(cc.ca_comm, vllm_plugin.CustomAllreduce) and not cc.ca_comm.disabled
+        x = ints((4096,), torch.bfloat16, seed=rank)
+        assert_equal(cc.all_reduce(x), nccl_sum(x), "vLLM CudaCommunicator.all_reduce")
+        assert cc.pynccl_calls == []
+        static = torch.zeros(2048, dtype=torch.float16, device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with cc.ca_comm.capture():
+            with torch.cuda.stream(s):
+                cc.all_reduce(static)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                graph_out = cc.all_reduce(static)
+        for it in range(2):
+            inp = ints(static.shape, static.dtype, seed=rank * 10 + it)
+            static.copy_(inp)
+            g.replay()
+            assert_equal(graph_out, nccl_sum(inp), f"vLLM plugin graph replay {it}")
+
+        # vLLM: the fused operator, where torch can register it.
+        tokens, hidden = 5, 1024
+        partial = ints((tokens, hidden), torch.bfloat16, seed=rank + 40)
+        residual = ints((tokens, hidden), torch.bfloat16, seed=rank + 41)
+        weight = torch.ones(hidden, dtype=torch.bfloat16, device="cuda")
+        ref_y, ref_r = add_rms_norm_reference(nccl_sum(partial), residual, weight, 1e-6)
+        fused_taken = None
+        if can_register:
+            assert vllm_plugin._fusion.installed
+            modules[fake.VLLM_PARALLEL_STATE]._state["tp"] = fake.VllmGroupCoordinator(cc)
+            op = vllm_plugin._fusion.op
+            ai, rr = partial.clone(), residual.clone()
+            op(ai, rr, weight, 1e-6, world, True, True, 64,
+               fake.FlashInferPatterns.kARResidualRMSNorm)
+            recorder = modules[fake.VLLM_FUSION]._recorder
+            fused_taken = not recorder.calls
+            if fused_taken:
+                torch.testing.assert_close(ai, ref_y, rtol=2e-2, atol=2e-2)
+                assert_equal(rr, ref_r, "vLLM fused operator residual in place")
+            else:
+                skip_check("vLLM fused operator through anyreduce",
+                           "anyreduce declined the fused op here; vLLM's function was called")
+        else:
+            skip_check("vLLM fused operator", "torch has no torch.library.register_fake (2.4+)")
+
+        # SGLang: the communicator and the fused call on its group.
+        modules = fake.install_sglang(mp)
+        sglang_plugin._classes.clear()
+        sglang_plugin.register()
+        fake.HookRegistry.apply_hooks()
+        tp = fake.SglGroupCoordinator("tp:0", cpu_group=gloo, device=device)
+        assert isinstance(tp.ca_comm, sglang_plugin.Communicator) and not tp.ca_comm.disabled
+        y = ints((4096,), torch.bfloat16, seed=rank + 7)
+        want = nccl_sum(y)
+        assert tp.all_reduce(y) is y  # in place, SGLang's preference
+        assert_equal(y, want, "SGLang all_reduce in place")
+        z = ints((4096,), torch.float32, seed=rank + 8)
+        assert_equal(tp.all_reduce(z, inplace=False), nccl_sum(z), "SGLang out of place")
+        assert tp.torch_comm.calls == []
+        groups = modules[fake.SGL_DISTRIBUTED].groups
+        groups.update(attn_tp=tp, moe_ep=tp, moe_tp=tp)
+        fused = modules[fake.SGL_FUSION].flashinfer_allreduce_residual_rmsnorm
+        normed, res = fused(partial, residual, weight, 1e-6)
+        if isinstance(normed, torch.Tensor):  # anyreduce's (the stand-in returns FakeTensors)
+            torch.testing.assert_close(normed, ref_y, rtol=2e-2, atol=2e-2)
+            assert_equal(res, ref_r, "SGLang fused residual")
+        else:
+            skip_check("SGLang fused call through anyreduce",
+                       "anyreduce declined the fused op here; SGLang's function was called")
+        torch.cuda.synchronize()
+        cc.ca_comm.close()
+        tp.ca_comm.close()
+    finally:
+        os.environ.pop("ANYREDUCE", None)
+        mp.undo()
+    return {"fused_taken": fused_taken}
+
+
 SCENARIOS = {
     "allreduce": scenario_allreduce,
     "graph": scenario_graph,
@@ -606,5 +718,6 @@ SCENARIOS = {
     "fused": scenario_fused,
     "errors": scenario_errors,
     "adapters": scenario_adapters,
+    "plugins": scenario_plugins,
 }
 

@@ -97,6 +97,14 @@ def test_server_adapters(tmp_path):
     spawn("adapters", tmp_path, check=ranks_agree)
 
 
+def test_server_plugins(tmp_path):
+    """The vLLM and SGLang plugins with the real adapter, through the servers' call paths."""
+    def ranks_agree(results):  # on taking the fused paths
+        assert len({r["fused_taken"] for r in results}) == 1, results
+
+    spawn("plugins", tmp_path, check=ranks_agree)
+
+
 @pytest.mark.gpu
 def test_example_tp_decoder_agrees_with_nccl():
     """examples/tp_decoder.py, self-spawning, small sizes: anyreduce == NCCL bit for bit."""
