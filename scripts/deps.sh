@@ -2,8 +2,9 @@
 # Installs what the build needs from distribution packages, only where it is missing:
 # CMake, a C++17 compiler, CLI11, nlohmann-json, GoogleTest, OpenSSL's libcrypto with its
 # headers (the bootstrap's authentication), libnuma with its headers (the host segment's NUMA
-# placement), clang (libFuzzer, for scripts/fuzz.sh). The CUDA
-# toolkit (with NCCL) is expected at /usr/local/cuda (or CUDA_HOME); it is not installed here.
+# placement), clang (libFuzzer, for scripts/fuzz.sh), pytest, pip and venv (the Python tests,
+# the wheel). The CUDA toolkit (with NCCL) is expected at /usr/local/cuda (or CUDA_HOME); it is
+# not installed here.
 set -euo pipefail
 missing=()
 have_header() { [ -e "/usr/include/$1" ] || [ -e "/usr/local/include/$1" ]; }
@@ -20,6 +21,10 @@ command -v clang-format >/dev/null || missing+=(clang-format)
 # clang with libFuzzer and the sanitizer runtimes, for scripts/fuzz.sh.
 command -v clang++ >/dev/null || missing+=(clang)
 /usr/bin/python3 -c "import pytest" 2>/dev/null || missing+=(python3-pytest)
+# pip and venv (ensurepip), for scripts/check-wheel.sh: the wheel built and installed into a
+# fresh virtual environment.
+/usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+/usr/bin/python3 -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
   SUDO=""

@@ -127,7 +127,7 @@ class LibraryNotFoundError(ImportError):
         lines.append(
             hint
             or "Build it (cmake -S . -B build && cmake --build build --target anyreduce) and set "
-            "ANYREDUCE_LIBRARY=/path/to/libanyreduce.so, or copy it into the package's lib/ "
-            "folder before `pip install ./python`."
+            "ANYREDUCE_LIBRARY=/path/to/libanyreduce.so, or install the wheel, which carries it "
+            "(pip install ./python)."
         )
         super().__init__("\n".join(lines))

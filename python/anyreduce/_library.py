@@ -7,7 +7,8 @@ table and the header list the same functions with the same argument types.
 
 Search order for the library (the first that loads and exports every required function wins):
   1. $ANYREDUCE_LIBRARY (a file; when set, it is the only place tried)
-  2. next to the package: anyreduce/lib/libanyreduce.so*
+  2. inside the package: anyreduce/_lib/libanyreduce.so, where the wheel puts the library it
+     carries (python/_backend/anyreduce_build.py)
   3. the install prefix: <sys.prefix>/lib, lib64 and lib/<multiarch>
   4. the build folders of the source checkout this package sits in (and of the checkout that
      contains the current directory): build/src, then build-*/src, newest library first
@@ -319,7 +320,7 @@ def search_places() -> List[Tuple[str, Optional[Path]]]:
     """Every (description, folder) searched after $ANYREDUCE_LIBRARY, in order; folder None
     means the system loader."""
     places: List[Tuple[str, Optional[Path]]] = [
-        ("package lib/ folder", Path(__file__).resolve().parent / "lib")
+        ("package _lib/ folder", Path(__file__).resolve().parent / "_lib")
     ]
     places += [("install prefix", d) for d in _prefix_dirs()]
     roots = _checkout_roots()

@@ -1,11 +1,13 @@
 """Shared setup of the anyreduce Python tests.
 
 * Tests import the package from this checkout (python/), unless ANYREDUCE_TEST_INSTALLED=1
-  asks for the installed one.
+  asks for the installed one (a wheel installed in the running environment); then importing it
+  from python/ is an error. PACKAGE_DIR is the package under test.
 * The library under test: $ANYREDUCE_LIBRARY when set (it must exist, else the library tests
-  fail), else the newest build/src or build-*/src/libanyreduce.so of this checkout (then
-  exported as ANYREDUCE_LIBRARY, so spawned workers load the same file). With neither, the
-  tests that need the library skip and say why.
+  fail); else, for the installed package, the library its wheel carries (not exported, so
+  spawned processes find it as users do); else the newest build/src or
+  build-*/src/libanyreduce.so of this checkout (then exported as ANYREDUCE_LIBRARY, so spawned
+  workers load the same file). With none, the tests that need the library skip and say why.
 * `gpu` tests need torch and 2 CUDA GPUs; `gpu_shared` tests need torch and one (their ranks
   share GPUs where there are fewer than 2). Both skip with the reason otherwise.
 """
@@ -24,9 +26,21 @@ PYTHON_DIR = TESTS_DIR.parent
 REPO_ROOT = PYTHON_DIR.parent
 HEADER_PATH = REPO_ROOT / "include" / "anyreduce" / "anyreduce.h"
 
-if os.environ.get("ANYREDUCE_TEST_INSTALLED") != "1":
+INSTALLED = os.environ.get("ANYREDUCE_TEST_INSTALLED") == "1"
+if not INSTALLED:
     sys.path.insert(0, str(PYTHON_DIR))
 sys.path.insert(0, str(TESTS_DIR))  # _header, _gpu_worker
+
+import anyreduce as _package  # noqa: E402  (after the path is set)
+
+PACKAGE_DIR = Path(_package.__file__).resolve().parent
+# The folder to put on PYTHONPATH for a subprocess to import the same package.
+PACKAGE_PARENT = PACKAGE_DIR.parent
+if INSTALLED and PYTHON_DIR in PACKAGE_DIR.parents:
+    raise RuntimeError(f"ANYREDUCE_TEST_INSTALLED=1 but anyreduce was imported from {PACKAGE_DIR}, "
+                       "the checkout: run pytest from outside it with the installed package first "
+                       "on sys.path")
+BUNDLED_LIBRARY = PACKAGE_DIR / "_lib" / "libanyreduce.so"
 
 
 def _built_library() -> Tuple[Optional[Path], str]:
@@ -35,6 +49,10 @@ def _built_library() -> Tuple[Optional[Path], str]:
         # Absolute, so subprocesses started in other folders load the same file.
         os.environ["ANYREDUCE_LIBRARY"] = os.path.abspath(env)
         return Path(os.path.abspath(env)), "$ANYREDUCE_LIBRARY"
+    if INSTALLED:
+        if BUNDLED_LIBRARY.is_file():
+            return BUNDLED_LIBRARY, "the installed package's _lib/"
+        return None, ""
     found = [p for d in [REPO_ROOT / "build", *REPO_ROOT.glob("build-*")]
              for p in [d / "src" / "libanyreduce.so"] if p.is_file()]
     if not found:
@@ -44,7 +62,7 @@ def _built_library() -> Tuple[Optional[Path], str]:
 
 
 BUILT_LIBRARY, BUILT_LIBRARY_SOURCE = _built_library()
-if BUILT_LIBRARY is not None and "ANYREDUCE_LIBRARY" not in os.environ:
+if BUILT_LIBRARY is not None and "ANYREDUCE_LIBRARY" not in os.environ and not INSTALLED:
     os.environ["ANYREDUCE_LIBRARY"] = str(BUILT_LIBRARY)
 
 NO_LIBRARY_REASON = (

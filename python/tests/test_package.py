@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON_DIR, REPO_ROOT
+from conftest import BUNDLED_LIBRARY, INSTALLED, PACKAGE_DIR, PACKAGE_PARENT, REPO_ROOT
 
 import anyreduce
 from anyreduce import _library
@@ -21,7 +21,7 @@ from anyreduce import _library
 
 def run_python(code: str, *, cwd: Path, env_updates=None, pythonpath=None, drop_env=()):
     env = {k: v for k, v in os.environ.items() if k not in drop_env}
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (pythonpath or [PYTHON_DIR]))
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (pythonpath or [PACKAGE_PARENT]))
     env.update(env_updates or {})
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
@@ -61,8 +61,8 @@ def test_search_lists_every_place_when_nothing_is_found(tmp_path):
     # A copy of the package outside any checkout, run from an empty folder, no env var:
     # nothing can be found, and the error names every place of the documented order.
     pkg = tmp_path / "site"
-    shutil.copytree(PYTHON_DIR / "anyreduce", pkg / "anyreduce",
-                    ignore=shutil.ignore_patterns("lib", "__pycache__"))
+    shutil.copytree(PACKAGE_DIR, pkg / "anyreduce",
+                    ignore=shutil.ignore_patterns("_lib", "__pycache__"))
     work = tmp_path / "work"
     work.mkdir()
     r = run_python("""
@@ -80,20 +80,20 @@ def test_search_lists_every_place_when_nothing_is_found(tmp_path):
     if out.startswith("FOUND"):
         pytest.skip(f"a libanyreduce is installed system-wide ({out.strip()}); cannot test "
                     "the not-found path here")
-    order = ["$ANYREDUCE_LIBRARY: not set", "package lib/ folder", "install prefix",
+    order = ["$ANYREDUCE_LIBRARY: not set", "package _lib/ folder", "install prefix",
              "build folders: none", "system loader"]
     positions = [out.index(s) for s in order]
     assert positions == sorted(positions), out
-    assert str(pkg / "anyreduce" / "lib") in out
+    assert str(pkg / "anyreduce" / "_lib") in out
     assert f"{sys.prefix}/lib" in out
 
 
 def test_package_lib_folder_wins_over_build_folders(lib_path, tmp_path):
     pkg = tmp_path / "site"
-    shutil.copytree(PYTHON_DIR / "anyreduce", pkg / "anyreduce",
-                    ignore=shutil.ignore_patterns("lib", "__pycache__"))
-    (pkg / "anyreduce" / "lib").mkdir()
-    bundled = pkg / "anyreduce" / "lib" / "libanyreduce.so"
+    shutil.copytree(PACKAGE_DIR, pkg / "anyreduce",
+                    ignore=shutil.ignore_patterns("_lib", "__pycache__"))
+    (pkg / "anyreduce" / "_lib").mkdir()
+    bundled = pkg / "anyreduce" / "_lib" / "libanyreduce.so"
     shutil.copy2(os.path.realpath(lib_path), bundled)
     # Run from inside the checkout so its build folders are candidates too.
     r = run_python("""
@@ -107,6 +107,8 @@ def test_package_lib_folder_wins_over_build_folders(lib_path, tmp_path):
 
 
 def test_checkout_build_folder_is_found_without_env(lib_path):
+    if INSTALLED:
+        pytest.skip("the installed package's own library comes before the checkout's build folders")
     if not any((REPO_ROOT / d / "src" / "libanyreduce.so").is_file()
                for d in ["build"] + [p.name for p in REPO_ROOT.glob("build-*")]):
         pytest.skip("the library under test is not in this checkout's build folders")
@@ -218,3 +220,32 @@ def test_a_shared_library_without_the_api_is_rejected():
         pytest.skip("no libc found by ctypes.util")
     with pytest.raises(_library._Unusable, match="does not export anyrGetVersion"):
         _library.Library(libc_name)
+
+
+def test_installed_wheel_finds_the_library_it_carries(tmp_path):
+    """The installed wheel holds the library once, as the real file anyreduce/_lib/libanyreduce.so
+    (no soname links), finds it from any folder without ANYREDUCE_LIBRARY, and
+    ANYREDUCE_LIBRARY still overrides it."""
+    if not INSTALLED:
+        pytest.skip("checks an installed wheel: ANYREDUCE_TEST_INSTALLED=1 "
+                    "(scripts/check-wheel.sh)")
+    from importlib import metadata
+
+    libs = [str(f) for f in metadata.files("anyreduce") or [] if "libanyreduce" in str(f)]
+    assert libs == ["anyreduce/_lib/libanyreduce.so"], libs
+    assert BUNDLED_LIBRARY.is_file() and not BUNDLED_LIBRARY.is_symlink()
+    assert sorted(p.name for p in BUNDLED_LIBRARY.parent.iterdir()) == ["libanyreduce.so"]
+    code = """
+        import anyreduce
+        print(anyreduce.library_path()); print(anyreduce.version())
+    """
+    r = run_python(code, cwd=tmp_path, drop_env=("ANYREDUCE_LIBRARY",))
+    assert r.returncode == 0, r.stderr
+    path, ver = r.stdout.split()
+    assert path == str(BUNDLED_LIBRARY) and ver == anyreduce.__version__
+    other = tmp_path / "elsewhere" / "libanyreduce.so"
+    other.parent.mkdir()
+    shutil.copy2(BUNDLED_LIBRARY, other)
+    r = run_python(code, cwd=tmp_path, env_updates={"ANYREDUCE_LIBRARY": str(other)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == str(other)
