@@ -192,12 +192,15 @@ int runDoctor(const RunOptions& o) {
 int runWatch(const WatchOptions& o) {
   std::string why;
   if (!NvmlSampler::available(&why)) {
-    std::fprintf(stderr, "anyreduce doctor --watch: NVML is not available (%s)\n", why.c_str());
+    std::fprintf(stderr,
+                 "anyreduce doctor --watch: no usable GPU: NVML, the NVIDIA driver's management "
+                 "library, is not available (%s); --watch needs the NVIDIA driver and a GPU\n",
+                 why.c_str());
     return kExitNoGpu;
   }
   const int n = NvmlSampler::deviceCount();
   if (n == 0) {
-    std::fprintf(stderr, "anyreduce doctor --watch: NVML sees no GPU\n");
+    std::fprintf(stderr, "anyreduce doctor --watch: no usable GPU: NVML sees none\n");
     return kExitNoGpu;
   }
   json gpus = json::array();
