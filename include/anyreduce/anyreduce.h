@@ -396,6 +396,18 @@ ANYR_API anyrResult_t anyrConfigCheckField(const char* field, long long value, i
  * {"name", "default" ("" when none), "meaning", "value" (only when set in this process)}. */
 ANYR_API anyrResult_t anyrGetEnvParams(char* buf, size_t len, size_t* needed);
 
+/* Whether this process can run anyreduce: asks CUDA for the driver and the visible GPUs, then,
+ * on each GPU, loads one of the library's kernels to learn whether this build carries code it
+ * runs (the check communicator init makes for its own device). *count (may be NULL) receives
+ * the number of visible GPUs (0 without a driver or a GPU). anyrSuccess when there is a GPU
+ * and every visible one can run the kernels; otherwise anyrGetLastError(NULL) says, in words,
+ * what is missing and what to do: anyrCudaError when no NVIDIA driver was found, the driver is
+ * older than the CUDA runtime the library was built with, or no GPU is visible;
+ * anyrUnsupported for a GPU this build has no kernels for (with the CMake setting to rebuild
+ * with). Initializes CUDA in this process (a context on every visible GPU); the current
+ * device is left as it was. */
+ANYR_API anyrResult_t anyrCheckDevices(int* count);
+
 /* Probes every GPU visible to this process and every ordered pair (capabilities, transfers
  * confirmed by real copies, and with measure != 0 bandwidth and latency), writes the topology
  * as JSON to savePath (may be NULL: not saved; the format anyrDescribeTopology and

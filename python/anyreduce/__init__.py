@@ -21,6 +21,7 @@ from ._core import (
     Comm,
     add_rms_norm,
     algo_name,
+    check_devices,
     error_string,
     get_unique_id,
     last_error,
@@ -68,7 +69,7 @@ __all__ = [
     "__version__",
     # calls
     "Comm", "get_unique_id", "share_unique_id", "version", "version_code", "version_info", "algo_name",
-    "error_string", "last_error", "add_rms_norm",
+    "error_string", "last_error", "add_rms_norm", "check_devices",
     # library
     "library", "library_path", "load_library", "LIBRARY_ENV_VAR",
     # types

@@ -177,6 +177,17 @@ def share_unique_id(path: Union[str, "os.PathLike[str]"], rank: int,
     return uid
 
 
+def check_devices() -> int:
+    """anyrCheckDevices: the number of visible GPUs, every one able to run this build's
+    kernels. Raises CudaError where no NVIDIA driver was found, the driver is older than the
+    library's CUDA runtime, or no GPU is visible, and Unsupported for a GPU the library was
+    built without kernels for; the message says what to do. Initializes CUDA in this process."""
+    lib = library()
+    n = c_int(0)
+    lib.check(lib.anyrCheckDevices(byref(n)), "anyrCheckDevices")
+    return n.value
+
+
 def algo_name(algorithm: Union[Algo, int]) -> Optional[str]:
     """The library's short name of an algorithm ("oneshot-push", ...), or None if invalid."""
     name = library().anyrAlgoName(int(algorithm))

@@ -141,6 +141,8 @@ FUNCTIONS: List[Function] = [
              (c_char_p, c_longlong, POINTER(c_int), POINTER(c_char_p))),
     # anyrResult_t anyrGetEnvParams(char* buf, size_t len, size_t* needed);
     Function("anyrGetEnvParams", anyrResult_t, (c_char_p, c_size_t, POINTER(c_size_t))),
+    # anyrResult_t anyrCheckDevices(int* count);
+    Function("anyrCheckDevices", anyrResult_t, (POINTER(c_int),)),
     # anyrResult_t anyrProbeTopology(int measure, const char* savePath, char* buf, size_t len,
     #                                size_t* needed);
     Function("anyrProbeTopology", anyrResult_t,

@@ -158,6 +158,25 @@ def test_no_gpu_is_a_clear_error_not_a_crash(ar):
     assert e.code == ar.Result.CUDA_ERROR
     assert "CUDA" in e.message and e.message.startswith("anyrCommInitRank")
     assert ar.last_error() == e.message  # the thread's last error is the same message
+    # In words: no driver (or no GPU), not CUDA's "driver version is insufficient".
+    assert "no NVIDIA driver was found" in e.message or "found no GPU" in e.message, e.message
+    assert "insufficient" not in e.message, e.message
+
+
+def test_check_devices_says_why_there_is_no_gpu(ar):
+    """anyreduce.check_devices(): on a machine without NVIDIA device nodes, the same words as
+    communicator init; with a GPU, the number of GPUs this build runs on."""
+    if have_gpu_device_nodes():
+        try:
+            assert ar.check_devices() >= 1
+        except ar.AnyreduceError as e:
+            pytest.skip(f"GPU device nodes exist but this build cannot run here: {e.message}")
+        return
+    with pytest.raises(ar.CudaError) as ei:
+        ar.check_devices()
+    m = ei.value.message
+    assert m.startswith("anyrCheckDevices: "), m
+    assert "no NVIDIA driver was found" in m or "found no GPU" in m, m
 
 
 def test_algo_names_agree_with_the_library(ar):

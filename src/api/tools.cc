@@ -12,6 +12,7 @@
 #include "base/config.h"
 #include "base/env.h"
 #include "base/error.h"
+#include "core/capabilities.h"
 #include "core/comm.h"
 #include "fused/fused.h"
 #include "select/dispatch.h"
@@ -66,6 +67,25 @@ std::string describeJson(const Topology& t) {
 }  // namespace anyr
 
 extern "C" {
+
+anyrResult_t anyrCheckDevices(int* count) {
+  return anyr::guarded(nullptr, "anyrCheckDevices", [&] {
+    if (count != nullptr) *count = 0;
+    const int n = anyr::requireDriverAndGpu();
+    if (count != nullptr) *count = n;
+    int current = 0;
+    ANYR_CUDA_CHECK(cudaGetDevice(&current));
+    // Back to the caller's device however the loop ends.
+    struct Restore {
+      int device;
+      ~Restore() { (void)cudaSetDevice(device); }
+    } restore{current};
+    for (int d = 0; d < n; ++d) {
+      ANYR_CUDA_CHECK(cudaSetDevice(d));
+      anyr::requireKernelsFor(d);
+    }
+  });
+}
 
 const char* anyrPeerMemoryName(anyrPeerMemory_t kind) {
   if (kind < 0 || kind >= anyrNumPeerMemories) return nullptr;

@@ -2,6 +2,7 @@
 #include "core/capabilities.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -16,6 +17,137 @@
 #include "topology/probe_kernels.h"
 
 namespace anyr {
+
+// ---- First contact -------------------------------------------------------------------------
+
+namespace {
+
+// "12.4" from CUDA's 12040.
+std::string cudaVersionText(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+cudaError_t identifyDevice(int device, int* major, int* minor, std::string* name) {
+  cudaDeviceProp prop{};
+  const cudaError_t e = cudaGetDeviceProperties(&prop, device);
+  if (e != cudaSuccess) return e;
+  *major = prop.major;
+  *minor = prop.minor;
+  *name = prop.name;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+const DeviceProbes& realDeviceProbes() {
+  static const DeviceProbes probes{&cudaGetDeviceCount, &cudaDriverGetVersion,
+                                   &cudaRuntimeGetVersion, &probekernels::kernelImageStatus,
+                                   &identifyDevice};
+  return probes;
+}
+
+const char* builtCudaTargets() {
+#if defined(ANYR_CUDA_ARCHITECTURES) && defined(ANYR_CUDA_FAMILY_TARGETS)
+  // Both lists as CMake was given them, ';' written as ','.
+  static const std::string text =
+      std::string("CMAKE_CUDA_ARCHITECTURES=") + ANYR_CUDA_ARCHITECTURES +
+      (std::string(ANYR_CUDA_FAMILY_TARGETS).empty()
+           ? std::string()
+           : std::string(" and ANYR_CUDA_FAMILY_TARGETS=") + ANYR_CUDA_FAMILY_TARGETS);
+  return text.c_str();
+#else
+  return "targets not recorded in this build";
+#endif
+}
+
+int requireDriverAndGpu(const DeviceProbes& probes) {
+  int count = 0;
+  const cudaError_t e = probes.deviceCount(&count);
+  int driver = 0;
+  int runtime = 0;
+  if (probes.driverVersion(&driver) != cudaSuccess) driver = 0;
+  if (probes.runtimeVersion(&runtime) != cudaSuccess) runtime = 0;
+  const std::string runtimeText = runtime > 0 ? "CUDA " + cudaVersionText(runtime) : "CUDA";
+  if (e == cudaErrorInsufficientDriver && driver == 0) {
+    throwError(anyrCudaError,
+               "no NVIDIA driver was found (the CUDA driver library, libcuda.so.1, is not "
+               "installed or not visible to this process), so there is no GPU to run on: run on "
+               "a machine with an NVIDIA GPU and its driver installed (nvidia-smi lists the "
+               "GPUs); in a container, start it with the GPUs exposed (docker run --gpus all, "
+               "the NVIDIA Container Toolkit)");
+  }
+  if (e == cudaErrorInsufficientDriver) {
+    throwError(anyrCudaError,
+               "the NVIDIA driver supports up to CUDA " + cudaVersionText(driver) +
+                   ", older than the " + runtimeText +
+                   " runtime this build of anyreduce uses: update the NVIDIA driver (nvidia-smi "
+                   "shows the CUDA version it supports), or rebuild anyreduce with a CUDA "
+                   "toolkit no newer than " +
+                   cudaVersionText(driver));
+  }
+  if (e == cudaErrorSystemDriverMismatch) {
+    throwError(anyrCudaError,
+               "the NVIDIA kernel module and the driver library differ in version (a driver "
+               "update without a reboot?): reboot, or reinstall the NVIDIA driver "
+               "(cudaErrorSystemDriverMismatch)");
+  }
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && count <= 0)) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    std::string why = "the NVIDIA driver (CUDA " + cudaVersionText(driver) + ") found no GPU";
+    if (visible != nullptr) {
+      why += std::string(" among those CUDA_VISIBLE_DEVICES='") + visible + "' leaves visible";
+    }
+    throwError(anyrCudaError,
+               why +
+                   ": run on a machine with an NVIDIA GPU (nvidia-smi lists them), or make one "
+                   "visible (CUDA_VISIBLE_DEVICES)");
+  }
+  if (e != cudaSuccess) {
+    throwError(anyrCudaError, std::string("CUDA could not list the GPUs: ") + cudaGetErrorName(e) +
+                                  " (" + cudaGetErrorString(e) + ")");
+  }
+  return count;
+}
+
+void requireKernelsFor(int device, const DeviceProbes& probes) {
+  const cudaError_t e = probes.kernelImage();
+  if (e == cudaSuccess) return;
+  int major = 0;
+  int minor = 0;
+  std::string name = "unknown";
+  if (probes.identify(device, &major, &minor, &name) != cudaSuccess) name = "unknown";
+  const std::string cc = std::to_string(major) + "." + std::to_string(minor);
+  const std::string sm = std::to_string(major * 10 + minor);
+  const std::string gpu = "GPU " + std::to_string(device) + " (" + name + ")";
+  const std::string rebuild = "-DCMAKE_CUDA_ARCHITECTURES=" + sm;
+  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+    std::string msg = "this build of anyreduce has no kernels for compute capability " + cc +
+                      " (sm_" + sm + ") of " + gpu + ": it was compiled for " + builtCudaTargets() +
+                      "; rebuild with " + rebuild + " (or add " + sm +
+                      " to that list), e.g. cmake -S . -B build " + rebuild +
+                      " -DANYR_CUDA_FAMILY_TARGETS= && cmake --build build";
+    if (major * 10 + minor < 75) {
+      // Below the README's floor: the rebuild is the only way, but nobody has run it there.
+      msg += "; anyreduce is written for compute capability 7.5 and newer: on " + cc +
+             " that rebuild is untested, and needs a CUDA toolkit that still compiles for sm_" +
+             sm + " (12.x or older)";
+    }
+    throwError(anyrUnsupported, msg);
+  }
+  if (e == cudaErrorUnsupportedPtxVersion) {
+    int driver = 0;
+    if (probes.driverVersion(&driver) != cudaSuccess) driver = 0;
+    throwError(anyrCudaError, "the NVIDIA driver (CUDA " + cudaVersionText(driver) +
+                                  ") cannot compile this build's PTX for compute capability " + cc +
+                                  " (sm_" + sm + ") of " + gpu +
+                                  ": update the NVIDIA driver, or rebuild with machine " +
+                                  "code for this GPU: " + rebuild);
+  }
+  throwError(anyrCudaError, "loading anyreduce's kernels on " + gpu + " failed: " +
+                                cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+// ---- The communicator's capabilities -------------------------------------------------------
 
 void Capabilities::agreeGridCaps() {
   // Every block of a launch must be resident at once on every rank (blocks wait on the

@@ -19,6 +19,41 @@ namespace anyr {
 
 struct CommContext;
 
+// ---- First contact: the driver, the GPUs, and this build's kernels ---------------------------
+// The first CUDA calls of communicator init and of anyrCheckDevices, so that a machine without
+// a driver or a GPU, or a GPU this build has no code for, is told so in words with what to do,
+// rather than by the CUDA error of whichever call came first.
+
+// The CUDA queries behind requireDriverAndGpu and requireKernelsFor. Tests replace them to pin
+// the messages without a GPU (tests/cpu/test_device_check.cc); realDeviceProbes() are CUDA's.
+struct DeviceProbes {
+  cudaError_t (*deviceCount)(int* count);       // cudaGetDeviceCount
+  cudaError_t (*driverVersion)(int* version);   // cudaDriverGetVersion: 0 without a driver
+  cudaError_t (*runtimeVersion)(int* version);  // cudaRuntimeGetVersion
+  // Loads one of the library's kernels on the current device
+  // (probekernels::kernelImageStatus).
+  cudaError_t (*kernelImage)();
+  // The device's compute capability and name (cudaGetDeviceProperties), for the message.
+  cudaError_t (*identify)(int device, int* major, int* minor, std::string* name);
+};
+const DeviceProbes& realDeviceProbes();
+
+// Returns the number of visible GPUs (at least 1). Throws anyrCudaError saying in words that no
+// NVIDIA driver was found, or that it is older than the CUDA runtime this library was built
+// with, or that it found no GPU (naming CUDA_VISIBLE_DEVICES where it is set), and what to do.
+int requireDriverAndGpu(const DeviceProbes& probes = realDeviceProbes());
+
+// Whether `device`, the current device, can run this build's kernels, decided by loading one
+// of them (probes.kernelImage), never from a list of architectures. Throws anyrUnsupported
+// naming the device's compute capability, the targets this build carries and the CMake setting
+// to rebuild with where it has no code for it; anyrCudaError where the driver cannot compile
+// the build's PTX (update the driver, or rebuild with machine code for the GPU).
+void requireKernelsFor(int device, const DeviceProbes& probes = realDeviceProbes());
+
+// The CUDA targets this library was compiled for, as CMake was given them (for messages only:
+// the decision is requireKernelsFor's probe).
+const char* builtCudaTargets();
+
 class Capabilities : private CommPart {
  public:
   using CommPart::CommPart;

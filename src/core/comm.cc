@@ -50,7 +50,12 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
                                         " ranks; a communicator takes at most " +
                                         std::to_string(kMaxRanks));
   }
+  // First contact (core/capabilities.h): a machine without a driver or a GPU, or a GPU this
+  // build has no kernels for, is told so in words with what to do, before any other CUDA call
+  // can fail with a less telling error.
+  requireDriverAndGpu();
   ANYR_CUDA_CHECK(cudaGetDevice(&ctx_.device));
+  requireKernelsFor(ctx_.device);
   ANYR_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.internalStream, cudaStreamNonBlocking));
   ANYR_CUDA_CHECK(cudaEventCreateWithFlags(&ctx_.lastWork, cudaEventDisableTiming));
 

@@ -150,6 +150,13 @@ __global__ void pingPongResponderKernel(const unsigned int* ping, unsigned int* 
 
 }  // namespace
 
+cudaError_t kernelImageStatus() {
+  cudaFuncAttributes attrs{};
+  const cudaError_t e = cudaFuncGetAttributes(&attrs, fillPatternKernel);
+  if (e != cudaSuccess) (void)cudaGetLastError();  // not sticky; leave no trace for callers
+  return e;
+}
+
 cudaError_t launchFillPattern(void* dst, size_t n16, uint32_t seed, int blocks,
                               cudaStream_t stream) {
   fillPatternKernel<<<blocks, kThreads, 0, stream>>>(static_cast<uint4*>(dst), n16, seed);

@@ -18,6 +18,14 @@ constexpr int kPingPongOk = 1;
 constexpr int kPingPongTimedOut = 2;        // this side's bounded wait expired
 constexpr int kPingPongPartnerAborted = 3;  // the other side gave up and said so
 
+// Whether the current device can run this library's kernels: cudaFuncGetAttributes on one of
+// them (the pattern fill), which loads it. Every .cu file of the library is compiled for the
+// same targets (CMAKE_CUDA_ARCHITECTURES and ANYR_CUDA_FAMILY_TARGETS), so one kernel's answer
+// holds for all: cudaErrorNoKernelImageForDevice (or cudaErrorInvalidDeviceFunction) where the
+// build carries neither machine code nor PTX the device runs, cudaErrorUnsupportedPtxVersion
+// where the driver cannot compile the build's PTX. Needs a driver and a current device.
+cudaError_t kernelImageStatus();
+
 // Writes a pattern (a hash of the word index and `seed`, never 0) into n16 16-byte units of
 // `dst` with 16-byte stores.
 cudaError_t launchFillPattern(void* dst, size_t n16, uint32_t seed, int blocks,

@@ -1,22 +1,24 @@
 #!/bin/sh
 # The command line's --max-blocks, --fused-cluster and --peer-memory (bench, tune, doctor), --timeout-ms
 # (bench, tune), bench's --quant-only, and the lists, hidden sizes and output files of bench,
-# tune, explain and doctor: a bad value fails parsing (non-zero exit, before any GPU work) with
-# the flag, the rule and the value; every valid value gets past parsing. CPU only: the valid runs hide every GPU, so they stop at "no CUDA GPU is visible",
-# which only a run that parsed its flags reaches.
+# tune, explain and doctor: a bad value fails parsing (exit 2, before any GPU work) with the
+# flag, the rule and the value; every valid value gets past parsing. CPU only: the valid runs
+# hide every GPU, so they stop at "no usable GPU" (exit 3), which only a run that parsed its
+# flags reaches.
 # Usage: config_flags.sh path/to/anyreduce
 set -u
 A="$1"
 failures=0
 
-# expect_rejected RULE_TEXT ARGS...: exits non-zero, and stderr has RULE_TEXT (a fixed string).
+# expect_rejected RULE_TEXT ARGS...: exits 2 (the command line was refused), and the output has
+# RULE_TEXT (a fixed string).
 expect_rejected() {
   want="$1"
   shift
   out=$("$A" "$@" 2>&1 </dev/null)
   rc=$?
-  if [ "$rc" -eq 0 ]; then
-    echo "FAIL: anyreduce $*: exit 0, expected a parse error"
+  if [ "$rc" -ne 2 ]; then
+    echo "FAIL: anyreduce $*: exit $rc, expected 2 (a parse error)"
     failures=$((failures + 1))
   elif ! printf '%s\n' "$out" | grep -qF -- "$want"; then
     echo "FAIL: anyreduce $*: exit $rc without '$want'; it said:"
@@ -27,12 +29,12 @@ expect_rejected() {
   fi
 }
 
-# expect_parsed ARGS...: gets past parsing (to the GPU count: exit 2, "no CUDA GPU is visible").
+# expect_parsed ARGS...: gets past parsing (to the GPU check: exit 3, "no usable GPU").
 expect_parsed() {
   out=$(CUDA_VISIBLE_DEVICES= "$A" "$@" 2>&1 </dev/null)
   rc=$?
-  if [ "$rc" -ne 2 ] || ! printf '%s\n' "$out" | grep -qF "no CUDA GPU is visible"; then
-    echo "FAIL: anyreduce $*: expected to parse and stop at the GPU count (exit 2), got exit $rc:"
+  if [ "$rc" -ne 3 ] || ! printf '%s\n' "$out" | grep -qF "no usable GPU"; then
+    echo "FAIL: anyreduce $*: expected to parse and stop at the GPU check (exit 3), got exit $rc:"
     printf '%s\n' "$out" | sed 's/^/    /'
     failures=$((failures + 1))
   else

@@ -18,6 +18,7 @@
 
 #include "common/api.h"
 #include "common/data.h"
+#include "common/exit_codes.h"
 #include "common/launcher.h"
 #include "common/timing.h"
 
@@ -252,9 +253,8 @@ int runAllRanks(
   std::string why;
   const int ngpus = launch::countGpus(&why);
   if (ngpus == 0) {
-    std::fprintf(stderr, "anyreduce %s: no CUDA GPU is visible (%s); nothing to run.\n", what,
-                 why.c_str());
-    return 2;
+    std::fprintf(stderr, "anyreduce %s: no usable GPU, nothing to run: %s\n", what, why.c_str());
+    return kExitNoGpu;
   }
   const int nranks = nranksOpt > 0 ? nranksOpt : ngpus;
   if (nranks < 2) {
@@ -262,7 +262,7 @@ int runAllRanks(
                  "anyreduce %s: %d GPU visible; it needs 2 ranks or more (use -n 2 to run 2 "
                  "ranks sharing the GPU, a correctness run).\n",
                  what, ngpus);
-    return 2;
+    return kExitNoGpu;
   }
   if (nranks > ngpus && nranksOpt > 0) {
     std::printf(
@@ -286,7 +286,8 @@ int runAllRanks(
   int worst = 0;
   for (const auto& r : results) worst = std::max(worst, r.exitCode);
   std::fprintf(stderr, "anyreduce %s failed:\n%s", what, failures.c_str());
-  return worst == 5 ? 5 : 1;  // 5: a dispatch check failed (every rank returns it)
+  // A dispatch check that failed: every rank returns it.
+  return worst == kExitDispatchSlow ? kExitDispatchSlow : kExitFailed;
 }
 
 int runBench(const BenchOptions& o) {

@@ -55,14 +55,14 @@ struct TuneCliOptions {
 };
 int runTune(const TuneCliOptions& t);
 
-// Runs the benchmark; returns the process exit code (0 ok, 2 no GPU, 5 a dispatch check over
-// its limit, 1 other failures).
+// Runs the benchmark; returns the process exit code (common/exit_codes.h: 0 ok, 3 no usable
+// GPU, 5 a dispatch check over its limit, 1 other failures).
 int runBench(const BenchOptions& o);
 
 // Runs body(rank, nranks, id, ngpus, report) in one process per rank (nranksOpt, or one per
-// visible GPU), exceptions reported as rank failures. Exit code: 2 without a GPU or with fewer
-// than 2 ranks (with a message), 5 when a rank returned 5 (a dispatch check failed), 1 for any
-// other failure, 0 when every rank returned 0.
+// visible GPU), exceptions reported as rank failures. Exit code (common/exit_codes.h): 3
+// without a usable GPU or with fewer than 2 ranks (with a message), 5 when a rank returned 5 (a
+// dispatch check failed), 1 for any other failure, 0 when every rank returned 0.
 using RankReport = std::function<void(const std::string&)>;
 int runAllRanks(
     int nranksOpt, double timeoutSec, const char* what,

@@ -19,6 +19,7 @@
 
 #include "bench.h"
 #include "common/api.h"
+#include "common/exit_codes.h"
 #include "common/launcher.h"
 #include "common/timing.h"
 
@@ -265,7 +266,7 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
     }
   }
   releaseBenchRank(comm, s, {in, out, partial, residual, weight, norm, quant, scale, dStats});
-  return failures ? 5 : 0;
+  return failures ? kExitDispatchSlow : kExitOk;
 }
 
 }  // namespace tool

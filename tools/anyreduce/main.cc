@@ -13,6 +13,7 @@
 #include "bench.h"
 #include "common/api.h"
 #include "common/data.h"
+#include "common/exit_codes.h"
 #include "common/launcher.h"
 #include "config_flags.h"
 #include "doctor_cli.h"
@@ -34,9 +35,8 @@ int cmdProbe(bool measure, const std::string& jsonOut, const std::string& load) 
   } else {
     std::string why;
     if (launch::countGpus(&why) == 0) {
-      std::fprintf(stderr, "anyreduce probe: no CUDA GPU is visible (%s); nothing to probe.\n",
-                   why.c_str());
-      return 2;
+      std::fprintf(stderr, "anyreduce probe: no usable GPU, nothing to probe: %s\n", why.c_str());
+      return tool::kExitNoGpu;
     }
     // A description longer than the first buffer probes again (textOf): never seen in practice.
     report = textOf(
@@ -63,7 +63,7 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
   if (nranks > gpus) {
     std::fprintf(stderr, "anyreduce explain: --nranks %d but the topology has %d GPUs\n", nranks,
                  gpus);
-    return 2;
+    return tool::kExitUsage;
   }
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;  // the environment's, --algo over ANYR_ALGO
   if (!algo.empty()) {
@@ -71,7 +71,7 @@ int cmdExplainTopology(const std::string& path, bool nccl, int nranks,
     if (!parseAlgo(algo, &a)) {
       std::fprintf(stderr, "anyreduce explain: --algo '%s': must be one of %s\n", algo.c_str(),
                    algoNames().c_str());
-      return 2;
+      return tool::kExitUsage;
     }
     cfg.algorithm = a;
   }
@@ -104,9 +104,10 @@ int cmdExplainLive(int nranks, bool json) {
   std::string why;
   int ngpus = launch::countGpus(&why);
   if (ngpus == 0) {
-    std::fprintf(stderr, "anyreduce explain: no CUDA GPU is visible (%s); use --topology FILE.\n",
+    std::fprintf(stderr,
+                 "anyreduce explain: no usable GPU (explain --topology FILE needs none): %s\n",
                  why.c_str());
-    return 2;
+    return tool::kExitNoGpu;
   }
   if (nranks <= 0) nranks = ngpus;
   auto results = launch::runRanks(
@@ -293,8 +294,15 @@ int main(int argc, char** argv) {
   auto runDoctor = tool::addDoctorCommand(app, argc, argv);
   app.add_subcommand("env", "List every environment variable anyreduce reads, with defaults");
   app.add_subcommand("version", "Print the library version");
+  // One exit-status convention for every subcommand (common/exit_codes.h), in every --help.
+  app.footer(tool::exitCodesHelp());
+  for (CLI::App* sub : app.get_subcommands({})) sub->footer(tool::exitCodesHelp());
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? tool::kExitOk : tool::kExitUsage;  // --help is not an error
+  }
   // An output file is checked before a run, which may take minutes, rather than after it: its
   // directory must exist and take the file (a file made only for the check is removed).
   auto requireWritable = [](const std::string& path, const char* flag) {
@@ -421,10 +429,10 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const CLI::Error& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? tool::kExitOk : tool::kExitUsage;
   } catch (const tool::ApiError& e) {
     std::fprintf(stderr, "anyreduce: %s\n", e.what());
-    return 1;
+    return tool::kExitFailed;
   }
   return 0;
 }

@@ -198,12 +198,13 @@ int countGpus(std::string* why) {
   pid_t pid = ::fork();
   if (pid == 0) {
     ::close(p[0]);
+    // The library's first-contact check: the driver, the GPUs, and whether this build's
+    // kernels load on each; "<count> <result> <message>".
     int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    char msg[256];
-    if (e != cudaSuccess) n = 0;
-    std::snprintf(msg, sizeof(msg), "%d %s", n, e == cudaSuccess ? "ok" : cudaGetErrorString(e));
-    writeAll(p[1], msg, std::strlen(msg));
+    const anyrResult_t r = anyrCheckDevices(&n);
+    std::string msg = std::to_string(r == anyrSuccess ? n : 0) + " " + std::to_string(r) + " ";
+    msg += r == anyrSuccess ? "ok" : anyrGetLastError(nullptr);
+    writeAll(p[1], msg.data(), msg.size());
     ::_exit(0);
   }
   ::close(p[1]);
@@ -225,13 +226,17 @@ int countGpus(std::string* why) {
     ::waitpid(pid, &status, 0);
   }
   int n = 0;
-  char text[200] = {0};
-  if (std::sscanf(out.c_str(), "%d %199[^\n]", &n, text) < 1) {
-    if (why) *why = "could not query CUDA";
+  int result = 0;
+  int used = 0;
+  if (std::sscanf(out.c_str(), "%d %d %n", &n, &result, &used) < 2 || used <= 0) {
+    if (why) *why = "could not query CUDA (the check's process said nothing within 60 s)";
     return 0;
   }
+  std::string text = out.substr(static_cast<size_t>(used));
+  const std::string prefix = "anyrCheckDevices: ";
+  if (text.compare(0, prefix.size(), prefix) == 0) text = text.substr(prefix.size());
   if (why) *why = text;
-  return n;
+  return result == anyrSuccess ? n : 0;
 }
 
 std::string describeFailures(const std::vector<RankResult>& results) {

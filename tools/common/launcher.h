@@ -29,8 +29,10 @@ using RankMain = std::function<int(int rank, int nranks, const anyrUniqueId& id,
 // CUDA. timeoutSec bounds the whole run.
 std::vector<RankResult> runRanks(int nranks, const RankMain& body, double timeoutSec);
 
-// Number of CUDA devices, asked in a short-lived child so this process stays CUDA-free.
-// Returns 0 when there is none; *why then says what CUDA answered.
+// Number of GPUs this build can run on, asked in a short-lived child (anyrCheckDevices) so
+// this process stays CUDA-free. Returns 0 when there is no driver, no GPU, or a GPU without
+// kernels in this build; *why then holds the library's message (what is missing and what to
+// do), else "ok".
 int countGpus(std::string* why);
 
 // One line per failed rank ("rank 1: exit 3: <message>"); "" when all succeeded.

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/exit_codes.h"
 #include "common/launcher.h"
 #include "doctor.h"
 #include "doctor_run.h"
@@ -16,6 +17,7 @@ namespace anyr {
 namespace doctor {
 
 using nlohmann::json;
+using tool::kExitNoGpu;
 
 namespace {
 
@@ -100,15 +102,15 @@ int runDoctor(const RunOptions& o) {
   const int ngpus = launch::countGpus(&why);
   if (ngpus == 0) {
     std::fprintf(stderr,
-                 "anyreduce doctor: no CUDA GPU is visible (%s); nothing to measure "
-                 "(use --watch or --report FILE).\n",
+                 "anyreduce doctor: no usable GPU, nothing to measure (--report FILE needs "
+                 "none): %s\n",
                  why.c_str());
-    return 2;
+    return kExitNoGpu;
   }
   const int nranks = o.nranks > 0 ? o.nranks : ngpus;
   if (nranks < 2) {
     std::fprintf(stderr, "anyreduce doctor: needs at least 2 ranks (GPUs visible: %d)\n", ngpus);
-    return 2;
+    return kExitNoGpu;
   }
   const double t0 = monotonicSeconds();
   const std::string base = (o.jsonPath.empty() ? std::string("doctor.json") : o.jsonPath);
@@ -190,13 +192,16 @@ int runDoctor(const RunOptions& o) {
 int runWatch(const WatchOptions& o) {
   std::string why;
   if (!NvmlSampler::available(&why)) {
-    std::fprintf(stderr, "anyreduce doctor --watch: NVML is not available (%s)\n", why.c_str());
-    return 2;
+    std::fprintf(stderr,
+                 "anyreduce doctor --watch: no usable GPU: NVML, the NVIDIA driver's management "
+                 "library, is not available (%s); --watch needs the NVIDIA driver and a GPU\n",
+                 why.c_str());
+    return kExitNoGpu;
   }
   const int n = NvmlSampler::deviceCount();
   if (n == 0) {
-    std::fprintf(stderr, "anyreduce doctor --watch: NVML sees no GPU\n");
-    return 2;
+    std::fprintf(stderr, "anyreduce doctor --watch: no usable GPU: NVML sees none\n");
+    return kExitNoGpu;
   }
   json gpus = json::array();
   std::vector<int> idx;
