@@ -148,7 +148,13 @@ int rankMain(int rank, Shared* shared) {
   c.size = sizeof(c);
   c.magic = ANYR_COUNTERS_MAGIC;
   FAIL_IF(counters(twin, &c) != anyrSuccess, "anyrCommGetCounters failed");
-  FAIL_IF(c.capturedCalls == 0, "the captured all-reduce was not served by the twin");
+  auto query = lookup<decltype(&anyrCommQueryAlgorithm)>(anyreduce, "anyrCommQueryAlgorithm");
+  anyrAlgo_t algo = anyrAlgoNccl;
+  FAIL_IF(query == nullptr || query(twin, small, anyrFloat32, &algo) != anyrSuccess,
+          "anyrCommQueryAlgorithm failed");
+  // Served unless anyreduce's own choice at that size is NCCL (then forwarded, NCCL captures it).
+  FAIL_IF(algo != anyrAlgoNccl && c.capturedCalls == 0,
+          "the captured all-reduce was not served by the twin");
 
   // Large: anyreduce's choice (its own algorithm, or NCCL through the application's
   // communicator), exact either way.
