@@ -17,3 +17,6 @@ python3 "$LAYERS_PY" --strict include,src/base,src/device \
 # calls the doctor; the doctor never includes the command).
 python3 "$LAYERS_PY" --strict -I include -I tools -I src include tools/common tools/doctor \
   tools/anyreduce
+# The NCCL-compatible library (nccl/, its tests included) uses the public header only, as the
+# tools do: src/ is in no layer.
+python3 "$LAYERS_PY" --strict -I include -I nccl -I src include nccl
