@@ -121,9 +121,9 @@ if want bench; then
   timeout -k 10 500 "$A" bench -b 1K -e 256M -f 4 --samples 11 --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
   check "${PIPESTATUS[0]}" "bench"
   step "bench fp32 / fp16 (auto and nccl)"
-  timeout -k 10 300 "$A" bench -b 1K -e 16M -f 4 -d fp16,fp32 -a auto --samples 11 2>&1 | tee "$OUT/bench-dtypes.txt"
+  timeout -k 10 300 "$A" bench -b 1K -e 16M -f 4 -d fp16,fp32 --algos auto --samples 11 2>&1 | tee "$OUT/bench-dtypes.txt"
   step "bench eager launches"
-  timeout -k 10 300 "$A" bench -b 1K -e 16M -f 4 -a auto --no-graph --samples 11 2>&1 | tee "$OUT/bench-eager.txt"
+  timeout -k 10 300 "$A" bench -b 1K -e 16M -f 4 --algos auto --no-graph --samples 11 2>&1 | tee "$OUT/bench-eager.txt"
 fi
 
 if want torch; then
@@ -227,28 +227,28 @@ if want host; then
   check "${PIPESTATUS[0]}" "host link bandwidth"
   timeout -k 10 180 "$BUILD/tests/diag/anyr_host_phases" 2>&1 | tee "$OUT/host-phases.txt"
   check "${PIPESTATUS[0]}" "host phases"
-  timeout -k 10 500 env NCCL_P2P_DISABLE=1 "$A" bench -a host-oneshot,host-twoshot,host-copy,nccl \
+  timeout -k 10 500 env NCCL_P2P_DISABLE=1 "$A" bench --algos host-oneshot,host-twoshot,host-copy,nccl \
     -b 1K -e 16M -f 4 --samples 11 --json "$OUT/bench-host.json" 2>&1 | tee "$OUT/bench-host.txt"
   check "${PIPESTATUS[0]}" "host bench"
   step "host-memory transport: compressed wire at 4 and 16 MB (target: fp8 >= 1.6x native at 16 MB)"
   for w in native fp8 int8; do
-    timeout -k 10 300 env NCCL_P2P_DISABLE=1 "$A" bench -a host-oneshot,host-twoshot,host-copy \
+    timeout -k 10 300 env NCCL_P2P_DISABLE=1 "$A" bench --algos host-oneshot,host-twoshot,host-copy \
       -b 4M -e 16M -f 4 --samples 11 --wire $w 2>&1 | tee "$OUT/bench-host-wire-$w.txt"
   done
   step "host-copy: copy-engine chunk size (ANYR_HOST_COPY_CHUNK_BYTES) at 1, 4 and 16 MB"
   # HOST_QUICK=1 skips this sweep and the fused compositions at the end.
   [ -n "${HOST_QUICK:-}" ] || for c in 256K 512K 1M 2M 4M; do
-    timeout -k 10 200 env NCCL_P2P_DISABLE=1 ANYR_HOST_COPY_CHUNK_BYTES=$c "$A" bench -a host-copy \
+    timeout -k 10 200 env NCCL_P2P_DISABLE=1 ANYR_HOST_COPY_CHUNK_BYTES=$c "$A" bench --algos host-copy \
       -b 1M -e 16M -f 4 --samples 11 2>&1 | tee "$OUT/bench-host-copy-chunk-$c.txt"
   done
   # A 16 MB message is one launch at the default ANYR_HOST_LAUNCH_BYTES (16M); two 8 MB launches
   # show what a drain and refill of the pipeline costs, 64 MB what four launches cost.
-  timeout -k 10 200 env NCCL_P2P_DISABLE=1 ANYR_HOST_LAUNCH_BYTES=8M "$A" bench -a host-copy,host-twoshot,nccl \
+  timeout -k 10 200 env NCCL_P2P_DISABLE=1 ANYR_HOST_LAUNCH_BYTES=8M "$A" bench --algos host-copy,host-twoshot,nccl \
     -b 4M -e 16M -f 4 --samples 11 2>&1 | tee "$OUT/bench-host-copy-launch8M.txt"
-  timeout -k 10 300 env NCCL_P2P_DISABLE=1 "$A" bench -a host-copy,host-twoshot,nccl \
+  timeout -k 10 300 env NCCL_P2P_DISABLE=1 "$A" bench --algos host-copy,host-twoshot,nccl \
     -b 16M -e 64M -f 4 --samples 11 2>&1 | tee "$OUT/bench-host-copy-launch16M.txt"
   step "as a machine without peer access: ANYR_PEER_MEMORY=0, automatic choice vs NCCL without P2P"
-  timeout -k 10 300 env ANYR_PEER_MEMORY=0 NCCL_P2P_DISABLE=1 "$A" bench -a auto,nccl \
+  timeout -k 10 300 env ANYR_PEER_MEMORY=0 NCCL_P2P_DISABLE=1 "$A" bench --algos auto,nccl \
     -b 1K -e 64M -f 4 --samples 11 2>&1 | tee "$OUT/bench-nop2p-auto.txt"
   step "host-memory transport: fused all-reduce + add + RMSNorm (composition)"
   [ -n "${HOST_QUICK:-}" ] || for a in host-oneshot host-copy; do
@@ -314,7 +314,7 @@ if want pdl; then
       set -- $mode
       tag="pdl$1-early$2-r$round"
       [ "$round" = 1 ] && ANYR_PDL=$1 ANYR_PDL_EARLY=$2 timeout -k 10 120 "$A" explain 2>&1 | grep -i 'programmatic launch' | head -2
-      ANYR_PDL=$1 ANYR_PDL_EARLY=$2 timeout -k 10 200 "$A" bench -a oneshot-push,twoshot-push,auto,nccl \
+      ANYR_PDL=$1 ANYR_PDL_EARLY=$2 timeout -k 10 200 "$A" bench --algos oneshot-push,twoshot-push,auto,nccl \
         -b 1K -e 16M -f 4 --samples 11 2>&1 | tee "$OUT/$tag-bench.txt"
       check "${PIPESTATUS[0]}" "$tag bench"
       ANYR_PDL=$1 ANYR_PDL_EARLY=$2 timeout -k 10 200 "$A" bench --op add-rmsnorm --hidden 6144,7168 \
@@ -573,16 +573,16 @@ if want targets; then
     # The host transport as a machine without peer access gets it: no peer memory, and NCCL
     # (the baseline, and anyreduce's own fallback) through host memory.
     CUDA_VISIBLE_DEVICES=0,1 timeout -k 10 300 env ANYR_PEER_MEMORY=none NCCL_P2P_DISABLE=1 "$A" bench \
-      -a auto -b 1K -e 16M -f 2 --samples 11 --json "$TD/host.json" 2>&1 | tee "$OUT/targets-host.txt" | tail -3
+      --algos auto -b 1K -e 16M -f 2 --samples 11 --json "$TD/host.json" 2>&1 | tee "$OUT/targets-host.txt" | tail -3
     check "${PIPESTATUS[0]}" "targets: host bench"
     for w in native fp8; do
       CUDA_VISIBLE_DEVICES=0,1 timeout -k 10 200 env ANYR_PEER_MEMORY=none NCCL_P2P_DISABLE=1 "$A" bench \
-        -a auto -b 16M -e 16M --wire "$w" --samples 11 --json "$TD/host-wire-$w.json" 2>&1 | tail -2
+        --algos auto -b 16M -e 16M --wire "$w" --samples 11 --json "$TD/host-wire-$w.json" 2>&1 | tail -2
       check "${PIPESTATUS[0]}" "targets: host bench --wire $w"
     done
   fi
   if [ "$NGPU" -ge 8 ]; then
-    CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 timeout -k 10 400 "$A" bench -a auto -b 1K -e 256M -f 2 \
+    CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 timeout -k 10 400 "$A" bench --algos auto -b 1K -e 256M -f 2 \
       --samples 11 --json "$TD/ar-8.json" 2>&1 | tee "$OUT/targets-ar-8.txt" | tail -3
     check "${PIPESTATUS[0]}" "targets: all-reduce bench at 8 ranks"
     CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 timeout -k 10 300 "$A" bench --op add-rmsnorm --hidden 6144,7168 \

@@ -23,9 +23,9 @@ ngpu=$(nvidia-smi -L | grep -c '^GPU')
 if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then
   ngpu=$(printf '%s' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c . || true)
 fi
-if [ "$ngpu" -lt 2 ] && [[ " $* " != *" -n "* && " $* " != *" --nranks"* ]]; then
+if [ "$ngpu" -lt 2 ] && [[ " $* " != *" --ranks"* && " $* " != *" --nranks"* ]]; then
   echo "anyreduce: $ngpu GPU visible: probed; an all-reduce benchmark needs two or more GPUs, so"
-  echo "           none ran (bench -n N runs N ranks sharing the GPUs: correctness, not speed)."
+  echo "           none ran (bench --ranks N runs N ranks sharing the GPUs: correctness, not speed)."
   exit 0
 fi
 "$BUILD/tools/anyreduce" bench "$@"

@@ -104,8 +104,8 @@ expect_parsed bench --op add-rmsnorm --quant nvfp4 --quant-only
 expect_parsed bench --op add-rmsnorm --quant fp8 --quant-only
 
 # Lists and sizes checked before any buffer is made for them, output files before the run.
-expect_rejected "--algos: names no algorithm" bench -a ""
-expect_rejected "--dtypes: names no dtype" bench -d ""
+expect_rejected "--algos: names no algorithm" bench --algos ""
+expect_rejected "--datatype: names no dtype" bench -d ""
 expect_rejected "--hidden: 20000 is not a multiple of 8 in 128..16384" bench --op add-rmsnorm --hidden 20000
 expect_rejected "--hidden: 100 is not a multiple of 8" bench --op add-rmsnorm --hidden 100
 expect_rejected "--hidden: 4104 is not a multiple of 16" bench --op add-rmsnorm --quant nvfp4 --hidden 4104
@@ -113,7 +113,7 @@ expect_parsed bench --op add-rmsnorm --hidden 4104
 expect_rejected "--hidden: 130 is not a multiple of 8" tune --hidden 130
 expect_rejected "--json: cannot write '/nonexistent-dir/x.json'" bench --json /nonexistent-dir/x.json
 expect_rejected "--output: cannot write '/nonexistent-dir/x.json'" tune -o /nonexistent-dir/x.json
-expect_rejected "--nranks" explain -n -3
+expect_rejected "--ranks" explain --ranks -3
 expect_rejected "--algo: only with --topology" explain --algo nccl
 expect_rejected "--no-nccl: only with --topology" explain --no-nccl
 expect_rejected "--hidden" doctor --hidden 0

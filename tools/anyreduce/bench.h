@@ -3,12 +3,14 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
+#include "common/bench_table.h"
 #include "common/comm_flags.h"
 
 namespace anyr {
@@ -19,18 +21,23 @@ struct BenchOptions {
   uint64_t maxBytes = 256ull << 20;
   double factor = 2.0;
   std::vector<anyrDataType_t> dtypes = {anyrBfloat16};
-  std::vector<std::string> algos;  // names (anyrAlgoName); the command line's -a, with its default
-  int nranks = 0;                  // 0: one per visible GPU
-  bool graph = true;
-  bool inPlace = false;
-  int calls = 20;    // calls per timed sample (per graph)
-  int samples = 25;  // timed samples; the median is reported
-  int warmup = 5;
-  int timeoutMs = 0;  // 0: the library default / ANYR_TIMEOUT_MS
-  int wire = -1;      // anyrWire_t of the host-memory algorithms; -1: ANYR_WIRE / native
-  CommFlags comm;     // --max-blocks, --fused-cluster, --peer-memory
+  std::vector<std::string> algos;  // names (anyrAlgoName); --algos, with its default
+  int nranks = 0;                  // --ranks; 0: one per visible GPU
+  int gpus = 0;                    // -g: this many GPUs, one rank each; 0: not given
+  bool graph = true;               // -G N > 0 (N timed replays); -G 0 / --no-graph: eager
+  int calls = 20;                  // -n: calls per timed sample (per graph)
+  int samples = 25;                // timed samples (-G or --samples); the median is reported
+  int warmup = 5;                  // -w: untimed samples before the timed ones
+  int check = 1;                   // -c: correctness checks per size and group (0: none)
+  RankAverage average = RankAverage::kMean;  // -a: how the ranks' times combine
+  int timeoutMs = 0;                         // 0: the library default / ANYR_TIMEOUT_MS
+  int wire = -1;   // anyrWire_t of the host-memory algorithms; -1: ANYR_WIRE / native
+  CommFlags comm;  // --max-blocks, --fused-cluster, --peer-memory
   double timeoutSec = 1800;
+  // --json FILE: jsonPath; a bare --json: jsonStdout (the JSON on stdout, no text table).
   std::string jsonPath;
+  bool jsonStdout = false;
+  bool progress = false;  // the progress line on stderr (a terminal, no --json)
   // --op add-rmsnorm
   std::string op = "allreduce";
   anyrQuant_t quant = anyrQuantNone;
@@ -52,11 +59,21 @@ struct TuneCliOptions {
   double timeoutSec = 1800;
   int timeoutMs = 0;  // as BenchOptions': 0 the library default
   CommFlags comm;     // as BenchOptions': the communicator's config
+  // --json FILE: the summary as JSON there; a bare --json: on stdout instead of the text.
+  std::string jsonPath;
+  bool jsonStdout = false;
+  bool progress = false;  // as BenchOptions'
 };
 int runTune(const TuneCliOptions& t);
 
+// `bench --load FILE`: prints a record `bench --json` wrote as the run printed it (no GPU);
+// with a bare --json, the record (bandwidths recomputed) on stdout. Exit code
+// (common/exit_codes.h): 1 when the file cannot be read or is not such a record, 4 when it holds
+// a wrong result (as the run did), else 0.
+int printBenchRecord(const std::string& path, const BenchOptions& o);
+
 // Runs the benchmark; returns the process exit code (common/exit_codes.h: 0 ok, 3 no usable
-// GPU, 5 a dispatch check over its limit, 1 other failures).
+// GPU, 4 a wrong result, 5 a dispatch check over its limit, 1 other failures).
 int runBench(const BenchOptions& o);
 
 // Runs body(rank, nranks, id, ngpus, report) in one process per rank (nranksOpt, or one per
@@ -64,9 +81,13 @@ int runBench(const BenchOptions& o);
 // without a usable GPU or with fewer than 2 ranks (with a message), 5 when a rank returned 5 (a
 // dispatch check failed), 1 for any other failure, 0 when every rank returned 0.
 using RankReport = std::function<void(const std::string&)>;
+// Notes for the reader (ranks sharing GPUs) go to `notes`: stdout, or stderr when stdout
+// carries JSON. gpusOpt > 0 (bench -g): that many GPUs, one rank each; more than are visible
+// is refused (exit 2).
 int runAllRanks(
     int nranksOpt, double timeoutSec, const char* what,
-    const std::function<int(int, int, const anyrUniqueId&, int, const RankReport&)>& body);
+    const std::function<int(int, int, const anyrUniqueId&, int, const RankReport&)>& body,
+    FILE* notes = stdout, int gpusOpt = 0);
 
 // "4K", "16M", "1G" for whole KiB / MiB / GiB, else the byte count.
 std::string fmtBytes(uint64_t b);

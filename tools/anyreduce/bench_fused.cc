@@ -19,6 +19,7 @@
 #include "bench.h"
 #include "common/data.h"
 #include "common/nvfp4_layout.h"
+#include "common/progress.h"
 #include "common/timing.h"
 
 namespace anyr {
@@ -72,7 +73,12 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
   // normOut of every call: NULL with --quant-only.
   const bool quantOnly = o.quantOnly && o.quant != anyrQuantNone;
   void* const normOut = quantOnly ? nullptr : norm;
-  if (rank == 0) {
+  // The table is rank 0's, on stdout unless the JSON goes there (a bare --json).
+  const bool text = rank == 0 && !o.jsonStdout;
+  ProgressLine progress("bench", static_cast<double>(o.hiddens.size() * o.tokens.size()),
+                        rank == 0 && o.progress);
+  double done = 0;
+  if (text) {
     std::printf(
         "# anyreduce bench --op add-rmsnorm: %d ranks, %s, quant %s%s, residual in place, %s, "
         "%d calls x %d samples (median, mean over ranks)\n",
@@ -82,7 +88,7 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
     std::printf(
         "# fused: anyrAllReduceAddRmsNorm (auto). nccl+k: ncclAllReduce + anyrAddRmsNorm. "
         "own+k: anyrAllReduce + anyrAddRmsNorm.\n");
-    std::printf("%7s %7s %10s %10s %10s %9s %9s %7s  %s\n", "hidden", "tokens", "fused(us)",
+    std::printf("#%6s %7s %10s %10s %10s %9s %9s %7s  %s\n", "hidden", "tokens", "fused(us)",
                 "nccl+k", "own+k", "vs nccl", "vs own", "#wrong", "path (rank 0)");
   }
   nlohmann::json rows = nlohmann::json::array();
@@ -91,6 +97,8 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
   for (size_t hidden : o.hiddens) {
     for (size_t tokens : o.tokens) {
       const size_t elems = hidden * tokens;
+      progress.update(done, "add-rmsnorm hidden " + std::to_string(hidden) + " tokens " +
+                                std::to_string(tokens));
       ++seed;
       BENCH_CUDA(data::fillInput(dt, partial, elems, rank, seed, data::kSmallInts, s));
       BENCH_CUDA(data::fillInput(dt, residual, elems, 100, seed, data::kSmallInts, s));
@@ -188,16 +196,26 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       const double f = stats[0] / nranks, ow = stats[1] / nranks,
                    nc = nccl ? stats[2] / nranks : -1;
       wrongTotal += stats[3] > 0 ? 1 : 0;
+      done += 1;
       if (rank == 0) {
         char ncCol[32] = "-", vsNc[32] = "-";
         if (nc > 0) {
           std::snprintf(ncCol, sizeof(ncCol), "%.2f", nc);
           std::snprintf(vsNc, sizeof(vsNc), "%.2fx", nc / f);
         }
-        std::printf("%7zu %7zu %10.2f %10s %10.2f %9s %8.2fx %7.0f  %s\n", hidden, tokens, f, ncCol,
-                    ow, vsNc, ow / f, stats[3], path.c_str());
-        std::fflush(stdout);
+        if (text) {
+          progress.clear();
+          std::printf("%7zu %7zu %10.2f %10s %10.2f %9s %8.2fx %7.0f  %s\n", hidden, tokens, f,
+                      ncCol, ow, vsNc, ow / f, stats[3], path.c_str());
+          std::fflush(stdout);
+        }
+        // algbw and busbw of the fused call: its all-reduced message over its time.
+        const uint64_t bytes = elems * 2;
+        const double algbw = algBandwidthGBs(bytes, f);
         rows.push_back({{"hidden", hidden},
+                        {"bytes", bytes},
+                        {"algbw", algbw},
+                        {"busbw", busBandwidthGBs(algbw, nranks)},
                         {"tokens", tokens},
                         {"fusedUs", f},
                         {"path", path},
@@ -207,17 +225,23 @@ int fusedBenchRank(const BenchOptions& o, int rank, int nranks, const anyrUnique
       }
     }
   }
-  if (rank == 0) {
+  progress.clear();
+  if (text) {
     std::printf("# %s\n", wrongTotal
                               ? "FAILED: fused and unfused outputs differ (#wrong)"
                               : "fused outputs bit-identical to the unfused ones on every rank");
-    if (!o.jsonPath.empty()) {
+  }
+  if (rank == 0 && (o.jsonStdout || !o.jsonPath.empty())) {
+    const nlohmann::json j = {{"op", "add-rmsnorm"},
+                              {"quant", quantName},
+                              {"normOut", !quantOnly},
+                              {"nranks", nranks},
+                              {"points", rows}};
+    if (o.jsonStdout) {
+      std::printf("%s\n", j.dump(2).c_str());
+      std::fflush(stdout);
+    } else {
       std::ofstream f(o.jsonPath);
-      nlohmann::json j = {{"op", "add-rmsnorm"},
-                          {"quant", quantName},
-                          {"normOut", !quantOnly},
-                          {"nranks", nranks},
-                          {"points", rows}};
       f << j.dump(2) << "\n";
       if (!f) {
         std::fprintf(stderr, "anyreduce bench: could not write --json %s\n", o.jsonPath.c_str());

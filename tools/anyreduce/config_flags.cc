@@ -53,6 +53,7 @@ void addConfigFlags(CLI::App* cmd, CommFlags* flags) {
   cmd->add_option("--peer-memory", flags->peerMemory,
                   "How the ranks map each other's workspace (config.peerMemory; overrides "
                   "ANYR_PEER_MEMORY): none, auto, cuda-ipc or vmm")
+      ->type_name("none|auto|cuda-ipc|vmm")  // words, though the field is an int
       ->transform(CLI::Validator(
           [](std::string& text) {
             anyrPeerMemory_t k = anyrPeerMemoryAuto;

@@ -21,6 +21,7 @@
 #include "common/api.h"
 #include "common/exit_codes.h"
 #include "common/launcher.h"
+#include "common/progress.h"
 #include "common/timing.h"
 
 namespace anyr {
@@ -46,74 +47,86 @@ std::string ncclPathOf(const json& op) {
   return "";
 }
 
-struct Progress {
-  bool tty = false;
-};
-
+// The library's tuning progress (rank 0, after every measured point) on the progress line.
 void printProgress(int done, int total, const char* what, void* arg) {
-  const Progress& p = *static_cast<const Progress*>(arg);
-  if (p.tty) {
-    std::fprintf(stderr, "\r[%4d/%4d] %3d%%  %-60s", done, total, 100 * done / total, what);
-    if (done == total) std::fprintf(stderr, "\n");
-  } else {
-    std::fprintf(stderr, "[%4d/%4d] %s\n", done, total, what);
-  }
-  std::fflush(stderr);
+  ProgressLine& line = *static_cast<ProgressLine*>(arg);
+  line.setTotal(total);
+  line.update(done, what);
 }
 
 }  // namespace
 
 int runTune(const TuneCliOptions& t) {
-  return runAllRanks(t.nranks, t.timeoutSec, "tune",
-                     [&](int rank, int n, const anyrUniqueId& id, int ngpus, const RankReport&) {
-                       BenchOptions bo;
-                       bo.timeoutMs = t.timeoutMs;
-                       bo.comm = t.comm;
-                       void* nccl = nullptr;
-                       anyrComm_t comm = openBenchComm(bo, rank, n, id, ngpus, &nccl);
-                       anyrTuneOptions_t o = ANYR_TUNE_OPTIONS_INITIALIZER;
-                       o.minBytes = t.minBytes;
-                       o.maxBytes = t.maxBytes;
-                       o.hidden = t.hidden;
-                       o.maxTokens = t.maxTokens;
-                       o.budgetMs = t.budgetMs;
-                       o.calls = t.calls;
-                       o.samples = t.samples;
-                       Progress progress;
-                       progress.tty = isatty(fileno(stderr)) != 0;
-                       o.progress = printProgress;
-                       o.progressArg = &progress;
-                       // Rank 0 writes the table; it prints it from the file it wrote.
-                       BENCH_ANYR(anyrCommTuneWithOptions(comm, &o, t.output.c_str()), comm);
-                       if (rank == 0) {
-                         if (progress.tty) std::fprintf(stderr, "\n");
-                         std::printf("tuning table written to %s (use ANYR_TUNING_FILE=%s)\n\n",
-                                     t.output.c_str(), t.output.c_str());
-                         std::ifstream file(t.output);
-                         const json table = json::parse(file);
-                         for (const auto& op : describePaths(comm)["ops"]) {
-                           const std::string name = op["op"].get<std::string>();
-                           const std::string ncclPath = ncclPathOf(op);
-                           std::printf("%s:\n", name.c_str());
-                           for (const auto& p : table.at("ops").at(name)) {
-                             const std::string choice = p["choice"].get<std::string>();
-                             double ncclUs = -1, best = -1;
-                             for (const auto& [path, us] : p["timesUs"].items()) {
-                               if (path == ncclPath) ncclUs = us.get<double>();
-                               if (path == choice) best = us.get<double>();
-                             }
-                             std::printf("  %8s  %-22s %9.2f us",
-                                         fmtBytes(p["bytes"].get<uint64_t>()).c_str(),
-                                         choice.c_str(), best);
-                             if (ncclUs > 0)
-                               std::printf("   NCCL %9.2f us (%.2fx)", ncclUs, ncclUs / best);
-                             std::printf("\n");
-                           }
-                         }
-                       }
-                       if (anyrCommDestroy(comm) != anyrSuccess) return 3;
-                       return 0;
-                     });
+  return runAllRanks(
+      t.nranks, t.timeoutSec, "tune",
+      [&](int rank, int n, const anyrUniqueId& id, int ngpus, const RankReport& report) {
+        BenchOptions bo;
+        bo.timeoutMs = t.timeoutMs;
+        bo.comm = t.comm;
+        void* nccl = nullptr;
+        anyrComm_t comm = openBenchComm(bo, rank, n, id, ngpus, &nccl);
+        anyrTuneOptions_t o = ANYR_TUNE_OPTIONS_INITIALIZER;
+        o.minBytes = t.minBytes;
+        o.maxBytes = t.maxBytes;
+        o.hidden = t.hidden;
+        o.maxTokens = t.maxTokens;
+        o.budgetMs = t.budgetMs;
+        o.calls = t.calls;
+        o.samples = t.samples;
+        // The total is the library's, known at its first report.
+        ProgressLine progress("tune", 1, rank == 0 && t.progress);
+        o.progress = printProgress;
+        o.progressArg = &progress;
+        // Rank 0 writes the table; it prints it from the file it wrote.
+        BENCH_ANYR(anyrCommTuneWithOptions(comm, &o, t.output.c_str()), comm);
+        progress.clear();
+        if (rank == 0) {
+          const bool text = !t.jsonStdout;
+          if (text) {
+            std::printf("tuning table written to %s (use ANYR_TUNING_FILE=%s)\n\n",
+                        t.output.c_str(), t.output.c_str());
+          }
+          std::ifstream file(t.output);
+          const json table = json::parse(file);
+          json summary = {{"output", t.output}, {"nranks", n}, {"ops", json::object()}};
+          for (const auto& op : describePaths(comm)["ops"]) {
+            const std::string name = op["op"].get<std::string>();
+            const std::string ncclPath = ncclPathOf(op);
+            if (text) std::printf("%s:\n", name.c_str());
+            json points = json::array();
+            for (const auto& p : table.at("ops").at(name)) {
+              const std::string choice = p["choice"].get<std::string>();
+              double ncclUs = -1, best = -1;
+              for (const auto& [path, us] : p["timesUs"].items()) {
+                if (path == ncclPath) ncclUs = us.get<double>();
+                if (path == choice) best = us.get<double>();
+              }
+              const uint64_t bytes = p["bytes"].get<uint64_t>();
+              points.push_back(
+                  {{"bytes", bytes}, {"choice", choice}, {"us", best}, {"ncclUs", ncclUs}});
+              if (!text) continue;
+              std::printf("  %8s  %-22s %9.2f us", fmtBytes(bytes).c_str(), choice.c_str(), best);
+              if (ncclUs > 0) std::printf("   NCCL %9.2f us (%.2fx)", ncclUs, ncclUs / best);
+              std::printf("\n");
+            }
+            summary["ops"][name] = points;
+          }
+          if (t.jsonStdout) {
+            std::printf("%s\n", summary.dump(2).c_str());
+          } else if (!t.jsonPath.empty()) {
+            std::ofstream f(t.jsonPath);
+            f << summary.dump(2) << "\n";
+            if (!f) {
+              report("could not write " + t.jsonPath);
+              return 1;
+            }
+          }
+          std::fflush(stdout);
+        }
+        if (anyrCommDestroy(comm) != anyrSuccess) return 3;
+        return 0;
+      },
+      t.jsonStdout ? stderr : stdout);
 }
 
 int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUniqueId& id,
@@ -166,15 +179,22 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
   }
   for (size_t t : tokens) items.push_back({fusedOp, t * hidden * 2, t});
 
-  if (rank == 0) {
+  // The table is rank 0's, on stdout unless the JSON goes there (a bare --json).
+  const bool text = rank == 0 && !o.jsonStdout;
+  ProgressLine progress("check-dispatch", static_cast<double>(items.size()),
+                        rank == 0 && o.progress);
+  double done = 0;
+  if (text) {
     std::printf("# anyreduce bench --check-dispatch: %d ranks, %s table, limit %.2fx %s\n", nranks,
                 tuned ? "TUNED" : "SEED-ONLY", limit, tuned ? "the fastest candidate" : "NCCL");
-    std::printf("%-18s %8s %6s  %-22s %9s  %-22s %9s %9s %7s  %s\n", "op", "size", "tokens",
+    std::printf("#%-17s %8s %6s  %-22s %9s  %-22s %9s %9s %7s  %s\n", "op", "size", "tokens",
                 "fastest", "us", "dispatched", "us", "nccl(us)", "ratio", "verdict");
   }
   int failures = 0;
   json rows = json::array();
   for (const Item& it : items) {
+    progress.update(done, it.op + " " + fmtBytes(it.bytes));
+    done += 1;
     auto call = [&] {
       if (it.op == allReduceOp) {
         BENCH_ANYR(anyrAllReduce(in, out, it.bytes / 2, anyrBfloat16, anyrSum, comm, s), comm);
@@ -234,11 +254,15 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
     }
     if (!ok) ++failures;
     if (rank == 0) {
-      std::printf("%-18s %8s %6s  %-22s %9.2f  %-22s %9.2f %9.2f %6.3fx  %s\n", op,
-                  fmtBytes(it.bytes).c_str(), it.tokens ? std::to_string(it.tokens).c_str() : "-",
-                  paths[best].c_str(), times[best], dispatched.c_str(), dUs, ncclUs, ratio,
-                  ok ? "ok" : "FAIL");
-      std::fflush(stdout);
+      if (text) {
+        progress.clear();
+        std::printf("%-18s %8s %6s  %-22s %9.2f  %-22s %9.2f %9.2f %6.3fx  %s\n", op,
+                    fmtBytes(it.bytes).c_str(), it.tokens ? std::to_string(it.tokens).c_str() : "-",
+                    paths[best].c_str(), times[best], dispatched.c_str(), dUs, ncclUs, ratio,
+                    ok ? "ok" : "FAIL");
+        std::fflush(stdout);
+      }
+      const double algbw = algBandwidthGBs(it.bytes, dUs);
       json cand = json::object();
       for (size_t i = 0; i + 1 < k; ++i) cand[paths[i]] = times[i];
       rows.push_back({{"op", it.op},
@@ -247,18 +271,26 @@ int checkDispatchRank(const BenchOptions& o, int rank, int nranks, const anyrUni
                       {"candidatesUs", cand},
                       {"dispatched", dispatched},
                       {"dispatchedUs", dUs},
+                      {"algbw", algbw},
+                      {"busbw", busBandwidthGBs(algbw, nranks)},
                       {"ncclUs", ncclUs},
                       {"ok", ok}});
     }
   }
-  if (rank == 0) {
+  progress.clear();
+  if (text) {
     std::printf("# %s: %d of %zu points over the limit (%.2fx %s)\n",
                 failures ? "FAILED" : "PASSED", failures, items.size(), limit,
                 tuned ? "the fastest candidate" : "NCCL");
-    if (!o.jsonPath.empty()) {
+  }
+  if (rank == 0) {
+    const json record = {{"nranks", nranks}, {"tuned", tuned}, {"limit", limit}, {"points", rows}};
+    if (o.jsonStdout) {
+      std::printf("%s\n", record.dump(2).c_str());
+      std::fflush(stdout);
+    } else if (!o.jsonPath.empty()) {
       std::ofstream f(o.jsonPath);
-      f << json({{"nranks", nranks}, {"tuned", tuned}, {"limit", limit}, {"points", rows}}).dump(2)
-        << "\n";
+      f << record.dump(2) << "\n";
       if (!f) {
         std::fprintf(stderr, "anyreduce bench: could not write --json %s\n", o.jsonPath.c_str());
         ++failures;

@@ -4,7 +4,9 @@
 #include <memory>
 #include <sstream>
 
+#include "cli_common.h"
 #include "common/api.h"
+#include "common/progress.h"
 #include "config_flags.h"
 #include "doctor/doctor.h"
 
@@ -36,16 +38,19 @@ std::vector<int> parseInts(const std::string& text, const char* what, int lo, in
 
 struct Args {
   std::string preset = "glm", batches = "1,8,32", sweep = "1,2,4,8,16,32,64,128,256";
-  std::string sustain = "2s", watch, report, json = "doctor.json", html = "doctor.html";
+  std::string sustain = "2s", watch, report, html = "doctor.html";
   int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, intermediate = 0;
   int experts = -1, topk = 0, moeIntermediate = 0, sharedExperts = -1, denseLayers = -1;
   int shardAs = 0, nranks = 0, samples = 15, sampleMs = 0, timeoutMs = 0;
   tool::CommFlags comm;  // -1: the environment's
-  bool jsonSet = false, htmlSet = false;
+  bool htmlSet = false;
+  JsonFlag jsonFlag;  // --json [FILE]: given with FILE, json is FILE; bare: JSON on stdout
 };
 
 int runParsed(const Args& a, const std::string& command) {
-  if (!a.report.empty()) return doctor::reportFromFile(a.report, a.html);
+  const bool jsonStdout = a.jsonFlag.toStdout();
+  requireWritable(a.jsonFlag.path, "--json");
+  if (!a.report.empty()) return doctor::reportFromFile(a.report, a.html, jsonStdout);
   if (!a.watch.empty()) {
     doctor::WatchOptions w;
     if (!doctor::parseDuration(a.watch, &w.seconds)) {
@@ -53,7 +58,9 @@ int runParsed(const Args& a, const std::string& command) {
                                  "'" + a.watch + "' is not a duration (e.g. 30s, 500ms, 2m)");
     }
     if (a.sampleMs > 0) w.sampleMs = a.sampleMs;
-    w.jsonPath = a.jsonSet ? a.json : "doctor-watch.json";
+    w.jsonPath = a.jsonFlag.toFile() ? a.jsonFlag.path : "doctor-watch.json";
+    w.jsonStdout = jsonStdout;
+    w.progress = progressWanted(a.jsonFlag.given());
     w.htmlPath = a.htmlSet ? a.html : "doctor-watch.html";
     w.command = command;
     return doctor::runWatch(w);
@@ -106,7 +113,9 @@ int runParsed(const Args& a, const std::string& command) {
   if (a.sampleMs > 0) o.sampleMs = a.sampleMs;
   o.timeoutMs = a.timeoutMs;
   o.comm = a.comm;
-  o.jsonPath = a.json;
+  o.jsonPath = a.jsonFlag.toFile() ? a.jsonFlag.path : "doctor.json";
+  o.jsonStdout = jsonStdout;
+  o.progress = progressWanted(a.jsonFlag.given());
   o.htmlPath = a.html;
   o.command = command;
   return doctor::runDoctor(o);
@@ -144,8 +153,7 @@ std::function<int()> addDoctorCommand(CLI::App& app, int argc, char** argv) {
                 "Per-GPU shapes of a deployment sharded this many ways (default: the number of "
                 "ranks); the all-reduced message is batch x hidden either way")
       ->check(CLI::Range(1, 64));
-  d->add_option("-n,--nranks", a->nranks, "World size (default: one rank per visible GPU)")
-      ->check(CLI::Range(2, 64));
+  addRanksFlag(d, &a->nranks, "World size (default: one rank per visible GPU)", 2, 64, true);
   d->add_option("--samples", a->samples, "Timed graph replays per figure; median (default 15)")
       ->check(CLI::Range(1, 10000));
   d->add_option("--sustain", a->sustain,
@@ -162,9 +170,8 @@ std::function<int()> addDoctorCommand(CLI::App& app, int argc, char** argv) {
                 "runs, and flag the starvation signature; no run of our own");
   d->add_option("--report", a->report,
                 "Print the verdict and write the HTML report from this measurement JSON");
-  d->add_option("--json", a->json,
-                "Write the measurement here (default doctor.json; with --watch doctor-watch.json)")
-      ->each([a](const std::string&) { a->jsonSet = true; });
+  addJsonFlag(d, &a->jsonFlag,
+              "the measurement (default doctor.json; with --watch doctor-watch.json)");
   d->add_option("--html", a->html,
                 "Write the HTML report here (default doctor.html; with --watch doctor-watch.html)")
       ->each([a](const std::string&) { a->htmlSet = true; });

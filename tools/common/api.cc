@@ -64,6 +64,13 @@ bool parsePeerMemory(const std::string& name, anyrPeerMemory_t* out) {
   return parseNamed(name, anyrNumPeerMemories, anyrPeerMemoryName, out);
 }
 
+std::string libraryVersion() {
+  int v = 0;
+  if (anyrGetVersion(&v) != anyrSuccess) return "unknown";
+  return std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." +
+         std::to_string(v % 100);
+}
+
 bool parseSize(const std::string& text, uint64_t* out) {
   size_t v = 0;
   if (anyrParseSize(text.c_str(), &v) != anyrSuccess) return false;

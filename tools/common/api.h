@@ -41,6 +41,8 @@ bool parseAlgo(const std::string& name, anyrAlgo_t* out);
 std::string algoNames();
 // "none", "auto", "cuda-ipc", "vmm" (anyrPeerMemoryName) -> anyrPeerMemory_t.
 bool parsePeerMemory(const std::string& name, anyrPeerMemory_t* out);
+// The library's version, "0.1.0" (anyrGetVersion).
+std::string libraryVersion();
 // A size as the library's environment variables take it ("4096", "64K", "8M"; anyrParseSize).
 bool parseSize(const std::string& text, uint64_t* out);
 

@@ -15,13 +15,16 @@ constexpr int kExitUsage = 2;
 // no kernels for (the library's check says which and what to do), or fewer GPUs than the
 // command needs.
 constexpr int kExitNoGpu = 3;
+// bench: a result was wrong (the table's #wrong column above 0; nccl-tests' "out of bounds").
+constexpr int kExitWrongResult = 4;
 // bench --check-dispatch: the dispatched choice was slower than its bound.
 constexpr int kExitDispatchSlow = 5;
 
 inline const char* exitCodesHelp() {
   return "Exit status: 0 done; 1 the run failed; 2 the command line was refused; 3 this "
          "machine cannot run it (no NVIDIA driver or GPU, a GPU this build has no kernels for, "
-         "or too few GPUs); 5 bench --check-dispatch found the dispatched choice too slow.\n";
+         "or too few GPUs); 4 bench found a wrong result; 5 bench --check-dispatch found the "
+         "dispatched choice too slow.\n";
 }
 
 }  // namespace tool

@@ -52,6 +52,8 @@ struct RunOptions {
   double timeoutSec = 900;
   std::vector<int> sweepTokens = {1, 2, 4, 8, 16, 32, 64, 128, 256};
   std::string jsonPath = "doctor.json";
+  bool jsonStdout = false;  // the measurement on stdout; the verdict then goes to stderr
+  bool progress = false;    // the progress line on stderr (a terminal, no --json)
   std::string htmlPath = "doctor.html";
   std::string command;  // as typed, for the report
 };
@@ -60,6 +62,8 @@ struct WatchOptions {
   double seconds = 30;
   int sampleMs = 100;
   std::string jsonPath = "doctor-watch.json";
+  bool jsonStdout = false;  // as RunOptions'
+  bool progress = false;    // as RunOptions'
   std::string htmlPath = "doctor-watch.html";
   std::string command;
 };
@@ -68,8 +72,10 @@ struct WatchOptions {
 int runDoctor(const RunOptions& o);
 // NVML watch of every GPU; same outputs. Process exit code.
 int runWatch(const WatchOptions& o);
-// Report from an existing measurement file (no GPU needed). Process exit code.
-int reportFromFile(const std::string& jsonPath, const std::string& htmlPath);
+// Report from an existing measurement file (no GPU needed); with jsonStdout the measurement is
+// printed on stdout and the verdict on stderr. Process exit code.
+int reportFromFile(const std::string& jsonPath, const std::string& htmlPath,
+                   bool jsonStdout = false);
 
 // ---- From JSON (doctor_report.cc) ----
 // Merges the ranks' figures (doctor_run.cc writes one object per rank): times are means over

@@ -9,6 +9,7 @@
 
 #include "common/exit_codes.h"
 #include "common/launcher.h"
+#include "common/progress.h"
 #include "doctor.h"
 #include "doctor_run.h"
 #include "nvml_sampler.h"
@@ -79,19 +80,27 @@ std::string hostName() {
   return b;
 }
 
-void writeOutputs(const json& m, const std::string& jsonPath, const std::string& htmlPath) {
-  if (!jsonPath.empty()) {
+// The measurement to jsonPath (or, with jsonStdout, on stdout), the verdict, the HTML report.
+// The verdict and the report's name go to stdout, or to stderr when stdout carries the JSON.
+void writeOutputs(const json& m, const std::string& jsonPath, const std::string& htmlPath,
+                  bool jsonStdout) {
+  FILE* const text = jsonStdout ? stderr : stdout;
+  if (jsonStdout) {
+    std::printf("%s\n", m.dump(1).c_str());
+    std::fflush(stdout);
+  } else if (!jsonPath.empty()) {
     std::ofstream f(jsonPath);
     f << m.dump(1) << "\n";
     if (!f) throw std::runtime_error("cannot write " + jsonPath);
   }
-  std::printf("%s", verdictText(m).c_str());
+  std::fprintf(text, "%s", verdictText(m).c_str());
   if (!htmlPath.empty()) {
     std::ofstream f(htmlPath);
     f << renderHtml(m);
     if (!f) throw std::runtime_error("cannot write " + htmlPath);
-    std::printf("\nreport: %s%s%s\n", htmlPath.c_str(),
-                jsonPath.empty() ? "" : ", measurement: ", jsonPath.c_str());
+    const bool named = !jsonStdout && !jsonPath.empty();
+    std::fprintf(text, "\nreport: %s%s%s\n", htmlPath.c_str(), named ? ", measurement: " : "",
+                 named ? jsonPath.c_str() : "");
   }
 }
 
@@ -115,12 +124,13 @@ int runDoctor(const RunOptions& o) {
   const double t0 = monotonicSeconds();
   const std::string base = (o.jsonPath.empty() ? std::string("doctor.json") : o.jsonPath);
   auto rankFile = [&](int r) { return base + ".rank" + std::to_string(r) + ".tmp"; };
-  std::printf("anyreduce doctor: preset %s, %d layers, batches", o.shape.preset.c_str(),
-              o.shape.layers);
-  for (int b : o.batches) std::printf(" %d", b);
-  std::printf(", %d ranks; measuring (this takes about %d s)...\n", nranks,
-              static_cast<int>(o.batches.size() * 2 * (o.sustainMs / 1000.0 + 1) + 10));
-  std::fflush(stdout);
+  FILE* const text = o.jsonStdout ? stderr : stdout;
+  std::fprintf(text, "anyreduce doctor: preset %s, %d layers, batches", o.shape.preset.c_str(),
+               o.shape.layers);
+  for (int b : o.batches) std::fprintf(text, " %d", b);
+  std::fprintf(text, ", %d ranks; measuring (this takes about %d s)...\n", nranks,
+               static_cast<int>(o.batches.size() * 2 * (o.sustainMs / 1000.0 + 1) + 10));
+  std::fflush(text);
   auto results = launch::runRanks(
       nranks,
       [&](int rank, int n, const anyrUniqueId& id,
@@ -185,7 +195,7 @@ int runDoctor(const RunOptions& o) {
   m["method"] = method;
   const json merged = mergeRanks(ranks);
   for (auto& [key, value] : merged.items()) m[key] = value;
-  writeOutputs(m, o.jsonPath, o.htmlPath);
+  writeOutputs(m, o.jsonPath, o.htmlPath, o.jsonStdout);
   return 0;
 }
 
@@ -212,13 +222,21 @@ int runWatch(const WatchOptions& o) {
         {{"index", i}, {"name", g.name}, {"powerLimitW", g.powerLimitW}, {"maxSmMHz", g.maxSmMHz}});
     idx.push_back(i);
   }
-  std::printf("anyreduce doctor --watch: sampling %d GPU(s) every %d ms for %.0f s...\n", n,
-              o.sampleMs, o.seconds);
-  std::fflush(stdout);
+  FILE* const text = o.jsonStdout ? stderr : stdout;
+  std::fprintf(text, "anyreduce doctor --watch: sampling %d GPU(s) every %d ms for %.0f s...\n", n,
+               o.sampleMs, o.seconds);
+  std::fflush(text);
   const double t0 = monotonicSeconds();
   NvmlSampler sampler;
   sampler.start(idx, o.sampleMs, t0);
-  while (monotonicSeconds() - t0 < o.seconds) usleep(50000);
+  {
+    tool::ProgressLine progress("doctor --watch", o.seconds, o.progress);
+    const std::string what = "sampling " + std::to_string(n) + " GPU(s)";
+    for (double t = 0; t < o.seconds; t = monotonicSeconds() - t0) {
+      progress.update(t, what);
+      usleep(50000);
+    }
+  }
   sampler.stop();
   json samples = json::array();
   for (size_t i = 0; i < idx.size(); ++i)
@@ -226,11 +244,11 @@ int runWatch(const WatchOptions& o) {
   json m = {{"kind", "watch"},      {"date", utcNow()},       {"host", hostName()},
             {"command", o.command}, {"durationS", o.seconds}, {"intervalMs", o.sampleMs},
             {"gpus", gpus},         {"samples", samples}};
-  writeOutputs(m, o.jsonPath, o.htmlPath);
+  writeOutputs(m, o.jsonPath, o.htmlPath, o.jsonStdout);
   return 0;
 }
 
-int reportFromFile(const std::string& jsonPath, const std::string& htmlPath) {
+int reportFromFile(const std::string& jsonPath, const std::string& htmlPath, bool jsonStdout) {
   std::ifstream f(jsonPath);
   if (!f) {
     std::fprintf(stderr, "anyreduce doctor --report: cannot read %s\n", jsonPath.c_str());
@@ -244,7 +262,7 @@ int reportFromFile(const std::string& jsonPath, const std::string& htmlPath) {
                  e.what());
     return 1;
   }
-  writeOutputs(m, "", htmlPath);
+  writeOutputs(m, "", htmlPath, jsonStdout);
   return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "common/api.h"
+#include "common/progress.h"
 #include "common/timing.h"
 #include "doctor.h"
 #include "doctor_kernels.h"
@@ -338,13 +339,25 @@ int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id
                 {"nvml", haveNvml}};
   json batches = json::array(), phases = json::array();
   const int L = m.layers;
+  // Rank 0's progress line. Units: a timed graph is 1; a mode's sustained replays add one per
+  // 250 ms of --sustain (they take that long whatever the model).
+  const double sustainUnits = o.sustainMs / 250.0;
+  const double total = static_cast<double>(o.batches.size()) * (1 + 2 * (2 + sustainUnits)) +
+                       2.0 * static_cast<double>(o.sweepTokens.size());
+  tool::ProgressLine progress("doctor", total, rank == 0 && o.progress);
+  double done = 0;
   for (int B : o.batches) {
     json modes = json::object();
+    progress.update(done, "batch " + std::to_string(B) + ": compute only");
+    done += 1;
     cudaGraphExec_t computeOnly = st.capture([&] { st.enqueue(B, true, true, false); });
     const double computeUs = st.timeGraph(computeOnly, o.samples, o.warmup);
     BENCH_CUDA(cudaGraphExecDestroy(computeOnly));
     for (bool baseline : {true, false}) {
       const char* name = baseline ? "baseline" : "anyreduce";
+      progress.update(done, "batch " + std::to_string(B) + ": " +
+                                (baseline ? "NCCL + add+RMSNorm" : "anyreduce fused"));
+      done += 2 + sustainUnits;
       const anyrCounters_t c0 = readCounters(st.comm);
       cudaGraphExec_t step = st.capture([&] { st.enqueue(B, baseline, true, true); });
       const anyrCounters_t c1 = readCounters(st.comm);
@@ -385,6 +398,9 @@ int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id
   for (int T : o.sweepTokens) {
     json row = {{"tokens", T}, {"bytes", static_cast<double>(T) * H * 2}};
     for (bool baseline : {true, false}) {
+      progress.update(done, "latency by size: " + std::to_string(T) + " tokens, " +
+                                (baseline ? "NCCL + add+RMSNorm" : "anyreduce"));
+      done += 1;
       const anyrCounters_t c0 = readCounters(st.comm);
       cudaGraphExec_t g = st.capture([&] {
         for (int i = 0; i < calls; ++i) st.commBlock(baseline, T);
@@ -397,6 +413,7 @@ int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id
     }
     sweep.push_back(row);
   }
+  progress.clear();
   sampler.stop();
   const json samples =
       samplesJson(out["gpu"]["index"],
