@@ -2,7 +2,8 @@
 # Installs what the build needs from distribution packages, only where it is missing:
 # CMake, a C++17 compiler, CLI11, nlohmann-json, GoogleTest, OpenSSL's libcrypto with its
 # headers (the bootstrap's authentication), libnuma with its headers (the host segment's NUMA
-# placement), clang (libFuzzer, for scripts/fuzz.sh). The CUDA
+# placement), clang (libFuzzer, for scripts/fuzz.sh), chromium (the doctor report's test opens
+# the report in it headless; without it that test is skipped, not passed). The CUDA
 # toolkit (with NCCL) is expected at /usr/local/cuda (or CUDA_HOME); it is not installed here.
 set -euo pipefail
 missing=()
@@ -20,6 +21,8 @@ command -v clang-format >/dev/null || missing+=(clang-format)
 # clang with libFuzzer and the sanitizer runtimes, for scripts/fuzz.sh.
 command -v clang++ >/dev/null || missing+=(clang)
 /usr/bin/python3 -c "import pytest" 2>/dev/null || missing+=(python3-pytest)
+# Headless Chromium, for the doctor report's browser test (tests/doctor_report_browser.sh).
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
   SUDO=""
