@@ -3,8 +3,9 @@
 # CMake, a C++17 compiler, CLI11, nlohmann-json, GoogleTest, OpenSSL's libcrypto with its
 # headers (the bootstrap's authentication), libnuma with its headers (the host segment's NUMA
 # placement), clang (libFuzzer, for scripts/fuzz.sh), pytest, pip and venv (the Python tests,
-# the wheel). The CUDA toolkit (with NCCL) is expected at /usr/local/cuda (or CUDA_HOME); it is
-# not installed here.
+# the wheel), chromium (the doctor report's test opens the report in it headless; without it
+# that test is skipped, not passed). The CUDA toolkit (with NCCL) is expected at
+# /usr/local/cuda (or CUDA_HOME); it is not installed here.
 set -euo pipefail
 missing=()
 have_header() { [ -e "/usr/include/$1" ] || [ -e "/usr/local/include/$1" ]; }
@@ -25,6 +26,8 @@ command -v clang++ >/dev/null || missing+=(clang)
 # fresh virtual environment.
 /usr/bin/python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 /usr/bin/python3 -c "import ensurepip" 2>/dev/null || missing+=(python3-venv)
+# Headless Chromium, for the doctor report's browser test (tests/doctor_report_browser.sh).
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
   SUDO=""

@@ -25,8 +25,9 @@ endif()
 execute_process(COMMAND "${TOOL}" doctor --report "${json}" --html "${again}"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}${err}")
-if(NOT rc EQUAL 0 OR NOT out MATCHES "Target .anyreduce step")
-  message(FATAL_ERROR "doctor --report: exit ${rc}, or no verdict table")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "^Communication is [0-9.]+% of a decode step at batch"
+   OR NOT out MATCHES "What to do:" OR NOT out MATCHES "Target: a decode step")
+  message(FATAL_ERROR "doctor --report: exit ${rc}, or no headline, what to do or target")
 endif()
 if("${out}${err}" MATCHES "measurement: '|json[.]exception|cannot read|is not JSON")
   message(FATAL_ERROR "doctor --report did not load every field of the measurement")

@@ -87,9 +87,48 @@ nlohmann::json mergeRanks(const std::vector<nlohmann::json>& ranks);
 // Power figures of every rank's GPU over [t0 + (t1 - t0) / 4, t1): meanW (mean over GPUs of
 // each GPU's mean), peakW, limitW, smMHzMean, utilMean; meanW -1 when there is no sample.
 nlohmann::json powerOver(const std::vector<nlohmann::json>& ranks, double t0, double t1);
-// Plain-words verdict with the numbers.
+
+// The doctor's target for the fused path: a decode step at least this many times faster than
+// the baseline (NCCL's all-reduce, then a separate add + RMSNorm kernel) at every batch
+// measured. The report states it in words next to the bound the measurement allows (step /
+// compute: the speed-up if communication took no time).
+constexpr double kTargetSpeedup = 1.3;
+
+// One thing to do, derived from the measurement: what, why (the numbers behind it), and the
+// commands or settings to type (shell lines; "# ..." lines are comments).
+struct Action {
+  std::string what;
+  std::string why;
+  std::vector<std::string> commands;
+};
+
+// What a person reads first. `headline`: one sentence with the numbers (communication's share
+// of a decode step where it is largest, and what the fused path saves). `findings`: one
+// sentence each (other batches, per-call times, power). `target`: the target in words and
+// whether this run met it, or why it cannot ("" for a watch). `actions`: in order of payoff.
+struct Summary {
+  std::string headline;
+  std::vector<std::string> findings;
+  std::string target;
+  std::vector<Action> actions;
+};
+// Throws std::runtime_error naming a missing or malformed field.
+Summary summarize(const nlohmann::json& m);
+
+// `s` with every file path replaced by its last component: the report is shared, and the
+// folders of the machine that measured mean nothing to its reader. A path is a
+// whitespace-separated word (or the value after '=' in one) that starts with '/', "~/", "./" or
+// "../", or that contains '/' and names a file with an extension; URLs are left alone.
+std::string withoutLocalPaths(const std::string& s);
+
+// Plain-words verdict: the summary (headline first, what to do), then the figures per batch.
 std::string verdictText(const nlohmann::json& m);
-// Self-contained HTML (inline SVG, no scripts, no network).
+// Self-contained HTML: the verdict and what to do first, then the plots (inline SVG), then the
+// details. No network: nothing is loaded from anywhere. One inline script, which changes
+// nothing a reader sees: it checks the page as rendered (plot labels that overlap or are cut
+// off, whether the verdict and the first thing to do are in the first screen) and records the
+// outcome as attributes of <body> (data-check="ok" once it ran to the end), so a headless
+// browser test can read them from the DOM.
 std::string renderHtml(const nlohmann::json& m);
 
 // Starvation signature of one GPU's samples: busy (utilization >= kBusyUtilPct) while power is

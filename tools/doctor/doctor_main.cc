@@ -74,6 +74,20 @@ std::string utcNow() {
   return b;
 }
 
+// The ANYR_* environment variables of this run (a tuning table, forced algorithms, ...): the
+// report's advice depends on them, e.g. on whether a measured tuning table was in use.
+json anyrEnvironment() {
+  json out = json::object();
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (kv.rfind("ANYR_", 0) == 0 && eq != std::string::npos) {
+      out[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+  }
+  return out;
+}
+
 std::string hostName() {
   char b[256] = {0};
   if (gethostname(b, sizeof(b) - 1) != 0) return "";
@@ -161,6 +175,7 @@ int runDoctor(const RunOptions& o) {
   m["host"] = hostName();
   m["command"] = o.command;
   m["nranks"] = nranks;
+  m["settings"] = anyrEnvironment();
   json model = {{"preset", o.shape.preset},
                 {"layers", o.shape.layers},
                 {"denseLayers", o.shape.denseLayers},
