@@ -823,8 +823,8 @@ Summary summarizeRun(const json& m) {
       act.why += " At batch " + batchList(figs, slower) + " it is slower: see below.";
     }
     act.commands = {
-        "# vLLM: behind its all-reduce + RMSNorm fusion pass; SGLang: its fused_allreduce_rmsnorm",
-        "# hook (docs/INTEGRATION.md, sections 3 and 4). In PyTorch, per all-reduce + norm:",
+        "# vLLM / SGLang: pip install ./python; export ANYREDUCE=1 (the plugins; the fused",
+        "# path's conditions: docs/INTEGRATION.md, door 2). In PyTorch, per all-reduce + norm:",
         "torch.ops.anyreduce.fused_add_rms_norm_inplace(x, residual, weight, eps, comm.op_handle)"};
     s.actions.push_back(act);
   } else {
