@@ -171,6 +171,8 @@ def main():
         with open(a.out, encoding="utf-8") as fh:
             old = fh.read()
     if old != text:
+        # Make does not create an output's folder (Ninja does).
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w", encoding="utf-8") as fh:
             fh.write(text)
     return 0
