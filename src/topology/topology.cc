@@ -653,10 +653,16 @@ void printTopology(const Topology& t, std::ostream& os) {
   std::vector<std::vector<std::string>> rows;
   for (const GpuInfo& g : t.gpus) {
     const double smemKb = static_cast<double>(g.sharedMemPerBlockOptin) / 1024.0;
+    auto link = [](int gen, int width) {
+      return "Gen" + (gen > 0 ? std::to_string(gen) : std::string("?")) + " x" +
+             (width > 0 ? std::to_string(width) : std::string("?"));
+    };
     std::string pcie = "-";
-    if (g.pcieGen > 0 || g.pcieWidth > 0) {
-      pcie = "Gen" + (g.pcieGen > 0 ? std::to_string(g.pcieGen) : std::string("?")) + " x" +
-             (g.pcieWidth > 0 ? std::to_string(g.pcieWidth) : std::string("?"));
+    if (g.pcieGen > 0 || g.pcieWidth > 0) pcie = link(g.pcieGen, g.pcieWidth);
+    // The maximum, where it differs from the current link (an idle GPU trains down).
+    if ((g.pcieMaxGen > 0 || g.pcieMaxWidth > 0) &&
+        (g.pcieMaxGen != g.pcieGen || g.pcieMaxWidth != g.pcieWidth)) {
+      pcie += " (max " + link(g.pcieMaxGen, g.pcieMaxWidth) + ")";
     }
     rows.push_back({std::to_string(g.index), g.name.empty() ? "-" : g.name,
                     g.pciBusId.empty() ? "-" : g.pciBusId, std::to_string(g.smCount),
@@ -721,6 +727,15 @@ void printTopology(const Topology& t, std::ostream& os) {
               [](const PairInfo& p) { return measured(p.readGBps, 1); });
   printMatrix(t, os, "One-way flag latency us",
               [](const PairInfo& p) { return measured(p.latencyUs, 2); });
+  if (t.load.known()) {
+    const FabricLoad& l = t.load;
+    os << "\nUnder load, " << l.ranks << " ranks at once (" << (l.source.empty() ? "-" : l.source)
+       << "):\n  all-to-all " << measured(l.allToAllGBps, 1) << " GB/s per GPU, ring "
+       << measured(l.ringGBps, 1) << " GB/s per GPU, island " << measured(l.islandGBps, 1)
+       << " GB/s per GPU, synchronisation round " << measured(l.syncUs, 2) << " us, ring hop "
+       << measured(l.ringHopUs, 2) << " us\n";
+  }
+  for (const std::string& src : t.sources) os << "Source: " << src << "\n";
   os.flags(flags);
 }
 

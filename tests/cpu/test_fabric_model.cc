@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -320,6 +321,18 @@ TEST(FabricModel, SourcedFixturesNameTheirSourcesAndRoundTrip) {
     EXPECT_EQ(back.load.source, t.load.source) << name;
     EXPECT_EQ(back.gpus[0].pcieMaxGen, t.gpus[0].pcieMaxGen) << name;
   }
+}
+
+TEST(FabricModel, TheTopologyPrintShowsTheMaximumLinkTheLoadAndTheSources) {
+  Topology t = fixture("rtxpro6000_8gpu_switches");
+  t.gpus[0].pcieGen = 1;  // idle
+  std::ostringstream os;
+  printTopology(t, os);
+  const std::string text = os.str();
+  EXPECT_NE(text.find("Gen1 x16 (max Gen5 x16)"), std::string::npos) << text;
+  EXPECT_NE(text.find("Under load, 8 ranks at once"), std::string::npos) << text;
+  EXPECT_NE(text.find("synchronisation round 6.79 us"), std::string::npos) << text;
+  EXPECT_NE(text.find("Source: voipmonitor/rtx6kpro"), std::string::npos) << text;
 }
 
 }  // namespace
