@@ -29,7 +29,10 @@ tree_for() {
   fi
   local tree
   tree="$tmp/tree-$(echo "$libdir" | tr / _)"
+  # Without the NCCL-compatible library: its copy would carry the other tree's build RPATH,
+  # which this tree's install cannot rewrite (the first layout installs and checks it).
   cmake -S . -B "$tree" -G "$(cache CMAKE_GENERATOR)" -DANYR_BUILD_TESTS=OFF \
+    -DANYR_BUILD_NCCL_LIBRARY=OFF \
     -DCMAKE_INSTALL_LIBDIR="$libdir" -DCMAKE_BUILD_TYPE="$(cache CMAKE_BUILD_TYPE)" \
     -DCMAKE_CUDA_COMPILER="$(cache CMAKE_CUDA_COMPILER)" \
     -DCMAKE_CUDA_ARCHITECTURES="$(cache CMAKE_CUDA_ARCHITECTURES)" \
@@ -47,7 +50,9 @@ check_layout() {
   tree=$(tree_for "$libdir")
   cmake --install "$tree" --prefix "$prefix" >/dev/null
   local lib="$prefix/$libdir"
-  for f in "$lib/libanyreduce.so.0" "$lib/pkgconfig/anyreduce.pc" \
+  local files=("$lib/libanyreduce.so.0")
+  [ "$tree" = "$BUILD" ] && files+=("$lib/libanyreduce_nccl.so")
+  for f in "${files[@]}" "$lib/pkgconfig/anyreduce.pc" \
     "$lib/cmake/anyreduce/anyreduceConfig.cmake" "$prefix/include/anyreduce/anyreduce.h" \
     "$prefix/bin/anyreduce"; do
     [ -e "$f" ] || { echo "check-install ($name): $f was not installed" >&2; exit 1; }
