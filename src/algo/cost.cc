@@ -65,12 +65,17 @@ constexpr double kEffHostCopy = 0.85;
 constexpr double kHostCopyLaunchUs = 32.0;
 constexpr double kHostCopyChunkUs = 2.0;
 
+// Launches a message of `bytes` takes where one launch carries at most `capacity` bytes (0: no
+// limit, one launch).
+double launchesFor(double bytes, uint64_t capacity) {
+  return capacity > 0 ? std::max(1.0, std::ceil(bytes / static_cast<double>(capacity))) : 1.0;
+}
+
 // Every rank sends its whole message to every peer; larger messages than a push slot (or
 // staging chunk) run as several calls, each paying the launch and its rounds again. Push: one
 // synchronisation round (the flags ride behind the data); pull: a handshake, then the reads.
 double oneShotUs(double B, const CostInputs& in, bool push) {
-  const double slot = static_cast<double>(push ? in.pushSlotBytes : in.chunkBytes);
-  const double calls = slot > 0 ? std::max(1.0, std::ceil(B / slot)) : 1.0;
+  const double calls = launchesFor(B, push ? in.pushSlotBytes : in.chunkBytes);
   const double data = allToAllUs(in, B, push, push ? kEffOneShot : kEffOneShotRead);
   if (data < 0) return -1;
   // A load waits a round trip before its data arrives: pull pays the idle latency once more.
@@ -83,8 +88,7 @@ double oneShotUs(double B, const CostInputs& in, bool push) {
 double twoShotUsOf(double B, const CostInputs& in, bool push) {
   const double data = allToAllUs(in, 2.0 * B / in.nranks, push, kEffTwoShot);
   if (data < 0) return -1;
-  const double chunk = static_cast<double>(in.chunkBytes);
-  const double calls = chunk > 0 ? std::max(1.0, std::ceil(B / chunk)) : 1.0;
+  const double calls = launchesFor(B, in.chunkBytes);
   return calls * (kLaunchUs + (push ? 2 * in.syncUs : 6 * in.syncUs + 2 * in.latencyUs)) + data;
 }
 
@@ -94,9 +98,7 @@ double twoShotUsOf(double B, const CostInputs& in, bool push) {
 double hostShotUs(double B, const CostInputs& in, bool one) {
   const int n = in.nranks;
   if (in.hostGBps <= 0) return -1;
-  const double calls = in.hostLaunchBytes > 0
-                           ? std::max(1.0, std::ceil(B / static_cast<double>(in.hostLaunchBytes)))
-                           : 1.0;
+  const double calls = launchesFor(B, in.hostLaunchBytes);
   const double wrote = one ? B : 2.0 * B * (n - 1) / n;
   const double read = one ? (n - 1) * B : 2.0 * B * (n - 1) / n;
   if (one && B <= static_cast<double>(in.hostLowLatencyBytes)) {
