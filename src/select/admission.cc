@@ -41,6 +41,19 @@ uint64_t defaultOneShotMaxBytes(int nranks) {
   return derived < (64ull << 10) ? (64ull << 10) : derived;
 }
 
+SlowWrites slowestWrites(const Topology& t) {
+  SlowWrites w;
+  for (int s = 0; s < t.size(); ++s) {
+    for (int d = 0; d < t.size(); ++d) {
+      const PairInfo& p = t.pair(s, d);
+      if (s == d || p.writeGBps <= 0 || p.readGBps <= 0) continue;
+      if (p.readGBps / p.writeGBps > w.ratio)
+        w = {s, d, p.writeGBps, p.readGBps, p.readGBps / p.writeGBps};
+    }
+  }
+  return w;
+}
+
 Thresholds defaultThresholds(const Topology& t, const Admission& adm, const Config& cfg,
                              int nranks) {
   Thresholds th;
@@ -49,18 +62,13 @@ Thresholds defaultThresholds(const Topology& t, const Admission& adm, const Conf
   th.oneShot = anyrAlgoOneShotPush;
   th.oneShotWhy = "push: one write per peer, no handshake";
   std::string slowWrites;
-  for (int s = 0; s < t.size() && th.oneShot == anyrAlgoOneShotPush; ++s) {
-    for (int d = 0; d < t.size(); ++d) {
-      const PairInfo& p = t.pair(s, d);
-      if (s != d && p.writeGBps > 0 && p.readGBps > 0 && p.writeGBps * 4 < p.readGBps) {
-        th.oneShot = anyrAlgoOneShotPull;
-        slowWrites = "peer write bandwidth " + fmtGBps(p.writeGBps) + " < read " +
-                     fmtGBps(p.readGBps) + " / 4 on rank " + std::to_string(s) + " -> rank " +
-                     std::to_string(d);
-        th.oneShotWhy = "pull: " + slowWrites;
-        break;
-      }
-    }
+  const SlowWrites slow = slowestWrites(t);
+  if (slow.ratio > kSlowWritesRatio) {
+    th.oneShot = anyrAlgoOneShotPull;
+    slowWrites = "peer write bandwidth " + fmtGBps(slow.writeGBps) + " < read " +
+                 fmtGBps(slow.readGBps) + " / 4 on rank " + std::to_string(slow.src) + " -> rank " +
+                 std::to_string(slow.dst);
+    th.oneShotWhy = "pull: " + slowWrites;
   }
   if (!adm[th.oneShot].admitted) {
     anyrAlgo_t other =

@@ -47,6 +47,17 @@ struct Thresholds {
   std::string hostWhy;
 };
 
+// The ordered pair whose measured peer writes lag its measured reads the most (the first such
+// pair on ties); ratio = read / write, 0 (and -1s) when no pair has both measured. Writes count
+// as much slower than reads beyond kSlowWritesRatio: the threshold ladder then pulls, and the
+// seed's explanation names the pair.
+struct SlowWrites {
+  int src = -1, dst = -1;
+  double writeGBps = 0, readGBps = 0, ratio = 0;
+};
+constexpr double kSlowWritesRatio = 4.0;
+SlowWrites slowestWrites(const Topology& rankTopo);
+
 // Bytes a one-shot message may have by default for `nranks`: 1 MiB for two ranks (where the
 // one-shot moves no more bytes than the two-shot); above, one-shot moves (n-1) x bytes per
 // rank, so the limit keeps that near 512 KiB (at least 64 KiB). Shared by the workspace layout

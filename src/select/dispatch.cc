@@ -179,9 +179,6 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   in.largestGroup = n ? *std::max_element(groupSize.begin(), groupSize.end()) : 0;
   double w = 1e30, r = 1e30, ring = 1e30, cw = 1e30, cr = 1e30, lat = 0;
   bool anyPair = false, anyCross = false, anyPeerPcie = false;
-  // The pair whose writes lag its reads the most (explain names it).
-  double worstRatio = 0;
-  int worstSrc = -1, worstDst = -1;
   for (int s = 0; s < n; ++s) {
     for (int d = 0; d < n; ++d) {
       if (s == d) continue;
@@ -202,11 +199,6 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
       if (p.link == LinkType::PCIe) anyPeerPcie = true;
       const double nominalLat = p.link == LinkType::NVLink ? kNvlinkLatencyUs : kPcieLatencyUs;
       lat = std::max(lat, p.latencyUs > 0 ? p.latencyUs : nominalLat);
-      if (p.writeGBps > 0 && p.readGBps > 0 && p.readGBps / p.writeGBps > worstRatio) {
-        worstRatio = p.readGBps / p.writeGBps;
-        worstSrc = s;
-        worstDst = d;
-      }
       if (root(s) != root(d)) {
         anyCross = true;
         cw = std::min(cw, pw);
@@ -227,7 +219,6 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   in.syncUs = in.latencyUs +
               (viaPcie ? kLoadedPerPeerPcieUs : kLoadedPerPeerNvlinkUs) * std::max(0, nranks - 1);
   in.ringHopUs = in.ncclViaHost ? kNcclHopHostUs : anyPeerPcie ? kNcclHopPcieUs : kNcclHopNvlinkUs;
-  in.allToAllGBps = 0;
   const FabricLoad& load = t.load;
   if (load.known() && load.ranks == nranks) {
     if (load.syncUs > 0) in.syncUs = load.syncUs;
@@ -261,9 +252,10 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   os.precision(3);
   os << "slowest pair: write " << in.writeGBps << " GB/s, read " << in.readGBps << " GB/s, latency "
      << in.latencyUs << " us; NCCL ring " << in.ringGBps << " GB/s";
-  if (worstRatio >= 4) {
-    os << "; writes " << std::lround(worstRatio) << "x slower than reads on GPU" << worstSrc
-       << "->GPU" << worstDst << " (pull)";
+  const SlowWrites slow = slowestWrites(t);
+  if (slow.ratio > kSlowWritesRatio) {
+    os << "; writes " << std::lround(slow.ratio) << "x slower than reads on GPU" << slow.src
+       << "->GPU" << slow.dst << " (pull)";
   }
   os << "; under load at " << nranks << " ranks: a synchronisation round " << in.syncUs
      << " us, NCCL hop " << in.ringHopUs << " us";
