@@ -4,7 +4,9 @@
 
 #include <string>
 
+#include "base/config.h"
 #include "select/admission.h"
+#include "select/dispatch.h"
 #include "topology/topology.h"
 
 namespace anyr {
@@ -28,6 +30,25 @@ inline CommFacts facts(const Topology& t, bool nccl, bool hostMemory,
   f.hostMemory = hostMemory;
   f.hostMemoryReason = hostReason;
   return f;
+}
+
+// A fixture as a communicator of `ranks` over its first GPUs (0: all) would seed it: its
+// admission, seed table and cost model inputs.
+struct Seeded {
+  Topology t;
+  Admission adm;
+  DispatchTable table;
+  CostInputs in;
+};
+inline Seeded seeded(const std::string& name, int ranks = 0, bool nccl = true, bool host = true,
+                     const Config& cfg = Config()) {
+  Seeded s;
+  s.t = fixture(name);
+  if (ranks > 0) s.t = firstGpus(s.t, ranks);
+  s.adm = admit(s.t, facts(s.t, nccl, host, host ? "" : "disabled for the test"));
+  s.table = seedTable(s.t, s.adm, cfg, s.t.size());
+  s.in = costInputs(s.t, cfg, s.t.size());
+  return s;
 }
 
 }  // namespace testfix

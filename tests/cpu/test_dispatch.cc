@@ -32,20 +32,14 @@ CommFacts factsFor(const Topology& t, bool nccl = true, bool host = true) {
   return testfix::facts(t, nccl, host, host ? "" : "disabled for the test");
 }
 
-struct Machine {
-  Topology t;
-  Admission adm;
-  DispatchTable table;
+struct Machine : testfix::Seeded {
   std::array<std::vector<Candidate>, kNumOps> cands;
 };
 
 Machine setup(const std::string& name, const Config& cfg = Config(), bool nccl = true,
               bool host = true, int ranks = 0) {
   Machine s;
-  s.t = fixture(name);
-  if (ranks > 0) s.t = firstGpus(s.t, ranks);
-  s.adm = admit(s.t, factsFor(s.t, nccl, host));
-  s.table = seedTable(s.t, s.adm, cfg, s.t.size());
+  static_cast<testfix::Seeded&>(s) = testfix::seeded(name, ranks, nccl, host, cfg);
   for (int o = 0; o < kNumOps; ++o) {
     s.cands[static_cast<size_t>(o)] = candidates(static_cast<Op>(o), s.t, s.adm);
   }

@@ -24,22 +24,8 @@ namespace {
 
 using testfix::fixture;
 
-struct Seeded {
-  Topology t;
-  Admission adm;
-  DispatchTable table;
-  CostInputs in;
-};
-
-Seeded seeded(const std::string& name, int ranks = 0, bool nccl = true) {
-  Seeded s;
-  s.t = fixture(name);
-  if (ranks > 0) s.t = firstGpus(s.t, ranks);
-  s.adm = admit(s.t, testfix::facts(s.t, nccl, true, ""));
-  s.table = seedTable(s.t, s.adm, Config(), s.t.size());
-  s.in = costInputs(s.t, Config(), s.t.size());
-  return s;
-}
+using testfix::Seeded;
+using testfix::seeded;
 
 std::string chosen(const Seeded& s, Op op, uint64_t bytes) {
   return pathName(op, s.table.lookup(op, bytes));
