@@ -38,6 +38,11 @@
 #                table, alternating (CT_ROUNDS rounds; CT_TUNE=0 skips the tests and tuning)
 #   worlds       world sizes 3, 4, 5, 8 (WORLDS; those the machine has) on the first W GPUs: GPU
 #                tests, all-reduce and fused benches against NCCL, the doctor's GLM preset at 8
+#   shared       ranks sharing one GPU (a correctness run, not a speed claim): for each world size
+#                in SHARED_WORLDS (default 2..8), the all-reduce bench of every admitted algorithm
+#                (SHARED_ALGOS, default every one) over SHARED_SIZES (-b/-e/-f), each size checked exact
+#                before it is timed, JSON per world size; the times sit beside the all-to-all forms
+#                measured in the same run, on contexts that time-slice one GPU
 #   oldtargets   the code paths of older GPUs on this one: the GPU tests built from PTX of compute
 #                capability 7.5 and 8.0 only (OLD_TARGETS), JIT-compiled here at load; the standalone
 #                kernel's tests and fp64 matrix, the all-reduce and fused op at three ranks on the
@@ -453,6 +458,19 @@ if want worlds; then
         tee "$OUT/doctor-glm-tp8.txt"
       check "${PIPESTATUS[0]}" "doctor glm at TP 8"
     fi
+  done
+fi
+
+if want shared; then
+  step "ranks sharing one GPU: every algorithm forced, exact, timed beside the others"
+  for w in ${SHARED_WORLDS:-2 3 4 5 6 7 8}; do
+    # shellcheck disable=SC2206 # SHARED_SIZES: bench's -b/-e/-f, word-split
+    SZ=(${SHARED_SIZES:--b 4K -e 1M -f 16})
+    AL=(); [ -n "${SHARED_ALGOS:-}" ] && AL=(--algos "$SHARED_ALGOS")
+    timeout -k 10 "${SHARED_S:-120}" "$A" bench --ranks "$w" "${SZ[@]}" "${AL[@]}" \
+      -n 5 -G 3 --samples 3 -w 1 -c 2 --timeout-ms 20000 --json "$OUT/shared$w-bench.json" 2>&1 |
+      tee "$OUT/shared$w-bench.txt" | grep -vE "^#? *$" | tail -40
+    check "${PIPESTATUS[0]}" "bench at $w ranks sharing one GPU"
   done
 fi
 
