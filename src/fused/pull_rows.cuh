@@ -12,8 +12,8 @@ namespace dev {
 
 // Ranks whose vectors a thread loads at once before it sums them: a load issued only after
 // the previous rank's sum would cost a round trip per rank. Eight vectors in flight at one or
-// two vectors a thread; at three or four (rows wider than 8192, which spill registers anyway)
-// one rank at a time, which spilled least (ptxas, sm_90).
+// two vectors a thread; at three or four (rows wider than 8192, composed unless forced) one
+// rank at a time: two made the one-shot kernel spill registers, one did not (ptxas, sm_90).
 template <int VPT>
 constexpr int pullRanksAtOnce() {
   return VPT >= 3 ? 1 : 8 / VPT;
