@@ -192,4 +192,22 @@ double fusedTwoShotPushUs(double ar, double local, double B) {
   return ar + kSecondKernelUs + kEpilogueUs + local + 0.5;
 }
 
+// The fused pull kernels save the composition's second launch and the write and read back of
+// x, but they read their rows across the link one after the other: a block takes a row (one
+// block per SM), and its loads of the next row go out only after this row's epilogue, a round
+// trip per row the model has no term for (the push kernels find their rows in local memory;
+// the plain pull overlaps its loads over the whole message). So they are charged as the fused
+// two-shot push, whose kernel reads x back: the second launch saved, the local traffic not,
+// and beyond 16 MB (the push form's measured bound, not measured for the pull) the
+// composition's time and a little more. Their all-reduce time already carries what pulling
+// costs: the start round before any load, and a load's round trip before its data arrives
+// (one idle latency more than the push, oneShotUs / twoShotUsOf).
+double fusedOneShotPullUs(double ar, double local, double B) {
+  return fusedTwoShotPushUs(ar, local, B);
+}
+
+double fusedTwoShotPullUs(double ar, double local, double B) {
+  return fusedTwoShotPushUs(ar, local, B);
+}
+
 }  // namespace anyr

@@ -100,5 +100,7 @@ double ncclUs(double bytes, const CostInputs& in);
 // epilogue's local traffic time (`localUs`, kLocalGBps); kEpilogueUs is added by the caller.
 double fusedOneShotPushUs(double allReduceUs, double localUs, double bytes);
 double fusedTwoShotPushUs(double allReduceUs, double localUs, double bytes);
+double fusedOneShotPullUs(double allReduceUs, double localUs, double bytes);
+double fusedTwoShotPullUs(double allReduceUs, double localUs, double bytes);
 
 }  // namespace anyr

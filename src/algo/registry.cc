@@ -147,12 +147,20 @@ AlgoAdmission admitNccl(const Topology&, const CommFacts& f) {
 // The fused one-shot push kernel holds its row in registers: only the reduction scratch,
 // static (4,112 bytes, under the 48 KB every block gets without opting in).
 constexpr FusedVariant kFusedOneShotPush{"fused one-shot push", kFusedRedFloats * sizeof(float),
-                                         false, fusedOneShotPushUs};
+                                         false, fusedOneShotPushUs, true};
 // The fused two-shot push kernel stages the fp32 row in dynamic shared memory, sized for the
 // widest supported row (69,648 bytes), which a block must opt in to; its register form runs
 // dense launches of more rows than SMs.
 constexpr FusedVariant kFusedTwoShotPush{"fused two-shot push", fusedSharedBytes(kFusedMaxHidden),
-                                         true, fusedTwoShotPushUs};
+                                         true, fusedTwoShotPushUs, true};
+// The fused pull kernels (one-shot pull, two-shot) hold their rows in registers at every width
+// (the reduction scratch and a flag word, static), a block per row: no dense or cluster form.
+constexpr FusedVariant kFusedOneShotPull{"fused one-shot pull",
+                                         kFusedRedFloats * sizeof(float) + sizeof(int), false,
+                                         fusedOneShotPullUs};
+constexpr FusedVariant kFusedTwoShotPull{"fused two-shot pull",
+                                         kFusedRedFloats * sizeof(float) + sizeof(int), false,
+                                         fusedTwoShotPullUs};
 
 // ---- The table -------------------------------------------------------------------------------
 // Candidate order: the peer-memory algorithms, NCCL, then the host-memory algorithms (they have
@@ -167,6 +175,7 @@ constexpr AlgoInfo kAlgos[] = {
     AlgoInfo(anyrAlgoOneShotPull, "oneshot-pull", AlgoKind::PeerMemory)
         .peer(ANYR_KERNEL_FN(launchOneShotPull), ANYR_KERNEL_FN(oneShotPullResidentPerSm),
               LaunchCapacity::Chunk)
+        .fusedKernel(&kFusedOneShotPull)
         .admission(admitPeerReads)
         .cost(oneShotPullUs),
     AlgoInfo(anyrAlgoTwoShotPush, "twoshot-push", AlgoKind::PeerMemory)
@@ -180,6 +189,7 @@ constexpr AlgoInfo kAlgos[] = {
         .peer(ANYR_KERNEL_FN(launchTwoShot), ANYR_KERNEL_FN(twoShotResidentPerSm),
               LaunchCapacity::Chunk)
         .splitPerRank()
+        .fusedKernel(&kFusedTwoShotPull)
         .admission(admitPeerReads)
         .cost(twoShotUs),
     AlgoInfo(anyrAlgoNccl, "nccl", AlgoKind::Nccl).admission(admitNccl).cost(ncclUs),

@@ -98,6 +98,9 @@ struct FusedVariant {
                        // startup self-test runs too
   // Modelled time from its all-reduce's, the epilogue's local traffic time and the bytes.
   double (*seedUs)(double allReduceUs, double localUs, double bytes);
+  // It has a thread-block cluster form (fused/fused_algo.h, fusedClusterSize); without one
+  // every launch runs a block per row, and a path may not force a cluster size on it.
+  bool clusterForm = false;
 };
 
 // One row. Build rows with the constexpr setters below (registry.cc).

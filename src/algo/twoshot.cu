@@ -17,6 +17,7 @@
 // step 2) before it writes the output there (steps 2 and 3), and no other block touches them.
 #include "algo/algo.h"
 #include "device/common.cuh"
+#include "device/flag_barrier.cuh"
 #include "device/launch.cuh"
 
 namespace anyr {
@@ -36,36 +37,6 @@ __device__ __forceinline__ Range subRange(uint64_t numVecs, int n, int seg) {
   const uint64_t per = (segLen + gridDim.x - 1) / gridDim.x;
   const uint64_t lo = min(segHi, segLo + per * blockIdx.x);
   return Range{lo, min(segHi, lo + per)};
-}
-
-// Raises flag `which` (start or end) for this block on every peer (not where the communicator
-// stopped: dev::stopRequested), then waits for every peer's. Returns false when the wait was
-// abandoned (the communicator is then failed).
-__device__ __forceinline__ bool blockBarrier(const AllReduceArgs& a, bool isEnd, uint32_t use,
-                                             bool stopped) {
-  __shared__ int blockFailed;
-  const int rank = a.rank;
-  const int n = a.nranks;
-  const int t = static_cast<int>(threadIdx.x);
-  if (t == 0) blockFailed = 0;
-  __syncthreads();
-  if (t < n && t != rank) {
-    FlagArea* peer = reinterpret_cast<FlagArea*>(a.peerWorkspace[t] + a.layout.flagsOffset);
-    uint32_t* f = isEnd ? &peer->end[blockIdx.x][rank] : &peer->start[blockIdx.x][rank];
-    if (!stopped) dev::storeReleaseSys(f, use);
-    const FlagArea* own =
-        reinterpret_cast<const FlagArea*>(a.peerWorkspace[rank] + a.layout.flagsOffset);
-    const uint32_t* w = isEnd ? &own->end[blockIdx.x][t] : &own->start[blockIdx.x][t];
-    dev::Waiter waiter(a.wait);
-    while (static_cast<int32_t>(dev::loadAcquireSys(w) - use) < 0) {
-      if (!waiter.keepWaiting(t, isEnd ? kWaitEndFlag : kWaitStartFlag, use)) {
-        blockFailed = 1;
-        break;
-      }
-    }
-  }
-  __syncthreads();
-  return blockFailed == 0;
 }
 
 template <typename T, bool kAligned>
@@ -93,7 +64,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
       dev::storeRelaxed(own + stagingOffset + v * 16, x.u);
     }
   }
-  bool ok = blockBarrier(a, false, use, stopped);
+  bool ok = dev::blockBarrier(a, false, use, stopped);
 
   // 2. Reduce the own segment's sub-range.
   if (ok) {
@@ -113,7 +84,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) twoShotKernel(
       dev::storeRelaxed(own + resultOffset + v * 16, y.u);
       dev::storeVec<T, kAligned>(out, v, a.count, y);
     }
-    ok = blockBarrier(a, true, use, stopped);
+    ok = dev::blockBarrier(a, true, use, stopped);
   }
 
   // 3. Gather the other segments from their owners.

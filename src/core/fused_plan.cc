@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "algo/registry.h"
 #include "core/capabilities.h"
 #include "core/context.h"
 #include "core/peer_workspace.h"
@@ -10,6 +11,16 @@
 #include "fused/fused_algo.h"
 
 namespace anyr {
+
+namespace {
+
+// Whether the fused kernel of `algo` has a thread-block cluster form (its registry row says).
+bool hasClusterForm(anyrAlgo_t algo) {
+  const AlgoInfo* r = findAlgo(algo);
+  return r != nullptr && r->fused != nullptr && r->fused->clusterForm;
+}
+
+}  // namespace
 
 cudaError_t FusedPlan::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, const void* rowsIn,
                                        const FusedParams& p, int rowBase, int rows,
@@ -19,6 +30,16 @@ cudaError_t FusedPlan::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, co
   a.output = nullptr;
   a.count = static_cast<uint64_t>(rows) * static_cast<uint64_t>(p.hidden);
   a.numVecs = static_cast<uint64_t>(rows) * static_cast<uint64_t>(rowVecs(p.hidden));
+  // The pull kernels: a block per row (fusedClusterBlocks gives them 1).
+  if (algo == anyrAlgoOneShotPull) {
+    return launchFusedOneShotPull(dtype, a, p, rowBase, rows, caps_.maxBlocks(), stream,
+                                  caps_.pdlOn());
+  }
+  if (algo == anyrAlgoTwoShot) {
+    return launchFusedTwoShotPull(dtype, a, p, rowBase, rows, caps_.maxBlocks(), stream,
+                                  caps_.pdlOn());
+  }
+  if (algo != anyrAlgoOneShotPush && algo != anyrAlgoTwoShotPush) return cudaErrorInvalidValue;
   // Rows spread over thread-block clusters of clusterBlocks blocks (1: a block per row; the
   // same bits either way).
   if (algo == anyrAlgoOneShotPush) {
@@ -49,6 +70,7 @@ cudaError_t FusedPlan::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, co
 
 int FusedPlan::fusedClusterBlocks(int rows, int hidden, int pathCluster, anyrAlgo_t algo,
                                   anyrDataType_t dtype, int quant) const {
+  if (!hasClusterForm(algo)) return 1;
   const int setting = ctx_.cfg.fusedCluster != 0 ? ctx_.cfg.fusedCluster : pathCluster;
   return caps_.clusterOn() ? fusedClusterSize(rows, hidden, caps_.maxBlocks(), setting,
                                               clusterGridCap(hidden, 2, 0, algo, dtype, quant))
@@ -66,9 +88,18 @@ int FusedPlan::clusterGridCap(int hidden, int clusterBlocks, int rows, anyrAlgo_
 }
 
 uint64_t FusedPlan::fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const {
-  return algo == anyrAlgoOneShotPush
-             ? workspace_.layout().pushSlotBytes / rowBytes
-             : (workspace_.layout().tsSlotBytes / rowBytes) * static_cast<uint64_t>(ctx_.nranks);
+  switch (algo) {
+    case anyrAlgoOneShotPush:
+      return workspace_.layout().pushSlotBytes / rowBytes;
+    case anyrAlgoTwoShotPush:
+      return (workspace_.layout().tsSlotBytes / rowBytes) * static_cast<uint64_t>(ctx_.nranks);
+    case anyrAlgoOneShotPull:
+    case anyrAlgoTwoShot:
+      // Staging (and the two-shot's result buffer) hold the launch's rows at their places.
+      return workspace_.layout().chunkBytes / rowBytes;
+    default:
+      return 0;
+  }
 }
 
 std::vector<std::pair<int, int>> FusedPlan::clusterSizeSamples() const {
@@ -90,8 +121,8 @@ std::vector<int> FusedPlan::clusterSizesToMeasure(anyrAlgo_t algo, int tokens, i
   std::vector<int> sizes;
   // Only where the sizes are this communicator's to choose: clusters admitted, the configured
   // size automatic, rows that clusters take (fused_algo.h), and the fused kernel itself.
-  if (!caps_.clusterOn() || ctx_.cfg.fusedCluster != 0 || !fusedClusterFits(hidden) ||
-      !fusedRowFitsRegisters(hidden)) {
+  if (!hasClusterForm(algo) || !caps_.clusterOn() || ctx_.cfg.fusedCluster != 0 ||
+      !fusedClusterFits(hidden) || !fusedRowFitsRegisters(hidden)) {
     return sizes;
   }
   const uint64_t rowBytes = static_cast<uint64_t>(hidden) * 2;

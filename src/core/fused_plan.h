@@ -27,19 +27,22 @@ class FusedPlan {
   FusedPlan& operator=(const FusedPlan&) = delete;
 
   // Rows of rowBytes one fused-kernel launch of `algo` carries: a one-shot push slot's worth,
-  // or a two-shot segment slot's worth per rank (rows are 16-byte vectors; 0: not one row).
+  // a two-shot push segment slot's worth per rank, or a staging chunk's worth (the pull
+  // kernels); rows are 16-byte vectors; 0: not one row, or no fused kernel.
   uint64_t fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const;
-  // One launch of the fused kernel of `algo` (one-shot or two-shot push) on `rows` rows of
-  // p.hidden elements starting at `rowsIn` (output rows rowBase..), with the communicator's
-  // grid (fused/fused_algo.h), in thread-block clusters of `clusterBlocks` blocks (1: a block
-  // per row; from fusedClusterBlocks). Calls and the startup self-test both launch through here.
+  // One launch of the fused kernel of `algo` (one-shot or two-shot, push or pull) on `rows`
+  // rows of p.hidden elements starting at `rowsIn` (output rows rowBase..), with the
+  // communicator's grid (fused/fused_algo.h), in thread-block clusters of `clusterBlocks`
+  // blocks (1: a block per row; from fusedClusterBlocks; the pull kernels take 1). Calls and
+  // the startup self-test both launch through here. cudaErrorInvalidValue for an algorithm
+  // without a fused kernel.
   cudaError_t launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, const void* rowsIn,
                               const FusedParams& p, int rowBase, int rows, int clusterBlocks,
                               cudaStream_t stream) const;
   // The cluster size a fused launch of `rows` rows of `hidden` takes (1: a block per row): the
   // configured setting (config.fusedCluster), else pathCluster (the dispatch path's measured
   // size, Path::cluster; 0: none), else the automatic rule (fused_algo.h); 1 where clusters
-  // are off.
+  // are off or the kernel has no cluster form (the pull kernels).
   int fusedClusterBlocks(int rows, int hidden, int pathCluster, anyrAlgo_t algo,
                          anyrDataType_t dtype, int quant) const;
   // The grid cap of a cluster-form launch of `rows` rows (0: any) of `hidden` in clusters of

@@ -45,6 +45,18 @@ inline int fusedTwoShotBlocks(int rows, int nranks, int hidden, uint64_t numVecs
   return owned < maxBlocks ? owned : maxBlocks;
 }
 
+// The fused pull kernels' grids (fused_oneshot_pull.cu, fused_twoshot_pull.cu): a block per
+// row (one-shot), or per row index of a segment (two-shot: ceil(rows / nranks) rows a rank),
+// at most maxBlocks (one per SM). Block b of every rank takes the same rows and waits only for
+// block b of its peers (per-block flags), so the grid is a function of agreed values.
+inline int fusedOneShotPullBlocks(int rows, int maxBlocks) {
+  return rows < maxBlocks ? rows : maxBlocks;
+}
+inline int fusedTwoShotPullBlocks(int rows, int nranks, int maxBlocks) {
+  const int perRank = (rows + nranks - 1) / nranks;
+  return perRank < maxBlocks ? perRank : maxBlocks;
+}
+
 // ---- the two-shot register form at two blocks per SM -------------------------------------
 // A block of the register form runs its rows one after the other, each bound by the latency of
 // its epilogue. A launch of more rows than maxBlocks (one block per SM) takes the dense shape:
@@ -179,6 +191,15 @@ cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
 cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream, bool pdl, int threads = 0);
+
+// The fused pull kernels, a block a row in registers (fusedThreads(hidden) threads, up to four
+// vectors each) over fusedOneShotPullBlocks / fusedTwoShotPullBlocks blocks, at most maxBlocks.
+cudaError_t launchFusedOneShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
+                                   const FusedParams& p, int rowBase, int rows, int maxBlocks,
+                                   cudaStream_t stream, bool pdl = false);
+cudaError_t launchFusedTwoShotPull(anyrDataType_t dtype, const AllReduceArgs& a,
+                                   const FusedParams& p, int rowBase, int rows, int maxBlocks,
+                                   cudaStream_t stream, bool pdl = false);
 
 // The fewest blocks of kFusedDenseThreads threads of the two-shot register form that an SM of
 // this device holds at once, over every variant such a launch can run (lowers *least).

@@ -2,6 +2,7 @@
 // fused call runs its fused kernel. O(1) and lock-free: every call comes here.
 #include <string>
 
+#include "algo/registry.h"
 #include "base/error.h"
 #include "fused/fused_algo.h"
 #include "select/selector.h"
@@ -48,6 +49,11 @@ void Selector::forcePath(Op op, Path p) {
     if (!p.fusedKernel || !pathClusterValid(p.cluster)) {
       throwError(anyrInvalidArgument, std::string(opName(op)) + " path " + pathName(op, p) +
                                           ": a cluster size (1, 2, 4 or 8) needs a fused kernel");
+    }
+    const AlgoInfo* row = findAlgo(p.algo);
+    if (p.cluster > 1 && row != nullptr && row->fused != nullptr && !row->fused->clusterForm) {
+      throwError(anyrInvalidArgument, std::string(opName(op)) + " path " + pathName(op, p) +
+                                          ": its fused kernel has no thread-block cluster form");
     }
     if (p.cluster > 1 && !clusterOn_) {
       throwError(anyrUnsupported,

@@ -131,7 +131,7 @@ TEST(Dispatch, FusedKernelPathsCarryAClusterSize) {
 TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
   Machine s = setup("nvlink_pair");
   EXPECT_EQ(s.cands[0].size(), 8u);   // eight all-reduce algorithms (three through host memory)
-  EXPECT_EQ(s.cands[1].size(), 10u);  // + fused kernels of the two push algorithms
+  EXPECT_EQ(s.cands[1].size(), 12u);  // + fused kernels of the four peer algorithms
   for (const auto& ops : s.cands) {
     for (const Candidate& c : ops) EXPECT_TRUE(c.admitted) << c.reason;
   }
@@ -148,10 +148,10 @@ TEST(Dispatch, HostAlgorithmsComeLastInTheFixedOrderAndOnlyAsComposition) {
     EXPECT_EQ(pathName(Op::AllReduce, s.cands[0][i].path), allReduce[i]) << i;
   for (int o = 1; o < kNumOps; ++o) {
     const auto& c = s.cands[static_cast<size_t>(o)];
-    ASSERT_EQ(c.size(), 10u);
-    EXPECT_EQ(pathName(static_cast<Op>(o), c[7].path), "host-oneshot+epilogue");
-    EXPECT_EQ(pathName(static_cast<Op>(o), c[8].path), "host-twoshot+epilogue");
-    EXPECT_EQ(pathName(static_cast<Op>(o), c[9].path), "host-copy+epilogue");
+    ASSERT_EQ(c.size(), 12u);
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[9].path), "host-oneshot+epilogue");
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[10].path), "host-twoshot+epilogue");
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[11].path), "host-copy+epilogue");
     for (const Candidate& k : c) {
       if (isHostAlgo(k.path.algo)) {
         EXPECT_FALSE(k.path.fusedKernel);  // no fused host kernel
@@ -183,7 +183,7 @@ TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
       }
     }
   }
-  EXPECT_EQ(rejected, 4 + 6 + 6);
+  EXPECT_EQ(rejected, 4 + 8 + 8);  // the peer algorithms, and their fused kernels
 }
 
 TEST(Dispatch, AFusedKernelThatFailedTheSelfTestIsRejectedWithItsReason) {
@@ -219,7 +219,8 @@ TEST(Dispatch, AFusedKernelThatFailedTheSelfTestIsRejectedWithItsReason) {
 
 TEST(Dispatch, OnlyTheFusedTwoShotKernelNeedsLargeSharedMemory) {
   // The fused two-shot push kernel stages an fp32 row in dynamic shared memory (68 KB for the
-  // widest row); the fused one-shot push kernel holds the row in registers (4 KB static).
+  // widest row); the fused one-shot push kernel and the fused pull kernels hold the row in
+  // registers (4 KB static).
   Topology t = fixture("nvlink_pair");
   t.gpus[1].sharedMemPerBlockOptin = 48 * 1024;
   Admission adm = admit(t, factsFor(t));
@@ -236,7 +237,7 @@ TEST(Dispatch, OnlyTheFusedTwoShotKernelNeedsLargeSharedMemory) {
         EXPECT_TRUE(c.admitted) << pathName(op, c.path) << ": " << c.reason;
       }
     }
-    EXPECT_EQ(kernels, 2);
+    EXPECT_EQ(kernels, 4);
   }
   // The seed keeps the fused one-shot kernel and never picks the rejected one.
   DispatchTable tab = seedTable(t, adm, Config(), t.size());
@@ -247,7 +248,7 @@ TEST(Dispatch, OnlyTheFusedTwoShotKernelNeedsLargeSharedMemory) {
                 (Path{anyrAlgoTwoShotPush, true}));
     }
   }
-  // Below what even the one-shot kernel's static scratch needs, both are rejected.
+  // Below what even the register kernels' static scratch needs, every one is rejected.
   t.gpus[0].sharedMemPerBlockOptin = 2048;
   for (const Candidate& c : candidates(Op::AddRmsNorm, t, admit(t, factsFor(t)))) {
     if (c.path.fusedKernel) {
@@ -593,7 +594,9 @@ TEST(Dispatch, ForcedAlgorithmGivesEachOperationItsPath) {
   EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoOneShotPush), (Path{anyrAlgoOneShotPush, true}));
   EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoTwoShotPush), (Path{anyrAlgoTwoShotPush, true}));
   EXPECT_EQ(forcedPath(Op::AddRmsNormQuant, anyrAlgoNccl), (Path{anyrAlgoNccl, false}));
-  EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoOneShotPull), (Path{anyrAlgoOneShotPull, false}));
+  EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoOneShotPull), (Path{anyrAlgoOneShotPull, true}));
+  EXPECT_EQ(forcedPath(Op::AddRmsNormQuant, anyrAlgoTwoShot), (Path{anyrAlgoTwoShot, true}));
+  EXPECT_EQ(forcedPath(Op::AddRmsNorm, anyrAlgoHostOneShot), (Path{anyrAlgoHostOneShot, false}));
 }
 
 TEST(Dispatch, TuningFileAndBudgetResolveFromConfigThenEnvironment) {

@@ -215,21 +215,54 @@ TEST(FabricModel, L40sChoicesAndWhy) {
 }
 
 TEST(FabricModel, SlowWritePlatformPullsAndExplainNamesTheFact) {
-  // b12x#139 at 8 ranks: writes 2.6 GB/s against reads 52: no push beyond the smallest fused
-  // call (1 KB: the fused two-shot's writes are an eighth of a KB per peer); the one-shot pull
-  // to 16 KB, NCCL above.
+  // b12x#139 at 8 ranks: writes 2.6 GB/s against reads 52: no push; the one-shot pull to
+  // 16 KB, its fused kernel for the fused operation (1 KB: 17.2 us against the fused two-shot
+  // push's 18.4, whose writes are an eighth of a KB per peer), NCCL above.
   const Seeded s = seeded("rtxpro6000_16gpu_slow_writes", 8);
   EXPECT_NE(s.in.summary.find("writes 20x slower than reads on GPU0->GPU1 (pull)"),
             std::string::npos)
       << s.in.summary;
   expectChoices(s,
-                {{1 * KB, "oneshot-pull", "fused:twoshot-push"},
-                 {16 * KB, "oneshot-pull", "oneshot-pull+epilogue"},
+                {{1 * KB, "oneshot-pull", "fused:oneshot-pull"},
+                 {16 * KB, "oneshot-pull", "fused:oneshot-pull"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
                  {16 * MB, "nccl", "nccl+epilogue"},
                  {256 * MB, "nccl", "nccl+epilogue"}},
                 "rtxpro6000_16gpu_slow_writes (8 ranks)");
+}
+
+// Where peer writes are much slower than reads the fused operations pull too, and they run the
+// pull's fused kernel (one kernel: no second launch) rather than the pull composed with the
+// standalone epilogue, at every size the fused kernels are modelled for (to 16 MB). Both
+// slow-write fixtures: the 16 x RTX PRO 6000 of b12x#139 at 8 ranks, and the 4-GPU one.
+TEST(FabricModel, SlowWritePlatformsRunThePullsFusedKernel) {
+  struct Fixture {
+    const char* name;
+    int ranks;
+    uint64_t pulled;  // a size where the fused operation pulls
+  };
+  for (const Fixture& f :
+       {Fixture{"rtxpro6000_16gpu_slow_writes", 8, 16 * KB}, Fixture{"pcie_slow_writes", 0, MB}}) {
+    const Seeded s = seeded(f.name, f.ranks);
+    for (Op op : {Op::AddRmsNorm, Op::AddRmsNormQuant}) {
+      EXPECT_EQ(chosen(s, op, f.pulled), "fused:oneshot-pull") << f.name << " " << opName(op);
+      int pulls = 0;
+      for (int b = 10; b <= 24; ++b) {
+        const uint64_t bytes = bucketBytes(b);
+        const Path p = s.table.lookup(op, bytes);
+        if (p.algo != anyrAlgoOneShotPull && p.algo != anyrAlgoTwoShot) continue;
+        ++pulls;
+        EXPECT_TRUE(p.fusedKernel)
+            << f.name << " " << opName(op) << " " << bytes << ": " << pathName(op, p);
+        // The fused kernel saves the composition's second launch.
+        const Path composed{p.algo, false};
+        EXPECT_LT(seedTimeUs(op, p, bytes, s.in), seedTimeUs(op, composed, bytes, s.in))
+            << f.name << " " << bytes;
+      }
+      EXPECT_GT(pulls, 0) << f.name << " " << opName(op);
+    }
+  }
 }
 
 TEST(FabricModel, TheSeedNeverChoosesAPathPredictedSlowerThanNccl) {

@@ -94,6 +94,21 @@ TEST(Selector, ForcingAPathChecksItsClusterSizeAndThatItExists) {
   const Path c2{anyrAlgoOneShotPush, true, 2};
   on.forcePath(Op::AddRmsNorm, c2);
   EXPECT_EQ(on.pathFor(Op::AddRmsNorm, 1u << 20, 6144), c2);  // forced: kept at any width
+  // The fused pull kernels have no cluster form: a size above 1 is refused, a block per row
+  // (c1) and the automatic rule are their own.
+  for (anyrAlgo_t pull : {anyrAlgoOneShotPull, anyrAlgoTwoShot}) {
+    EXPECT_EQ(errorOf(
+                  [&] {
+                    on.forcePath(Op::AddRmsNormQuant, Path{pull, true, 4});
+                  },
+                  &what),
+              anyrInvalidArgument);
+    EXPECT_NE(what.find("no thread-block cluster form"), std::string::npos) << what;
+    for (int c : {0, 1}) {
+      on.forcePath(Op::AddRmsNormQuant, Path{pull, true, c});
+      EXPECT_EQ(on.pathFor(Op::AddRmsNormQuant, 1024, 6144), (Path{pull, true, c}));
+    }
+  }
 }
 
 TEST(Selector, AMeasuredClusterSizeHoldsAtTheWidthItWasMeasuredAt) {

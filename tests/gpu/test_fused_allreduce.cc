@@ -10,7 +10,8 @@
 // Outputs are poisoned before every call; inputs are fresh small integers per case.
 // One test shifts rank 0's row buffers by one element, so ranks hold differently aligned
 // pointers: every rank must still take the same path (fused kernel or composition), or their
-// launches would not match.
+// launches would not match. A forced algorithm with a fused kernel must run it (the counters
+// say so), and partial must come back untouched.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -22,7 +23,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
@@ -72,10 +76,38 @@ struct Buffers {
   void* inPlace = nullptr;  // partial copied, then normOut written over it
 };
 
+// The algorithms a run forces, in order (anyrAlgoAuto: the communicator's own choice).
+using Algos = std::vector<anyrAlgo_t>;
+// The push algorithms' fused kernels, NCCL's composition and the automatic choice.
+const Algos kPushAndAuto = {anyrAlgoOneShotPush, anyrAlgoTwoShotPush, anyrAlgoNccl, anyrAlgoAuto};
+// Those, the pull algorithms' fused kernels and the host algorithms' compositions.
+const Algos kEveryAlgo = {anyrAlgoOneShotPush, anyrAlgoTwoShotPush, anyrAlgoNccl,
+                          anyrAlgoAuto,        anyrAlgoOneShotPull, anyrAlgoTwoShot,
+                          anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy};
+// The fused kernels of the one-shot pull and the two-shot (pull).
+const Algos kPullKernels = {anyrAlgoOneShotPull, anyrAlgoTwoShot};
+
+// Whether anyrCommSetAlgorithm(algo) makes the fused operations run a fused kernel.
+bool hasFusedKernel(anyrAlgo_t algo) {
+  return algo == anyrAlgoOneShotPush || algo == anyrAlgoTwoShotPush ||
+         algo == anyrAlgoOneShotPull || algo == anyrAlgoTwoShot;
+}
+
+unsigned long long fusedKernelCalls(anyrComm_t comm) {
+  anyrCounters_t c;
+  std::memset(&c, 0, sizeof(c));
+  c.size = sizeof(c);
+  c.magic = ANYR_COUNTERS_MAGIC;
+  R_ANYR(anyrCommGetCounters(comm, &c), comm);
+  return c.fusedKernelCalls;
+}
+
+// partialMode: data::kSmallInts (sums exact in every dtype) or data::kRandom (fractions: the
+// sums round, once, in rank order).
 int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<size_t>& hiddens, const std::vector<size_t>& tokensList,
-              bool allAlgos, size_t rank0Shift = 0, int pdlEnv = -1, int clusterEnv = -1,
-              int earlyEnv = -1) {
+              const Algos& algos, size_t rank0Shift = 0, int pdlEnv = -1, int clusterEnv = -1,
+              int earlyEnv = -1, int partialMode = data::kSmallInts) {
   // ANYR_PDL, ANYR_PDL_EARLY and ANYR_FUSED_CLUSTER for this rank's process only (ranks are
   // forked); -1 leaves the default (programmatic launch on with the early release, automatic
   // cluster size).
@@ -104,7 +136,8 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
     // call below to the composition, and the comparisons would prove nothing about them).
     // (Not run: the algorithm is not admitted here, and the calls below skip it.)
     const nlohmann::json st = explainJson(comm).at("selfTest").at("results");
-    for (const char* k : {"fused-oneshot-push", "fused-twoshot-push"}) {
+    for (const char* k :
+         {"fused-oneshot-push", "fused-twoshot-push", "fused-oneshot-pull", "fused-twoshot"}) {
       const std::string got = st.value(k, std::string());
       if (got != "passed" && got.rfind("not run", 0) != 0) {
         report(std::string("FAIL self-test ") + k + ": " + st.dump() + "\n");
@@ -203,15 +236,6 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   R_CUDA(cudaMalloc(&b.scale, sizeof(float)));
   R_CUDA(cudaMalloc(&b.counters, 2 * sizeof(unsigned long long)));
 
-  std::vector<anyrAlgo_t> algos = {anyrAlgoOneShotPush, anyrAlgoTwoShotPush, anyrAlgoNccl,
-                                   anyrAlgoAuto};
-  if (allAlgos) {
-    algos.push_back(anyrAlgoOneShotPull);
-    algos.push_back(anyrAlgoTwoShot);
-    algos.push_back(anyrAlgoHostOneShot);  // composition: host all-reduce + epilogue kernel
-    algos.push_back(anyrAlgoHostTwoShot);
-    algos.push_back(anyrAlgoHostCopy);
-  }
   int failures = 0;
   size_t checked = 0;
   uint32_t seed = 77;
@@ -228,7 +252,7 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const int wp1 = (seed % 2) ? 1 : 0;
               // Inputs: partial differs per rank; residual and weight are the same on every
               // rank (a TP layer's replicated tensors).
-              R_CUDA(data::fillInput(dt, b.partial, elems, rank, seed, data::kSmallInts, s));
+              R_CUDA(data::fillInput(dt, b.partial, elems, rank, seed, partialMode, s));
               R_CUDA(data::fillInput(dt, b.residual, elems, 100, seed, data::kSmallInts, s));
               R_CUDA(data::fillInput(dt, b.weight, hidden, 101, seed, data::kRandom, s));
               const float scaleValue = quant == 1 ? 0.25f : 0.02f;
@@ -275,13 +299,34 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               fo.quantOut = quant ? b.quant : nullptr;
               fo.blockScales = quant == 2 ? b.scales : nullptr;
               fo.blockScalesSwizzled = quant == 2 ? b.swizzled : nullptr;
+              const unsigned long long kernelCalls = fusedKernelCalls(comm);
               R_ANYR(anyrAllReduceAddRmsNorm(b.partial, fResIn, resMode ? b.residualOut : nullptr,
                                              b.weight, 1e-5f, b.norm, tokens, hidden, dt, &fo, comm,
                                              s),
                      comm);
               std::ostringstream key;
               key << anyrAlgoName(algo) << "/" << data::dtypeName(dt) << "/h" << hidden << "/t"
-                  << tokens << "/res" << resMode << "/q" << quant;
+                  << tokens << "/res" << resMode << "/q" << quant << "/m" << partialMode;
+              // A forced algorithm with a fused kernel ran it (not the composition), and the
+              // call left partial as it was.
+              if (hasFusedKernel(algo) && fusedKernelCalls(comm) != kernelCalls + 1) {
+                ++failures;
+                report("FAIL " + key.str() + ": the fused kernel did not run\n");
+              }
+              {
+                R_CUDA(cudaMemsetAsync(b.counters, 0, sizeof(unsigned long long), s));
+                R_CUDA(data::countInputChanges(dt, b.partial, elems, rank, seed, partialMode,
+                                               b.counters, s));
+                unsigned long long changed = 0;
+                R_CUDA(cudaMemcpyAsync(&changed, b.counters, sizeof(changed),
+                                       cudaMemcpyDeviceToHost, s));
+                R_CUDA(cudaStreamSynchronize(s));
+                if (changed != 0) {
+                  ++failures;
+                  report("FAIL " + key.str() + ": partial changed in " + std::to_string(changed) +
+                         " elements\n");
+                }
+              }
               // Compared on the device: bytes that differ, and a hash for the cross-rank check.
               auto compare = [&](const void* fused, const void* unfused, size_t nbytes,
                                  const char* what) {
@@ -364,7 +409,7 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
                 auto weightH = toHost(b.weight, hidden * 2, s);
                 auto residH = toHost(b.residual, bytes, s);
                 std::vector<unsigned char> expectX =
-                    data::hostExpected(dt, elems, n, seed, data::kSmallInts);
+                    data::hostExpected(dt, elems, n, seed, partialMode);
                 ref::RowSpec spec;
                 spec.dtype = dt;
                 spec.hidden = hidden;
@@ -416,15 +461,16 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
 // Runs fusedRank on `n` ranks and requires every rank to pass with bit-identical outputs;
 // returns the results (for a subject check).
 std::vector<launch::RankResult> runFused(int n, const std::vector<size_t>& hiddens,
-                                         const std::vector<size_t>& tokens, bool allAlgos,
+                                         const std::vector<size_t>& tokens, const Algos& algos,
                                          size_t rank0Shift, int pdlEnv, double timeoutSec,
-                                         int clusterEnv = -1, int earlyEnv = -1) {
+                                         int clusterEnv = -1, int earlyEnv = -1,
+                                         int partialMode = data::kSmallInts) {
   auto results = launch::runRanks(
       n,
       [&](int rank, int nr, const anyrUniqueId& id, const Report& report) {
         try {
-          return fusedRank(rank, nr, id, report, hiddens, tokens, allAlgos, rank0Shift, pdlEnv,
-                           clusterEnv, earlyEnv);
+          return fusedRank(rank, nr, id, report, hiddens, tokens, algos, rank0Shift, pdlEnv,
+                           clusterEnv, earlyEnv, partialMode);
         } catch (const std::exception& e) {
           report(std::string("FAIL ") + e.what() + "\n");
           return 3;
@@ -437,28 +483,28 @@ std::vector<launch::RankResult> runFused(int n, const std::vector<size_t>& hidde
 
 TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  runFused(gpuCount(), {128, 6144, 7168, 16384}, {1, 3, 64, 129, 2048}, true, 0, -1, 900);
+  runFused(gpuCount(), {128, 6144, 7168, 16384}, {1, 3, 64, 129, 2048}, kEveryAlgo, 0, -1, 900);
 }
 
 TEST(FusedAllReduceGpu, RanksWithDifferentlyAlignedBuffersTakeTheSamePath) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   // Rank 0's buffers one element off. 64 tokens of 6144 take several one-shot launches; 129
   // split unevenly in two-shot.
-  runFused(gpuCount(), {6144}, {1, 3, 64, 129}, false, 2, -1, 600);
+  runFused(gpuCount(), {6144}, {1, 3, 64, 129}, kPushAndAuto, 2, -1, 600);
 }
 
 // Every other test runs with the default, programmatic dependent launch where the probe
 // works (and checks that the probe ran); this one with plain launches (ANYR_PDL=0, no probe).
 TEST(FusedAllReduceGpu, PlainLaunchesWithoutProgrammaticLaunchAreCorrectToo) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  runFused(gpuCount(), {128, 6144}, {1, 3, 64}, false, 0, 0, 600);
+  runFused(gpuCount(), {128, 6144}, {1, 3, 64}, kPushAndAuto, 0, 0, 600);
 }
 
 // Programmatic launch without the early release (ANYR_PDL_EARLY=0: a kernel's successor is
 // scheduled only once its blocks exited), every path, against the composition on every rank.
 TEST(FusedAllReduceGpu, ProgrammaticLaunchWithoutTheEarlyReleaseIsCorrectToo) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  runFused(gpuCount(), {128, 6144}, {1, 3, 64, 300}, true, 0, -1, 600, -1, 0);
+  runFused(gpuCount(), {128, 6144}, {1, 3, 64, 300}, kEveryAlgo, 0, -1, 600, -1, 0);
 }
 
 // The fused one-shot's cluster form at each forced size (the default test above takes the
@@ -469,7 +515,7 @@ TEST(FusedAllReduceGpu, ClusterFormAtEveryForcedSizeMatchesTheComposition) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   for (int size : {2, 4, 8}) {
     SCOPED_TRACE("ANYR_FUSED_CLUSTER=" + std::to_string(size));
-    runFused(gpuCount(), {128, 6144, 8192}, {1, 3, 64}, false, 0, -1, 600, size);
+    runFused(gpuCount(), {128, 6144, 8192}, {1, 3, 64}, kPushAndAuto, 0, -1, 600, size);
   }
 }
 
@@ -481,7 +527,7 @@ TEST(FusedAllReduceGpu, ClusterFormAtEveryForcedSizeMatchesTheComposition) {
 // composition bit for bit on every rank.
 TEST(FusedAllReduceGpu, ClustersOfTwoBeyondOneBlockPerSmMatchTheComposition) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  runFused(gpuCount(), {6144, 7168}, {80, 96, 128}, true, 0, -1, 600);
+  runFused(gpuCount(), {6144, 7168}, {80, 96, 128}, kEveryAlgo, 0, -1, 600);
 }
 
 // More rows than SMs in one two-shot launch: the register form's dense shape (two blocks of
@@ -490,73 +536,76 @@ TEST(FusedAllReduceGpu, ClustersOfTwoBeyondOneBlockPerSmMatchTheComposition) {
 // automatic path takes the fused two-shot at these sizes, 1 to 5 MB).
 TEST(FusedAllReduceGpu, DenseTwoShotFormMatchesTheComposition) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  runFused(gpuCount(), {4096, 6144, 7168, 8192}, {133, 300}, false, 0, -1, 600);
+  runFused(gpuCount(), {4096, 6144, 7168, 8192}, {133, 300}, kPushAndAuto, 0, -1, 600);
 }
 
 // Clusters off: the block-per-row kernel for every row count.
 TEST(FusedAllReduceGpu, WithoutClustersTheBlockPerRowKernelIsCorrectToo) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  runFused(gpuCount(), {128, 6144, 7168}, {1, 3, 64}, false, 0, -1, 600, 1);
+  runFused(gpuCount(), {128, 6144, 7168}, {1, 3, 64}, kPushAndAuto, 0, -1, 600, 1);
 }
 
 // A rank that skips a fused call: the other rank's kernel gives up after the timeout and names
 // it, on each fused form (the cluster forms included: their blocks still exchange the row's sums
 // and the failure, so none waits on another block), and the wait is bounded.
+struct FusedForm {
+  anyrAlgo_t algo;
+  int cluster;  // config.fusedCluster: 1 off, 2/4/8 forced
+  size_t tokens;
+};
+
+// One form of that test, on two ranks (sharing a GPU where there is one).
+void expectMissingPeerNamed(const FusedForm& f) {
+  constexpr size_t kHidden = 6144;
+  const std::string name = std::string(anyrAlgoName(f.algo)) + ", fusedCluster " +
+                           std::to_string(f.cluster) + ", " + std::to_string(f.tokens) + " tokens";
+  SCOPED_TRACE(name);
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        anyrComm_t comm =
+            initRankComm(rank, n, id, 1500, [&](anyrConfig_t& c) { c.fusedCluster = f.cluster; });
+        R_ANYR(anyrCommSetAlgorithm(comm, f.algo), comm);
+        const size_t bytes = f.tokens * kHidden * 2;
+        void *partial = nullptr, *residual = nullptr, *weight = nullptr, *norm = nullptr;
+        for (void** q : {&partial, &residual, &norm}) R_CUDA(cudaMalloc(q, bytes));
+        R_CUDA(cudaMalloc(&weight, kHidden * 2));
+        for (void* q : {partial, residual, norm}) R_CUDA(cudaMemset(q, 0, bytes));
+        R_CUDA(cudaMemset(weight, 0, kHidden * 2));
+        cudaStream_t s;
+        R_CUDA(cudaStreamCreate(&s));
+        auto call = [&] {
+          return anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, norm, f.tokens,
+                                         kHidden, anyrBfloat16, nullptr, comm, s);
+        };
+        int failures = 0;
+        R_ANYR(call(), comm);
+        R_CUDA(cudaStreamSynchronize(s));
+        if (rank == 0) {
+          failures += expectTimeoutNamingRank1(comm, s, call, name, "", 1.5 + 5.0, report);
+        } else {
+          // Wait until rank 0 has given up, then leave.
+          std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+        }
+        anyrCommDestroy(comm);
+        return failures ? 4 : 0;
+      });
+  const std::string failures = launch::describeFailures(results);
+  EXPECT_TRUE(failures.empty()) << failures;
+  std::printf("[ info ] %s", results[0].message.c_str());
+}
+
 TEST(FusedAllReduceGpu, MissingPeerInEachFusedFormTimesOutNamingIt) {
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  struct Form {
-    anyrAlgo_t algo;
-    int cluster;  // config.fusedCluster: 1 off, 2/4/8 forced
-    size_t tokens;
-  };
-  const Form forms[] = {{anyrAlgoOneShotPush, 8, 1},
-                        {anyrAlgoOneShotPush, 1, 1},
-                        {anyrAlgoTwoShotPush, 2, 64},
-                        {anyrAlgoTwoShotPush, 1, 64}};
-  constexpr size_t kHidden = 6144;
-  for (const Form& f : forms) {
-    const std::string name = std::string(anyrAlgoName(f.algo)) + ", fusedCluster " +
-                             std::to_string(f.cluster) + ", " + std::to_string(f.tokens) +
-                             " tokens";
-    SCOPED_TRACE(name);
-    auto results = runRanksCatching(
-        2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-          anyrComm_t comm =
-              initRankComm(rank, n, id, 1500, [&](anyrConfig_t& c) { c.fusedCluster = f.cluster; });
-          R_ANYR(anyrCommSetAlgorithm(comm, f.algo), comm);
-          const size_t bytes = f.tokens * kHidden * 2;
-          void *partial = nullptr, *residual = nullptr, *weight = nullptr, *norm = nullptr;
-          for (void** q : {&partial, &residual, &norm}) R_CUDA(cudaMalloc(q, bytes));
-          R_CUDA(cudaMalloc(&weight, kHidden * 2));
-          for (void* q : {partial, residual, norm}) R_CUDA(cudaMemset(q, 0, bytes));
-          R_CUDA(cudaMemset(weight, 0, kHidden * 2));
-          cudaStream_t s;
-          R_CUDA(cudaStreamCreate(&s));
-          auto call = [&] {
-            return anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, norm,
-                                           f.tokens, kHidden, anyrBfloat16, nullptr, comm, s);
-          };
-          int failures = 0;
-          R_ANYR(call(), comm);
-          R_CUDA(cudaStreamSynchronize(s));
-          if (rank == 0) {
-            failures += expectTimeoutNamingRank1(comm, s, call, name, "", 1.5 + 5.0, report);
-          } else {
-            // Wait until rank 0 has given up, then leave.
-            std::this_thread::sleep_for(std::chrono::milliseconds(3000));
-          }
-          anyrCommDestroy(comm);
-          return failures ? 4 : 0;
-        });
-    const std::string failures = launch::describeFailures(results);
-    EXPECT_TRUE(failures.empty()) << failures;
-    std::printf("[ info ] %s", results[0].message.c_str());
+  for (const FusedForm& f :
+       {FusedForm{anyrAlgoOneShotPush, 8, 1}, FusedForm{anyrAlgoOneShotPush, 1, 1},
+        FusedForm{anyrAlgoTwoShotPush, 2, 64}, FusedForm{anyrAlgoTwoShotPush, 1, 64}}) {
+    expectMissingPeerNamed(f);
   }
 }
 
 TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
-  runFused(3, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
+  runFused(3, {128, 6144}, {1, 3, 129}, kPushAndAuto, 0, -1, 600);
 }
 
 // Rows of 16384 elements, 300 of them: the composition cuts them into launches of the scratch
@@ -564,7 +613,7 @@ TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
 // algorithm, the aliasing forms, two ranks (sharing a GPU where there is one).
 TEST(FusedAllReduceGpu, WideRowsInSeveralChunks) {
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
-  runFused(2, {16384}, {300}, true, 0, -1, 600);
+  runFused(2, {16384}, {300}, kEveryAlgo, 0, -1, 600);
 }
 
 // The fused push kernels across the push launch count's wrap (see
@@ -572,7 +621,7 @@ TEST(FusedAllReduceGpu, WideRowsInSeveralChunks) {
 TEST(FusedAllReduceGpu, PushEpochWrapIsSeamless) {
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   setenv("ANYR_TEST_PUSH_EPOCH", "3221225468", 1);
-  const auto results = runFused(2, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
+  const auto results = runFused(2, {128, 6144}, {1, 3, 129}, kPushAndAuto, 0, -1, 600);
   unsetenv("ANYR_TEST_PUSH_EPOCH");
   SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoOneShotPush, anyrAlgoTwoShotPush});
 }
@@ -584,7 +633,220 @@ TEST(FusedAllReduceGpu, WiderWorldSizesSharingGpus) {
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   for (int n : {4, 5, 8}) {
     SCOPED_TRACE("world size " + std::to_string(n));
-    runFused(n, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
+    runFused(n, {128, 6144}, {1, 3, 129}, kPushAndAuto, 0, -1, 600);
+  }
+}
+
+// ---- the fused pull kernels -------------------------------------------------------------------
+// The fused kernels of the one-shot pull and of the two-shot (pull), forced with
+// anyrCommSetAlgorithm (the fused operations then run them, which each case checks in the
+// counters), against the composition bit for bit on every rank (the same pull all-reduce, then
+// the standalone kernel), every rank's outputs bit-identical, the fp64 reference on small
+// cases, the aliasing forms, partial untouched: at world sizes 2 to 8 with the ranks sharing the
+// GPU where there is one (the device machine's case), every dtype, residual form and
+// quantization mode (FP8, NVFP4 with linear and 128x4 scales).
+class FusedPullWorldSizeGpu : public testing::TestWithParam<int> {};
+
+// Small integers (exact sums): rows of 128 (one vector a thread) and 6144 (two), 1, 3 and 300
+// tokens (300 rows: more than one block per SM takes at once on GPUs of fewer than 300 SMs, so
+// the one-shot's blocks loop over rows; the two-shot cuts them into uneven segments).
+TEST_P(FusedPullWorldSizeGpu, ExactWithSmallIntegers) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  const auto results = runFused(GetParam(), {128, 6144}, {1, 3, 300}, kPullKernels, 0, -1, 580);
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, kPullKernels);
+}
+
+// Random fractions (the sums round, once, in rank order): rows of 7168 (two vectors a thread)
+// and 16384 (four: wider than the registers hold, run because the algorithm is forced), 2 and
+// 37 tokens.
+TEST_P(FusedPullWorldSizeGpu, ExactWithRandomFractions) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  const auto results =
+      runFused(GetParam(), {7168, 16384}, {2, 37}, kPullKernels, 0, -1, 580, -1, -1, data::kRandom);
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, kPullKernels);
+}
+
+INSTANTIATE_TEST_SUITE_P(SharingGpus, FusedPullWorldSizeGpu, testing::Range(2, 9),
+                         [](const testing::TestParamInfo<int>& p) {
+                           return std::to_string(p.param) + "ranks";
+                         });
+
+// Few blocks and small launches (ANYR_MAX_BLOCKS=8, ANYR_CHUNK_BYTES=256K): each block of a
+// launch loops over several rows (or row indices of the segments), and a call of 133 or 300
+// rows of 4096 to 8192 takes 5 to 19 launches, whose staging buffers alternate by epoch parity
+// within the call. At two ranks rank 0's row buffers are one element off 16-byte alignment, so
+// it runs the general kernel where its peer runs the aligned one. Two and three ranks.
+TEST(FusedPullGpu, RowsLoopOverFewBlocksInManyLaunches) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  setenv("ANYR_MAX_BLOCKS", "8", 1);
+  setenv("ANYR_CHUNK_BYTES", "262144", 1);
+  std::vector<launch::RankResult> all;
+  for (int n : {2, 3}) {
+    SCOPED_TRACE("world size " + std::to_string(n));
+    const auto results =
+        runFused(n, {4096, 6144, 8192}, {133, 300}, kPullKernels, n == 2 ? 2 : 0, -1, 280);
+    all.insert(all.end(), results.begin(), results.end());
+  }
+  unsetenv("ANYR_MAX_BLOCKS");
+  unsetenv("ANYR_CHUNK_BYTES");
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(all, kPullKernels);
+}
+
+// The fused pull kernels captured in a CUDA graph: two fused calls (NVFP4 output with both
+// scale layouts, a separate residual) captured once and replayed five times with fresh partial
+// data before each replay, each replay's outputs against the eager composition bit for bit on
+// every rank; the replays advance the device-side launch count, so the staging buffers
+// alternate between them as in eager calls.
+int fusedGraphRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
+  anyrComm_t comm = initRankComm(rank, n, id, 20000);
+  cudaStream_t s = nonBlockingStream();
+  constexpr int kCalls = 2, kReplays = 5;
+  int failures = 0;
+  uint32_t seed = 500;
+  for (anyrAlgo_t algo : kPullKernels) {
+    if (!forceOrSkip(comm, algo, report)) continue;
+    for (auto [tokens, hidden] : {std::pair<size_t, size_t>{37, 6144}, {300, 128}}) {
+      const size_t elems = tokens * hidden, bytes = elems * 2;
+      const size_t qBytes = elems / 2, sBytes = elems / 16;
+      const size_t swz = static_cast<size_t>(
+          ref::swizzleBytes(static_cast<int64_t>(tokens), static_cast<int64_t>(hidden / 16)));
+      struct Set {
+        void *partial, *resOut, *norm, *quant, *scales, *swizzled;
+      };
+      auto alloc = [&](Set* t) {
+        for (auto [q, nb] : {std::pair<void**, size_t>{&t->partial, bytes},
+                             {&t->resOut, bytes},
+                             {&t->norm, bytes},
+                             {&t->quant, qBytes},
+                             {&t->scales, sBytes},
+                             {&t->swizzled, swz}}) {
+          R_CUDA(cudaMalloc(q, nb));
+        }
+      };
+      Set fused[kCalls], ref;
+      for (Set& t : fused) alloc(&t);
+      alloc(&ref);
+      void *residual = nullptr, *weight = nullptr, *x = nullptr;
+      float* scale = nullptr;
+      unsigned long long* counters = nullptr;
+      R_CUDA(cudaMalloc(&residual, bytes));
+      R_CUDA(cudaMalloc(&x, bytes));
+      R_CUDA(cudaMalloc(&weight, hidden * 2));
+      R_CUDA(cudaMalloc(&scale, sizeof(float)));
+      R_CUDA(cudaMalloc(&counters, 2 * sizeof(unsigned long long)));
+      const float scaleValue = 0.02f;
+      R_CUDA(cudaMemcpyAsync(scale, &scaleValue, sizeof(float), cudaMemcpyHostToDevice, s));
+      R_CUDA(data::fillInput(anyrBfloat16, residual, elems, 100, seed, data::kSmallInts, s));
+      R_CUDA(data::fillInput(anyrBfloat16, weight, hidden, 101, seed, data::kRandom, s));
+      auto options = [&](const Set& t) {
+        anyrFusedOptions_t o = ANYR_FUSED_OPTIONS_INITIALIZER;
+        o.quant = anyrQuantNvfp4;
+        o.scale = scale;
+        o.quantOut = t.quant;
+        o.blockScales = t.scales;
+        o.blockScalesSwizzled = t.swizzled;
+        return o;
+      };
+      anyrFusedOptions_t fo[kCalls];
+      for (int k = 0; k < kCalls; ++k) fo[k] = options(fused[k]);
+      const unsigned long long before = fusedKernelCalls(comm);
+      cudaGraph_t g;
+      cudaGraphExec_t exec;
+      R_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int k = 0; k < kCalls; ++k) {
+        R_ANYR(
+            anyrAllReduceAddRmsNorm(fused[k].partial, residual, fused[k].resOut, weight, 1e-5f,
+                                    fused[k].norm, tokens, hidden, anyrBfloat16, &fo[k], comm, s),
+            comm);
+      }
+      R_CUDA(cudaStreamEndCapture(s, &g));
+      R_CUDA(cudaGraphInstantiate(&exec, g, 0));
+      R_CUDA(cudaGraphDestroy(g));
+      if (fusedKernelCalls(comm) != before + kCalls) {
+        ++failures;
+        report(std::string("FAIL graph ") + anyrAlgoName(algo) +
+               ": the captured calls did not take the fused kernel\n");
+      }
+      const anyrFusedOptions_t ro = options(ref);
+      for (int replay = 0; replay < kReplays; ++replay) {
+        const uint32_t first = ++seed;
+        for (int k = 0; k < kCalls; ++k) {
+          R_CUDA(data::fillInput(anyrBfloat16, fused[k].partial, elems, rank, first + 1000 * k,
+                                 data::kRandom, s));
+          for (auto [q, nb] : {std::pair<void*, size_t>{fused[k].resOut, bytes},
+                               {fused[k].norm, bytes},
+                               {fused[k].quant, qBytes},
+                               {fused[k].scales, sBytes},
+                               {fused[k].swizzled, swz}}) {
+            R_CUDA(cudaMemsetAsync(q, 0x7b, nb, s));
+          }
+        }
+        R_CUDA(cudaGraphLaunch(exec, s));
+        for (int k = 0; k < kCalls; ++k) {
+          // The eager composition of the same call, on the same algorithm.
+          R_ANYR(anyrAllReduce(fused[k].partial, x, elems, anyrBfloat16, anyrSum, comm, s), comm);
+          R_ANYR(anyrAddRmsNorm(x, residual, ref.resOut, weight, 1e-5f, ref.norm, tokens, hidden,
+                                anyrBfloat16, &ro, s),
+                 comm);
+          for (auto [what, got, want, nb] : {std::tuple<const char*, void*, void*, size_t>{
+                                                 "residual", fused[k].resOut, ref.resOut, bytes},
+                                             {"norm", fused[k].norm, ref.norm, bytes},
+                                             {"quant", fused[k].quant, ref.quant, qBytes},
+                                             {"scales", fused[k].scales, ref.scales, sBytes},
+                                             {"swizzled", fused[k].swizzled, ref.swizzled, swz}}) {
+            R_CUDA(cudaMemsetAsync(counters, 0, 2 * sizeof(unsigned long long), s));
+            R_CUDA(data::countDiffBytes(got, want, nb, counters, s));
+            R_CUDA(data::hashBytes(got, nb, counters + 1, s));
+            unsigned long long c[2] = {0, 0};
+            R_CUDA(cudaMemcpyAsync(c, counters, sizeof(c), cudaMemcpyDeviceToHost, s));
+            R_CUDA(cudaStreamSynchronize(s));
+            std::ostringstream key;
+            key << "graph/" << anyrAlgoName(algo) << "/h" << hidden << "/t" << tokens << "/replay"
+                << replay << "/call" << k << "/" << what;
+            if (c[0] != 0) {
+              ++failures;
+              report("FAIL " + key.str() + ": differs from the eager composition in " +
+                     std::to_string(c[0]) + " bytes\n");
+            }
+            report("HASH " + key.str() + " " + std::to_string(c[1]) + "\n");
+          }
+        }
+      }
+      R_CUDA(cudaGraphExecDestroy(exec));
+      for (Set* t : {&fused[0], &fused[1], &ref}) {
+        for (void* q : {t->partial, t->resOut, t->norm, t->quant, t->scales, t->swizzled}) {
+          R_CUDA(cudaFree(q));
+        }
+      }
+      for (void* q :
+           {residual, x, weight, static_cast<void*>(scale), static_cast<void*>(counters)}) {
+        R_CUDA(cudaFree(q));
+      }
+    }
+  }
+  return finishRank(comm, s, {}, failures, report);
+}
+
+TEST(FusedPullGpu, GraphReplaysMatchTheEagerComposition) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  std::vector<launch::RankResult> all;
+  for (int n : {2, 3}) {
+    SCOPED_TRACE("world size " + std::to_string(n));
+    const auto results = runRanksCatching(n, 280, fusedGraphRank);
+    expectRanksPassedWithEqualHashes(results, n);
+    all.insert(all.end(), results.begin(), results.end());
+  }
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(all, kPullKernels);
+}
+
+// A rank that skips a fused pull call: the other rank's kernel gives up at its start round
+// after the timeout and names it (two ranks, sharing the GPU where there is one).
+TEST(FusedPullGpu, MissingPeerTimesOutNamingIt) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  for (const FusedForm& f :
+       {FusedForm{anyrAlgoOneShotPull, 1, 1}, FusedForm{anyrAlgoOneShotPull, 0, 300},
+        FusedForm{anyrAlgoTwoShot, 0, 1}, FusedForm{anyrAlgoTwoShot, 0, 64}}) {
+    expectMissingPeerNamed(f);
   }
 }
 

@@ -226,7 +226,8 @@ TEST(ReliabilityGpu, SelfTestCatchesACorruptPeerMappingOnEveryRank) {
                    "\n");
           }
         }
-        for (const char* fused : {"fused-oneshot-push", "fused-twoshot-push"}) {
+        for (const char* fused :
+             {"fused-oneshot-push", "fused-twoshot-push", "fused-oneshot-pull", "fused-twoshot"}) {
           const std::string v = j["selfTest"]["results"].value(fused, std::string("missing"));
           if (v == "passed" || v == "missing") {
             ++failures;
