@@ -96,7 +96,11 @@ typedef enum {
                               host memory */
   anyrAlgoHostCopy = 8,    /* "host-copy": one-shot through pinned shared host memory, moved by
                               copy engines */
-  anyrNumAlgos = 9
+  anyrAlgoStagedPush = 9,  /* "staged-push": the one-shot push in rounds: in round k each rank
+                              writes to rank + k only */
+  anyrAlgoStagedPull = 10, /* "staged-pull": the one-shot pull in rounds: in round k each rank
+                              reads rank + k only */
+  anyrNumAlgos = 11
 } anyrAlgo_t;
 
 /* Wire format of the data the host-memory algorithms and one-shot pull exchange (opt-in; never

@@ -135,6 +135,8 @@ class Algo(_CEnum):
     HOST_ONE_SHOT = 6, "host-oneshot"
     HOST_TWO_SHOT = 7, "host-twoshot"
     HOST_COPY = 8, "host-copy"
+    STAGED_PUSH = 9, "staged-push"
+    STAGED_PULL = 10, "staged-pull"
 
     @property
     def short_name(self) -> str:

@@ -18,6 +18,11 @@ namespace {
 constexpr double kEffOneShot = 0.5;
 constexpr double kEffOneShotRead = 0.8;  // loads pipeline deeper than stores (2 x H200: 1-16 MB)
 constexpr double kEffTwoShot = 0.8;
+// The staged one-shots' one flow per link: a kernel's stores (or loads) to one peer at about 0.8
+// of the pair's figure, which the sourced fixtures take from copy-engine tests
+// (p2pBandwidthLatencyTest); on these boxes copy engines are ~24% faster than kernel writes
+// (flashinfer#4393), and NCCL's pipelined ring reaches 0.7 (kEffNccl).
+constexpr double kEffStaged = 0.8;
 // NCCL's fixed per-call cost on top of its ring's hops, and what its LL128 / simple protocols
 // add to it. Calibrated on 2 x H200 (docs/PERFORMANCE.md, "Cost model": 1 KB 5.9 us, 1 MB 14.0,
 // 16 MB 77.5) and on published 8 x RTX PRO 6000 figures (24 us from 256 B to 64 KB, 28 us at
@@ -92,6 +97,66 @@ double twoShotUsOf(double B, const CostInputs& in, bool push) {
   return calls * (kLaunchUs + (push ? 2 * in.syncUs : 6 * in.syncUs + 2 * in.latencyUs)) + data;
 }
 
+// The staged one-shots (staged_push.cu, staged_pull.cu): the one-shot's bytes in n - 1 rounds,
+// rank r to (or from) rank r + k in round k, so every GPU's link carries one flow each way at a
+// time instead of n - 1.
+//
+// A round is a hop of the ring's shape: every rank passes data that doubles as the flag to one
+// peer and waits for one. It is charged as the model's ring hop (in.ringHopUs: the fabric's
+// measured "one flag passed to the ring neighbour, every rank at once" where the load record has
+// it, else NCCL's LL hop on that link type, 1.3 us over PCIe, what NCCL's 24 us at 8 ranks on the
+// 8 x RTX PRO 6000 box leaves each of its 14 hops), never less than the slowest pair's idle
+// one-way latency. Over PCIe that is also the model's own synchronisation round with one peer
+// (0.45 idle + 0.85 loaded, kLoadedPerPeerPcieUs). Not the idle 0.36-0.45 us of the published
+// figures: that is p2pBandwidthLatencyTest's, one GPU writing with nothing else moving, and the
+// loaded 6-7 us it is set against is another tool's (p2pmark: remote reads with all 56 flows at
+// once; its README's 8-GPU example: 4.10 us for the best pair alone, 6.14 loaded). Within one
+// tool the load costs 1.5x, not 15x, so staging does not trade a loaded round for idle hops.
+// A pull round is a read's round trip: two hops.
+//
+// Bytes: each round moves B over each GPU's own link as one flow (the pair's rate x
+// kEffStaged). A PCIe switch group's uplink still carries g (n - g) of the flows over the
+// rounds: staging reorders the flows, not what crosses. Its rate: at least one flow's through
+// it, and where the fabric's all-to-all was measured, what that implies if the uplink was its
+// bottleneck (g (n - g) / (n - 1) x the all-to-all rate: 16/7 x 24 = 55 GB/s behind switches of
+// 4 + 4, a Gen5 x16 link). The rounds run one after another and with groups of consecutive
+// ranks each has some of the uplink's flows, so the time is the larger of the two totals.
+// Behind switches that is the all-to-all's own time: there staging saves the loaded round, not
+// bandwidth. Where there is no shared uplink (sockets, one switch) the collapse measured all to
+// all is avoided.
+//
+// With two ranks the kernels are the one-shots' (one round), and so is the cost: the tie goes
+// to the one-shot (the registry's order).
+double stagedBytesUs(const CostInputs& in, double B, bool write) {
+  const int n = in.nranks;
+  const double pair = write ? in.writeGBps : in.readGBps;
+  if (pair <= 0) return -1;
+  double t = (n - 1) * B / (pair * kEffStaged * 1e3);
+  const double cross = write ? in.crossWriteGBps : in.crossReadGBps;
+  const int g = in.largestGroup;
+  if (cross > 0 && g > 1 && g < n) {
+    double uplink = cross * kEffStaged;
+    if (in.allToAllGBps > 0 && in.writeGBps > 0) {
+      const double a2a = write ? in.allToAllGBps : in.allToAllGBps * in.readGBps / in.writeGBps;
+      uplink = std::max(uplink, a2a * g * (n - g) / (n - 1));
+    }
+    t = std::max(t, g * (n - g) * B / (uplink * 1e3));
+  }
+  return t;
+}
+
+double stagedUs(double B, const CostInputs& in, bool push) {
+  const int n = in.nranks;
+  if (n <= 2) return oneShotUs(B, in, push);
+  const double data = stagedBytesUs(in, B, push);
+  if (data < 0) return -1;
+  const double hop = std::max(in.ringHopUs, in.latencyUs);
+  const double calls = launchesFor(B, push ? in.pushSlotBytes : in.chunkBytes);
+  // Pull: the one-shot pull's handshake, then a read round trip per round.
+  const double rounds = push ? (n - 1) * hop : 2 * in.syncUs + 2 * (n - 1) * hop;
+  return calls * (kLaunchUs + rounds) + data;
+}
+
 // One-shot: write the own B, read the (n-1) peers' B each. Two-shot: reduce-scatter and
 // all-gather, each writing and reading (n-1)/n of B (2 B (n-1)/n each way in all). A message
 // larger than a launch's buffers runs as several launches.
@@ -137,6 +202,8 @@ double oneShotPushUs(double B, const CostInputs& in) { return oneShotUs(B, in, t
 double oneShotPullUs(double B, const CostInputs& in) { return oneShotUs(B, in, false); }
 double twoShotPushUs(double B, const CostInputs& in) { return twoShotUsOf(B, in, true); }
 double twoShotUs(double B, const CostInputs& in) { return twoShotUsOf(B, in, false); }
+double stagedPushUs(double B, const CostInputs& in) { return stagedUs(B, in, true); }
+double stagedPullUs(double B, const CostInputs& in) { return stagedUs(B, in, false); }
 double hostOneShotUs(double B, const CostInputs& in) { return hostShotUs(B, in, true); }
 double hostTwoShotUs(double B, const CostInputs& in) { return hostShotUs(B, in, false); }
 

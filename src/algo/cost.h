@@ -91,6 +91,8 @@ double oneShotPushUs(double bytes, const CostInputs& in);
 double oneShotPullUs(double bytes, const CostInputs& in);
 double twoShotPushUs(double bytes, const CostInputs& in);
 double twoShotUs(double bytes, const CostInputs& in);
+double stagedPushUs(double bytes, const CostInputs& in);
+double stagedPullUs(double bytes, const CostInputs& in);
 double hostOneShotUs(double bytes, const CostInputs& in);
 double hostTwoShotUs(double bytes, const CostInputs& in);
 double hostCopyUs(double bytes, const CostInputs& in);

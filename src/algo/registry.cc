@@ -35,6 +35,14 @@ cudaError_t twoShotPushResidentPerSm(int* least);
 cudaError_t launchTwoShot(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                           cudaStream_t stream);
 cudaError_t twoShotResidentPerSm(int* least);
+// staged_push.cu
+cudaError_t launchStagedPush(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
+                             cudaStream_t stream);
+cudaError_t stagedPushResidentPerSm(int* least);
+// staged_pull.cu
+cudaError_t launchStagedPull(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
+                             cudaStream_t stream);
+cudaError_t stagedPullResidentPerSm(int* least);
 // host_oneshot.cu, and host_oneshot_ll.cu: its low-latency protocol (native wire, small
 // launches); a.wire selects the wire format.
 cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
@@ -192,6 +200,18 @@ constexpr AlgoInfo kAlgos[] = {
         .fusedKernel(&kFusedTwoShotPull)
         .admission(admitPeerReads)
         .cost(twoShotUs),
+    // The one-shots with their peer traffic in rounds, one peer per round: after the all-to-all
+    // forms, which win ties (with two ranks they are the same kernels).
+    AlgoInfo(anyrAlgoStagedPush, "staged-push", AlgoKind::PeerMemory)
+        .peer(ANYR_KERNEL_FN(launchStagedPush), ANYR_KERNEL_FN(stagedPushResidentPerSm),
+              LaunchCapacity::PushSlot)
+        .admission(admitPeerWrites)
+        .cost(stagedPushUs),
+    AlgoInfo(anyrAlgoStagedPull, "staged-pull", AlgoKind::PeerMemory)
+        .peer(ANYR_KERNEL_FN(launchStagedPull), ANYR_KERNEL_FN(stagedPullResidentPerSm),
+              LaunchCapacity::Chunk)
+        .admission(admitPeerReads)
+        .cost(stagedPullUs),
     AlgoInfo(anyrAlgoNccl, "nccl", AlgoKind::Nccl).admission(admitNccl).cost(ncclUs),
     AlgoInfo(anyrAlgoHostOneShot, "host-oneshot", AlgoKind::HostMemory)
         .host(ANYR_KERNEL_FN(launchHostOneShot), ANYR_KERNEL_FN(launchHostOneShotLL))

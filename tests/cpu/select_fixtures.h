@@ -32,23 +32,29 @@ inline CommFacts facts(const Topology& t, bool nccl, bool hostMemory,
   return f;
 }
 
-// A fixture as a communicator of `ranks` over its first GPUs (0: all) would seed it: its
-// admission, seed table and cost model inputs.
+// A topology as a communicator over all its GPUs would seed it: its admission, seed table and
+// cost model inputs.
 struct Seeded {
   Topology t;
   Admission adm;
   DispatchTable table;
   CostInputs in;
 };
-inline Seeded seeded(const std::string& name, int ranks = 0, bool nccl = true, bool host = true,
-                     const Config& cfg = Config()) {
+inline Seeded seededTopology(const Topology& t, bool nccl = true, bool host = true,
+                             const Config& cfg = Config()) {
   Seeded s;
-  s.t = fixture(name);
-  if (ranks > 0) s.t = firstGpus(s.t, ranks);
+  s.t = t;
   s.adm = admit(s.t, facts(s.t, nccl, host, host ? "" : "disabled for the test"));
   s.table = seedTable(s.t, s.adm, cfg, s.t.size());
   s.in = costInputs(s.t, cfg, s.t.size());
   return s;
+}
+// A fixture as a communicator of `ranks` over its first GPUs (0: all) would seed it.
+inline Seeded seeded(const std::string& name, int ranks = 0, bool nccl = true, bool host = true,
+                     const Config& cfg = Config()) {
+  Topology t = fixture(name);
+  if (ranks > 0) t = firstGpus(t, ranks);
+  return seededTopology(t, nccl, host, cfg);
 }
 
 }  // namespace testfix

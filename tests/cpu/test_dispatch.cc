@@ -130,8 +130,8 @@ TEST(Dispatch, FusedKernelPathsCarryAClusterSize) {
 
 TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
   Machine s = setup("nvlink_pair");
-  EXPECT_EQ(s.cands[0].size(), 8u);   // eight all-reduce algorithms (three through host memory)
-  EXPECT_EQ(s.cands[1].size(), 12u);  // + fused kernels of the four peer algorithms
+  EXPECT_EQ(s.cands[0].size(), 10u);  // ten all-reduce algorithms (three through host memory)
+  EXPECT_EQ(s.cands[1].size(), 14u);  // + fused kernels of the four peer algorithms that have one
   for (const auto& ops : s.cands) {
     for (const Candidate& c : ops) EXPECT_TRUE(c.admitted) << c.reason;
   }
@@ -140,18 +140,19 @@ TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
 TEST(Dispatch, HostAlgorithmsComeLastInTheFixedOrderAndOnlyAsComposition) {
   // The order breaks ties, so it is part of the agreement: the host algorithms are appended.
   Machine s = setup("no_p2p");
-  const std::vector<std::string> allReduce = {"oneshot-push", "oneshot-pull", "twoshot-push",
-                                              "twoshot",      "nccl",         "host-oneshot",
-                                              "host-twoshot", "host-copy"};
+  const std::vector<std::string> allReduce = {
+      "oneshot-push", "oneshot-pull", "twoshot-push", "twoshot",      "staged-push",
+      "staged-pull",  "nccl",         "host-oneshot", "host-twoshot", "host-copy"};
   ASSERT_EQ(s.cands[0].size(), allReduce.size());
   for (size_t i = 0; i < allReduce.size(); ++i)
     EXPECT_EQ(pathName(Op::AllReduce, s.cands[0][i].path), allReduce[i]) << i;
   for (int o = 1; o < kNumOps; ++o) {
     const auto& c = s.cands[static_cast<size_t>(o)];
-    ASSERT_EQ(c.size(), 12u);
-    EXPECT_EQ(pathName(static_cast<Op>(o), c[9].path), "host-oneshot+epilogue");
-    EXPECT_EQ(pathName(static_cast<Op>(o), c[10].path), "host-twoshot+epilogue");
-    EXPECT_EQ(pathName(static_cast<Op>(o), c[11].path), "host-copy+epilogue");
+    ASSERT_EQ(c.size(), 14u);  // the ten compositions and four fused kernels
+    const size_t last = c.size() - 1;
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[last - 2].path), "host-oneshot+epilogue");
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[last - 1].path), "host-twoshot+epilogue");
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[last].path), "host-copy+epilogue");
     for (const Candidate& k : c) {
       if (isHostAlgo(k.path.algo)) {
         EXPECT_FALSE(k.path.fusedKernel);  // no fused host kernel
@@ -183,7 +184,8 @@ TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
       }
     }
   }
-  EXPECT_EQ(rejected, 4 + 8 + 8);  // the peer algorithms, and their fused kernels
+  EXPECT_EQ(rejected, 6 + 10 + 10);  // the peer algorithms, and per fused operation their
+                                     // compositions and fused kernels
 }
 
 TEST(Dispatch, AFusedKernelThatFailedTheSelfTestIsRejectedWithItsReason) {
