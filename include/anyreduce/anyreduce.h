@@ -96,7 +96,10 @@ typedef enum {
                               host memory */
   anyrAlgoHostCopy = 8,    /* "host-copy": one-shot through pinned shared host memory, moved by
                               copy engines */
-  anyrNumAlgos = 9
+  anyrAlgoIslands = 9,     /* "islands": two-level: gather in each island (GPUs under one PCIe
+                              switch or socket, or ANYR_ISLANDS), exchange pairwise across
+                              islands, all-gather in each island; peer writes */
+  anyrNumAlgos = 10
 } anyrAlgo_t;
 
 /* Wire format of the data the host-memory algorithms and one-shot pull exchange (opt-in; never

@@ -150,15 +150,19 @@ constexpr uint64_t k6144x128 = 6144 * 2 * 128, k7168x128 = 7168 * 2 * 128;
 
 TEST(FabricModel, SeedsMachineChoicesAndWhy) {
   // Behind two switches at 8 ranks: one loaded round costs 6.7 us, so the one-shot (one round)
-  // wins to 16 KB; the two-shot (two rounds, an eighth of the bytes each way) from 32 to 64 KB;
-  // from 128 KB NCCL's ring, which does not share the switches' uplinks all to all.
+  // wins the smallest messages; from 8 KB to 64 KB the two-level form over the two switch
+  // groups (three hops of fewer peers each, a ninth of the one-shot's bytes across the host
+  // bridge, one partner there instead of four; the fused operation composes it with the
+  // epilogue from 16 KB); from 128 KB NCCL's ring, which does not share the switches' uplinks
+  // all to all.
   const Seeded s = seeded("rtxpro6000_8gpu_switches");
   expectChoices(s,
                 {{1 * KB, "oneshot-push", "fused:oneshot-push"},
-                 {k6144x1, "oneshot-push", "fused:oneshot-push"},
-                 {k7168x1, "oneshot-push", "fused:oneshot-push"},
-                 {16 * KB, "oneshot-push", "fused:oneshot-push"},
-                 {64 * KB, "twoshot-push", "fused:twoshot-push"},
+                 {8 * KB, "islands", "fused:oneshot-push"},
+                 {k6144x1, "islands", "islands+epilogue"},
+                 {k7168x1, "islands", "islands+epilogue"},
+                 {16 * KB, "islands", "islands+epilogue"},
+                 {64 * KB, "islands", "islands+epilogue"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
                  {k6144x128, "nccl", "nccl+epilogue"},
@@ -170,13 +174,14 @@ TEST(FabricModel, SeedsMachineChoicesAndWhy) {
 
 TEST(FabricModel, DualSocketChoicesAndWhy) {
   // No switches, two sockets (published all-to-all 0.41 of ideal, a loaded round of 6.03 us):
-  // the same ladder as behind switches, one-shot to 16 KB, two-shot to 64 KB, then NCCL.
+  // the same ladder as behind switches, the one-shot for the smallest messages, the two-level
+  // form over the two sockets from 8 KB to 64 KB, then NCCL.
   const Seeded s = seeded("rtxpro6000_8gpu_dual_socket");
   expectChoices(s,
                 {{1 * KB, "oneshot-push", "fused:oneshot-push"},
-                 {k6144x1, "oneshot-push", "fused:oneshot-push"},
-                 {16 * KB, "oneshot-push", "fused:oneshot-push"},
-                 {64 * KB, "twoshot-push", "fused:twoshot-push"},
+                 {k6144x1, "islands", "islands+epilogue"},
+                 {16 * KB, "islands", "islands+epilogue"},
+                 {64 * KB, "islands", "islands+epilogue"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
                  {16 * MB, "nccl", "nccl+epilogue"},
@@ -215,15 +220,16 @@ TEST(FabricModel, L40sChoicesAndWhy) {
 }
 
 TEST(FabricModel, SlowWritePlatformPullsAndExplainNamesTheFact) {
-  // b12x#139 at 8 ranks: writes 2.6 GB/s against reads 52: no push beyond the smallest fused
-  // call (1 KB: the fused two-shot's writes are an eighth of a KB per peer); the one-shot pull
-  // to 16 KB, NCCL above.
+  // b12x#139 at 8 ranks: writes 2.6 GB/s against reads 52: no push beyond the smallest call
+  // (1 KB: the two-level form's three hops of few peers each beat the pull's two full rounds
+  // while its writes stay small; composed with the epilogue for the fused operation); the
+  // one-shot pull to 16 KB, NCCL above.
   const Seeded s = seeded("rtxpro6000_16gpu_slow_writes", 8);
   EXPECT_NE(s.in.summary.find("writes 20x slower than reads on GPU0->GPU1 (pull)"),
             std::string::npos)
       << s.in.summary;
   expectChoices(s,
-                {{1 * KB, "oneshot-pull", "fused:twoshot-push"},
+                {{1 * KB, "islands", "islands+epilogue"},
                  {16 * KB, "oneshot-pull", "oneshot-pull+epilogue"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
