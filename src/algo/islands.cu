@@ -58,6 +58,7 @@
 // In place is safe: every input vector is read only by the thread that writes its output (steps
 // 1 and 4 walk the message alike, steps 2 and 3 the owned vectors alike), before it does.
 #include "algo/algo.h"
+#include "algo/islands_schedule.h"
 #include "algo/twoshot_push.cuh"
 #include "device/lamport.cuh"
 #include "device/launch.cuh"
@@ -68,19 +69,8 @@ namespace {
 using dev::Elem;
 using dev::sanitize;
 using dev::Vec;
-
-// Where vector i of slice j lives: its owner in island `island` and its place in that owner's
-// slots.
-struct Owner {
-  int rank;
-  uint32_t at;
-};
-__device__ __forceinline__ Owner ownerOf(const IslandMap& im, int island, uint32_t j, uint32_t i,
-                                         uint32_t L) {
-  const uint32_t m = im.size[island];
-  const uint32_t q = j / m;
-  return Owner{im.member[island][j - q * m], q * L + i};
-}
+using islands::Owner;
+using islands::ownerOf;
 
 // Sends vector i of slice j (source rank `src`'s value x) into slot [src] of the scatter buffer
 // of the slice's owner in every island but `own`.
@@ -110,14 +100,13 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
   const int rank = a.rank;
   const int n = a.nranks;
   const int c = im.islandOf[rank];
-  const uint32_t k = im.indexOf[rank];
   const uint32_t m = im.size[c];
+  const uint32_t k = im.indexOf[rank];
   const uint64_t slot = a.layout.tsSlotBytes;
   // Launches carry at most islandLaunchBytes: vector counts fit 32 bits.
   const uint32_t V = static_cast<uint32_t>(a.numVecs);
-  const uint32_t S = im.slices;
-  const uint32_t L = (V + S - 1) / S;  // vectors a slice
-  const uint32_t owned = S / m * L;    // this rank's slots' extent: its slices' vectors
+  const uint32_t L = islands::sliceVecs(im, V);
+  const uint32_t owned = islands::ownedVecs(im, rank, L);
   const uint32_t stride = gridDim.x * blockDim.x;
   const uint32_t first = blockIdx.x * blockDim.x + threadIdx.x;
   auto load = [&](uint32_t v) {
@@ -129,8 +118,8 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
 
   // 1. Gather: every vector of a slice another member owns, to that member.
   for (uint32_t v = first; v < V; v += stride) {
-    const uint32_t j = v / L, i = v - j * L;
-    const Owner o = ownerOf(im, c, j, i, L);
+    const uint32_t j = v / L;
+    const Owner o = ownerOf(im, c, j, v - j * L, L);
     if (o.rank == rank) continue;
     const Vec x = load(v);
     if (dev::opaque(stopped)) continue;  // nothing to peers once stopped
@@ -147,10 +136,11 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
   dev::Waiter waiter(a.wait);
   bool ok = true;
   for (uint32_t t = first; t < owned && ok; t += stride) {
-    const uint32_t q = t / L, i = t - q * L;
-    const uint32_t j = k + q * m;
-    if (j * L + i >= V) break;
-    if (!dev::opaque(stopped)) sendAcross(a, ph.cur, c, j, i, L, rank, load(j * L + i));
+    uint32_t j = 0;
+    const uint32_t v = islands::ownedVector(im, rank, t, L, &j);
+    if (v >= V) break;  // the places after it lie further past the end
+    const uint32_t i = v - j * L;
+    if (!dev::opaque(stopped)) sendAcross(a, ph.cur, c, j, i, L, rank, load(v));
     for (uint32_t p = 1; p < m && ok; ++p) {
       const int s = im.member[c][(k + p) % m];
       Vec x;
@@ -163,9 +153,8 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
 
   // 3. Reduce every owned vector in rank order, write it, send it to the island.
   for (uint32_t t = first; t < owned && ok; t += stride) {
-    const uint32_t q = t / L, i = t - q * L;
-    const uint32_t j = k + q * m;
-    const uint32_t v = j * L + i;
+    uint32_t j = 0;
+    const uint32_t v = islands::ownedVector(im, rank, t, L, &j);
     if (v >= V) break;
     float acc[Elem<T>::kPerVec] = {};
     for (int s = 0; s < n && ok; ++s) {
@@ -176,7 +165,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
         // Rank s's value comes from s itself (same island) or from the slice's owner in s's
         // island: the rank a failed wait names.
         const int sc = im.islandOf[s];
-        const int from = sc == c ? s : ownerOf(im, sc, j, i, L).rank;
+        const int from = sc == c ? s : ownerOf(im, sc, j, v - j * L, L).rank;
         ok = dev::pollVec<T>(
             scatter + static_cast<uint64_t>(s) * slot + static_cast<uint64_t>(t) * 16, &x, waiter,
             from, ph.epoch);
@@ -198,8 +187,8 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
   // 4. All-gather: the vectors other members own, as they send them.
   const char* gather = dev::twoShotArea(a, rank, ph.cur, 1);
   for (uint32_t v = first; v < V && ok; v += stride) {
-    const uint32_t j = v / L, i = v - j * L;
-    const Owner o = ownerOf(im, c, j, i, L);
+    const uint32_t j = v / L;
+    const Owner o = ownerOf(im, c, j, v - j * L, L);
     if (o.rank == rank) continue;
     Vec x;
     ok = dev::pollVec<T>(
@@ -208,8 +197,8 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
     if (ok) dev::storeVec<T, kAligned>(out, v, a.count, x);
   }
 
-  // Every slot of this phase got at most the busiest owner's extent.
-  dev::finishPushKernel(st->tsEpoch, st->tsVecs, ph, S / im.minSize * L);
+  // Every slot of this phase got at most the busiest owner's places.
+  dev::finishPushKernel(st->tsEpoch, st->tsVecs, ph, islands::slotExtent(im, L));
 }
 
 // The kernel for a dispatch tag (dev::KernelTag).

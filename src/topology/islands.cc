@@ -73,7 +73,7 @@ std::vector<std::vector<int>> groupsOf(const std::vector<int>& key) {
 Islands fromTopology(const Topology& t, int n) {
   Islands is;
   std::vector<int> level(static_cast<size_t>(n) * static_cast<size_t>(n), kTogether);
-  int widest = kTogether;
+  int widest = kTogether, closest = kNoPeerPath;
   std::string unknown;  // the first pair whose relation is unknown
   for (int s = 0; s < n; ++s) {
     for (int d = s + 1; d < n; ++d) {
@@ -93,6 +93,7 @@ Islands fromTopology(const Topology& t, int n) {
       }
       level[static_cast<size_t>(s * n + d)] = level[static_cast<size_t>(d * n + s)] = l;
       widest = std::max(widest, l);
+      closest = std::min(closest, l);
     }
   }
   if (!unknown.empty()) {
@@ -115,14 +116,21 @@ Islands fromTopology(const Topology& t, int n) {
         "topology: the PCIe relation of " + unknown + " and some GPU's NUMA node are unknown";
     return is;
   }
-  // One island where no pair is further apart than one board.
-  if (widest <= 0) {
+  // One island where every pair is as close as every other (one switch, one socket: no
+  // boundary to keep traffic off), or none is further apart than one board.
+  if (widest <= 0 || closest == widest) {
     is.members = {std::vector<int>(static_cast<size_t>(n))};
     std::iota(is.members[0].begin(), is.members[0].end(), 0);
-    is.source = widest == kTogether
-                    ? (n > 1 ? "topology: every pair is on one GPU or over NVLink (one island)"
-                             : "topology: one rank")
-                    : "topology: every pair meets on one board (one island)";
+    if (n < 2) {
+      is.source = "topology: one rank";
+    } else if (widest == kTogether) {
+      is.source = "topology: every pair is on one GPU or over NVLink (one island)";
+    } else if (widest == kNoPeerPath) {
+      is.source = "topology: no pair has a peer path (one island)";
+    } else {
+      is.source = std::string("topology: every pair meets at one ") +
+                  (widest >= 0 ? kRelations[widest] : "GPU") + " (one island)";
+    }
     return is;
   }
   // Groups joined by pairs closer than the widest relation (union-find, smallest rank as root).

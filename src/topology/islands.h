@@ -34,11 +34,12 @@ struct Islands {
 // The islands of `nranks` ranks: the configured layout (Config::islands, packed; it must pass
 // islandsCoverError for nranks) where it is not 0, else the topology's. From the topology:
 // the pairs' PCIe relations (NVML's closest common ancestor: board, switch, switches,
-// hostbridge, numa, system); the widest relation present is the boundary, and the islands are
-// the groups of ranks joined by pairs closer than it (two switches under one host bridge: the
-// switch groups; two sockets: the sockets). Ranks on one GPU or joined by NVLink are always in
-// one island. Where some PCIe pair's relation is unknown, the GPUs' NUMA nodes where every one
-// is known; else one island.
+// hostbridge, numa, system); where they differ, the widest one present is the boundary, and
+// the islands are the groups of ranks joined by pairs closer than it (two switches under one
+// host bridge: the switch groups; two sockets: the sockets); where every pair has the same one
+// (one switch, one socket), one island. Ranks on one GPU or joined by NVLink are always in one
+// island. Where some PCIe pair's relation is unknown, the GPUs' NUMA nodes where every one is
+// known; else one island.
 Islands islandsOf(const Topology& rankTopo, uint32_t configured, int nranks);
 
 // The slices a message is cut into: the least common multiple of the island sizes, so that

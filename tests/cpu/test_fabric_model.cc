@@ -189,6 +189,33 @@ TEST(FabricModel, DualSocketChoicesAndWhy) {
                 "rtxpro6000_8gpu_dual_socket");
 }
 
+// Issue 43's goal on the dual-socket box: the two-level form ("islands", over the two sockets)
+// predicted >= 1.5x the all-to-all one-shot push at 16 KB-1 MB. The model gives it from 64 KB to
+// 1 MB (1.8x at 64 KB, 3.5x at 1 MB), not below: there the message is latency-bound, and the
+// two-level form's three dependent hops (gather among 4, exchange with 1 partner, all-gather
+// among 4) cost more than the one-shot's single loaded round of 7 peers; what it saves is bytes
+// (per GPU the one-shot sends 7 x the message, 4 x across the sockets; the two-level form 1.5 x
+// inside its socket and 1 x across, the values unreduced for the rank-order sum), which only
+// outweighs the extra hops from about 32 KB (1.23x at 16 KB, 1.46x at 32 KB).
+TEST(FabricModel, DualSocketTwoLevelFormAgainstTheAllToAllOneShot) {
+  const Seeded s = seeded("rtxpro6000_8gpu_dual_socket");
+  ASSERT_TRUE(s.adm[anyrAlgoIslands].admitted) << s.adm[anyrAlgoIslands].reason;
+  auto ratio = [&](uint64_t b) {
+    const double B = static_cast<double>(b);
+    return oneShotPushUs(B, s.in) / islandsUs(B, s.in);
+  };
+  for (uint64_t b = 64 * KB; b <= 1 * MB; b *= 2) {
+    EXPECT_GE(ratio(b), 1.5) << b << " B: one-shot " << oneShotPushUs(static_cast<double>(b), s.in)
+                             << " us, islands " << islandsUs(static_cast<double>(b), s.in);
+  }
+  EXPECT_GT(ratio(16 * KB), 1.15);
+  EXPECT_LT(ratio(16 * KB), 1.5);  // the shortfall stated above, until the model says otherwise
+  EXPECT_GT(ratio(32 * KB), 1.4);
+  // Behind switches it is the same shape (the switch groups' uplinks for the sockets).
+  const Seeded sw = seeded("rtxpro6000_8gpu_switches");
+  EXPECT_GE(oneShotPushUs(64.0 * KB, sw.in) / islandsUs(64.0 * KB, sw.in), 1.5);
+}
+
 TEST(FabricModel, WithoutPeerAccessChoicesAndWhy) {
   // P2P off: host memory or NCCL through it; the host one-shot (one step) to 16 KB, the host
   // two-shot (its traffic overlapped) beyond; NCCL's 14 hops through host memory are predicted
