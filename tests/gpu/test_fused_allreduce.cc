@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
@@ -203,8 +204,10 @@ int fusedRank(int rank, int n, const anyrUniqueId& id, const Report& report,
   R_CUDA(cudaMalloc(&b.scale, sizeof(float)));
   R_CUDA(cudaMalloc(&b.counters, 2 * sizeof(unsigned long long)));
 
+  // islands: the composition (no fused kernel), where it is admitted (islands in the topology,
+  // or forced by ANYR_ISLANDS; a SKIP note elsewhere).
   std::vector<anyrAlgo_t> algos = {anyrAlgoOneShotPush, anyrAlgoTwoShotPush, anyrAlgoNccl,
-                                   anyrAlgoAuto};
+                                   anyrAlgoAuto, anyrAlgoIslands};
   if (allAlgos) {
     algos.push_back(anyrAlgoOneShotPull);
     algos.push_back(anyrAlgoTwoShot);
@@ -586,6 +589,22 @@ TEST(FusedAllReduceGpu, WiderWorldSizesSharingGpus) {
     SCOPED_TRACE("world size " + std::to_string(n));
     runFused(n, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
   }
+}
+
+// The two-level all-reduce composed with the standalone epilogue, with forced islands (ranks
+// sharing GPUs): two of two, 3 + 2, 3 + 3 + 2; the fused call against the explicit composition,
+// bit for bit on every rank (the all-reduce's own exactness and its launches: AllReduceGpu's
+// Islands tests).
+TEST(FusedAllReduceGpu, IslandsComposedWithTheEpilogueSharingGpus) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  for (const auto& [n, layout] :
+       {std::pair<int, const char*>{4, "0-1,2-3"}, {5, "0-2,3-4"}, {8, "0-2,3-5,6-7"}}) {
+    SCOPED_TRACE(std::string("ANYR_ISLANDS=") + layout);
+    setenv("ANYR_ISLANDS", layout, 1);
+    const auto results = runFused(n, {128, 6144}, {1, 3, 129}, false, 0, -1, 600);
+    EXPECT_EQ(subjectsNotRun(results, {anyrAlgoIslands}), "");
+  }
+  unsetenv("ANYR_ISLANDS");
 }
 
 }  // namespace
