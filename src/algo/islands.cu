@@ -24,13 +24,16 @@
 // every rank gets the same bits.
 //
 // Cost, honestly: the values cross the island boundary unreduced. Per rank, (k - 1) x the
-// message leaves for the other k - 1 islands (with two islands: the message once, one partner
-// per slice), as in the two-shot's reduce-scatter and all-gather together (2 (n - m)/n of the
-// message each way per rank) but over one partner instead of n - m, and inside the island
-// 2 (m - 1)/m of it; the one-shot sends (n - 1) x the message, n - m of them across. Three
-// dependent hops (gather, exchange, all-gather) instead of the one-shot's one.
-// Reducing inside the island first would cut what crosses to 1/m, but the bits would not be
-// the rank-order sum's (src/algo/cost.cc, islandsUs, charges what this file does).
+// message leaves for the other k - 1 islands, and inside the island 2 (m - 1)/m of it. With two
+// islands that is the message once, as many bytes across as the two-shot's reduce-scatter and
+// all-gather together (2 (n - m)/n of the message per rank), but to one partner a slice instead
+// of n - m; with k islands k/2 times the two-shot's. The one-shot sends (n - 1) x the message,
+// n - m of them across. Three dependent hops (gather, exchange, all-gather) instead of the
+// one-shot's one. Reducing inside the island first would cut what crosses to 1/m of that (2/m
+// for 16-bit data, whose partials need fp32), but the bits would not be the rank-order sum's.
+// src/algo/cost.cc (islandsUs) charges what this file does. The index arithmetic is
+// algo/islands_schedule.h's, which tests/cpu/test_islands.cc walks for every layout of 2..6
+// ranks.
 //
 // Buffers: the two-shot push's (twoShotArea: per phase a scatter and a gather buffer of n slots)
 // and its launch count (LocalState::tsEpoch, tsVecs): the plain and fused two-shot push and
