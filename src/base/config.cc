@@ -214,6 +214,11 @@ std::string islandsText(uint32_t packed) {
 
 std::string islandsCoverError(uint32_t packed, int nranks) {
   if (packed == 0) return "";
+  if (nranks > kIslandRanks) {
+    return "islands hold at most " + std::to_string(kIslandRanks) +
+           " ranks (those that map each other's memory), the communicator has " +
+           std::to_string(nranks);
+  }
   for (int r = 0; r < kIslandRanks; ++r) {
     const bool listed = islandOfRank(packed, r) >= 0;
     if (r < nranks && !listed) {

@@ -82,6 +82,7 @@ std::string islandsText(uint32_t packed);
 std::string islandsCoverError(uint32_t packed, int nranks);
 // The island of `rank` (0-based), or -1 when it is in none.
 inline int islandOfRank(uint32_t packed, int rank) {
+  if (rank < 0 || rank >= 8) return -1;
   return static_cast<int>((packed >> (4 * rank)) & 0xfu) - 1;
 }
 extern const char* const kIslandsRule;

@@ -93,6 +93,10 @@ TEST(Islands, ConfigMustCoverTheWorldSizeExactly) {
                        "rank 4 is named, but the communicator has 4 ranks"));
   EXPECT_TRUE(mentions(islandsCoverError(packed("0-3"), 8), "rank 4 is in no island"));
   EXPECT_TRUE(mentions(islandsCoverError(packed("0,2"), 3), "rank 1 is in no island"));
+  EXPECT_TRUE(mentions(islandsCoverError(packed("0-3,4-7"), 16),
+                       "islands hold at most 8 ranks (those that map each other's memory), the "
+                       "communicator has 16"));
+  EXPECT_EQ(islandOfRank(packed("0-3,4-7"), 8), -1);
   // The agreed configuration carries it to every rank.
   Config c;
   c.islands = packed("0-2,3-5,6-7");
