@@ -37,26 +37,24 @@ struct PointSample {
 Tuner::Tuner(Communicator& c) : c_(c), ctx_(c.ctx_), sel_(c.sel_), caps_(c.caps_) {}
 
 std::vector<std::string> Tuner::tuningSettings() const {
-  std::vector<std::string> settings = {
-      "maxBlocks " + std::to_string(caps_.maxBlocks()) + " peer " +
-          std::to_string(caps_.peerBlocks()),
-      "fusedCluster " + std::to_string(ctx_.cfg.fusedCluster) +
-          (caps_.clusterOn() ? " on" : " off") + " pairs " +
-          std::to_string(caps_.clusterPairBlocks()) + " at " + caps_.clusterPairThreadsJson(),
-      std::string("programmaticLaunch ") + (caps_.pdlOn() ? "on" : "off") +
-          (caps_.releaseEarly() != 0 ? " early" : ""),
-      std::string("wire ") + wireName(ctx_.cfg.wire),
-      "chunkBytes " + std::to_string(ctx_.cfg.chunkBytes) + " oneShotMaxBytes " +
-          std::to_string(ctx_.cfg.oneShotMaxBytes) + " twoShotMaxBytes " +
-          std::to_string(ctx_.cfg.twoShotMaxBytes),
-      "hostLaunchBytes " + std::to_string(ctx_.cfg.hostLaunchBytes) + " copyChunk " +
-          std::to_string(ctx_.cfg.hostCopyChunkBytes),
-      "hostLowLatencyBytes " + std::to_string(ctx_.cfg.hostLowLatencyBytes) + " eager " +
-          std::to_string(ctx_.cfg.hostLowLatencyEagerBytes)};
-  // Forced islands shape the two-level all-reduce (the topology's are in the fingerprint's
-  // link matrix already); recorded only where set, so tables measured without them still match.
-  if (ctx_.cfg.islands != 0) settings.push_back("islands " + islandsText(ctx_.cfg.islands));
-  return settings;
+  return {"maxBlocks " + std::to_string(caps_.maxBlocks()) + " peer " +
+              std::to_string(caps_.peerBlocks()),
+          "fusedCluster " + std::to_string(ctx_.cfg.fusedCluster) +
+              (caps_.clusterOn() ? " on" : " off") + " pairs " +
+              std::to_string(caps_.clusterPairBlocks()) + " at " + caps_.clusterPairThreadsJson(),
+          std::string("programmaticLaunch ") + (caps_.pdlOn() ? "on" : "off") +
+              (caps_.releaseEarly() != 0 ? " early" : ""),
+          std::string("wire ") + wireName(ctx_.cfg.wire),
+          "chunkBytes " + std::to_string(ctx_.cfg.chunkBytes) + " oneShotMaxBytes " +
+              std::to_string(ctx_.cfg.oneShotMaxBytes) + " twoShotMaxBytes " +
+              std::to_string(ctx_.cfg.twoShotMaxBytes),
+          "hostLaunchBytes " + std::to_string(ctx_.cfg.hostLaunchBytes) + " copyChunk " +
+              std::to_string(ctx_.cfg.hostCopyChunkBytes),
+          "hostLowLatencyBytes " + std::to_string(ctx_.cfg.hostLowLatencyBytes) + " eager " +
+              std::to_string(ctx_.cfg.hostLowLatencyEagerBytes) +
+              // Forced islands shape the two-level all-reduce (the topology's are in the link
+              // matrix); named only where set, so tables measured without them still match.
+              (ctx_.cfg.islands != 0 ? " islands " + islandsText(ctx_.cfg.islands) : "")};
 }
 
 void Tuner::loadOrTuneAtInit() {
