@@ -100,7 +100,10 @@ typedef enum {
                               writes to rank + k only */
   anyrAlgoStagedPull = 10, /* "staged-pull": the one-shot pull in rounds: in round k each rank
                               reads rank + k only */
-  anyrNumAlgos = 11
+  anyrAlgoIslands = 11,    /* "islands": two-level: gather in each island (GPUs under one PCIe
+                              switch or socket, or ANYR_ISLANDS), exchange pairwise across
+                              islands, all-gather in each island; peer writes */
+  anyrNumAlgos = 12
 } anyrAlgo_t;
 
 /* Wire format of the data the host-memory algorithms and one-shot pull exchange (opt-in; never

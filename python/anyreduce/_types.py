@@ -137,6 +137,7 @@ class Algo(_CEnum):
     HOST_COPY = 8, "host-copy"
     STAGED_PUSH = 9, "staged-push"
     STAGED_PULL = 10, "staged-pull"
+    ISLANDS = 11, "islands"
 
     @property
     def short_name(self) -> str:

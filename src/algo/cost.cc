@@ -204,6 +204,58 @@ double twoShotPushUs(double B, const CostInputs& in) { return twoShotUsOf(B, in,
 double twoShotUs(double B, const CostInputs& in) { return twoShotUsOf(B, in, false); }
 double stagedPushUs(double B, const CostInputs& in) { return stagedUs(B, in, true); }
 double stagedPullUs(double B, const CostInputs& in) { return stagedUs(B, in, false); }
+// The two-level all-reduce (islands.cu): per launch three dependent hops (gather inside the
+// island, exchange between islands, all-gather inside), then the bytes, the phases charged one
+// after the other (their overlap is not credited).
+// - A hop under load costs the idle latency plus the queueing a loaded round shows per peer
+//   (syncUs over the idle latency, per peer of the n - 1 it was taken with), for the peers the
+//   hop talks to: the island's other members, or the other islands' owners of a rank's slices.
+//   An island of one rank has no gather or all-gather.
+// - Inside the island the gather and the all-gather each move (m - 1)/m of the message per
+//   GPU, at the island's measured rate where known (islandGBps), else at its slowest pair's
+//   writes at the two-shot's efficiency.
+// - Between islands the values cross unreduced (the rank-order sum needs them): a GPU sends
+//   (k - 1) x the message and receives (n - m)/m x it (most in the smallest island), at the
+//   slowest cross pair's writes at the one-shot's efficiency (an owner stores its island's
+//   values of its slices into its partners while they read theirs, as the one-shot does; with
+//   islands of one rank this is the one-shot push, and costs the same); and the boundary of an
+//   island of m ranks carries max(m (k - 1), n - m) x the message each way, charged at the larger
+//   of the slowest cross pair's rate (the model's uplink, as in allToAllUs) and what the measured
+//   all-to-all pushed across that boundary (every one of its m GPUs sending n - m of its n - 1
+//   flows out: allToAllGBps x m (n - m)/(n - 1)), both of which the boundary has been seen to
+//   carry.
+double islandsUs(double B, const CostInputs& in) {
+  const int n = in.nranks, k = in.islandCount;
+  if (n < 2 || k < 2 || in.islandMin < 1 || in.islandCrossWriteGBps <= 0) return -1;
+  if (in.islandMax > 1 && in.islandWriteGBps <= 0 && in.islandLoadGBps <= 0) return -1;
+  const double calls = launchesFor(B, in.islandLaunchBytes);
+  const double perPeer = std::max(0.0, in.syncUs - in.latencyUs) / (n - 1);
+  const double gatherHop = in.latencyUs + perPeer * (in.islandMax - 1);
+  const double crossHop = in.latencyUs + perPeer * in.islandCrossPeers;
+  const double hops = (in.islandMax > 1 ? 2 * gatherHop : 0.0) + crossHop;
+  double inside = 0;
+  if (in.islandMax > 1) {
+    const double rate =
+        in.islandLoadGBps > 0 ? in.islandLoadGBps : in.islandWriteGBps * kEffTwoShot;
+    const double m = in.islandMax;
+    inside = 2.0 * (m - 1) / m * B / (rate * 1e3);
+  }
+  const double crossRate = in.islandCrossWriteGBps * kEffOneShot;
+  const double perGpu =
+      std::max<double>(k - 1, static_cast<double>(n - in.islandMin) / in.islandMin) * B /
+      (crossRate * 1e3);
+  double boundary = 0;
+  for (const int m : {in.islandMin, in.islandMax}) {
+    double uplink = crossRate;
+    if (in.allToAllGBps > 0) {
+      uplink = std::max(uplink, in.allToAllGBps * m * (n - m) / static_cast<double>(n - 1));
+    }
+    const double bytes = std::max<double>(m * (k - 1), n - m) * B;
+    boundary = std::max(boundary, bytes / (uplink * 1e3));
+  }
+  return calls * (kLaunchUs + hops) + inside + std::max(perGpu, boundary);
+}
+
 double hostOneShotUs(double B, const CostInputs& in) { return hostShotUs(B, in, true); }
 double hostTwoShotUs(double B, const CostInputs& in) { return hostShotUs(B, in, false); }
 

@@ -43,7 +43,18 @@ struct CostInputs {
   uint64_t hostLaunchBytes = 0;
   uint64_t hostLowLatencyBytes = 0;  // host one-shot messages up to this take one step
   uint64_t hostCopyChunkBytes = 0;   // host-copy's configured chunk
-  std::string summary;               // one line, for explain
+  // The two-level all-reduce (islands.cu) over its islands (topology/islands.h): how many, the
+  // ranks of the smallest and the largest, the most ranks of other islands one rank writes to,
+  // the slowest pair's peer writes inside an island and between islands, the per-GPU rate of
+  // storing into every peer of its island at once where measured at this world size
+  // (Topology::load, islandGBps; else 0), and the most bytes one launch carries.
+  int islandCount = 0;
+  int islandMin = 0, islandMax = 0;
+  int islandCrossPeers = 0;
+  double islandWriteGBps = 0, islandCrossWriteGBps = 0;
+  double islandLoadGBps = 0;
+  uint64_t islandLaunchBytes = 0;
+  std::string summary;  // one line, for explain
 };
 
 // Model constants shared with the inputs' derivation and the fused operations' terms.
@@ -93,6 +104,7 @@ double twoShotPushUs(double bytes, const CostInputs& in);
 double twoShotUs(double bytes, const CostInputs& in);
 double stagedPushUs(double bytes, const CostInputs& in);
 double stagedPullUs(double bytes, const CostInputs& in);
+double islandsUs(double bytes, const CostInputs& in);
 double hostOneShotUs(double bytes, const CostInputs& in);
 double hostTwoShotUs(double bytes, const CostInputs& in);
 double hostCopyUs(double bytes, const CostInputs& in);

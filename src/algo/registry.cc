@@ -4,9 +4,11 @@
 
 #include <array>
 
+#include "base/config.h"
 #include "base/error.h"
 #include "base/names.h"
 #include "fused/fused.h"
+#include "topology/islands.h"
 
 // Host-only builds of the selection code (the fuzz targets, scripts/fuzz.sh) link no kernel:
 // compiled with ANYR_HOST_ONLY, the rows' launchers and resident functions are null there.
@@ -43,6 +45,10 @@ cudaError_t stagedPushResidentPerSm(int* least);
 cudaError_t launchStagedPull(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                              cudaStream_t stream);
 cudaError_t stagedPullResidentPerSm(int* least);
+// islands.cu
+cudaError_t launchIslands(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
+                          cudaStream_t stream);
+cudaError_t islandsResidentPerSm(int* least);
 // host_oneshot.cu, and host_oneshot_ll.cu: its low-latency protocol (native wire, small
 // launches); a.wire selects the wire format.
 cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
@@ -133,6 +139,38 @@ AlgoAdmission admitPeerReads(const Topology& t, const CommFacts& f) {
   return admitPeer(t, f, false, true);
 }
 
+// The two-level all-reduce: the peer algorithms' structural conditions, at least two islands
+// (topology/islands.h: forced, or the topology's), and a confirmed peer write on every pair it
+// writes over (inside each island, and each slice's owners across islands). It reads only its
+// own workspace.
+AlgoAdmission admitIslands(const Topology& t, const CommFacts& f) {
+  AlgoAdmission x = admitPeer(t, f, false, false);
+  if (!x.admitted) return x;
+  x.admitted = false;
+  const std::string cover = islandsCoverError(f.islands, f.nranks);
+  if (!cover.empty()) {
+    x.reason = "ANYR_ISLANDS=" + islandsText(f.islands) + ": " + cover;
+    return x;
+  }
+  const Islands is = islandsOf(t, f.islands, f.nranks);
+  if (is.count() < 2) {
+    x.reason = "one island (" + is.source +
+               "): nothing to exchange between islands (ANYR_ISLANDS forces a layout)";
+    return x;
+  }
+  for (const auto& [s, d] : islandWritePairs(is)) {
+    if (!t.pair(s, d).peerWriteOk) {
+      x.reason = "peer write rank " + std::to_string(s) + " -> rank " + std::to_string(d) +
+                 " (islands " + is.text() + ") failed its transfer check or is not mapped";
+      return x;
+    }
+  }
+  x.admitted = true;
+  x.reason = std::to_string(is.count()) + " islands " + is.text() + " (" + is.source +
+             "); every pair it writes over passed its peer-write check";
+  return x;
+}
+
 // Host-memory algorithms need no peer access at all: only the shared pinned segment.
 AlgoAdmission admitHostSegment(const Topology&, const CommFacts& f) {
   AlgoAdmission x;
@@ -212,6 +250,11 @@ constexpr AlgoInfo kAlgos[] = {
               LaunchCapacity::Chunk)
         .admission(admitPeerReads)
         .cost(stagedPullUs),
+    AlgoInfo(anyrAlgoIslands, "islands", AlgoKind::PeerMemory)
+        .peer(ANYR_KERNEL_FN(launchIslands), ANYR_KERNEL_FN(islandsResidentPerSm),
+              LaunchCapacity::IslandSlots)
+        .admission(admitIslands)
+        .cost(islandsUs),
     AlgoInfo(anyrAlgoNccl, "nccl", AlgoKind::Nccl).admission(admitNccl).cost(ncclUs),
     AlgoInfo(anyrAlgoHostOneShot, "host-oneshot", AlgoKind::HostMemory)
         .host(ANYR_KERNEL_FN(launchHostOneShot), ANYR_KERNEL_FN(launchHostOneShotLL))

@@ -43,10 +43,11 @@ const char* algoKindName(AlgoKind k);  // "peer-memory", "host-memory", "nccl"
 
 // What bounds the bytes one launch carries; larger messages run as several launches.
 enum class LaunchCapacity : uint8_t {
-  None,        // one call whatever the size (NCCL)
-  PushSlot,    // a push receive slot of the peer workspace (WorkspaceLayout::pushSlotBytes)
-  Chunk,       // a staging chunk of the peer workspace (WorkspaceLayout::chunkBytes)
-  HostLaunch,  // a launch buffer of the host segment (HostLayout::launchBytes)
+  None,         // one call whatever the size (NCCL)
+  PushSlot,     // a push receive slot of the peer workspace (WorkspaceLayout::pushSlotBytes)
+  Chunk,        // a staging chunk of the peer workspace (WorkspaceLayout::chunkBytes)
+  HostLaunch,   // a launch buffer of the host segment (HostLayout::launchBytes)
+  IslandSlots,  // islands: the busiest owner's share in a two-shot push slot (islandLaunchBytes)
 };
 
 // Facts about the communicator that are not per-pair topology: the admission rules' inputs
@@ -66,6 +67,9 @@ struct CommFacts {
   // explain line (the nodes, or why a region or all of them were not placed).
   std::vector<int> hostRegionNodes;
   std::string hostPlacement;
+  // The islands ANYR_ISLANDS forces (Config::islands, packed; rank 0's); 0: the topology's
+  // (topology/islands.h).
+  uint32_t islands = 0;
 };
 
 struct AlgoAdmission {

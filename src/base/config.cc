@@ -1,5 +1,6 @@
 #include "base/config.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "base/env.h"
@@ -67,6 +68,7 @@ Config::Wire Config::toWire() const {
   w.wire = wire;
   w.fusedCluster = fusedCluster;
   w.peerMemory = peerMemory;
+  w.islands = islands;
   return w;
 }
 
@@ -82,6 +84,7 @@ Config Config::fromWire(const Wire& w) {
   c.wire = static_cast<anyrWire_t>(w.wire);
   c.fusedCluster = w.fusedCluster;
   c.peerMemory = static_cast<anyrPeerMemory_t>(w.peerMemory);
+  c.islands = w.islands;
   return c;
 }
 
@@ -89,7 +92,7 @@ bool Config::operator==(const Config& o) const {
   return algorithm == o.algorithm && timeoutMs == o.timeoutMs && useNccl == o.useNccl &&
          maxBlocks == o.maxBlocks && oneShotMaxBytes == o.oneShotMaxBytes &&
          twoShotMaxBytes == o.twoShotMaxBytes && chunkBytes == o.chunkBytes && wire == o.wire &&
-         fusedCluster == o.fusedCluster && peerMemory == o.peerMemory;
+         fusedCluster == o.fusedCluster && peerMemory == o.peerMemory && islands == o.islands;
 }
 
 std::string Config::describe() const {
@@ -98,8 +101,136 @@ std::string Config::describe() const {
      << " oneShotMaxBytes=" << oneShotMaxBytes << " twoShotMaxBytes=" << twoShotMaxBytes
      << " chunkBytes=" << chunkBytes << " useNccl=" << useNccl << " maxBlocks=" << maxBlocks
      << " wire=" << wireName(wire) << " fusedCluster=" << fusedCluster
-     << " peerMemory=" << peerMemoryName(peerMemory);
+     << " peerMemory=" << peerMemoryName(peerMemory) << " islands=" << islandsText(islands);
   return os.str();
+}
+
+const char* const kIslandsRule =
+    "islands separated by ',', each a rank, a range a-b, or several of those joined by '+' "
+    "(0-3,4-7 or 0+2+4+6,1+3+5+7), every rank of the communicator in exactly one island; "
+    "auto (or unset): from the topology";
+
+namespace {
+
+constexpr int kIslandRanks = 8;  // the peer-mapped ranks (device/handles.h, kMaxLocalRanks)
+
+// A rank of ANYR_ISLANDS: decimal digits, 0..kIslandRanks - 1.
+bool parseIslandRank(const std::string& s, int* out, std::string* why) {
+  if (s.empty()) {
+    *why = "an empty rank (a '+' or '-' at an end, or two in a row)";
+    return false;
+  }
+  if (s.size() > 3 || s.find_first_not_of("0123456789") != std::string::npos) {
+    *why = "'" + s + "' is not a rank";
+    return false;
+  }
+  *out = std::stoi(s);
+  if (*out >= kIslandRanks) {
+    *why = "rank " + s + " is outside 0.." + std::to_string(kIslandRanks - 1) +
+           " (the ranks that map each other's memory)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool parseIslands(const std::string& raw, uint32_t* packed, std::string* why) {
+  std::string text;
+  for (char ch : raw) {
+    if (ch != ' ' && ch != '\t') text += ch;
+  }
+  *packed = 0;
+  if (text.empty() || text == "auto") return true;
+  // Island per rank (-1: none yet), islands numbered as written, renumbered below.
+  int islandOf[kIslandRanks];
+  for (int& i : islandOf) i = -1;
+  int islands = 0;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string island = text.substr(start, comma - start);
+    if (island.empty()) {
+      *why = "an empty island (a ',' at an end or two in a row)";
+      return false;
+    }
+    size_t at = 0;
+    while (at <= island.size()) {
+      const size_t plus = std::min(island.find('+', at), island.size());
+      const std::string item = island.substr(at, plus - at);
+      const size_t dash = item.find('-');
+      int lo = 0, hi = 0;
+      if (!parseIslandRank(item.substr(0, dash), &lo, why)) return false;
+      hi = lo;
+      if (dash != std::string::npos) {
+        if (!parseIslandRank(item.substr(dash + 1), &hi, why)) return false;
+        if (hi < lo) {
+          *why = "the range '" + item + "' goes downward";
+          return false;
+        }
+      }
+      for (int r = lo; r <= hi; ++r) {
+        if (islandOf[r] >= 0) {
+          *why = "rank " + std::to_string(r) + " is in two islands";
+          return false;
+        }
+        islandOf[r] = islands;
+      }
+      at = plus + 1;
+    }
+    ++islands;
+    start = comma + 1;
+  }
+  // Islands numbered by their lowest rank, so that equal layouts pack alike.
+  int renumber[kIslandRanks];
+  for (int& i : renumber) i = -1;
+  int next = 0;
+  for (int r = 0; r < kIslandRanks; ++r) {
+    if (islandOf[r] >= 0 && renumber[islandOf[r]] < 0) renumber[islandOf[r]] = next++;
+  }
+  for (int r = 0; r < kIslandRanks; ++r) {
+    if (islandOf[r] >= 0) *packed |= static_cast<uint32_t>(renumber[islandOf[r]] + 1) << (4 * r);
+  }
+  return true;
+}
+
+std::string islandsText(uint32_t packed) {
+  if (packed == 0) return "auto";
+  std::string out;
+  for (int island = 0; island < kIslandRanks; ++island) {
+    std::string text;
+    for (int r = 0; r < kIslandRanks; ++r) {
+      if (islandOfRank(packed, r) != island) continue;
+      int last = r;
+      while (last + 1 < kIslandRanks && islandOfRank(packed, last + 1) == island) ++last;
+      text += (text.empty() ? "" : "+") + std::to_string(r) +
+              (last > r ? "-" + std::to_string(last) : "");
+      r = last;
+    }
+    if (!text.empty()) out += (out.empty() ? "" : ",") + text;
+  }
+  return out;
+}
+
+std::string islandsCoverError(uint32_t packed, int nranks) {
+  if (packed == 0) return "";
+  if (nranks > kIslandRanks) {
+    return "islands hold at most " + std::to_string(kIslandRanks) +
+           " ranks (those that map each other's memory), the communicator has " +
+           std::to_string(nranks);
+  }
+  for (int r = 0; r < kIslandRanks; ++r) {
+    const bool listed = islandOfRank(packed, r) >= 0;
+    if (r < nranks && !listed) {
+      return "rank " + std::to_string(r) + " is in no island (every rank 0.." +
+             std::to_string(nranks - 1) + " must be in exactly one)";
+    }
+    if (r >= nranks && listed) {
+      return "rank " + std::to_string(r) + " is named, but the communicator has " +
+             std::to_string(nranks) + " ranks (0.." + std::to_string(nranks - 1) + ")";
+    }
+  }
+  return "";
 }
 
 const char* const kMaxBlocksRule = "must be in 0..256 (0 = automatic)";
@@ -242,6 +373,13 @@ Config resolveConfig(const anyrConfig_t* user) {
                                           "': must be none, auto, cuda-ipc or vmm (or 0 = none, "
                                           "1 = auto)");
     }
+  }
+  // islands of the two-level all-reduce (the world size is checked at communicator creation)
+  const std::string islands = env::getString("ANYR_ISLANDS");
+  std::string why;
+  if (!parseIslands(islands, &c.islands, &why)) {
+    throwError(anyrInvalidArgument, "environment variable ANYR_ISLANDS='" + islands + "': " + why +
+                                        " (" + kIslandsRule + ")");
   }
   return c;
 }

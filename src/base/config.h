@@ -39,12 +39,16 @@ struct Config {
   // The host algorithms' launch size (the layout's launchBytes, from rank 0's
   // ANYR_HOST_LAUNCH_BYTES): set by the host transport, so agreed; 0 until then. Not part of Wire.
   uint64_t hostLaunchBytes = 0;
+  // The islands of the two-level all-reduce ("islands") forced by ANYR_ISLANDS, packed
+  // (parseIslands); 0: derived from the topology (topology/islands.h). Rank 0's, so agreed.
+  uint32_t islands = 0;
 
   // Crosses process boundaries (rank 0's resolved config is broadcast): fixed layout.
   struct Wire {
     int32_t algorithm, timeoutMs, useNccl, maxBlocks;
     uint64_t oneShotMaxBytes, twoShotMaxBytes, chunkBytes;
-    int32_t wire, fusedCluster, peerMemory, pad;
+    int32_t wire, fusedCluster, peerMemory;
+    uint32_t islands;
   };
   Wire toWire() const;
   static Config fromWire(const Wire& w);
@@ -62,6 +66,26 @@ bool maxBlocksValid(int64_t v);
 bool fusedClusterValid(int64_t v);
 extern const char* const kMaxBlocksRule;     // "must be in 0..256 (0 = automatic)"
 extern const char* const kFusedClusterRule;  // "must be 0 (automatic), 1 (off), 2, 4 or 8"
+
+// ANYR_ISLANDS, the islands the two-level all-reduce uses instead of the topology's: islands
+// separated by ',', each one rank, a range "a-b", or several of those joined by '+', every rank
+// in 0..7 (the peer-mapped ranks) at most once: "0-3,4-7", "0+2+4+6,1+3+5+7", "0-2,3-5,6-7".
+// "" or "auto": from the topology. Packed as 4 bits a rank (bits 4r..4r+3: rank r's island + 1,
+// islands numbered by their lowest rank; 0: rank r in none), so that it crosses in Config::Wire;
+// 0 for "auto". parseIslands returns false with the rule broken in *why.
+bool parseIslands(const std::string& text, uint32_t* packed, std::string* why);
+// The packed form as text, islands by their lowest rank, ranges collapsed: "0-3,4-7"; "auto"
+// for 0.
+std::string islandsText(uint32_t packed);
+// "" when `packed` puts every rank 0..nranks-1 in exactly one island and names no other rank;
+// else the rule broken ("rank 5 is in no island"). 0 (auto) always passes.
+std::string islandsCoverError(uint32_t packed, int nranks);
+// The island of `rank` (0-based), or -1 when it is in none.
+inline int islandOfRank(uint32_t packed, int rank) {
+  if (rank < 0 || rank >= 8) return -1;
+  return static_cast<int>((packed >> (4 * rank)) & 0xfu) - 1;
+}
+extern const char* const kIslandsRule;
 
 // "auto", "oneshot-push", ... <-> anyrAlgo_t, through the public anyrAlgoName (the C API
 // answers it from the algorithm registry, algo/registry.h, which this floor may not include).

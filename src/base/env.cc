@@ -135,6 +135,12 @@ const std::vector<Param>& params() {
        "spread over one cluster's blocks, which exchange its partial sums of squares through "
        "distributed shared memory): 0 = automatic, 1 = off, 2, 4 or 8 (where the probe admits "
        "clusters)"},
+      {"ANYR_ISLANDS", "auto",
+       "islands of the two-level all-reduce (\"islands\": gather inside each island, exchange "
+       "pairwise across islands, all-gather inside): auto = from the topology (GPUs under one "
+       "PCIe switch, else one socket); or islands separated by ',', each a rank, a range a-b, "
+       "or several joined by '+' (0-3,4-7; 0+2+4+6,1+3+5+7; 0-2,3-5,6-7), every rank of the "
+       "communicator in exactly one (else creation fails); rank 0's value is used"},
       {"ANYR_HOST_LAUNCH_BYTES", "16M",
        "host algorithms: most bytes one launch carries (larger messages are several launches; "
        "sizes the host segment and host-copy's device staging; a multiple of 4096 in 64 KiB..1 "

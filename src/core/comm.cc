@@ -64,6 +64,14 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   failure_.init();
 
   ctx_.agreeConfig(cfg);
+  // Forced islands (rank 0's ANYR_ISLANDS) must put every rank in exactly one island: every rank
+  // fails here alike.
+  const std::string islands = islandsCoverError(ctx_.cfg.islands, ctx_.nranks);
+  if (!islands.empty()) {
+    throwError(anyrInvalidArgument, "environment variable ANYR_ISLANDS='" +
+                                        islandsText(ctx_.cfg.islands) + "' (rank 0's): " + islands);
+  }
+  ctx_.facts.islands = ctx_.cfg.islands;
   calls_.init(*ctx_.bs, validateCallsFromEnv());
   // Scratch for the unfused composition of the fused op when normOut is NULL: at least 128
   // rows of the widest hidden size.

@@ -14,6 +14,7 @@
 #include "fused/fused_algo.h"
 #include "select/explain.h"
 #include "select/selector.h"
+#include "topology/islands.h"
 #include "topology/topology.h"
 
 namespace anyr {
@@ -97,6 +98,15 @@ std::string Explainer::explainJson() const {
   j["peerMemory"] = {{"kind", workspace_.mapped() ? workspace_.memory()->kind() : "none"},
                      {"setting", peerMemoryName(ctx_.cfg.peerMemory)},
                      {"reason", workspace_.peerMemoryText()}};
+  // The two-level all-reduce's islands, and where they come from (ANYR_ISLANDS or the topology).
+  const Islands is = islandsOf(ctx_.topo, ctx_.cfg.islands, ctx_.nranks);
+  j["islands"] = {
+      {"members", is.members},
+      {"source", is.source},
+      {"configured", is.configured},
+      {"launchBytes", workspace_.mapped() ? islandLaunchBytes(workspace_.args().islands,
+                                                              workspace_.layout().tsSlotBytes)
+                                          : 0}};
   host_.explainHost(&j);
   return j.dump(2);
 }

@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/host_transport.h"
 #include "core/peer_workspace.h"
+#include "topology/islands.h"
 
 namespace anyr {
 
@@ -61,10 +62,15 @@ void Launcher::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t
     launchHostAlgo(algo, in, out, count, dtype, stream);
     return;
   }
-  // Per-launch capacity: one push slot, or one staging chunk (the row's LaunchCapacity).
-  const uint64_t capacity = row != nullptr && row->capacity == LaunchCapacity::PushSlot
-                                ? workspace_.layout().pushSlotBytes
-                                : workspace_.layout().chunkBytes;
+  // Per-launch capacity: one push slot, the islands' share of a two-shot push slot, or one
+  // staging chunk (the row's LaunchCapacity).
+  const LaunchCapacity kind = row != nullptr ? row->capacity : LaunchCapacity::Chunk;
+  const uint64_t capacity =
+      kind == LaunchCapacity::PushSlot ? workspace_.layout().pushSlotBytes
+      : kind == LaunchCapacity::IslandSlots
+          ? islandLaunchBytes(workspace_.args().islands, workspace_.layout().tsSlotBytes)
+          : workspace_.layout().chunkBytes;
+  if (capacity == 0) throwError(anyrInternalError, "launchPeerAlgo: no launch capacity");
   const PeerLaunchFn launch =
       row != nullptr && row->kind == AlgoKind::PeerMemory ? row->launch : nullptr;
   launchInPieces(algo, workspace_.args(), in, out, count, dtype, capacity,

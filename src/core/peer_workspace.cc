@@ -15,6 +15,7 @@
 #include "core/context.h"
 #include "core/selftest.h"
 #include "device/vectors.h"
+#include "topology/islands.h"
 #include "transport/check.h"
 
 namespace anyr {
@@ -96,6 +97,8 @@ void PeerWorkspace::init() {
   argsTemplate_.nranks = ctx_.nranks;
   argsTemplate_.pushFence = env::getInt("ANYR_PUSH_FENCE") != 0 ? 1 : 0;
   argsTemplate_.wire = static_cast<int32_t>(ctx_.cfg.wire);
+  // The two-level all-reduce's islands: from the agreed topology and configuration.
+  argsTemplate_.islands = islandMapOf(islandsOf(ctx_.topo, ctx_.cfg.islands, ctx_.nranks));
 }
 
 PeerWorkspace::MapSummary PeerWorkspace::summarize(const PeerMemory& m) {

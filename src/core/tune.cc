@@ -51,7 +51,10 @@ std::vector<std::string> Tuner::tuningSettings() const {
           "hostLaunchBytes " + std::to_string(ctx_.cfg.hostLaunchBytes) + " copyChunk " +
               std::to_string(ctx_.cfg.hostCopyChunkBytes),
           "hostLowLatencyBytes " + std::to_string(ctx_.cfg.hostLowLatencyBytes) + " eager " +
-              std::to_string(ctx_.cfg.hostLowLatencyEagerBytes)};
+              std::to_string(ctx_.cfg.hostLowLatencyEagerBytes) +
+              // Forced islands shape the two-level all-reduce (the topology's are in the link
+              // matrix); named only where set, so tables measured without them still match.
+              (ctx_.cfg.islands != 0 ? " islands " + islandsText(ctx_.cfg.islands) : "")};
 }
 
 void Tuner::loadOrTuneAtInit() {

@@ -165,6 +165,22 @@ struct WaitControl {
   int32_t nranks;
 };
 
+// The islands of the two-level all-reduce (algo/islands.cu), as its kernel reads them: built by
+// topology/islands.h (islandMapOf) from the agreed topology and configuration, so equal on every
+// rank. count 0: no islands (the algorithm is not admitted).
+struct IslandMap {
+  uint8_t count;    // islands
+  uint8_t slices;   // the message is cut into this many slices: the sizes' least common multiple
+  uint8_t minSize;  // ranks in the smallest island
+  uint8_t pad;
+  uint8_t islandOf[kMaxLocalRanks];                // [rank]: its island
+  uint8_t indexOf[kMaxLocalRanks];                 // [rank]: its place among its island's members
+  uint8_t size[kMaxLocalRanks];                    // [island]: its ranks
+  uint8_t member[kMaxLocalRanks][kMaxLocalRanks];  // [island][place]: ranks, ascending
+};
+static_assert(sizeof(IslandMap) == 4 + 3 * kMaxLocalRanks + kMaxLocalRanks * kMaxLocalRanks,
+              "IslandMap layout");
+
 // Arguments of every all-reduce kernel: raw pointers and sizes only.
 struct AllReduceArgs {
   const void* input;
@@ -181,6 +197,7 @@ struct AllReduceArgs {
   int32_t wire;       // anyrWire_t; honoured by one-shot pull (and the host algorithms' HostArgs)
   int32_t releaseEarly;  // 1: the kernel releases the next launch on its stream right after its
                          // wait (dev::waitForPrevious; ANYR_PDL_EARLY)
+  IslandMap islands;     // the two-level all-reduce's islands (algo/islands.cu)
 };
 
 }  // namespace anyr

@@ -7,6 +7,7 @@
 
 #include "base/names.h"
 #include "device/host_handles.h"
+#include "topology/islands.h"
 
 namespace anyr {
 
@@ -227,6 +228,37 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
     if (load.ringGBps > 0 && !in.ncclViaHost) in.ringGBps = load.ringGBps;
     in.loadMeasured = true;
   }
+  // The two-level all-reduce's islands (forced, or the topology's) and their pairs' writes.
+  Islands islands;
+  if (islandsCoverError(cfg.islands, nranks).empty() && n == nranks) {
+    islands = islandsOf(t, cfg.islands, nranks);
+  }
+  if (islands.count() >= 2) {
+    std::vector<int> islandOf(static_cast<size_t>(n), -1);
+    for (int c = 0; c < islands.count(); ++c) {
+      for (int rk : islands.members[static_cast<size_t>(c)]) islandOf[static_cast<size_t>(rk)] = c;
+    }
+    double inside = 1e30, between = 1e30;
+    for (int s = 0; s < n; ++s) {
+      for (int d = 0; d < n; ++d) {
+        if (s == d) continue;
+        double& slowest =
+            islandOf[static_cast<size_t>(s)] == islandOf[static_cast<size_t>(d)] ? inside : between;
+        slowest = std::min(slowest, pairGBps(t, t.pair(s, d), true));
+      }
+    }
+    in.islandCount = islands.count();
+    in.islandMin = islands.smallest();
+    in.islandMax = islands.largest();
+    in.islandCrossPeers = islandCrossPeers(islands);
+    in.islandWriteGBps = inside < 1e30 ? inside : 0;
+    in.islandCrossWriteGBps = between < 1e30 ? between : 0;
+    if (load.known() && load.ranks == nranks && load.islandGBps > 0) {
+      in.islandLoadGBps = load.islandGBps;
+    }
+    // Slots of the two-shot push area: a chunk's n-th (the workspace rounds it up to a page).
+    in.islandLaunchBytes = islandLaunchBytes(islandMapOf(islands), cfg.chunkBytes / nranks);
+  }
   // Host memory: the slowest GPU's link to the host bounds every rank's step.
   int slowGpu = -1;
   for (int g = 0; g < n; ++g) {
@@ -265,6 +297,10 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   if (anyCross && anyPcie && in.largestGroup > 1) {
     os << "; PCIe switch groups of up to " << in.largestGroup << " GPUs, between groups write "
        << in.crossWriteGBps << " / read " << in.crossReadGBps << " GB/s";
+  }
+  if (in.islandCount >= 2) {
+    os << "; islands " << islands.text() << " (" << islands.source << "), writes inside "
+       << in.islandWriteGBps << " / between " << in.islandCrossWriteGBps << " GB/s";
   }
   if (slowGpu >= 0) {
     const GpuInfo& g = t.gpus[static_cast<size_t>(slowGpu)];

@@ -35,6 +35,13 @@ std::string explainTopologyJson(const TopologyExplainOptions& o, const anyrConfi
   f.hostMemory = f.sameHost && f.nranks <= kMaxLocalRanks;
   f.hostMemoryReason = f.hostMemory ? "" : "ranks on several hosts or more than 8 ranks";
   const Config cfg = resolveConfig(config);
+  // Forced islands must fit this world size, as at communicator creation.
+  const std::string islands = islandsCoverError(cfg.islands, t.size());
+  if (!islands.empty()) {
+    throwError(anyrInvalidArgument,
+               "environment variable ANYR_ISLANDS='" + islandsText(cfg.islands) + "': " + islands);
+  }
+  f.islands = cfg.islands;
   Admission adm = admit(t, f);
   nlohmann::json j;
   j["gpus"] = t.size();

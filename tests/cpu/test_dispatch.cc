@@ -130,10 +130,18 @@ TEST(Dispatch, FusedKernelPathsCarryAClusterSize) {
 
 TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
   Machine s = setup("nvlink_pair");
-  EXPECT_EQ(s.cands[0].size(), 10u);  // ten all-reduce algorithms (three through host memory)
-  EXPECT_EQ(s.cands[1].size(), 14u);  // + fused kernels of the four peer algorithms that have one
+  EXPECT_EQ(s.cands[0].size(), 11u);  // eleven all-reduce algorithms (three through host memory)
+  EXPECT_EQ(s.cands[1].size(), 15u);  // + fused kernels of the four peer algorithms that have one
   for (const auto& ops : s.cands) {
-    for (const Candidate& c : ops) EXPECT_TRUE(c.admitted) << c.reason;
+    for (const Candidate& c : ops) {
+      // Two GPUs over NVLink are one island: nothing for the two-level form to exchange.
+      if (c.path.algo == anyrAlgoIslands) {
+        EXPECT_FALSE(c.admitted);
+        EXPECT_TRUE(mentions(c.reason, "one island")) << c.reason;
+      } else {
+        EXPECT_TRUE(c.admitted) << c.reason;
+      }
+    }
   }
 }
 
@@ -141,14 +149,14 @@ TEST(Dispatch, HostAlgorithmsComeLastInTheFixedOrderAndOnlyAsComposition) {
   // The order breaks ties, so it is part of the agreement: the host algorithms are appended.
   Machine s = setup("no_p2p");
   const std::vector<std::string> allReduce = {
-      "oneshot-push", "oneshot-pull", "twoshot-push", "twoshot",      "staged-push",
-      "staged-pull",  "nccl",         "host-oneshot", "host-twoshot", "host-copy"};
+      "oneshot-push", "oneshot-pull", "twoshot-push", "twoshot",      "staged-push", "staged-pull",
+      "islands",      "nccl",         "host-oneshot", "host-twoshot", "host-copy"};
   ASSERT_EQ(s.cands[0].size(), allReduce.size());
   for (size_t i = 0; i < allReduce.size(); ++i)
     EXPECT_EQ(pathName(Op::AllReduce, s.cands[0][i].path), allReduce[i]) << i;
   for (int o = 1; o < kNumOps; ++o) {
     const auto& c = s.cands[static_cast<size_t>(o)];
-    ASSERT_EQ(c.size(), 14u);  // the ten compositions and four fused kernels
+    ASSERT_EQ(c.size(), 15u);  // the eleven compositions and four fused kernels
     const size_t last = c.size() - 1;
     EXPECT_EQ(pathName(static_cast<Op>(o), c[last - 2].path), "host-oneshot+epilogue");
     EXPECT_EQ(pathName(static_cast<Op>(o), c[last - 1].path), "host-twoshot+epilogue");
@@ -178,13 +186,16 @@ TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
     for (const Candidate& c : ops) {
       if (c.admitted) continue;
       ++rejected;
-      EXPECT_TRUE(mentions(c.reason, "rank 0 -> rank 1")) << c.reason;
+      // The two-level form finds no islands where no pair has a peer path, and says so.
+      EXPECT_TRUE(mentions(c.reason, c.path.algo == anyrAlgoIslands ? "no pair has a peer path"
+                                                                    : "rank 0 -> rank 1"))
+          << c.reason;
       for (const char* arch : {"sm_", "sm90", "Hopper", "Ampere", "Blackwell", "H100", "A100"}) {
         EXPECT_FALSE(mentions(c.reason, arch)) << c.reason;
       }
     }
   }
-  EXPECT_EQ(rejected, 6 + 10 + 10);  // the peer algorithms, and per fused operation their
+  EXPECT_EQ(rejected, 7 + 11 + 11);  // the peer algorithms, and per fused operation their
                                      // compositions and fused kernels
 }
 
@@ -234,7 +245,7 @@ TEST(Dispatch, OnlyTheFusedTwoShotKernelNeedsLargeSharedMemory) {
         EXPECT_FALSE(c.admitted);
         EXPECT_TRUE(mentions(c.reason, "needs 68 KB shared memory per block, GPU 1 has 48 KB"))
             << c.reason;
-      } else {
+      } else if (c.path.algo != anyrAlgoIslands) {  // one island here (its own tests)
         if (c.path.fusedKernel) ++kernels;
         EXPECT_TRUE(c.admitted) << pathName(op, c.path) << ": " << c.reason;
       }
@@ -322,7 +333,8 @@ TEST(Dispatch, SeedOnEightPcieGpusUnderTwoSwitchesLeavesLargeMessagesToTheRing) 
   EXPECT_EQ(in.largestGroup, 4);
   EXPECT_GT(in.crossWriteGBps, 0);
   EXPECT_EQ(choice(s, Op::AllReduce, 1024), "oneshot-push");
-  EXPECT_EQ(choice(s, Op::AllReduce, 8u << 10), "twoshot-push");
+  // The two-level form over the two halves: one partner across instead of four.
+  EXPECT_EQ(choice(s, Op::AllReduce, 8u << 10), "islands");
   for (uint64_t b = 16u << 10; b <= (256u << 20); b *= 2) {
     EXPECT_EQ(choice(s, Op::AllReduce, b), "nccl") << b;
   }

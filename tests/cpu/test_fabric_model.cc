@@ -150,15 +150,19 @@ constexpr uint64_t k6144x128 = 6144 * 2 * 128, k7168x128 = 7168 * 2 * 128;
 
 TEST(FabricModel, SeedsMachineChoicesAndWhy) {
   // Behind two switches at 8 ranks: one loaded round costs 6.7 us, so the one-shot (one round)
-  // wins to 16 KB; the two-shot (two rounds, an eighth of the bytes each way) from 32 to 64 KB;
-  // from 128 KB NCCL's ring, which does not share the switches' uplinks all to all.
+  // wins the smallest messages; from 8 KB to 64 KB the two-level form over the two switch
+  // groups (three hops of fewer peers each, a ninth of the one-shot's bytes across the host
+  // bridge, one partner there instead of four; the fused operation composes it with the
+  // epilogue from 16 KB); from 128 KB NCCL's ring, which does not share the switches' uplinks
+  // all to all.
   const Seeded s = seeded("rtxpro6000_8gpu_switches");
   expectChoices(s,
                 {{1 * KB, "oneshot-push", "fused:oneshot-push"},
-                 {k6144x1, "oneshot-push", "fused:oneshot-push"},
-                 {k7168x1, "oneshot-push", "fused:oneshot-push"},
-                 {16 * KB, "oneshot-push", "fused:oneshot-push"},
-                 {64 * KB, "twoshot-push", "fused:twoshot-push"},
+                 {8 * KB, "islands", "fused:oneshot-push"},
+                 {k6144x1, "islands", "islands+epilogue"},
+                 {k7168x1, "islands", "islands+epilogue"},
+                 {16 * KB, "islands", "islands+epilogue"},
+                 {64 * KB, "islands", "islands+epilogue"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
                  {k6144x128, "nccl", "nccl+epilogue"},
@@ -170,18 +174,46 @@ TEST(FabricModel, SeedsMachineChoicesAndWhy) {
 
 TEST(FabricModel, DualSocketChoicesAndWhy) {
   // No switches, two sockets (published all-to-all 0.41 of ideal, a loaded round of 6.03 us):
-  // the same ladder as behind switches, one-shot to 16 KB, two-shot to 64 KB, then NCCL.
+  // the same ladder as behind switches, the one-shot for the smallest messages, the two-level
+  // form over the two sockets from 8 KB to 64 KB, then NCCL.
   const Seeded s = seeded("rtxpro6000_8gpu_dual_socket");
   expectChoices(s,
                 {{1 * KB, "oneshot-push", "fused:oneshot-push"},
-                 {k6144x1, "oneshot-push", "fused:oneshot-push"},
-                 {16 * KB, "oneshot-push", "fused:oneshot-push"},
-                 {64 * KB, "twoshot-push", "fused:twoshot-push"},
+                 {k6144x1, "islands", "islands+epilogue"},
+                 {16 * KB, "islands", "islands+epilogue"},
+                 {64 * KB, "islands", "islands+epilogue"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
                  {16 * MB, "nccl", "nccl+epilogue"},
                  {256 * MB, "nccl", "nccl+epilogue"}},
                 "rtxpro6000_8gpu_dual_socket");
+}
+
+// Issue 43's goal on the dual-socket box: the two-level form ("islands", over the two sockets)
+// predicted >= 1.5x the all-to-all one-shot push at 16 KB-1 MB. The model gives it from 64 KB to
+// 1 MB (1.8x at 64 KB, 3.5x at 1 MB), not below: there the message is latency-bound, and the
+// two-level form's three dependent hops (gather among 4, exchange with 1 partner, all-gather
+// among 4) cost more than the one-shot's single loaded round of 7 peers; what it saves is bytes
+// (per GPU the one-shot sends 7 x the message, 4 x across the sockets; the two-level form 1.5 x
+// inside its socket and 1 x across, the values unreduced for the rank-order sum), which only
+// outweighs the extra hops from about 32 KB (1.23x at 16 KB, 1.46x at 32 KB).
+TEST(FabricModel, DualSocketTwoLevelFormAgainstTheAllToAllOneShot) {
+  const Seeded s = seeded("rtxpro6000_8gpu_dual_socket");
+  ASSERT_TRUE(s.adm[anyrAlgoIslands].admitted) << s.adm[anyrAlgoIslands].reason;
+  auto ratio = [&](uint64_t b) {
+    const double B = static_cast<double>(b);
+    return oneShotPushUs(B, s.in) / islandsUs(B, s.in);
+  };
+  for (uint64_t b = 64 * KB; b <= 1 * MB; b *= 2) {
+    EXPECT_GE(ratio(b), 1.5) << b << " B: one-shot " << oneShotPushUs(static_cast<double>(b), s.in)
+                             << " us, islands " << islandsUs(static_cast<double>(b), s.in);
+  }
+  EXPECT_GT(ratio(16 * KB), 1.15);
+  EXPECT_LT(ratio(16 * KB), 1.5);  // the shortfall stated above, until the model says otherwise
+  EXPECT_GT(ratio(32 * KB), 1.4);
+  // Behind switches it is the same shape (the switch groups' uplinks for the sockets).
+  const Seeded sw = seeded("rtxpro6000_8gpu_switches");
+  EXPECT_GE(oneShotPushUs(64.0 * KB, sw.in) / islandsUs(64.0 * KB, sw.in), 1.5);
 }
 
 TEST(FabricModel, WithoutPeerAccessChoicesAndWhy) {
@@ -215,15 +247,16 @@ TEST(FabricModel, L40sChoicesAndWhy) {
 }
 
 TEST(FabricModel, SlowWritePlatformPullsAndExplainNamesTheFact) {
-  // b12x#139 at 8 ranks: writes 2.6 GB/s against reads 52: no push; the one-shot pull to
-  // 16 KB, its fused kernel for the fused operation (1 KB: 17.2 us against the fused two-shot
-  // push's 18.4, whose writes are an eighth of a KB per peer), NCCL above.
+  // b12x#139 at 8 ranks: writes 2.6 GB/s against reads 52: no push beyond the smallest call
+  // (1 KB: the two-level form's three hops of few peers each beat the pull's two full rounds
+  // while its writes stay small; composed with the epilogue for the fused operation); the
+  // one-shot pull to 16 KB, its fused kernel for the fused operation, NCCL above.
   const Seeded s = seeded("rtxpro6000_16gpu_slow_writes", 8);
   EXPECT_NE(s.in.summary.find("writes 20x slower than reads on GPU0->GPU1 (pull)"),
             std::string::npos)
       << s.in.summary;
   expectChoices(s,
-                {{1 * KB, "oneshot-pull", "fused:oneshot-pull"},
+                {{1 * KB, "islands", "islands+epilogue"},
                  {16 * KB, "oneshot-pull", "fused:oneshot-pull"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},

@@ -83,7 +83,8 @@ TEST(Registry, EveryRowHasTheLaunchersItsKindNeeds) {
         EXPECT_EQ(r->launchHostLowLatency, nullptr);
         EXPECT_EQ(r->launchHostCopy, nullptr);
         EXPECT_TRUE(r->capacity == LaunchCapacity::PushSlot ||
-                    r->capacity == LaunchCapacity::Chunk);
+                    r->capacity == LaunchCapacity::Chunk ||
+                    r->capacity == LaunchCapacity::IslandSlots);
         break;
       case AlgoKind::HostMemory:
         EXPECT_EQ(r->launch, nullptr);
@@ -126,6 +127,9 @@ TEST(Registry, KindsAgreeWithAdmission) {
        {Only{AlgoKind::PeerMemory, true, false, false},
         Only{AlgoKind::HostMemory, false, true, false}, Only{AlgoKind::Nccl, false, false, true}}) {
     CommFacts f = testfix::facts(t, o.nccl, o.host, "off for the test");
+    // Two islands of one GPU each: the pair is one island by its topology (NVLink).
+    std::string why;
+    ASSERT_TRUE(parseIslands("0,1", &f.islands, &why)) << why;
     f.peerMemory = o.peer;
     f.peerMemoryReason = "off for the test";
     const Admission adm = admit(t, f);

@@ -5,8 +5,9 @@
 //    argument or the variable, never another exception type;
 //  - an accepted configuration satisfies the documented rules (timeout in 1..86400000 ms,
 //    chunk size a multiple of 4096 in 64 KiB..1 GiB, one-shot maximum <= 64 MiB, maxBlocks in
-//    0..256, fusedCluster 0, 1, 2, 4 or 8, a valid algorithm) and survives the wire round trip
-//    (Config::toWire/fromWire).
+//    0..256, fusedCluster 0, 1, 2, 4 or 8, a valid algorithm, islands of ranks 0..7) and
+//    survives the wire round trip (Config::toWire/fromWire); an accepted ANYR_ISLANDS layout
+//    prints and reads back to itself.
 // Input layout: [sizeof(anyrConfig_t) bytes of config][flags byte][NUL-separated env values].
 // tests/fuzz/make_seeds.py packs the seeds' config with this layout; it must follow the struct.
 // Build and run: scripts/fuzz.sh (tests/fuzz/corpus/config_env is the seed corpus).
@@ -38,7 +39,8 @@ void require(bool cond, const char* what, const std::string& detail = "") {
 // The environment variables resolveConfig reads.
 const char* const kVars[] = {
     "ANYR_ALGO",        "ANYR_TIMEOUT_MS", "ANYR_ONESHOT_MAX_BYTES", "ANYR_TWOSHOT_MAX_BYTES",
-    "ANYR_CHUNK_BYTES", "ANYR_USE_NCCL",   "ANYR_MAX_BLOCKS",        "ANYR_FUSED_CLUSTER"};
+    "ANYR_CHUNK_BYTES", "ANYR_USE_NCCL",   "ANYR_MAX_BLOCKS",        "ANYR_FUSED_CLUSTER",
+    "ANYR_ISLANDS"};
 constexpr size_t kNumVars = sizeof(kVars) / sizeof(kVars[0]);
 
 bool namesSomething(const std::string& msg) {
@@ -59,6 +61,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   anyrAlgo_t algo = anyrAlgoAuto;
   if (parseAlgo(whole, &algo)) require(algo >= 0 && algo < anyrNumAlgos, "algo range");
+  // An accepted island layout prints canonically and reads back to the same packed form.
+  uint32_t islands = 0;
+  std::string why;
+  if (parseIslands(whole, &islands, &why)) {
+    uint32_t again = 1;
+    require(parseIslands(islandsText(islands), &again, &why) && again == islands,
+            "islands round trip", whole);
+  }
 
   // 2. resolveConfig on a fuzzed struct and environment.
   anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
@@ -110,6 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 c.fusedCluster == 4 || c.fusedCluster == 8,
             "fusedCluster rule");
     require(c.algorithm >= 0 && c.algorithm < anyrNumAlgos, "algorithm rule");
+    for (int r = 0; r < 8; ++r) require(islandOfRank(c.islands, r) < 8, "islands: at most 8");
     require(Config::fromWire(c.toWire()) == c, "wire round trip");
     (void)c.describe();
   } catch (const Error& e) {

@@ -10,10 +10,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <initializer_list>
 #include <iomanip>
 #include <map>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "anyreduce/anyreduce.h"
@@ -593,6 +595,197 @@ TEST(AllReduceGpu, GridCapsFollowOccupancyAndConfig) {
     expectRanksPassed(results);
     printSkipNotes(results);
   }
+}
+
+// ---- islands: the two-level all-reduce ------------------------------------------------------
+
+// Sets environment variables for the ranks a test forks (they inherit them), and unsets them
+// when it ends.
+struct RankEnv {
+  std::vector<std::string> names;
+  RankEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const auto& [name, value] : vars) {
+      if (value == nullptr) continue;
+      setenv(name, value, 1);
+      names.emplace_back(name);
+    }
+  }
+  ~RankEnv() {
+    for (const std::string& n : names) unsetenv(n.c_str());
+  }
+};
+
+// sweepRank of "islands" alone on n ranks with ANYR_ISLANDS = layout (and ANYR_CHUNK_BYTES =
+// chunk where not null: 64K cuts 65536 + 5 elements into several launches, the 4 + 4 layout's in
+// launches of 32 KB, the 3 + 3 + 2 layout's of 16,320 bytes): exact on every rank, bit-identical
+// across them, and run (a forced layout admits it where the ranks share one GPU).
+void sweepIslands(int n, const char* layout, const char* chunk, bool allDtypes) {
+  SCOPED_TRACE(std::to_string(n) + " ranks, ANYR_ISLANDS=" + layout +
+               (chunk ? std::string(", ANYR_CHUNK_BYTES=") + chunk : std::string()));
+  const std::vector<uint64_t> counts = {1, 7, 1023, 65536 + 5};
+  const RankEnv env({{"ANYR_ISLANDS", layout}, {"ANYR_CHUNK_BYTES", chunk}});
+  auto results =
+      runRanksWith(n, 600, sweepRank, counts, allDtypes, std::vector<anyrAlgo_t>{anyrAlgoIslands});
+  expectRanksPassedWithEqualHashes(results, n);
+  EXPECT_EQ(subjectsNotRun(results, {anyrAlgoIslands}), "");
+}
+
+// Islands of one rank (the exchange alone), uneven islands (2 + 1), two of two in rank order and
+// interleaved; every dtype on three layouts; one layout at the default launch size too.
+TEST(AllReduceGpu, IslandsForcedLayoutsOfTwoToFourRanksSharingGpus) {
+  REQUIRE_GPU();
+  sweepIslands(2, "0,1", "64K", true);
+  sweepIslands(3, "0-1,2", "64K", true);
+  sweepIslands(4, "0-1,2-3", nullptr, true);
+  sweepIslands(4, "0-1,2-3", "64K", false);
+  sweepIslands(4, "0+2,1+3", "64K", false);
+}
+
+// 3 + 2 (six slices: the island of two owns three), two islands of three, three of two.
+TEST(AllReduceGpu, IslandsForcedLayoutsOfFiveAndSixRanksSharingGpus) {
+  REQUIRE_GPU();
+  sweepIslands(5, "0-2,3-4", "64K", false);
+  sweepIslands(6, "0-2,3-5", "64K", false);
+  sweepIslands(6, "0-1,2-3,4-5", "64K", false);
+}
+
+// 4 + 3 (twelve slices), 4 + 4 (the socket and switch layout), 3 + 3 + 2 (six slices, the
+// island of two owning three).
+TEST(AllReduceGpu, IslandsForcedLayoutsOfSevenAndEightRanksSharingGpus) {
+  REQUIRE_GPU();
+  sweepIslands(7, "0-3,4-6", "64K", false);
+  sweepIslands(8, "0-3,4-7", "64K", false);
+  sweepIslands(8, "0-2,3-5,6-7", "64K", false);
+}
+
+// The islands kernel shares the two-shot push's buffers and their rotation (algo/islands.cu):
+// calls alternating islands, the two-shot push and the one-shot push, at sizes whose slots'
+// extents differ from call to call and in several launches, each exact on every rank. A
+// member of the family that cleared less than the one before it wrote would leave vectors that
+// read as arrived.
+int rotationRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
+  anyrComm_t comm = initComm(rank, n, id, 20000);
+  cudaStream_t s = nonBlockingStream();
+  const uint64_t counts[] = {65536 + 5, 1, 40000 + 3, 1023, 300000 + 1};
+  const anyrAlgo_t turns[] = {anyrAlgoIslands, anyrAlgoTwoShotPush, anyrAlgoOneShotPush};
+  const uint64_t maxCount = 300000 + 1;
+  char* in = deviceAlloc<char>(maxCount * 2 + 64);
+  char* out = deviceAlloc<char>(maxCount * 2 + 64);
+  std::vector<unsigned char> host(maxCount * 2);
+  int failures = 0;
+  for (int call = 0; call < 30; ++call) {
+    const anyrAlgo_t algo = turns[call % 3];
+    const uint64_t count = counts[call % 5];
+    if (!forceOrSkip(comm, algo, report)) continue;
+    const uint32_t seed = 500 + static_cast<uint32_t>(call);
+    R_CUDA(data::fillInput(anyrBfloat16, in, count, rank, seed, data::kRandom, s));
+    R_CUDA(cudaMemsetAsync(out, 0xff, count * 2, s));
+    R_ANYR(anyrAllReduce(in, out, count, anyrBfloat16, anyrSum, comm, s), comm);
+    R_CUDA(cudaMemcpyAsync(host.data(), out, count * 2, cudaMemcpyDeviceToHost, s));
+    R_CUDA(cudaStreamSynchronize(s));
+    const std::vector<unsigned char> want =
+        data::hostExpected(anyrBfloat16, count, n, seed, data::kRandom);
+    if (std::memcmp(host.data(), want.data(), count * 2) != 0) {
+      ++failures;
+      report("FAIL call " + std::to_string(call) + " (" + anyrAlgoName(algo) + ", " +
+             std::to_string(count) + " elements) is not the rank-order sum\n");
+    }
+    report("HASH rotation " + std::to_string(call) + " " +
+           std::to_string(data::fnv1a(host.data(), count * 2)) + "\n");
+  }
+  return finishRank(comm, s, {in, out}, failures, report);
+}
+
+TEST(AllReduceGpu, IslandsAndTheTwoShotPushShareOneBufferRotation) {
+  REQUIRE_GPU();
+  const RankEnv env({{"ANYR_ISLANDS", "0-1,2-3"}, {"ANYR_CHUNK_BYTES", "64K"}});
+  auto results = runRanksCatching(4, 600, rotationRank);
+  expectRanksPassedWithEqualHashes(results, 4);
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoIslands, anyrAlgoTwoShotPush});
+}
+
+// Across the push family's launch count wrap (see PushEpochWrapIsSeamless), islands and the
+// two-shot push on four ranks in two islands.
+TEST(AllReduceGpu, IslandsPushEpochWrapIsSeamless) {
+  REQUIRE_GPU();
+  const RankEnv env({{"ANYR_ISLANDS", "0-1,2-3"}, {"ANYR_TEST_PUSH_EPOCH", "3221225468"}});
+  const std::vector<uint64_t> counts = {1, 1023, 65536 + 5};
+  auto results = runRanksWith(4, 600, sweepRank, counts, false,
+                              std::vector<anyrAlgo_t>{anyrAlgoIslands, anyrAlgoTwoShotPush});
+  expectRanksPassedWithEqualHashes(results, 4);
+  EXPECT_EQ(subjectsNotRun(results, {anyrAlgoIslands}), "");
+}
+
+// A rank that skips a call: the islands kernel's waits give up after the timeout and name it.
+TEST(AllReduceGpu, IslandsMissingPeerGivesTimeoutNamingIt) {
+  REQUIRE_GPU();
+  const RankEnv env({{"ANYR_ISLANDS", "0,1"}});
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        return missingPeerRank(rank, n, id, report, anyrAlgoIslands, 4096, "islands", "",
+                               1.5 + 5.0);
+      });
+  expectRanksExitedZero(results);
+  std::printf("[ info ] %s", results[0].message.c_str());
+}
+
+// Where the islands come from: without ANYR_ISLANDS the topology's (ranks sharing one GPU are
+// one island: not admitted, forcing it names why); with it the configured ones (explain says
+// so); and a layout that does not fit the world size fails creation on every rank, naming the
+// variable and the rule.
+TEST(AllReduceGpu, IslandsComeFromTheTopologyOrTheConfiguration) {
+  REQUIRE_GPU();
+  for (const char* layout : {static_cast<const char*>(nullptr), "0,1"}) {
+    SCOPED_TRACE(layout ? layout : "unset");
+    const RankEnv env({{"ANYR_ISLANDS", layout}});
+    auto results = runRanksCatching(
+        2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+          anyrComm_t comm = initComm(rank, n, id, 10000);
+          int failures = 0;
+          const nlohmann::json is = explainJson(comm).at("islands");
+          const nlohmann::json adm = explainJson(comm).at("admission").at("islands");
+          const std::string source = is.at("source").get<std::string>();
+          const bool several = is.at("members").size() >= 2;
+          if (rank == 0) report("INFO islands " + is.dump() + ": " + adm.dump() + "\n");
+          if (layout != nullptr && (source != "ANYR_ISLANDS=0,1" || !is.at("configured"))) {
+            ++failures;
+            report("FAIL explain's islands with ANYR_ISLANDS=0,1: " + is.dump() + "\n");
+          }
+          if (layout == nullptr && source.rfind("topology: ", 0) != 0) {
+            ++failures;
+            report("FAIL explain's islands without ANYR_ISLANDS: " + is.dump() + "\n");
+          }
+          const anyrResult_t set = anyrCommSetAlgorithm(comm, anyrAlgoIslands);
+          const std::string why = anyrGetLastError(comm);
+          if (several != (set == anyrSuccess) || adm.at("admitted").get<bool>() != several ||
+              (!several && why.find("one island") == std::string::npos)) {
+            ++failures;
+            report("FAIL islands " + is.dump() + " but forcing gave " + anyrGetErrorString(set) +
+                   ": " + why + "\n");
+          }
+          return releaseRank(comm, nullptr, {}, failures);
+        });
+    expectRanksPassed(results);
+  }
+  const RankEnv env({{"ANYR_ISLANDS", "0-3,4-7"}});
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        useRankGpu(rank);
+        anyrConfig_t cfg = ANYR_CONFIG_INITIALIZER;
+        cfg.timeoutMs = 10000;
+        anyrComm_t comm = nullptr;
+        const anyrResult_t r = anyrCommInitRankConfig(&comm, n, id, rank, &cfg);
+        const std::string msg = anyrGetLastError(nullptr);
+        if (r != anyrInvalidArgument || msg.find("ANYR_ISLANDS='0-3,4-7'") == std::string::npos ||
+            msg.find("rank 2 is named, but the communicator has 2 ranks") == std::string::npos) {
+          report(std::string("FAIL creation with ANYR_ISLANDS=0-3,4-7 on 2 ranks: ") +
+                 anyrGetErrorString(r) + ": " + msg + "\n");
+          if (r == anyrSuccess) anyrCommDestroy(comm);
+          return 4;
+        }
+        return 0;
+      });
+  expectRanksPassed(results);
 }
 
 }  // namespace

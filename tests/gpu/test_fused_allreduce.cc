@@ -78,12 +78,16 @@ struct Buffers {
 
 // The algorithms a run forces, in order (anyrAlgoAuto: the communicator's own choice).
 using Algos = std::vector<anyrAlgo_t>;
-// The push algorithms' fused kernels, NCCL's composition and the automatic choice.
-const Algos kPushAndAuto = {anyrAlgoOneShotPush, anyrAlgoTwoShotPush, anyrAlgoNccl, anyrAlgoAuto};
+// The push algorithms' fused kernels, NCCL's composition, the automatic choice and the
+// islands' composition (where islands are admitted: in the topology or forced by ANYR_ISLANDS;
+// a SKIP note elsewhere).
+const Algos kPushAndAuto = {anyrAlgoOneShotPush, anyrAlgoTwoShotPush, anyrAlgoNccl, anyrAlgoAuto,
+                            anyrAlgoIslands};
 // Those, the pull algorithms' fused kernels and the host algorithms' compositions.
 const Algos kEveryAlgo = {anyrAlgoOneShotPush, anyrAlgoTwoShotPush, anyrAlgoNccl,
-                          anyrAlgoAuto,        anyrAlgoOneShotPull, anyrAlgoTwoShot,
-                          anyrAlgoHostOneShot, anyrAlgoHostTwoShot, anyrAlgoHostCopy};
+                          anyrAlgoAuto,        anyrAlgoIslands,     anyrAlgoOneShotPull,
+                          anyrAlgoTwoShot,     anyrAlgoHostOneShot, anyrAlgoHostTwoShot,
+                          anyrAlgoHostCopy};
 // The fused kernels of the one-shot pull and the two-shot (pull).
 const Algos kPullKernels = {anyrAlgoOneShotPull, anyrAlgoTwoShot};
 
@@ -848,6 +852,22 @@ TEST(FusedPullGpu, MissingPeerTimesOutNamingIt) {
         FusedForm{anyrAlgoTwoShot, 0, 1}, FusedForm{anyrAlgoTwoShot, 0, 64}}) {
     expectMissingPeerNamed(f);
   }
+}
+
+// The two-level all-reduce composed with the standalone epilogue, with forced islands (ranks
+// sharing GPUs): two of two, 3 + 2, 3 + 3 + 2; the fused call against the explicit composition,
+// bit for bit on every rank (the all-reduce's own exactness and its launches: AllReduceGpu's
+// Islands tests).
+TEST(FusedAllReduceGpu, IslandsComposedWithTheEpilogueSharingGpus) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  for (const auto& [n, layout] :
+       {std::pair<int, const char*>{4, "0-1,2-3"}, {5, "0-2,3-4"}, {8, "0-2,3-5,6-7"}}) {
+    SCOPED_TRACE(std::string("ANYR_ISLANDS=") + layout);
+    setenv("ANYR_ISLANDS", layout, 1);
+    const auto results = runFused(n, {128, 6144}, {1, 3, 129}, Algos{anyrAlgoIslands}, 0, -1, 600);
+    EXPECT_EQ(subjectsNotRun(results, {anyrAlgoIslands}), "");
+  }
+  unsetenv("ANYR_ISLANDS");
 }
 
 }  // namespace
