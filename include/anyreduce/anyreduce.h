@@ -96,7 +96,10 @@ typedef enum {
                               host memory */
   anyrAlgoHostCopy = 8,    /* "host-copy": one-shot through pinned shared host memory, moved by
                               copy engines */
-  anyrNumAlgos = 9
+  anyrAlgoRing = 9,        /* "ring": partial sums passed along the ring 0 -> 1 -> ... -> n-1 in
+                              pipelined chunks, the result sent back around it (neighbour writes
+                              only; for large messages over PCIe) */
+  anyrNumAlgos = 10
 } anyrAlgo_t;
 
 /* Wire format of the data the host-memory algorithms and one-shot pull exchange (opt-in; never

@@ -135,6 +135,7 @@ class Algo(_CEnum):
     HOST_ONE_SHOT = 6, "host-oneshot"
     HOST_TWO_SHOT = 7, "host-twoshot"
     HOST_COPY = 8, "host-copy"
+    RING = 9, "ring"
 
     @property
     def short_name(self) -> str:

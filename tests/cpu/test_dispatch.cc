@@ -130,8 +130,8 @@ TEST(Dispatch, FusedKernelPathsCarryAClusterSize) {
 
 TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
   Machine s = setup("nvlink_pair");
-  EXPECT_EQ(s.cands[0].size(), 8u);   // eight all-reduce algorithms (three through host memory)
-  EXPECT_EQ(s.cands[1].size(), 10u);  // + fused kernels of the two push algorithms
+  EXPECT_EQ(s.cands[0].size(), 9u);   // nine all-reduce algorithms (three through host memory)
+  EXPECT_EQ(s.cands[1].size(), 11u);  // + fused kernels of the two push algorithms
   for (const auto& ops : s.cands) {
     for (const Candidate& c : ops) EXPECT_TRUE(c.admitted) << c.reason;
   }
@@ -141,17 +141,17 @@ TEST(Dispatch, HostAlgorithmsComeLastInTheFixedOrderAndOnlyAsComposition) {
   // The order breaks ties, so it is part of the agreement: the host algorithms are appended.
   Machine s = setup("no_p2p");
   const std::vector<std::string> allReduce = {"oneshot-push", "oneshot-pull", "twoshot-push",
-                                              "twoshot",      "nccl",         "host-oneshot",
-                                              "host-twoshot", "host-copy"};
+                                              "twoshot",      "ring",         "nccl",
+                                              "host-oneshot", "host-twoshot", "host-copy"};
   ASSERT_EQ(s.cands[0].size(), allReduce.size());
   for (size_t i = 0; i < allReduce.size(); ++i)
     EXPECT_EQ(pathName(Op::AllReduce, s.cands[0][i].path), allReduce[i]) << i;
   for (int o = 1; o < kNumOps; ++o) {
     const auto& c = s.cands[static_cast<size_t>(o)];
-    ASSERT_EQ(c.size(), 10u);
-    EXPECT_EQ(pathName(static_cast<Op>(o), c[7].path), "host-oneshot+epilogue");
-    EXPECT_EQ(pathName(static_cast<Op>(o), c[8].path), "host-twoshot+epilogue");
-    EXPECT_EQ(pathName(static_cast<Op>(o), c[9].path), "host-copy+epilogue");
+    ASSERT_EQ(c.size(), 11u);
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[8].path), "host-oneshot+epilogue");
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[9].path), "host-twoshot+epilogue");
+    EXPECT_EQ(pathName(static_cast<Op>(o), c[10].path), "host-copy+epilogue");
     for (const Candidate& k : c) {
       if (isHostAlgo(k.path.algo)) {
         EXPECT_FALSE(k.path.fusedKernel);  // no fused host kernel
@@ -183,7 +183,7 @@ TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
       }
     }
   }
-  EXPECT_EQ(rejected, 4 + 6 + 6);
+  EXPECT_EQ(rejected, 5 + 7 + 7);
 }
 
 TEST(Dispatch, AFusedKernelThatFailedTheSelfTestIsRejectedWithItsReason) {

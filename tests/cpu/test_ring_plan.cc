@@ -1,5 +1,6 @@
-// The ring's host-side schedule (src/algo/ring_plan.h): how a launch is cut into chunks and
-// streams, and the two arms that carry the result back from rank n-1 along the ring.
+// The ring's host-side schedule (src/algo/ring_plan.h) and its admission: how a launch is cut
+// into chunks and streams, the two arms that carry the result back from rank n-1, which pairs
+// the ring stores across, and that only those pairs' peer-write checks admit or reject it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,9 @@
 #include <vector>
 
 #include "algo/ring_plan.h"
+#include "cpu/select_fixtures.h"
+#include "select/admission.h"
+#include "topology/topology.h"
 
 namespace anyr {
 namespace {
@@ -87,6 +91,45 @@ TEST(RingPlan, TheResultReachesEveryRankOnceAlongTheRingWithinItsDepth) {
     EXPECT_EQ(ringResultDest(n - 1, n, 0), 0);
     EXPECT_EQ(ringResultDest(n - 1, n, 1), n >= 3 ? n - 2 : -1);
   }
+}
+
+// ---- admission -------------------------------------------------------------------------------
+
+const AlgoAdmission& admitted(const Topology& t, anyrAlgo_t a, Admission* keep) {
+  *keep = admit(t, testfix::facts(t, true, false, "disabled for the test"));
+  return (*keep)[a];
+}
+
+TEST(RingAdmission, OnlyTheRingNeighboursPeerWritesDecide) {
+  Topology t = testfix::fixture("pcie_8gpu_two_switches");
+  ASSERT_EQ(t.size(), 8);
+  Admission adm;
+  EXPECT_TRUE(admitted(t, anyrAlgoRing, &adm).admitted) << adm[anyrAlgoRing].reason;
+  EXPECT_NE(adm[anyrAlgoRing].reason.find("ring-neighbour"), std::string::npos);
+  // A pair the ring never stores across fails its check: the all-to-all pushes go, the ring
+  // stays.
+  t.pair(0, 2).peerWriteOk = false;
+  EXPECT_TRUE(admitted(t, anyrAlgoRing, &adm).admitted) << adm[anyrAlgoRing].reason;
+  EXPECT_FALSE(adm[anyrAlgoOneShotPush].admitted);
+  // Either direction between neighbours rejects it (results and freed slots go backwards), the
+  // wrap pair too, naming the pair.
+  for (const auto& [s, d] : {std::pair<int, int>{3, 2}, {4, 5}, {7, 0}, {0, 7}}) {
+    Topology u = testfix::fixture("pcie_8gpu_two_switches");
+    u.pair(s, d).peerWriteOk = false;
+    const AlgoAdmission& x = admitted(u, anyrAlgoRing, &adm);
+    EXPECT_FALSE(x.admitted) << s << " -> " << d;
+    EXPECT_NE(x.reason.find("rank " + std::to_string(s) + " -> rank " + std::to_string(d) +
+                            " (ring neighbours)"),
+              std::string::npos)
+        << x.reason;
+  }
+  // The structural conditions of every peer algorithm hold for it too.
+  CommFacts f = testfix::facts(t, true, false, "");
+  f.peerMemory = false;
+  f.peerMemoryReason = "no mapping for the test";
+  const Admission none = admit(t, f);
+  EXPECT_FALSE(none[anyrAlgoRing].admitted);
+  EXPECT_NE(none[anyrAlgoRing].reason.find("no mapping for the test"), std::string::npos);
 }
 
 }  // namespace
