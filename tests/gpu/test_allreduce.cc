@@ -271,6 +271,15 @@ TEST(AllReduceGpu, RingMessagesOfSeveralLaunches) {
   unsetenv("ANYR_CHUNK_BYTES");
 }
 
+// The ring's chunk counts wrap at 2^32 without a seam: every stream's count and flags start 6
+// chunks before it (ANYR_TEST_RING_USE, inherited by the ranks' processes), and every call
+// across it is exact and bit-identical.
+TEST(AllReduceGpu, RingChunkCountWrapIsSeamless) {
+  REQUIRE_GPU();
+  const auto results = sweepTwoRanksWith("ANYR_TEST_RING_USE", "4294967290", {anyrAlgoRing});
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoRing});
+}
+
 // A rank that skips a ring call: rank 0's blocks wait for rank 1's chunks and for slots it frees,
 // give up after the timeout and name rank 1 and the ring's wait.
 TEST(AllReduceGpu, RingMissingPeerGivesTimeoutNamingIt) {
