@@ -103,7 +103,10 @@ typedef enum {
   anyrAlgoIslands = 11,    /* "islands": two-level: gather in each island (GPUs under one PCIe
                               switch or socket, or ANYR_ISLANDS), exchange pairwise across
                               islands, all-gather in each island; peer writes */
-  anyrNumAlgos = 12
+  anyrAlgoRing = 12,       /* "ring": partial sums passed along the ring 0 -> 1 -> ... -> n-1 in
+                              pipelined chunks, the result sent back around it (neighbour writes
+                              only; for large messages over PCIe) */
+  anyrNumAlgos = 13
 } anyrAlgo_t;
 
 /* Wire format of the data the host-memory algorithms and one-shot pull exchange (opt-in; never

@@ -138,6 +138,7 @@ class Algo(_CEnum):
     STAGED_PUSH = 9, "staged-push"
     STAGED_PULL = 10, "staged-pull"
     ISLANDS = 11, "islands"
+    RING = 12, "ring"
 
     @property
     def short_name(self) -> str:

@@ -190,7 +190,7 @@ def test_enum_parsing():
     assert str(Algo.NCCL) == "nccl"
     assert Quant.parse(None) is Quant.NONE and Quant.parse("nvfp4") is Quant.NVFP4
     with pytest.raises(ValueError, match="unknown algorithm"):
-        Algo.parse("ring")
+        Algo.parse("butterfly")
     with pytest.raises(ValueError, match="unknown datatype"):
         DataType.parse("int8")
 
@@ -203,7 +203,7 @@ def test_config_rejects_values_that_do_not_fit_c():
     with pytest.raises(InvalidArgument, match="config.chunk_bytes"):
         Config(chunk_bytes=-1).to_c()
     with pytest.raises(InvalidArgument, match="config.algorithm"):
-        Config(algorithm="ring").to_c()
+        Config(algorithm="butterfly").to_c()
     with pytest.raises(InvalidArgument, match="config.max_blocks"):
         Config(max_blocks=-2**31).to_c()  # the C "undefined" sentinel itself
     with pytest.raises(InvalidArgument, match="config.fused_cluster"):

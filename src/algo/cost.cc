@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "algo/ring_plan.h"
 #include "device/host_handles.h"
 
 namespace anyr {
@@ -274,6 +275,26 @@ double hostCopyUs(double B, const CostInputs& in) {
     return kHostCopyLaunchUs + chunks * kHostCopyChunkUs + std::max(1, n - 1) * b / bw;
   };
   return full * launchUs(launch) + (rest > 0 ? launchUs(rest) : 0.0);
+}
+
+double ringUs(double B, const CostInputs& in) {
+  const int n = in.nranks;
+  const double bw = in.ringWriteGBps * 1e3;  // bytes per us
+  if (n < 2 || bw <= 0) return -1;
+  // Per GPU and direction (algo/ring.cu): a rank between the ends receives the partial sums in
+  // fp32 and the result, and sends as much; costed for 16-bit messages, where a partial is
+  // 2 B per byte (3 B in all; for fp32 messages 2 B). Of two ranks, rank 1 receives only the
+  // partials (2 B) and rank 0 only the result. NCCL's ring moves 2 (n-1)/n B (ncclUs).
+  const double perGpu = (n == 2 ? 2.0 : 3.0) * B;
+  // Each launch fills the pipeline: the first chunk crosses ringDepth(n) hops, each a handoff
+  // (a flag to the neighbour under load, ringHopUs) and the chunk's transfer while the other
+  // streams' chunks share the link.
+  const double calls = launchesFor(B, in.chunkBytes);
+  const RingPlan plan =
+      ringPlan(static_cast<uint64_t>(std::ceil(B / calls / 16.0)), 8, 2 * kRingMaxStreams);
+  const double step =
+      in.ringHopUs + static_cast<double>(plan.streams) * static_cast<double>(kRingSlotBytes) / bw;
+  return calls * (kLaunchUs + ringDepth(n) * step) + perGpu / bw;
 }
 
 double ncclUs(double B, const CostInputs& in) {

@@ -29,7 +29,10 @@ struct CostInputs {
   double writeGBps = 0;       // slowest pair, peer stores (0: no peer path)
   double readGBps = 0;        // slowest pair, peer loads
   double ringGBps = 0;        // what NCCL's ring gets per hop (better direction, or host path)
-  bool ncclViaHost = false;   // some pair has no peer path: NCCL's ring goes through host memory
+  // The ring algorithm's: per GPU, storing to its ring neighbours with every GPU doing so (the
+  // ring measured under load, else the slowest neighbour pair's stores x kEffRing).
+  double ringWriteGBps = 0;
+  bool ncclViaHost = false;  // some pair has no peer path: NCCL's ring goes through host memory
   double crossWriteGBps = 0, crossReadGBps = 0;  // slowest pair between groups (0: one group)
   int largestGroup = 0;                          // GPUs in the largest switch group
   uint64_t pushSlotBytes = 0;                    // one-shot push capacity per launch
@@ -81,6 +84,10 @@ constexpr double kNcclHopHostUs = 2.3;
 // its LL protocol (8 bytes of data in 16) and its LL128 / simple protocols.
 constexpr double kEffNcclLL = 0.3;
 constexpr double kEffNccl = 0.7;
+// Fraction of a pair's store bandwidth, measured alone, that each GPU keeps when every GPU
+// stores to its ring neighbours at once (where the ring was not measured under load): taken as
+// the two-shot's all-at-once fraction for lack of a measurement of its own.
+constexpr double kEffRing = 0.8;
 // The fused epilogue reads x, the residual and writes residual and output: 4 bytes of local
 // memory traffic per byte of message. The topology records no local memory bandwidth, so a
 // nominal one is used; it weighs only fused kernel against composition.
@@ -108,6 +115,7 @@ double islandsUs(double bytes, const CostInputs& in);
 double hostOneShotUs(double bytes, const CostInputs& in);
 double hostTwoShotUs(double bytes, const CostInputs& in);
 double hostCopyUs(double bytes, const CostInputs& in);
+double ringUs(double bytes, const CostInputs& in);
 double ncclUs(double bytes, const CostInputs& in);
 
 // A fused kernel (all-reduce and epilogue in one kernel) from its all-reduce's time and the

@@ -3,6 +3,8 @@
 #include "algo/registry.h"
 
 #include <array>
+#include <string>
+#include <utility>
 
 #include "base/config.h"
 #include "base/error.h"
@@ -49,6 +51,10 @@ cudaError_t stagedPullResidentPerSm(int* least);
 cudaError_t launchIslands(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                           cudaStream_t stream);
 cudaError_t islandsResidentPerSm(int* least);
+// ring.cu
+cudaError_t launchRing(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
+                       cudaStream_t stream);
+cudaError_t ringResidentPerSm(int* least);
 // host_oneshot.cu, and host_oneshot_ll.cu: its low-latency protocol (native wire, small
 // launches); a.wire selects the wire format.
 cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
@@ -171,6 +177,29 @@ AlgoAdmission admitIslands(const Topology& t, const CommFacts& f) {
   return x;
 }
 
+// The ring (ring.cu) stores only into its ring neighbours' workspaces, both ways (partial sums
+// and results one way, freed slots back): those pairs need their peer-write check, no others.
+AlgoAdmission admitRingWrites(const Topology& t, const CommFacts& f) {
+  AlgoAdmission x = admitPeer(t, f, false, false);
+  if (!x.admitted) return x;
+  const int n = t.size();
+  for (int r = 0; r < n; ++r) {
+    const int next = (r + 1) % n;
+    for (const auto& [s, d] : {std::pair<int, int>{r, next}, std::pair<int, int>{next, r}}) {
+      if (s != d && !t.pair(s, d).peerWriteOk) {
+        x.admitted = false;
+        x.reason = "peer write rank " + std::to_string(s) + " -> rank " + std::to_string(d) +
+                   " (ring neighbours) failed its transfer check or is not mapped";
+        return x;
+      }
+    }
+  }
+  x.reason =
+      "every ring-neighbour pair passed its peer-write check, both ways (no other pair "
+      "is used)";
+  return x;
+}
+
 // Host-memory algorithms need no peer access at all: only the shared pinned segment.
 AlgoAdmission admitHostSegment(const Topology&, const CommFacts& f) {
   AlgoAdmission x;
@@ -255,6 +284,10 @@ constexpr AlgoInfo kAlgos[] = {
               LaunchCapacity::IslandSlots)
         .admission(admitIslands)
         .cost(islandsUs),
+    AlgoInfo(anyrAlgoRing, "ring", AlgoKind::PeerMemory)
+        .peer(ANYR_KERNEL_FN(launchRing), ANYR_KERNEL_FN(ringResidentPerSm), LaunchCapacity::Chunk)
+        .admission(admitRingWrites)
+        .cost(ringUs),
     AlgoInfo(anyrAlgoNccl, "nccl", AlgoKind::Nccl).admission(admitNccl).cost(ncclUs),
     AlgoInfo(anyrAlgoHostOneShot, "host-oneshot", AlgoKind::HostMemory)
         .host(ANYR_KERNEL_FN(launchHostOneShot), ANYR_KERNEL_FN(launchHostOneShotLL))

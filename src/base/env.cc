@@ -64,6 +64,9 @@ const std::vector<Param>& params() {
       {"ANYR_TEST_PUSH_EPOCH", "",
        "tests only: the push algorithms' next launch count at creation (0..3221225471; rank 0's "
        "value), so that a test runs calls across the count's wrap"},
+      {"ANYR_TEST_RING_USE", "",
+       "tests only: the ring's chunk counts and flags at creation (0..4294967295; rank 0's "
+       "value), so that a test runs calls across the counts' wrap"},
       {"ANYR_TEST_SYNC_EPOCH", "",
        "tests only: the flag algorithms' launch epoch at creation (rank 0's value), as if that "
        "many launches had passed since their flags were last raised"},

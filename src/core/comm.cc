@@ -101,7 +101,8 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
                                   << ctx_.cfg.describe());
 }
 
-// ANYR_TEST_SYNC_EPOCH and ANYR_TEST_PUSH_EPOCH (tests only): the flag algorithms' epoch
+// ANYR_TEST_SYNC_EPOCH, ANYR_TEST_RING_USE and ANYR_TEST_PUSH_EPOCH (tests only): the flag
+// algorithms' epoch
 // (syncEpoch, device and host transport; flags left as they are), and the push families' epoch
 // for the next launch, so that a test's calls run with flags 2^31 launches old or cross the
 // push count's wrap. For the push epoch every phase of the push areas is cleared first, as a
@@ -118,6 +119,25 @@ void Communicator::startEpochsForTests() {
     for (LocalState* st : {workspace_.state(), host_.state()}) {
       if (st != nullptr) fill(st->syncEpoch, sync);
     }
+  }
+  // ANYR_TEST_RING_USE: the ring's chunk counts (every stream, both roles) and this rank's ring
+  // flags, which carry them, start at this value, so that a test's calls cross the counts' wrap
+  // at 2^32. After a barrier: every rank's init kernels (the self-test's ring) have finished, so
+  // no peer still writes these flags.
+  const int64_t ring = ctx_.testValueOfRank0("ANYR_TEST_RING_USE", UINT32_MAX);
+  if (ring >= 0 && ctx_.facts.peerMemory) {
+    ctx_.bs->barrier();
+    const std::vector<uint32_t> words(sizeof(RingFlags) / sizeof(uint32_t),
+                                      static_cast<uint32_t>(ring));
+    FlagArea* own = reinterpret_cast<FlagArea*>(workspace_.args().peerWorkspace[ctx_.rank] +
+                                                workspace_.layout().flagsOffset);
+    ANYR_CUDA_CHECK(cudaMemcpyAsync(&own->ring, words.data(), sizeof(RingFlags),
+                                    cudaMemcpyHostToDevice, ctx_.internalStream));
+    ANYR_CUDA_CHECK(cudaMemcpyAsync(workspace_.state()->ringUse, words.data(),
+                                    sizeof(LocalState::ringUse), cudaMemcpyHostToDevice,
+                                    ctx_.internalStream));
+    ctx_.waitStreamIdle(ctx_.internalStream, "setting the ring's test counts");
+    ANYR_LOG(Warn, ctx_.rank, "ANYR_TEST_RING_USE: the ring's chunk counts start at " << ring);
   }
   const int64_t push = ctx_.testValueOfRank0("ANYR_TEST_PUSH_EPOCH", kPushEpochPeriod - 1);
   if (push < 0 || !ctx_.facts.peerMemory) return;

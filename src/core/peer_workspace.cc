@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algo/algo.h"
+#include "algo/ring_plan.h"
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -21,9 +22,9 @@
 namespace anyr {
 
 uint64_t WorkspaceLayout::hash() const {
-  const uint64_t fields[] = {headerOffset, flagsOffset,   checkOffset,   checkBytes,
-                             pushOffset,   pushSlotBytes, stagingOffset, resultOffset,
-                             chunkBytes,   tsOffset,      tsSlotBytes,   totalBytes};
+  const uint64_t fields[] = {headerOffset,  flagsOffset,   checkOffset,  checkBytes, pushOffset,
+                             pushSlotBytes, stagingOffset, resultOffset, chunkBytes, tsOffset,
+                             tsSlotBytes,   ringOffset,    totalBytes};
   uint64_t h = 1469598103934665603ull;
   for (uint64_t f : fields) {
     h ^= f;
@@ -49,7 +50,8 @@ WorkspaceLayout computeLayout(const Config& cfg, int nranks) {
   l.tsOffset = l.resultOffset + 2 * l.chunkBytes;
   const uint64_t n = static_cast<uint64_t>(nranks);
   l.tsSlotBytes = roundUp((l.chunkBytes / 16 + n - 1) / n * 16, page);
-  l.totalBytes = l.tsOffset + 3 * 2 * n * l.tsSlotBytes;
+  l.ringOffset = l.tsOffset + 3 * 2 * n * l.tsSlotBytes;
+  l.totalBytes = l.ringOffset + kRingAreaBytes;
   return l;
 }
 

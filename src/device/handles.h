@@ -15,13 +15,30 @@ constexpr uint32_t kPushClearWord = 0x80008000u;  // see oneshot_push.cu: dtype-
 // size so that a launch never needs more): one flag word each (host_handles.h's HostFlags).
 constexpr int kMaxCopyChunks = 1024;
 
+// The ring's pipelines (algo/ring.cu): at most this many streams of chunks, each one fold and
+// one result block of the ring kernel.
+constexpr int kRingMaxStreams = 8;
+// The ring's flags in a rank's workspace, per stream, each a count of chunks (modulo 2^32) that
+// only grows; each array on its own 128-byte line, since each has one writer: data ready from
+// the rank before it (foldReady) or from its result source (resultReady), and room freed at the
+// rank after it (foldFree) or at its result destination on either arm (resultFree).
+struct RingFlags {
+  uint32_t foldReady[32];
+  uint32_t foldFree[32];
+  uint32_t resultReady[32];
+  uint32_t resultFree[2][32];
+};
+static_assert(sizeof(RingFlags) == 5 * 128 && kRingMaxStreams <= 32, "RingFlags layout");
+
 // Flags a peer writes into this rank's workspace. Each flag is its own 32-bit word, so no two
 // flags share a word; start and end barriers use separate arrays.
 struct FlagArea {
   uint32_t start[kMaxBlocks][kMaxLocalRanks];  // [block][source rank] = epoch signalled
   uint32_t end[kMaxBlocks][kMaxLocalRanks];
+  RingFlags ring;
 };
-static_assert(sizeof(FlagArea) == 2 * kMaxBlocks * kMaxLocalRanks * 4, "FlagArea layout");
+static_assert(sizeof(FlagArea) == 2 * kMaxBlocks * kMaxLocalRanks * 4 + sizeof(RingFlags),
+              "FlagArea layout");
 
 // First bytes of every workspace: identifies the region and its layout (written at init), and
 // holds the word through which peers tell this rank to stop. Peers do not yet verify the
@@ -62,10 +79,11 @@ struct WorkspaceLayout {
   uint64_t chunkBytes;
   uint64_t tsOffset;     // two-shot push: 3 phases x {scatter, gather} x nranks slots
   uint64_t tsSlotBytes;  //   x tsSlotBytes (one segment of a chunkBytes message)
+  uint64_t ringOffset;   // ring: its fold and result inboxes (algo/ring_plan.h, kRingAreaBytes)
   uint64_t totalBytes;
   uint64_t hash() const;
 };
-static_assert(sizeof(WorkspaceLayout) == 96, "WorkspaceLayout layout");
+static_assert(sizeof(WorkspaceLayout) == 104, "WorkspaceLayout layout");
 
 // Why a device wait gave up; written to host-visible memory by the first thread that fails.
 enum WaitWhat : int32_t {
@@ -77,6 +95,8 @@ enum WaitWhat : int32_t {
   kWaitHostResult = 5,  // host two-shot: a peer's "my reduced segment is in host memory" flag
   kWaitHostReady = 6,   // host-copy: a peer's "I finished the previous launch" flag
   kWaitClusterRow = 7,  // fused cluster form: the row sums of the other blocks of a cluster
+  kWaitRingData = 8,    // ring: a neighbour's chunk (partial sums or results) in this rank's inbox
+  kWaitRingRoom = 9,    // ring: a neighbour freeing a slot of its inbox for this rank's next chunk
 };
 // Words for a WaitWhat in error messages and the self-test's reasons.
 inline const char* waitWhatName(int32_t w) {
@@ -95,6 +115,10 @@ inline const char* waitWhatName(int32_t w) {
       return "host-memory ready flag (host-copy launch barrier)";
     case kWaitClusterRow:
       return "row sums of its own thread-block cluster";
+    case kWaitRingData:
+      return "ring chunk (the call number counts the stream's chunks)";
+    case kWaitRingRoom:
+      return "ring inbox slot freed (the call number counts the stream's chunks)";
     default:
       return "nothing";
   }
@@ -148,8 +172,12 @@ struct LocalState {
   // Host transport, host-copy: launches in which chunk c was used, which is what its flags
   // carry, for the same reason (a chunk index left unused while messages stay small).
   uint32_t copyUse[kMaxCopyChunks];
+  // Ring: chunks each stream has moved, per role (0: fold block, 1: result block). Both roles
+  // of a stream, and every rank, count alike; the ring's flags (RingFlags) carry these counts.
+  uint32_t ringUse[2][kRingMaxStreams];
 };
-static_assert(sizeof(LocalState) == 64 + 5 * 4 * kMaxBlocks + 4 * kMaxCopyChunks,
+static_assert(sizeof(LocalState) ==
+                  64 + 5 * 4 * kMaxBlocks + 4 * kMaxCopyChunks + 2 * 4 * kRingMaxStreams,
               "LocalState layout");
 
 // Everything a kernel needs to wait safely. Kept in device memory (one per communicator) and

@@ -178,7 +178,7 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   std::vector<int> groupSize(static_cast<size_t>(n), 0);
   for (int s = 0; s < n; ++s) ++groupSize[static_cast<size_t>(root(s))];
   in.largestGroup = n ? *std::max_element(groupSize.begin(), groupSize.end()) : 0;
-  double w = 1e30, r = 1e30, ring = 1e30, cw = 1e30, cr = 1e30, lat = 0;
+  double w = 1e30, r = 1e30, ring = 1e30, cw = 1e30, cr = 1e30, lat = 0, neighbour = 1e30;
   bool anyPair = false, anyCross = false, anyPeerPcie = false;
   for (int s = 0; s < n; ++s) {
     for (int d = 0; d < n; ++d) {
@@ -197,6 +197,7 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
         in.ncclViaHost = true;
       }
       ring = std::min(ring, best);
+      if (d == (s + 1) % n || s == (d + 1) % n) neighbour = std::min(neighbour, pw);
       if (p.link == LinkType::PCIe) anyPeerPcie = true;
       const double nominalLat = p.link == LinkType::NVLink ? kNvlinkLatencyUs : kPcieLatencyUs;
       lat = std::max(lat, p.latencyUs > 0 ? p.latencyUs : nominalLat);
@@ -211,6 +212,7 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   in.writeGBps = w;
   in.readGBps = r;
   in.ringGBps = ring;
+  in.ringWriteGBps = anyPair ? neighbour * kEffRing : 0;
   in.latencyUs = anyPair ? lat : kNvlinkLatencyUs;
   in.crossWriteGBps = anyCross ? cw : 0;
   in.crossReadGBps = anyCross ? cr : 0;
@@ -226,6 +228,8 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
     if (load.ringHopUs > 0 && !in.ncclViaHost) in.ringHopUs = load.ringHopUs;
     if (load.allToAllGBps > 0 && w > 0) in.allToAllGBps = load.allToAllGBps;
     if (load.ringGBps > 0 && !in.ncclViaHost) in.ringGBps = load.ringGBps;
+    // Measured with every GPU storing to its ring neighbour: the ring algorithm's own pattern.
+    if (load.ringGBps > 0 && in.ringWriteGBps > 0) in.ringWriteGBps = load.ringGBps;
     in.loadMeasured = true;
   }
   // The two-level all-reduce's islands (forced, or the topology's) and their pairs' writes.
@@ -283,7 +287,8 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   std::ostringstream os;
   os.precision(3);
   os << "slowest pair: write " << in.writeGBps << " GB/s, read " << in.readGBps << " GB/s, latency "
-     << in.latencyUs << " us; NCCL ring " << in.ringGBps << " GB/s";
+     << in.latencyUs << " us; NCCL ring " << in.ringGBps << " GB/s, ring neighbours' stores "
+     << in.ringWriteGBps << " GB/s";
   const SlowWrites slow = slowestWrites(t);
   if (slow.ratio > kSlowWritesRatio) {
     os << "; writes " << std::lround(slow.ratio) << "x slower than reads on GPU" << slow.src

@@ -314,6 +314,84 @@ TEST(AllReduceGpu, StagedSchedulesTimedBesideTheAllToAllForms) {
   }
 }
 
+// ---- the ring ---------------------------------------------------------------------------------
+
+// The ring (algo/ring.cu) forced at world sizes `sizes` on the visible GPUs, ranks sharing them
+// where there are fewer (contexts time-slice on a shared GPU: a correctness run only), through
+// sweepRank: in and out of place, eager and graph replays, small integers and random data,
+// poisoned outputs, inputs untouched, odd element offsets for odd counts, every rank's bits
+// equal and the rank-order fp32 sum's. Counts: one element, a partial vector, one chunk less
+// one vector (1023 fp32 vectors), several chunks with a partial last one, and enough chunks for
+// every stream (65536 + 5). Every dtype at sizes 2 and 3, bf16 beyond.
+void sweepRing(const std::vector<int>& sizes, const std::vector<uint64_t>& counts) {
+  for (int n : sizes) {
+    SCOPED_TRACE("world size " + std::to_string(n));
+    auto results =
+        runRanksWith(n, 600, sweepRank, counts, n <= 3, std::vector<anyrAlgo_t>{anyrAlgoRing});
+    expectRanksPassedWithEqualHashes(results, n);
+    // Not admitted because the startup self-test failed it is a failure, not a skip.
+    const std::string notRun = subjectsNotRun(results, {anyrAlgoRing});
+    EXPECT_EQ(notRun.find("self-test"), std::string::npos) << notRun;
+    SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoRing});
+  }
+}
+const std::vector<uint64_t> kRingCounts = {1, 7, 4095, 4096 * 5 + 3, 65536 + 5};
+
+TEST(AllReduceGpu, RingWorldSizes2And3SharingGpus) {
+  REQUIRE_GPU();
+  sweepRing({2, 3}, kRingCounts);
+}
+TEST(AllReduceGpu, RingWorldSizes4And5SharingGpus) {
+  REQUIRE_GPU();
+  sweepRing({4, 5}, kRingCounts);
+}
+TEST(AllReduceGpu, RingWorldSizes6And7SharingGpus) {
+  REQUIRE_GPU();
+  sweepRing({6, 7}, kRingCounts);
+}
+TEST(AllReduceGpu, RingWorldSize8SharingGpus) {
+  REQUIRE_GPU();
+  sweepRing({8}, kRingCounts);
+}
+
+// Messages of several launches: with ANYR_CHUNK_BYTES at its smallest (64 KiB, inherited by the
+// ranks' processes), 300001 bf16 elements take 10 launches, each continuing the streams' chunk
+// counts where the last left off; at world sizes 2, 3, 5 and 8.
+TEST(AllReduceGpu, RingMessagesOfSeveralLaunches) {
+  REQUIRE_GPU();
+  setenv("ANYR_CHUNK_BYTES", "65536", 1);
+  const std::vector<uint64_t> counts = {65536 + 3, 300001};
+  for (int n : {2, 3, 5, 8}) {
+    SCOPED_TRACE("world size " + std::to_string(n));
+    auto results =
+        runRanksWith(n, 600, sweepRank, counts, false, std::vector<anyrAlgo_t>{anyrAlgoRing});
+    expectRanksPassedWithEqualHashes(results, n);
+  }
+  unsetenv("ANYR_CHUNK_BYTES");
+}
+
+// The ring's chunk counts wrap at 2^32 without a seam: every stream's count and flags start 6
+// chunks before it (ANYR_TEST_RING_USE, inherited by the ranks' processes), and every call
+// across it is exact and bit-identical.
+TEST(AllReduceGpu, RingChunkCountWrapIsSeamless) {
+  REQUIRE_GPU();
+  const auto results = sweepTwoRanksWith("ANYR_TEST_RING_USE", "4294967290", {anyrAlgoRing});
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoRing});
+}
+
+// A rank that skips a ring call: rank 0's blocks wait for rank 1's chunks and for slots it frees,
+// give up after the timeout and name rank 1 and the ring's wait.
+TEST(AllReduceGpu, RingMissingPeerGivesTimeoutNamingIt) {
+  REQUIRE_GPU();
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        return missingPeerRank(rank, n, id, report, anyrAlgoRing, 1u << 18, "ring", "ring",
+                               1.5 + 5.0);
+      });
+  expectRanksExitedZero(results);
+  std::printf("[ info ] %s", results[0].message.c_str());
+}
+
 // ---- bad input --------------------------------------------------------------------------------
 
 void expectArgError(anyrResult_t r, anyrComm_t comm, const std::string& arg, const Report& report,

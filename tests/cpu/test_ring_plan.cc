@@ -1,0 +1,136 @@
+// The ring's host-side schedule (src/algo/ring_plan.h) and its admission: how a launch is cut
+// into chunks and streams, the two arms that carry the result back from rank n-1, which pairs
+// the ring stores across, and that only those pairs' peer-write checks admit or reject it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "algo/ring_plan.h"
+#include "cpu/select_fixtures.h"
+#include "select/admission.h"
+#include "topology/topology.h"
+
+namespace anyr {
+namespace {
+
+bool ringNeighbours(int a, int b, int n) {
+  return a != b && (std::abs(a - b) == 1 || (std::min(a, b) == 0 && std::max(a, b) == n - 1));
+}
+
+TEST(RingPlan, ChunksCoverTheLaunchAndStreamsStayWithinTheirCaps) {
+  for (int elems : {4, 8}) {
+    for (uint64_t vecs : {0ull, 1ull, 511ull, 512ull, 513ull, 1023ull, 4096ull * 8 + 3, 1ull << 20,
+                          (1ull << 26) + 5}) {
+      for (int cap : {1, 2, 3, 16, 17, 264}) {
+        const RingPlan p = ringPlan(vecs, elems, cap);
+        SCOPED_TRACE(std::to_string(elems) + " elements a vector, " + std::to_string(vecs) +
+                     " vectors, cap " + std::to_string(cap));
+        // A chunk is kRingChunkElems elements, whose fp32 partial sums fill one slot.
+        EXPECT_EQ(p.chunkVecs * static_cast<uint64_t>(elems), kRingChunkElems);
+        EXPECT_EQ(p.chunkVecs * static_cast<uint64_t>(elems) * 4, kRingSlotBytes);
+        EXPECT_GE(p.chunks * p.chunkVecs, vecs);
+        if (vecs > 0) {
+          EXPECT_LT((p.chunks - 1) * p.chunkVecs, vecs);
+        }
+        EXPECT_GE(p.streams, 1);
+        EXPECT_LE(p.streams, kRingMaxStreams);
+        EXPECT_LE(p.streams, std::max(1, cap / 2));
+        EXPECT_LE(static_cast<uint64_t>(p.streams), std::max<uint64_t>(1, p.chunks));
+        // The kernel recomputes the plan from its grid (two blocks a stream): the same chunks.
+        const RingPlan k = ringPlan(vecs, elems, 2 * p.streams);
+        EXPECT_EQ(k.chunkVecs, p.chunkVecs);
+        EXPECT_EQ(k.chunks, p.chunks);
+        EXPECT_EQ(k.streams, p.streams);
+      }
+    }
+  }
+  // Large launches use every stream.
+  EXPECT_EQ(ringPlan(1ull << 20, 8, 264).streams, kRingMaxStreams);
+  // The inboxes hold kRingSlots slots of every stream.
+  EXPECT_EQ(kRingInboxBytes, kRingMaxStreams * kRingSlots * kRingSlotBytes);
+  EXPECT_EQ(kRingAreaBytes, 2 * kRingInboxBytes);
+}
+
+TEST(RingPlan, TheResultReachesEveryRankOnceAlongTheRingWithinItsDepth) {
+  for (int n = 2; n <= kMaxLocalRanks; ++n) {
+    SCOPED_TRACE("world size " + std::to_string(n));
+    EXPECT_EQ(ringResultSource(n - 1, n), -1);
+    int longestArm = 0;
+    for (int k = 0; k < n - 1; ++k) {
+      const int src = ringResultSource(k, n);
+      ASSERT_GE(src, 0) << "rank " << k;
+      EXPECT_TRUE(ringNeighbours(src, k, n)) << "rank " << k << " from " << src;
+      // The source passes on to this rank on this rank's arm, and this rank's free flags go to
+      // that arm's index in the source's flags.
+      const int side = ringResultSide(k, n);
+      EXPECT_EQ(ringResultDest(src, n, side), k) << "rank " << k;
+      EXPECT_EQ(ringResultDest(k, n, 1 - side), -1) << "rank " << k << " passes on one arm only";
+      // Back to rank n-1 along the sources: no cycle, at most the wrap arm's length.
+      int hops = 0;
+      for (int r = k; r != n - 1; r = ringResultSource(r, n)) {
+        ++hops;
+        ASSERT_LE(hops, n) << "rank " << k << ": the sources loop";
+      }
+      longestArm = std::max(longestArm, hops);
+    }
+    EXPECT_EQ(longestArm, ringSplit(n));
+    EXPECT_EQ(ringDepth(n), n - 1 + longestArm);
+    // Every destination names its source back, and rank n-1 starts both arms (one at n = 2).
+    for (int r = 0; r < n; ++r) {
+      for (int side = 0; side < 2; ++side) {
+        const int d = ringResultDest(r, n, side);
+        if (d < 0) continue;
+        EXPECT_TRUE(ringNeighbours(r, d, n)) << r << " -> " << d;
+        EXPECT_EQ(ringResultSource(d, n), r) << r << " -> " << d;
+        EXPECT_EQ(ringResultSide(d, n), side) << r << " -> " << d;
+      }
+    }
+    EXPECT_EQ(ringResultDest(n - 1, n, 0), 0);
+    EXPECT_EQ(ringResultDest(n - 1, n, 1), n >= 3 ? n - 2 : -1);
+  }
+}
+
+// ---- admission -------------------------------------------------------------------------------
+
+const AlgoAdmission& admitted(const Topology& t, anyrAlgo_t a, Admission* keep) {
+  *keep = admit(t, testfix::facts(t, true, false, "disabled for the test"));
+  return (*keep)[a];
+}
+
+TEST(RingAdmission, OnlyTheRingNeighboursPeerWritesDecide) {
+  Topology t = testfix::fixture("pcie_8gpu_two_switches");
+  ASSERT_EQ(t.size(), 8);
+  Admission adm;
+  EXPECT_TRUE(admitted(t, anyrAlgoRing, &adm).admitted) << adm[anyrAlgoRing].reason;
+  EXPECT_NE(adm[anyrAlgoRing].reason.find("ring-neighbour"), std::string::npos);
+  // A pair the ring never stores across fails its check: the all-to-all pushes go, the ring
+  // stays.
+  t.pair(0, 2).peerWriteOk = false;
+  EXPECT_TRUE(admitted(t, anyrAlgoRing, &adm).admitted) << adm[anyrAlgoRing].reason;
+  EXPECT_FALSE(adm[anyrAlgoOneShotPush].admitted);
+  // Either direction between neighbours rejects it (results and freed slots go backwards), the
+  // wrap pair too, naming the pair.
+  for (const auto& [s, d] : {std::pair<int, int>{3, 2}, {4, 5}, {7, 0}, {0, 7}}) {
+    Topology u = testfix::fixture("pcie_8gpu_two_switches");
+    u.pair(s, d).peerWriteOk = false;
+    const AlgoAdmission& x = admitted(u, anyrAlgoRing, &adm);
+    EXPECT_FALSE(x.admitted) << s << " -> " << d;
+    EXPECT_NE(x.reason.find("rank " + std::to_string(s) + " -> rank " + std::to_string(d) +
+                            " (ring neighbours)"),
+              std::string::npos)
+        << x.reason;
+  }
+  // The structural conditions of every peer algorithm hold for it too.
+  CommFacts f = testfix::facts(t, true, false, "");
+  f.peerMemory = false;
+  f.peerMemoryReason = "no mapping for the test";
+  const Admission none = admit(t, f);
+  EXPECT_FALSE(none[anyrAlgoRing].admitted);
+  EXPECT_NE(none[anyrAlgoRing].reason.find("no mapping for the test"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace anyr
