@@ -37,7 +37,20 @@ constexpr Named<anyrPeerMemory_t> kPeerMemoryNames[] = {{anyrPeerMemoryNone, "no
                                                         {anyrPeerMemoryCudaIpc, "cuda-ipc"},
                                                         {anyrPeerMemoryVmm, "vmm"}};
 
+constexpr Named<FabricMode> kFabricModeNames[] = {
+    {FabricMode::Measure, "measure"}, {FabricMode::Cached, "cached"}, {FabricMode::Off, "off"}};
+
 }  // namespace
+
+const char* fabricModeName(FabricMode m) { return nameOf(kFabricModeNames, m, "invalid"); }
+
+bool parseFabricMode(const std::string& name, FabricMode* out) {
+  if (name == "0" || name == "1") {
+    *out = name == "0" ? FabricMode::Off : FabricMode::Measure;
+    return true;
+  }
+  return parseName(kFabricModeNames, name, out);
+}
 
 const char* wireName(anyrWire_t w) { return nameOf(kWireNames, w, "invalid"); }
 
@@ -67,6 +80,7 @@ Config::Wire Config::toWire() const {
   w.wire = wire;
   w.fusedCluster = fusedCluster;
   w.peerMemory = peerMemory;
+  w.fabric = static_cast<int32_t>(fabric);
   return w;
 }
 
@@ -82,6 +96,7 @@ Config Config::fromWire(const Wire& w) {
   c.wire = static_cast<anyrWire_t>(w.wire);
   c.fusedCluster = w.fusedCluster;
   c.peerMemory = static_cast<anyrPeerMemory_t>(w.peerMemory);
+  c.fabric = static_cast<FabricMode>(w.fabric);
   return c;
 }
 
@@ -89,7 +104,7 @@ bool Config::operator==(const Config& o) const {
   return algorithm == o.algorithm && timeoutMs == o.timeoutMs && useNccl == o.useNccl &&
          maxBlocks == o.maxBlocks && oneShotMaxBytes == o.oneShotMaxBytes &&
          twoShotMaxBytes == o.twoShotMaxBytes && chunkBytes == o.chunkBytes && wire == o.wire &&
-         fusedCluster == o.fusedCluster && peerMemory == o.peerMemory;
+         fusedCluster == o.fusedCluster && peerMemory == o.peerMemory && fabric == o.fabric;
 }
 
 std::string Config::describe() const {
@@ -98,7 +113,7 @@ std::string Config::describe() const {
      << " oneShotMaxBytes=" << oneShotMaxBytes << " twoShotMaxBytes=" << twoShotMaxBytes
      << " chunkBytes=" << chunkBytes << " useNccl=" << useNccl << " maxBlocks=" << maxBlocks
      << " wire=" << wireName(wire) << " fusedCluster=" << fusedCluster
-     << " peerMemory=" << peerMemoryName(peerMemory);
+     << " peerMemory=" << peerMemoryName(peerMemory) << " fabric=" << fabricModeName(fabric);
   return os.str();
 }
 
@@ -242,6 +257,13 @@ Config resolveConfig(const anyrConfig_t* user) {
                                           "': must be none, auto, cuda-ipc or vmm (or 0 = none, "
                                           "1 = auto)");
     }
+  }
+  // the fabric measurement at init (environment only)
+  const std::string fabric = env::getString("ANYR_FABRIC");
+  if (!parseFabricMode(fabric, &c.fabric)) {
+    throwError(anyrInvalidArgument, "environment variable ANYR_FABRIC='" + fabric +
+                                        "': must be measure, cached or off (or 1 = measure, 0 = "
+                                        "off)");
   }
   return c;
 }
