@@ -400,6 +400,7 @@ FabricRecord Fabric::measure(const std::string& what) {
     fp.timeoutNs = static_cast<unsigned long long>(plan.waitMs) * 1000000ull;
     // The timing slots, and this rank's flags zeroed before any peer writes them (the exchange
     // below comes after the stream drained).
+    ANYR_CUDA_CHECK(preloadFabricKernels());
     std::memset(&plan.h, 0, sizeof(plan.h));
     for (FabricTimes& t : plan.h.times) t = {~0ull, 0ull};
     ANYR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&plan.d), sizeof(Results), plan.s));

@@ -177,6 +177,19 @@ __global__ void ringHopsKernel(FabricPeers p, int warm, int rounds, FabricTimes*
 
 }  // namespace
 
+cudaError_t preloadFabricKernels() {
+  cudaFuncAttributes a{};
+  for (const void* f :
+       {reinterpret_cast<const void*>(copyKernel), reinterpret_cast<const void*>(roundTripKernel),
+        reinterpret_cast<const void*>(barrierKernel),
+        reinterpret_cast<const void*>(syncRoundsKernel),
+        reinterpret_cast<const void*>(ringHopsKernel)}) {
+    const cudaError_t e = cudaFuncGetAttributes(&a, f);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t launchFabricCopy(const FabricCopy& c, int blocks, FabricTimes* times,
                              const FabricStatus* status, cudaStream_t stream) {
   if (c.segs < 1 || c.segs > kMaxLocalRanks) return cudaErrorInvalidValue;

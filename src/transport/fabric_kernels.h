@@ -70,6 +70,11 @@ struct FabricPeers {
   unsigned long long timeoutNs;  // bound of every wait
 };
 
+// Loads every kernel of the measurement on the current device (cudaFuncGetAttributes), so that
+// no launch in the middle of it waits for lazy loading (which may wait for this context's
+// kernels, themselves waiting for peers).
+cudaError_t preloadFabricKernels();
+
 cudaError_t launchFabricCopy(const FabricCopy& c, int blocks, FabricTimes* times,
                              const FabricStatus* status, cudaStream_t stream);
 // `word` is in a peer's memory: `warm` then `rounds` times, store the next value and load it
