@@ -42,10 +42,10 @@ constexpr uint64_t kRingBytes = 1ull << 20;
 constexpr double kInjectedSlowWrites = 50.0;
 
 // Timing slots: per peer (write warm-up and two timed, read likewise, the round trip), then the
-// fabric under load (all-to-all twice, ring twice, synchronisation rounds, ring hops).
+// fabric under load (all-to-all twice, ring twice, synchronisation rounds).
 constexpr int kPairSlots = 7;
 constexpr int kLoadSlot = kMaxLocalRanks * kPairSlots;
-constexpr int kSlots = kLoadSlot + 6;
+constexpr int kSlots = kLoadSlot + 5;
 
 struct Results {
   FabricStatus status;
@@ -78,8 +78,6 @@ const char* whatName(int32_t what) {
       return "the barrier before a transfer";
     case kFabricWhatSync:
       return "a synchronisation round";
-    case kFabricWhatHop:
-      return "a ring hop";
     case kFabricWhatRoundTrip:
       return "a flag round trip";
   }
@@ -177,8 +175,7 @@ void measurePairs(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
 }
 
 // Every rank at once: all-to-all and ring stores (each twice, after a barrier), then the
-// synchronisation rounds and the ring hops. A wait that failed is recorded in `row`, naming the
-// rank waited for.
+// synchronisation rounds. A wait that failed is recorded in `row`, naming the rank waited for.
 void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   const int n = plan.n;
   const int me = plan.me;
@@ -213,8 +210,6 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   }
   ANYR_CUDA_CHECK(launchFabricSyncRounds(fp, plan.rounds.warm, plan.rounds.timed,
                                          &d->times[kLoadSlot + 4], &d->status, plan.s));
-  ANYR_CUDA_CHECK(launchFabricRingHops(fp, plan.rounds.warm, plan.rounds.timed,
-                                       &d->times[kLoadSlot + 5], &d->status, plan.s));
   drainAndRead(ctx, plan, "the transfers under load", hung);
   const FabricStatus& st = plan.h.status;
   if (st.code != kFabricOk) {
@@ -226,7 +221,6 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   row->allToAllGBps = std::max(gbps(t[0], allBytes), gbps(t[1], allBytes));
   row->ringGBps = std::max(gbps(t[2], ring), gbps(t[3], ring));
   row->syncUs = usPer(t[4], plan.rounds.timed, 1.0);
-  row->ringHopUs = usPer(t[5], plan.rounds.timed, 1.0);
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ FabricRow emptyFabricRow() {
   for (int p = 0; p < kMaxLocalRanks; ++p) {
     row.writeGBps[p] = row.readGBps[p] = row.latencyUs[p] = -1;
   }
-  row.allToAllGBps = row.ringGBps = row.syncUs = row.ringHopUs = -1;
+  row.allToAllGBps = row.ringGBps = row.syncUs = -1;
   return row;
 }
 
@@ -193,8 +193,9 @@ FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string
   l.allToAllGBps = worst(rows, &FabricRow::allToAllGBps, true);
   l.ringGBps = worst(rows, &FabricRow::ringGBps, true);
   l.syncUs = worst(rows, &FabricRow::syncUs, false);
-  l.ringHopUs = worst(rows, &FabricRow::ringHopUs, false);
-  if (l.allToAllGBps > 0 || l.ringGBps > 0 || l.syncUs > 0 || l.ringHopUs > 0) {
+  // NCCL's ring hop (FabricLoad::ringHopUs) is not measured: a bare flag passed between our
+  // kernels is not NCCL's hop, which the model charges from its own calibration.
+  if (l.allToAllGBps > 0 || l.ringGBps > 0 || l.syncUs > 0) {
     l.ranks = n;
     l.source = source;
     r.load = l;
@@ -245,7 +246,7 @@ std::string fabricSummary(const FabricRecord& r) {
     auto f = [](double x, int digits) { return x > 0 ? fmt(x, digits) : std::string("-"); };
     os << "; under load at " << l.ranks << " ranks: all-to-all " << f(l.allToAllGBps, 1)
        << " GB/s per GPU, ring " << f(l.ringGBps, 1) << " GB/s, synchronisation round "
-       << f(l.syncUs, 2) << " us, ring hop " << f(l.ringHopUs, 2) << " us";
+       << f(l.syncUs, 2) << " us";
   } else {
     os << "; under load not measured";
   }

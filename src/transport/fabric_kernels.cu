@@ -134,7 +134,8 @@ __global__ void __launch_bounds__(kRoundThreads)
     }
     __syncthreads();
     if (t < p.nranks && t != p.rank) {
-      __threadfence_system();  // the block's data before the flag
+      // A release at system scope: the block's data (ordered before it by the barrier) lands
+      // before the flag, as in the peer algorithms.
       dev::storeReleaseSys(p.flags[t] + p.rank * kFabricWords + kFabricSyncWord,
                            static_cast<uint32_t>(r));
       const int32_t rc = waitAtLeast(p.flags[p.rank] + t * kFabricWords + kFabricSyncWord,
@@ -153,28 +154,6 @@ __global__ void __launch_bounds__(kRoundThreads)
   }
 }
 
-__global__ void ringHopsKernel(FabricPeers p, int warm, int rounds, FabricTimes* times,
-                               FabricStatus* st) {
-  if (threadIdx.x != 0 || failed(st)) return;
-  const unsigned long long deadline = dev::globalTimerNs() + p.timeoutNs;
-  const int next = (p.rank + 1) % p.nranks;
-  const int prev = (p.rank + p.nranks - 1) % p.nranks;
-  unsigned long long t0 = dev::globalTimerNs();
-  for (int r = 1; r <= warm + rounds; ++r) {
-    if (r == warm + 1) t0 = dev::globalTimerNs();
-    dev::storeReleaseSys(p.flags[next] + p.rank * kFabricWords + kFabricHopWord,
-                         static_cast<uint32_t>(r));
-    const int32_t rc = waitAtLeast(p.flags[p.rank] + prev * kFabricWords + kFabricHopWord,
-                                   static_cast<uint32_t>(r), deadline, st);
-    if (rc != kFabricOk) {
-      if (rc > 0) fail(p, st, rc, prev, kFabricWhatHop, static_cast<uint32_t>(r));
-      return;
-    }
-  }
-  times->startNs = t0;
-  times->endNs = dev::globalTimerNs();
-}
-
 }  // namespace
 
 cudaError_t preloadFabricKernels() {
@@ -182,8 +161,7 @@ cudaError_t preloadFabricKernels() {
   for (const void* f :
        {reinterpret_cast<const void*>(copyKernel), reinterpret_cast<const void*>(roundTripKernel),
         reinterpret_cast<const void*>(barrierKernel),
-        reinterpret_cast<const void*>(syncRoundsKernel),
-        reinterpret_cast<const void*>(ringHopsKernel)}) {
+        reinterpret_cast<const void*>(syncRoundsKernel)}) {
     const cudaError_t e = cudaFuncGetAttributes(&a, f);
     if (e != cudaSuccess) return e;
   }
@@ -214,12 +192,6 @@ cudaError_t launchFabricBarrier(const FabricPeers& p, uint32_t seq, FabricStatus
 cudaError_t launchFabricSyncRounds(const FabricPeers& p, int warm, int rounds, FabricTimes* times,
                                    FabricStatus* status, cudaStream_t stream) {
   syncRoundsKernel<<<1, kRoundThreads, 0, stream>>>(p, warm, rounds, times, status);
-  return cudaGetLastError();
-}
-
-cudaError_t launchFabricRingHops(const FabricPeers& p, int warm, int rounds, FabricTimes* times,
-                                 FabricStatus* status, cudaStream_t stream) {
-  ringHopsKernel<<<1, 32, 0, stream>>>(p, warm, rounds, times, status);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,6 @@
 // Kernels of the fabric measurement (core/fabric.h) over the mapped peer workspace: timed copies
 // into or out of peers' measurement regions (their staging), a one-sided flag round trip to a
-// peer's memory, and, every rank at once, a flag barrier, synchronisation rounds and ring hops.
+// peer's memory, and, every rank at once, a flag barrier and synchronisation rounds.
 // Every wait is bounded by the given timeout; a wait that runs out records what it waited for
 // in this rank's status and writes the abort value into every flag this rank owns at its peers,
 // so that their waits for it end at once instead of running out too. A kernel launched after a
@@ -20,8 +20,7 @@ namespace anyr {
 // Flag words of each source rank's line in a workspace's CheckArea::fabric.
 constexpr int kFabricBarrierWord = 0;
 constexpr int kFabricSyncWord = 1;
-constexpr int kFabricHopWord = 2;
-constexpr int kFabricLatencyWord = 3;
+constexpr int kFabricLatencyWord = 2;
 // Written into a rank's flags at its peers when it gives up: any wait on them ends.
 constexpr uint32_t kFabricAbort = 0xffffffffu;
 
@@ -32,8 +31,7 @@ constexpr int32_t kFabricPeerGaveUp = 2;  // `peer` gave up and said so
 // What was waited for (FabricStatus::what).
 constexpr int32_t kFabricWhatBarrier = 1;
 constexpr int32_t kFabricWhatSync = 2;
-constexpr int32_t kFabricWhatHop = 3;
-constexpr int32_t kFabricWhatRoundTrip = 4;
+constexpr int32_t kFabricWhatRoundTrip = 3;
 struct FabricStatus {
   int32_t code;
   int32_t peer;   // the rank waited for
@@ -90,8 +88,5 @@ cudaError_t launchFabricBarrier(const FabricPeers& p, uint32_t seq, FabricStatus
 // rounds.
 cudaError_t launchFabricSyncRounds(const FabricPeers& p, int warm, int rounds, FabricTimes* times,
                                    FabricStatus* status, cudaStream_t stream);
-// Likewise with one flag to the ring neighbour (rank + 1) and a wait for the previous one's.
-cudaError_t launchFabricRingHops(const FabricPeers& p, int warm, int rounds, FabricTimes* times,
-                                 FabricStatus* status, cudaStream_t stream);
 
 }  // namespace anyr
