@@ -313,7 +313,10 @@ ANYR_API anyrResult_t anyrCommSetAlgorithm(anyrComm_t comm, anyrAlgo_t algorithm
  * path's slowest rank's time, and lets rank 0 choose the fastest per bucket and broadcast it:
  * later calls dispatch by the result. budgetMs > 0 stops measuring after that long (unmeasured
  * sizes keep their seed choice). savePath (may be NULL; used on rank 0) receives the table as
- * JSON, for ANYR_TUNING_FILE. Collective; allocates and frees temporary device buffers. */
+ * JSON, for ANYR_TUNING_FILE, with the fabric's figures (measured afresh first unless this
+ * communicator measured them at init, and unless ANYR_FABRIC is cached or off), which later
+ * communicators then use without measuring. Collective; allocates and frees temporary device
+ * buffers. */
 ANYR_API anyrResult_t anyrCommTune(anyrComm_t comm, int budgetMs, const char* savePath);
 
 /* The algorithm anyrAllReduce would use for this message, without running it; anyrAlgoAuto on a

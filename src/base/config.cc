@@ -38,7 +38,20 @@ constexpr Named<anyrPeerMemory_t> kPeerMemoryNames[] = {{anyrPeerMemoryNone, "no
                                                         {anyrPeerMemoryCudaIpc, "cuda-ipc"},
                                                         {anyrPeerMemoryVmm, "vmm"}};
 
+constexpr Named<FabricMode> kFabricModeNames[] = {
+    {FabricMode::Measure, "measure"}, {FabricMode::Cached, "cached"}, {FabricMode::Off, "off"}};
+
 }  // namespace
+
+const char* fabricModeName(FabricMode m) { return nameOf(kFabricModeNames, m, "invalid"); }
+
+bool parseFabricMode(const std::string& name, FabricMode* out) {
+  if (name == "0" || name == "1") {
+    *out = name == "0" ? FabricMode::Off : FabricMode::Measure;
+    return true;
+  }
+  return parseName(kFabricModeNames, name, out);
+}
 
 const char* wireName(anyrWire_t w) { return nameOf(kWireNames, w, "invalid"); }
 
@@ -69,6 +82,7 @@ Config::Wire Config::toWire() const {
   w.fusedCluster = fusedCluster;
   w.peerMemory = peerMemory;
   w.islands = islands;
+  w.fabric = static_cast<int32_t>(fabric);
   return w;
 }
 
@@ -85,6 +99,7 @@ Config Config::fromWire(const Wire& w) {
   c.fusedCluster = w.fusedCluster;
   c.peerMemory = static_cast<anyrPeerMemory_t>(w.peerMemory);
   c.islands = w.islands;
+  c.fabric = static_cast<FabricMode>(w.fabric);
   return c;
 }
 
@@ -92,7 +107,8 @@ bool Config::operator==(const Config& o) const {
   return algorithm == o.algorithm && timeoutMs == o.timeoutMs && useNccl == o.useNccl &&
          maxBlocks == o.maxBlocks && oneShotMaxBytes == o.oneShotMaxBytes &&
          twoShotMaxBytes == o.twoShotMaxBytes && chunkBytes == o.chunkBytes && wire == o.wire &&
-         fusedCluster == o.fusedCluster && peerMemory == o.peerMemory && islands == o.islands;
+         fusedCluster == o.fusedCluster && peerMemory == o.peerMemory && islands == o.islands &&
+         fabric == o.fabric;
 }
 
 std::string Config::describe() const {
@@ -101,7 +117,8 @@ std::string Config::describe() const {
      << " oneShotMaxBytes=" << oneShotMaxBytes << " twoShotMaxBytes=" << twoShotMaxBytes
      << " chunkBytes=" << chunkBytes << " useNccl=" << useNccl << " maxBlocks=" << maxBlocks
      << " wire=" << wireName(wire) << " fusedCluster=" << fusedCluster
-     << " peerMemory=" << peerMemoryName(peerMemory) << " islands=" << islandsText(islands);
+     << " peerMemory=" << peerMemoryName(peerMemory) << " islands=" << islandsText(islands)
+     << " fabric=" << fabricModeName(fabric);
   return os.str();
 }
 
@@ -380,6 +397,13 @@ Config resolveConfig(const anyrConfig_t* user) {
   if (!parseIslands(islands, &c.islands, &why)) {
     throwError(anyrInvalidArgument, "environment variable ANYR_ISLANDS='" + islands + "': " + why +
                                         " (" + kIslandsRule + ")");
+  }
+  // the fabric measurement at init (environment only)
+  const std::string fabric = env::getString("ANYR_FABRIC");
+  if (!parseFabricMode(fabric, &c.fabric)) {
+    throwError(anyrInvalidArgument, "environment variable ANYR_FABRIC='" + fabric +
+                                        "': must be measure, cached or off (or 1 = measure, 0 = "
+                                        "off)");
   }
   return c;
 }

@@ -9,6 +9,10 @@
 
 namespace anyr {
 
+// ANYR_FABRIC: measure the fabric at init unless a matching record is cached with the tuning
+// table (Measure), use a cached record only (Cached), or neither (Off).
+enum class FabricMode : int32_t { Measure = 0, Cached = 1, Off = 2 };
+
 struct Config {
   anyrAlgo_t algorithm = anyrAlgoAuto;
   int timeoutMs = 30000;
@@ -26,6 +30,9 @@ struct Config {
   int tuneBudgetMs = 0;              // > 0: tune at init (when no matching table was loaded)
   anyrWire_t wire = anyrWireNative;  // host-memory algorithms' wire format
   anyrPeerMemory_t peerMemory = anyrPeerMemoryAuto;  // how peers map each other's workspace
+  // The fabric measurement at init (ANYR_FABRIC; core/fabric.h): measured, a cached record
+  // only, or neither. Rank 0's value, through Wire.
+  FabricMode fabric = FabricMode::Measure;
   // Largest message the host one-shot sends with its low-latency protocol (native wire only):
   // set by the host transport from rank 0's ANYR_HOST_LL_BYTES, so agreed; 0 until then. Not
   // part of Wire; read by the dispatch cost model.
@@ -47,7 +54,7 @@ struct Config {
   struct Wire {
     int32_t algorithm, timeoutMs, useNccl, maxBlocks;
     uint64_t oneShotMaxBytes, twoShotMaxBytes, chunkBytes;
-    int32_t wire, fusedCluster, peerMemory;
+    int32_t wire, fusedCluster, peerMemory, fabric;
     uint32_t islands;
   };
   Wire toWire() const;
@@ -55,7 +62,7 @@ struct Config {
   bool operator==(const Config& o) const;
   std::string describe() const;
 };
-static_assert(sizeof(Config::Wire) == 56, "Config::Wire layout");
+static_assert(sizeof(Config::Wire) == 64, "Config::Wire layout");
 
 Config resolveConfig(const anyrConfig_t* user);
 
@@ -100,5 +107,9 @@ const char* wireName(anyrWire_t w);
 // (none) and "1" (auto), the variable's former values. False for anything else.
 bool parsePeerMemory(const std::string& name, anyrPeerMemory_t* out);
 const char* peerMemoryName(anyrPeerMemory_t k);
+// "measure", "cached", "off" <-> FabricMode; parseFabricMode also takes "1" (measure) and "0"
+// (off). False for anything else.
+bool parseFabricMode(const std::string& name, FabricMode* out);
+const char* fabricModeName(FabricMode m);
 
 }  // namespace anyr

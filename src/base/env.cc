@@ -80,14 +80,30 @@ const std::vector<Param>& params() {
        "rank R fail, as where legacy CUDA IPC does not work; vmm-granularity:R makes rank R "
        "report a coarser vmm allocation granularity than its peers, as a GPU of another model; "
        "host-copy-selftest:R gives host-copy a wrong self-test input on rank R, so it fails the "
-       "self-test after the host one-shot ran and the protocol state is reset"},
+       "self-test after the host one-shot ran and the protocol state is reset; fabric-fail:R "
+       "makes rank R fail the fabric measurement at init silently before its fabric under load "
+       "(its peers' waits for it run out), so every rank falls back to unmeasured figures; "
+       "fabric-slow-writes:R divides rank R's measured peer write bandwidths by 50"},
       {"ANYR_VALIDATE_CALLS", "0",
        "1: every anyrAllReduce, anyrAllReduceAddRmsNorm and anyrCommSetAlgorithm call first "
        "compares its signature (call number, kind, count or tokens/hidden/quantization, dtype, op "
        "or algorithm) across ranks through the bootstrap and fails on a mismatch instead of "
        "hanging (costs one bootstrap round trip per call; on when any rank sets it)"},
+      {"ANYR_FABRIC", "measure",
+       "the fabric measurement at init, on communicators with a peer workspace: measure (the "
+       "record cached with the tuning table in ANYR_TUNING_FILE where its fingerprint matches, "
+       "else measured: per ordered pair write and read bandwidth and flag latency, ranks taking "
+       "turns, then every rank at once writing to every peer, to its ring neighbour, and one "
+       "synchronisation round; `anyreduce tune` refreshes the record), cached (the cached "
+       "record only, never measure), off or 0 (neither: nominal link figures and the seed "
+       "decide); 1 means measure; rank 0's value is used"},
+      {"ANYR_TEST_FABRIC_APPLY", "",
+       "tests only: 1 = apply the fabric figures measured at init even where ranks share a GPU "
+       "(there they are the GPU's own memory, not a fabric's, and are otherwise only shown; "
+       "rank 0's value)"},
       {"ANYR_TUNING_FILE", "",
-       "tuning table (JSON, `anyreduce tune`) loaded at init when its fingerprint matches"},
+       "tuning table (JSON, `anyreduce tune`) loaded at init when its fingerprint matches; it "
+       "also caches the fabric's measured figures (ANYR_FABRIC)"},
       {"ANYR_TUNE_BUDGET_MS", "0",
        "> 0: without a matching table, tune at init within this many ms (saved to "
        "ANYR_TUNING_FILE if set)"},

@@ -82,6 +82,9 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   nccl_.init(externalNccl);
   workspace_.init();
   workspace_.checkTransport();
+  // The fabric measured over the checked workspace (or its cached record): admission's
+  // slow-write rule and the seed cost model read its figures in decide().
+  fabric_.atInit();
   host_.init();
   caps_.probeProgrammaticLaunch();
   // Each peer, host and fused kernel then releases the next launch right after its own wait
@@ -422,7 +425,8 @@ anyrAlgo_t Communicator::queryAlgorithm(size_t count, anyrDataType_t dtype) cons
 }
 
 std::string Communicator::explainJson() const {
-  return Explainer(ctx_, sel_, caps_, workspace_, host_, fused_, selfTestJson_).explainJson();
+  return Explainer(ctx_, sel_, caps_, workspace_, host_, fused_, fabric_, selfTestJson_)
+      .explainJson();
 }
 
 TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& progress) {

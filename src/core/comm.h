@@ -4,6 +4,7 @@
 //   failure state the first failure, the host-mapped error record, refusals and the stop
 //   NCCL path     the NCCL communicator and how teardown releases it
 //   peer workspace / host transport   the two transports' memory, state and argument templates
+//   fabric        the fabric measured over the peer workspace at init (or cached), agreed
 //   capabilities  the agreed grid caps and the probes (programmatic launch, clusters, NVFP4)
 //   launcher      launches of the unfused algorithms (src/algo) on either transport
 //   fused plan    launches of the fused kernels (src/fused)
@@ -26,6 +27,7 @@
 #include "core/capabilities.h"
 #include "core/context.h"
 #include "core/counters.h"
+#include "core/fabric.h"
 #include "core/failure_state.h"
 #include "core/fused_plan.h"
 #include "core/host_transport.h"
@@ -136,6 +138,7 @@ class Communicator {
   FailureState failure_{ctx_, workspace_, host_, nccl_};
   NcclPath nccl_{ctx_, failure_};
   PeerWorkspace workspace_{ctx_};
+  Fabric fabric_{ctx_, workspace_};
   HostTransport host_{ctx_};
   Capabilities caps_{ctx_};
   Launcher launcher_{ctx_, caps_, workspace_, host_};

@@ -8,6 +8,7 @@
 #include "base/names.h"
 #include "core/capabilities.h"
 #include "core/context.h"
+#include "core/fabric.h"
 #include "core/fused_plan.h"
 #include "core/host_transport.h"
 #include "core/peer_workspace.h"
@@ -107,6 +108,10 @@ std::string Explainer::explainJson() const {
       {"launchBytes", workspace_.mapped() ? islandLaunchBytes(workspace_.args().islands,
                                                               workspace_.layout().tsSlotBytes)
                                           : 0}};
+  // The fabric's figures and where they came from (core/fabric.h); the topology above holds
+  // them where they are applied.
+  j["fabric"] = nlohmann::json::parse(fabricToJson(fabric_.record(), -1));
+  j["fabric"]["mode"] = fabricModeName(ctx_.cfg.fabric);
   host_.explainHost(&j);
   return j.dump(2);
 }
@@ -127,6 +132,7 @@ std::string Explainer::explainTextLocked() const {
   in.forced = sel_.forced();
   in.tuningNote = sel_.tuningNote();
   if (ctx_.nranks > 1) in.launchNotes.push_back("peer memory: " + workspace_.peerMemoryText());
+  if (ctx_.nranks > 1) in.launchNotes.push_back("fabric: " + fabricSummary(fabric_.record()));
   if (host_.present()) in.launchNotes.push_back("host segment: " + ctx_.facts.hostPlacement);
   in.launchNotes.push_back(std::string("programmatic launch: ") + (caps_.pdlOn() ? "on" : "off") +
                            " (" + caps_.pdlReason() + ")" +

@@ -14,18 +14,20 @@ class Capabilities;
 class PeerWorkspace;
 class HostTransport;
 class FusedPlan;
+class Fabric;
 
 class Explainer {
  public:
   Explainer(const CommContext& ctx, const Selector& sel, const Capabilities& caps,
             const PeerWorkspace& workspace, const HostTransport& host, const FusedPlan& fused,
-            const std::string& selfTestJson)
+            const Fabric& fabric, const std::string& selfTestJson)
       : ctx_(ctx),
         sel_(sel),
         caps_(caps),
         workspace_(workspace),
         host_(host),
         fused_(fused),
+        fabric_(fabric),
         selfTestJson_(selfTestJson) {}
 
   std::string explainJson() const;
@@ -39,6 +41,7 @@ class Explainer {
   const PeerWorkspace& workspace_;
   const HostTransport& host_;
   const FusedPlan& fused_;
+  const Fabric& fabric_;
   const std::string& selfTestJson_;  // the startup self-test's report (core/selftest.cc)
 };
 

@@ -80,7 +80,9 @@ FaultInjection parseFaultInjection(const std::string& text) {
       {"corrupt-peer:", FaultInjection::CorruptPeer},
       {"ipc-open:", FaultInjection::IpcOpenFails},
       {"vmm-granularity:", FaultInjection::VmmGranularity},
-      {"host-copy-selftest:", FaultInjection::HostCopySelfTest}};
+      {"host-copy-selftest:", FaultInjection::HostCopySelfTest},
+      {"fabric-fail:", FaultInjection::FabricFails},
+      {"fabric-slow-writes:", FaultInjection::FabricSlowWrites}};
   for (const auto& [prefix, kind] : forms) {
     const size_t len = std::strlen(prefix);
     if (text.rfind(prefix, 0) != 0 || text.size() <= len) continue;
@@ -95,7 +97,8 @@ FaultInjection parseFaultInjection(const std::string& text) {
   }
   throwError(anyrInvalidArgument, "environment variable ANYR_FAULT_INJECT='" + text +
                                       "': must be empty, corrupt-peer:<rank>, ipc-open:<rank>, "
-                                      "vmm-granularity:<rank> or host-copy-selftest:<rank> "
+                                      "vmm-granularity:<rank>, host-copy-selftest:<rank>, "
+                                      "fabric-fail:<rank> or fabric-slow-writes:<rank> "
                                       "with rank in 0.." +
                                       std::to_string(kMaxLocalRanks - 1) + " (tests only)");
 }

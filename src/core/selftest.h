@@ -29,10 +29,22 @@ constexpr int kSelfTestTimeoutMs = 5000;
 // "vmm-granularity:R" -> kind VmmGranularity (rank R reports a coarser vmm allocation
 // granularity than its peers; read by the transport's setup); "host-copy-selftest:R" -> kind
 // HostCopySelfTest (rank R's self-test input for host-copy is wrong, so host-copy fails the
-// self-test on every rank and the protocol state is reset after the host one-shot ran).
+// self-test on every rank and the protocol state is reset after the host one-shot ran);
+// "fabric-fail:R" -> kind FabricFails (rank R fails the fabric measurement silently before the
+// fabric under load, so its peers' device waits for it run out; core/fabric.cc);
+// "fabric-slow-writes:R" -> kind FabricSlowWrites (rank R's measured peer write bandwidths are
+// divided by 50 before the ranks combine them).
 // Throws anyrInvalidArgument naming the variable for any other text. "" -> kind None.
 struct FaultInjection {
-  enum Kind { None, CorruptPeer, IpcOpenFails, VmmGranularity, HostCopySelfTest } kind = None;
+  enum Kind {
+    None,
+    CorruptPeer,
+    IpcOpenFails,
+    VmmGranularity,
+    HostCopySelfTest,
+    FabricFails,
+    FabricSlowWrites
+  } kind = None;
   int rank = -1;
 };
 FaultInjection parseFaultInjection(const std::string& text);

@@ -251,6 +251,9 @@ TuningTable Tuner::tuneHealthy(const TuneOptions& local, const TuneProgress& pro
   ANYR_REQUIRE_ARG(o.maxTokens >= 1 && o.maxTokens <= 65536, "tune.maxTokens",
                    "must be in 1..65536");
   ANYR_REQUIRE_ARG(o.calls >= 1 && o.samples >= 1, "tune.calls/samples", "must be >= 1");
+  // The fabric measured afresh (unless this communicator's own measurement is current), so that
+  // the table saved carries a current record; the seed follows the new figures.
+  if (c_.fabric_.refreshForTuning(sel_.tableMu())) sel_.refit(ctx_.topo, ctx_.cfg);
 
   // The plan: (operation, bucket, tokens) points, each with its admitted candidates.
   struct Point {
@@ -395,6 +398,10 @@ TuningTable Tuner::tuneHealthy(const TuneOptions& local, const TuneProgress& pro
     throw;
   }
   release();
+  if (c_.fabric_.record().hasFigures()) {
+    table.hasFabric = true;
+    table.fabric = c_.fabric_.record();
+  }
   sel_.reseed(ctx_.topo, ctx_.cfg);  // drop an earlier table's choices
   sel_.installTuning(table, "tuning", "measured by this communicator");
   return table;

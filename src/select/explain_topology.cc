@@ -42,6 +42,22 @@ std::string explainTopologyJson(const TopologyExplainOptions& o, const anyrConfi
                "environment variable ANYR_ISLANDS='" + islandsText(cfg.islands) + "': " + islands);
   }
   f.islands = cfg.islands;
+  // A fabric record cached in the tuning file for this machine and world replaces the
+  // topology's measured figures where it measured them, as it would in a live communicator
+  // (core/fabric.h); a stale one is named, an absent one is not.
+  std::string fabricNote;
+  if (!o.tuningFile.empty() && cfg.fabric != FabricMode::Off) {
+    FabricRecord fabric;
+    std::string why;
+    bool present = false;
+    if (loadFabricFor(o.tuningFile, fingerprintOf(t, t.size()), &fabric, &why, &present)) {
+      fabric.applied = true;
+      applyFabric(fabric, &t);
+      fabricNote = "fabric: " + fabricSummary(fabric);
+    } else if (present) {
+      fabricNote = "fabric: the cached record was not used: " + why;
+    }
+  }
   Admission adm = admit(t, f);
   nlohmann::json j;
   j["gpus"] = t.size();
@@ -62,6 +78,7 @@ std::string explainTopologyJson(const TopologyExplainOptions& o, const anyrConfi
   in.nranks = t.size();
   in.table = &table;
   in.forced = cfg.algorithm;
+  if (!fabricNote.empty()) in.launchNotes.push_back(fabricNote);
   TuningTable tuned;
   std::vector<std::string> warnings;
   if (!o.tuningFile.empty()) {

@@ -54,6 +54,12 @@ void Selector::reseed(const Topology& topo, const Config& cfg) {
   dispatch_ = seedTable(topo, admission_, cfg, nranks_);  // drop an earlier table's choices
 }
 
+void Selector::refit(const Topology& topo, const Config& cfg) {
+  std::lock_guard<std::mutex> lock(tableMu_);
+  thresholds_ = defaultThresholds(topo, admission_, cfg, nranks_);
+  dispatch_ = seedTable(topo, admission_, cfg, nranks_);
+}
+
 void Selector::installTuning(const TuningTable& table, const char* what, const std::string& note) {
   std::vector<std::string> warnings;
   {

@@ -83,6 +83,9 @@ class Selector {
   // Takes tableMu(): the seed table again, dropping an earlier table's choices (before tuning
   // installs a new one).
   void reseed(const Topology& topo, const Config& cfg);
+  // Takes tableMu(): the thresholds and the seed table again from a topology whose measured
+  // figures changed (the fabric measured again for tuning); admission stays.
+  void refit(const Topology& topo, const Config& cfg);
   // Applies a tuning table (agreed by every rank) over the current dispatch table and keeps it
   // for explain; `what` prefixes its warnings in the log. Takes tableMu().
   void installTuning(const TuningTable& table, const char* what, const std::string& note);

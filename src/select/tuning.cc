@@ -139,6 +139,7 @@ std::string tuningToJson(const TuningTable& t) {
     ops[opName(static_cast<Op>(o))] = pts;
   }
   j["ops"] = ops;
+  if (t.hasFabric) j["fabric"] = json::parse(fabricToJson(t.fabric, -1));
   return j.dump(2);
 }
 
@@ -181,6 +182,14 @@ TuningTable tuningFromJson(const std::string& text) {
       t.points[static_cast<size_t>(op)].push_back(p);
     }
   }
+  if (j.contains("fabric")) {
+    try {
+      t.fabric = fabricFromJson(j["fabric"].dump());
+    } catch (const Error& e) {
+      bad("fabric", e.what());
+    }
+    t.hasFabric = true;
+  }
   return t;
 }
 
@@ -215,6 +224,48 @@ bool loadTuningFor(const std::string& path, const Fingerprint& mine, TuningTable
       return false;
     }
     *out = t;
+    return true;
+  } catch (const Error& e) {
+    *why = path + ": " + e.what();
+    return false;
+  }
+}
+
+bool loadFabricFor(const std::string& path, const Fingerprint& mine, FabricRecord* out,
+                   std::string* why, bool* present) {
+  if (present != nullptr) *present = false;
+  std::ifstream f(path);
+  if (!f) {
+    *why = "cannot read " + path;
+    return false;
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    const TuningTable t = tuningFromJson(ss.str());
+    if (!t.hasFabric) {
+      *why = path + " holds no fabric record";
+      return false;
+    }
+    if (present != nullptr) *present = true;
+    Fingerprint machine = t.fingerprint;
+    machine.settings.clear();  // compared on the machine alone
+    Fingerprint here = mine;
+    here.settings.clear();
+    const std::string d = machine.firstDifference(here);
+    if (!d.empty()) {
+      *why = "the fabric record in " + path + " is stale: made for another machine or world (" + d +
+             ")";
+      return false;
+    }
+    if (t.fabric.ranks != mine.worldSize) {
+      *why = "the fabric record in " + path + " holds " + std::to_string(t.fabric.ranks) +
+             " ranks, this communicator has " + std::to_string(mine.worldSize);
+      return false;
+    }
+    *out = t.fabric;
+    out->state = FabricRecord::State::Cached;
+    out->cachedIn = path;
     return true;
   } catch (const Error& e) {
     *why = path + ": " + e.what();

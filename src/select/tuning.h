@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "select/dispatch.h"
+#include "topology/fabric.h"
 #include "topology/topology.h"
 
 namespace anyr {
@@ -49,6 +50,11 @@ struct TuningTable {
   int hidden = 6144;   // row width the fused operations were measured at
   std::string method;  // how the times were taken ("cuda-graph replay, ...")
   std::array<std::vector<TunedPoint>, kNumOps> points;
+  // The fabric the communicator measured (core/fabric.h), cached for later inits on the same
+  // machine, topology and world ("fabric" in the file; absent where nothing was measured). It
+  // holds whatever the tuning settings: loadFabricFor compares the machine alone.
+  bool hasFabric = false;
+  FabricRecord fabric;
 };
 
 std::string tuningToJson(const TuningTable& t);
@@ -60,6 +66,14 @@ void saveTuningFile(const TuningTable& t, const std::string& path);
 // not JSON, not a tuning file, truncated, or made for another machine (first difference).
 bool loadTuningFor(const std::string& path, const Fingerprint& mine, TuningTable* out,
                    std::string* why);
+
+// The fabric record cached in the tuning file `path` if it holds one for `mine` (compared on the
+// machine alone: library version, world size, GPUs, driver, links; not the tuning settings);
+// otherwise false with *why: unreadable, not a tuning file, no fabric record, or one made for
+// another machine or world ("stale": the first difference). The record's state is Cached, its
+// cachedIn `path`. *present (may be null): the file is a tuning table that holds a record.
+bool loadFabricFor(const std::string& path, const Fingerprint& mine, FabricRecord* out,
+                   std::string* why, bool* present = nullptr);
 
 // Measured choices onto `table`: each measured bucket takes its choice, every other bucket
 // the choice of the nearest measured one. A choice this communicator does not admit (or an

@@ -727,6 +727,11 @@ void printTopology(const Topology& t, std::ostream& os) {
               [](const PairInfo& p) { return measured(p.readGBps, 1); });
   printMatrix(t, os, "One-way flag latency us",
               [](const PairInfo& p) { return measured(p.latencyUs, 2); });
+  if (t.source == "probe") {
+    os << "\nMeasured by this probe, one pair at a time (the other GPUs idle). The fabric under "
+          "load is measured by a communicator at init (ANYR_FABRIC): `anyreduce explain` shows "
+          "its figures and where they came from.\n";
+  }
   if (t.load.known()) {
     const FabricLoad& l = t.load;
     os << "\nUnder load, " << l.ranks << " ranks at once (" << (l.source.empty() ? "-" : l.source)

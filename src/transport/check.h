@@ -15,14 +15,23 @@ constexpr int kCheckWords = 1024;
 constexpr int kAtomicThreads = 256;
 constexpr int kAtomicAddsPerThread = 8;
 
+// Words per rank of the fabric measurement's flags (transport/fabric_kernels.h): one 128-byte
+// line per source rank.
+constexpr int kFabricWords = 32;
+
 // Layout of the check area inside every workspace.
 struct CheckArea {
   uint32_t written[kMaxLocalRanks][kCheckWords];  // [writer rank][i], written by peers
   uint32_t published[kCheckWords];                // written by the owner, read by peers
   uint32_t atomics[kMaxLocalRanks];               // [adder rank], atomically incremented
   uint32_t pad[32 - kMaxLocalRanks];
+  // The fabric measurement's flags (after the transfer checks): [source rank][word], written
+  // by that rank, zeroed by the owner before each measurement.
+  uint32_t fabric[kMaxLocalRanks][kFabricWords];
 };
-static_assert(sizeof(CheckArea) == (kMaxLocalRanks + 1) * kCheckWords * 4 + 128, "CheckArea");
+static_assert(sizeof(CheckArea) ==
+                  (kMaxLocalRanks + 1) * kCheckWords * 4 + 128 + kMaxLocalRanks * kFabricWords * 4,
+              "CheckArea");
 
 // The pattern rank `from` writes for rank `to`; `to` == -1: the owner's published words.
 __host__ __device__ inline uint32_t checkPattern(int from, int to, int i, uint32_t salt) {

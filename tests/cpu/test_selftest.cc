@@ -27,11 +27,35 @@ TEST(SelfTest, ParsesTheFaultInjectionSwitch) {
   f = parseFaultInjection("host-copy-selftest:1");
   EXPECT_EQ(f.kind, FaultInjection::HostCopySelfTest);
   EXPECT_EQ(f.rank, 1);
-  for (const char* bad :
-       {"corrupt-peer:", "corrupt-peer:x", "corrupt-peer:-1", "corrupt-peer:8", "corrupt-peer:1x",
-        "corrupt", "1", "ipc-open:", "ipc-open:8", "ipc-open:-2", "ipc-open:1 ", "ipc-open",
-        "vmm-granularity:", "vmm-granularity", "vmm-granularity:9",
-        "host-copy-selftest:", "host-copy-selftest:8", "host-copy-selftest"}) {
+  f = parseFaultInjection("fabric-fail:3");
+  EXPECT_EQ(f.kind, FaultInjection::FabricFails);
+  EXPECT_EQ(f.rank, 3);
+  f = parseFaultInjection("fabric-slow-writes:1");
+  EXPECT_EQ(f.kind, FaultInjection::FabricSlowWrites);
+  EXPECT_EQ(f.rank, 1);
+  for (const char* bad : {"corrupt-peer:",
+                          "corrupt-peer:x",
+                          "corrupt-peer:-1",
+                          "corrupt-peer:8",
+                          "corrupt-peer:1x",
+                          "corrupt",
+                          "1",
+                          "ipc-open:",
+                          "ipc-open:8",
+                          "ipc-open:-2",
+                          "ipc-open:1 ",
+                          "ipc-open",
+                          "vmm-granularity:",
+                          "vmm-granularity",
+                          "vmm-granularity:9",
+                          "host-copy-selftest:",
+                          "host-copy-selftest:8",
+                          "host-copy-selftest",
+                          "fabric-fail:",
+                          "fabric-fail:8",
+                          "fabric-fail",
+                          "fabric-slow-writes:-1",
+                          "fabric-slow-writes"}) {
     try {
       parseFaultInjection(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";

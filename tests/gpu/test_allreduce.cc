@@ -556,7 +556,11 @@ TEST(AllReduceGpu, ChoiceAndExplain) {
         int failures = 0;
         failures +=
             expectChoice(comm, 512, "1 KiB", {anyrAlgoOneShotPush, anyrAlgoOneShotPull}, report);
-        failures += expectChoice(comm, 128u << 20, "256 MiB", {anyrAlgoNccl}, report);
+        // 256 MiB: NCCL, or the two-shot push where the fabric measured at init (applied on GPUs
+        // of their own) puts its all-to-all near NCCL's ring (on 2 x H200 the two-shot push
+        // ran at 1.03x NCCL's speed there: docs/DESIGN.md, "Co-residency").
+        failures +=
+            expectChoice(comm, 128u << 20, "256 MiB", {anyrAlgoNccl, anyrAlgoTwoShotPush}, report);
         const std::string text = explainText(comm);
         for (const char* must : {"\"admission\"", "oneshot-push", "\"topology\"", "peerWriteOk"}) {
           if (text.find(must) == std::string::npos) {

@@ -108,6 +108,9 @@ void writeOutputs(const json& m, const std::string& jsonPath, const std::string&
     if (!f) throw std::runtime_error("cannot write " + jsonPath);
   }
   std::fprintf(text, "%s", verdictText(m).c_str());
+  if (m.contains("fabric") && m["fabric"].contains("summary")) {
+    std::fprintf(text, "\nfabric: %s\n", m["fabric"]["summary"].get<std::string>().c_str());
+  }
   if (!htmlPath.empty()) {
     std::ofstream f(htmlPath);
     f << renderHtml(m);
@@ -193,6 +196,7 @@ int runDoctor(const RunOptions& o) {
                 {"perRank", r0.at("perRank")},
                 {"source", o.shape.source}};
   m["model"] = model;
+  if (r0.contains("fabric")) m["fabric"] = r0.at("fabric");
   char method[1536];
   std::snprintf(
       method, sizeof(method),

@@ -1436,6 +1436,12 @@ std::string renderHtml(const json& m) {
       << countersTable(m.value("counters", json())) << "\n";
     o << "<h3>Model and method</h3>\n<p>" << esc(withoutLocalPaths(str(model, "source")))
       << "</p>\n<p>" << esc(withoutLocalPaths(str(m, "method"))) << "</p>\n";
+    // The fabric's figures and where they came from (measured at init, cached, or why not).
+    const json fabric = m.value("fabric", json());
+    if (fabric.is_object() && fabric.contains("summary")) {
+      o << "<h3>Fabric (ANYR_FABRIC=" << esc(str(fabric, "mode")) << ")</h3>\n<p>"
+        << esc(withoutLocalPaths(str(fabric, "summary"))) << "</p>\n";
+    }
   }
   o << "<h3>Run</h3>\n<p>Command: <code>" << esc(withoutLocalPaths(str(m, "command"))) << "</code>";
   const json settings = m.value("settings", json::object());

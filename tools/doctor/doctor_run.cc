@@ -423,6 +423,13 @@ int doctorRank(const RunOptions& o, int rank, int nranks, const anyrUniqueId& id
   out["arSweep"] = sweep;
   out["samples"] = samples;
   out["counters"] = countersJson(readCounters(st.comm));
+  // The fabric the communicator measured at init (or took from its cache), and where from.
+  {
+    const json ex = json::parse(tool::textOf(
+        [&](char* b, size_t n, size_t* need) { return anyrCommExplain(st.comm, b, n, need); },
+        st.comm, "anyrCommExplain"));
+    if (ex.contains("fabric")) out["fabric"] = ex["fabric"];
+  }
   out["perRank"] = {{"qkvN", st.qkvN},     {"oK", st.oK},         {"interD", st.interD},
                     {"interE", st.interE}, {"interS", st.interS}, {"maxActiveExperts", maxAct}};
   {
