@@ -61,6 +61,13 @@
 #                16 MB) on the first 2 GPUs; with 8 GPUs also the all-reduce (1 KB..256 MB) and the
 #                fused op at 8 ranks; then tools/targets/check_targets.py prints MET / MISSED / NOT
 #                MEASURED per target, each from figures of one run (peer in the same process)
+#   epilogue     the standalone add + RMSNorm (+ FP8 / NVFP4) at the memory roofline, on the first
+#                GPU: anyr_epilogue_bench (each kernel form of EPI_VARIANTS, an empty kernel and a
+#                device-to-device copy of the same bytes, every variant checked against the fp64
+#                reference first; EPI_DTYPES, EPI_HIDDEN, EPI_TOKENS, EPI_QUANT narrow it), then
+#                tools/peers/torch_epilogue_bench.py (eager PyTorch and torch.compile beside
+#                anyreduce.torch.add_rms_norm, the same shapes; EPI_COMPILE=static|dynamic shapes;
+#                EPI_TORCH=0 skips it); builds only the tool and the library; JSON in $OUT
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -95,6 +102,7 @@ case "${SECTIONS[*]}" in
   hostphases) ONLY=(--target anyr_host_phases) ;;
   ncu | profile) ONLY=(--target anyr_fused_floor) ;;
   torchops) ONLY=(--target anyreduce anyr_host_overhead) ;;
+  epilogue) ONLY=(--target anyreduce anyr_epilogue_bench) ;;
 esac
 cmake --build "$BUILD" -j"$JOBS" "${ONLY[@]}" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
@@ -496,6 +504,32 @@ if want ncu; then
     done
   else
     echo "ncu is not installed on this machine: skipped"
+  fi
+fi
+
+if want epilogue; then
+  step "epilogue: the standalone add + RMSNorm against an empty kernel and a copy of the same bytes"
+  EPI_VARIANTS=${EPI_VARIANTS:-regs,rows,rows-v2,rows-v4,rows-async,rows-async-v2,cluster,auto,auto+pdl,api}
+  EPI_ARGS=(--variants "$EPI_VARIANTS")
+  [ -n "${EPI_DTYPES:-}" ] && EPI_ARGS+=(--dtypes "$EPI_DTYPES")
+  [ -n "${EPI_HIDDEN:-}" ] && EPI_ARGS+=(--hidden "$EPI_HIDDEN")
+  [ -n "${EPI_TOKENS:-}" ] && EPI_ARGS+=(--tokens "$EPI_TOKENS")
+  [ -n "${EPI_QUANT:-}" ] && EPI_ARGS+=(--quant "$EPI_QUANT")
+  echo "variants: $EPI_VARIANTS"
+  CUDA_VISIBLE_DEVICES=${EPI_GPU:-0} timeout -k 10 "${EPI_TIMEOUT_S:-300}" "$BUILD/tests/diag/anyr_epilogue_bench" \
+    "${EPI_ARGS[@]}" --json "$OUT/epilogue.json" 2>&1 | tee "$OUT/epilogue.txt"
+  check "${PIPESTATUS[0]}" "anyr_epilogue_bench"
+  if [ "${EPI_TORCH:-1}" != 0 ]; then
+    step "epilogue: eager PyTorch and torch.compile beside anyreduce.torch.add_rms_norm"
+    T_ARGS=(--compile-shapes "${EPI_COMPILE:-static}")
+    [ -n "${EPI_DTYPES:-}" ] && T_ARGS+=(--dtypes "$EPI_DTYPES")
+    [ -n "${EPI_HIDDEN:-}" ] && T_ARGS+=(--hidden "$EPI_HIDDEN")
+    [ -n "${EPI_TOKENS:-}" ] && T_ARGS+=(--tokens "$EPI_TOKENS")
+    CUDA_VISIBLE_DEVICES=${EPI_GPU:-0} timeout -k 10 "${EPI_TORCH_TIMEOUT_S:-300}" env \
+      ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" PYTHONPATH="$PWD/python" \
+      python3 tools/peers/torch_epilogue_bench.py "${T_ARGS[@]}" --json "$OUT/epilogue-torch.json" 2>&1 |
+      grep -v Warning | tee "$OUT/epilogue-torch.txt"
+    check "${PIPESTATUS[0]}" "torch_epilogue_bench"
   fi
 fi
 

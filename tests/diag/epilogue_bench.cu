@@ -746,6 +746,41 @@ int main(int argc, char** argv) {
   nlohmann::json results = nlohmann::json::array();
   nlohmann::json wrongs = nlohmann::json::array();
   int wrongCount = 0;
+  // The JSON file, written again after every shape (a run cut short keeps what it measured).
+  auto writeJson = [&]() {
+    if (jsonPath.empty()) return true;
+    nlohmann::json doc = {
+        {"tool", "anyr_epilogue_bench"},
+        {"gpu", prop.name},
+        {"sms", prop.multiProcessorCount},
+        {"driver", driver},
+        {"calls", calls},
+        {"samples", samples},
+        {"method",
+         "CUDA-graph replay of `calls` calls, the median of `samples` replays after two warm-up "
+         "replays, us per call; fresh random inputs per shape (x and the residual in [-4, 4), "
+         "the weight in [-1.5, 1.5)), residualOut separate from the residual; every variant "
+         "checked before it is timed (see wrong)"},
+        {"copy",
+         "copy: cudaMemcpyAsync of 2 x tokens x hidden elements (x and the residual, one buffer) "
+         "into normOut and residualOut (one buffer): the unquantized kernel's bytes less the "
+         "weight's hidden elements; copy-kernel: the same bytes by a 16-byte copy kernel"},
+        {"quant",
+         "none: normOut and residualOut; fp8 / nvfp4: residualOut and the quantized output "
+         "(NVFP4: 128x4 swizzled block scales), no normOut; FP8 scale 0.006, NVFP4 global scale "
+         "0.0017"},
+        {"variants", variantNames},
+        {"results", results},
+        // Every failed check; a result with "checked": false was not compared with the reference.
+        {"wrong", wrongs}};
+    std::ofstream f(jsonPath);
+    f << doc.dump(1) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "anyr_epilogue_bench: cannot write %s\n", jsonPath.c_str());
+      return false;
+    }
+    return true;
+  };
   uint32_t seed = kSeedBase;
   for (anyrDataType_t dt : dts) {
     for (int hidden : hiddens) {
@@ -925,41 +960,12 @@ int main(int argc, char** argv) {
           std::printf("\n");
           std::fflush(stdout);
         }
+        if (!writeJson()) return 1;
       }
     }
   }
 
-  if (!jsonPath.empty()) {
-    nlohmann::json doc = {
-        {"tool", "anyr_epilogue_bench"},
-        {"gpu", prop.name},
-        {"sms", prop.multiProcessorCount},
-        {"driver", driver},
-        {"calls", calls},
-        {"samples", samples},
-        {"method",
-         "CUDA-graph replay of `calls` calls, the median of `samples` replays after two warm-up "
-         "replays, us per call; fresh random inputs per shape (x and the residual in [-4, 4), "
-         "the weight in [-1.5, 1.5)), residualOut separate from the residual; every variant "
-         "checked before it is timed (see wrong)"},
-        {"copy",
-         "copy: cudaMemcpyAsync of 2 x tokens x hidden elements (x and the residual, one buffer) "
-         "into normOut and residualOut (one buffer): the unquantized kernel's bytes less the "
-         "weight's hidden elements; copy-kernel: the same bytes by a 16-byte copy kernel"},
-        {"quant",
-         "none: normOut and residualOut; fp8 / nvfp4: residualOut and the quantized output "
-         "(NVFP4: 128x4 swizzled block scales), no normOut; FP8 scale 0.006, NVFP4 global scale "
-         "0.0017"},
-        {"variants", variantNames},
-        {"results", results},
-        {"wrong", wrongs}};  // every failed check; results rows with "checked": false untimed
-    std::ofstream f(jsonPath);
-    f << doc.dump(1) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "anyr_epilogue_bench: cannot write %s\n", jsonPath.c_str());
-      return 1;
-    }
-  }
+  if (!writeJson()) return 1;
   if (wrongCount != 0) {
     std::fprintf(stderr, "anyr_epilogue_bench: %d WRONG results (not timed; see above)\n",
                  wrongCount);
