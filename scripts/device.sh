@@ -67,7 +67,8 @@
 #                reference first; EPI_DTYPES, EPI_HIDDEN, EPI_TOKENS, EPI_QUANT narrow it), then
 #                tools/peers/torch_epilogue_bench.py (eager PyTorch and torch.compile beside
 #                anyreduce.torch.add_rms_norm, the same shapes; EPI_COMPILE=static|dynamic shapes;
-#                EPI_TORCH=0 skips it); builds only the tool and the library; JSON in $OUT
+#                EPI_TORCH=0 skips it), then issue 46's targets per variant (check_targets.py);
+#                builds only the tool and the library; JSON in $OUT
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -531,6 +532,12 @@ if want epilogue; then
       grep -v Warning | tee "$OUT/epilogue-torch.txt"
     check "${PIPESTATUS[0]}" "torch_epilogue_bench"
   fi
+  step "epilogue: issue 46's targets, per variant (tools/targets/check_targets.py)"
+  for v in ${EPI_VARIANTS//,/ }; do
+    python3 tools/targets/check_targets.py --dir "$OUT" --epilogue-case "$v" \
+      --json "$OUT/epilogue-targets-$v.json" | grep -E "^ +46 " | sed "s/^/$v: /"
+    check "${PIPESTATUS[0]}" "check_targets --epilogue-case $v"
+  done
 fi
 
 if want namespaces; then
