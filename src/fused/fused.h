@@ -202,9 +202,11 @@ __host__ __device__ inline uint32_t signNibbles(const float (&v)[8]) {
 // operand in the high nibble) and one byte pack; for values that are not NaN its rounding (RNE,
 // saturated to +-6, the sign kept) is e2m1CodeNotNaN's, so every GPU gives the same bits (a GPU
 // test compares the two over every float bit pattern where the instruction exists). Otherwise
-// the bits of the biased codes combined by Horner's rule in 32-bit integers, sum over i of
-// (0x4B000000 + code_i) * 16^i, less the biases' part that stays in 32 bits (0x4B000000 +
-// 0xB0000000; from i = 2 on it is shifted out).
+// the bits of the biased codes combined in 32-bit integers, sum over i of (0x4B000000 + code_i) *
+// 16^i, less the biases' part that stays in 32 bits (0x4B000000 + 0xB0000000; from i = 2 on it
+// is shifted out); the sum is taken as a tree of depth three (integer addition modulo 2^32 is
+// associative, so the bits are those of Horner's rule; an eight-deep chain of multiply-adds sat
+// on the one-token epilogue's critical path).
 __host__ __device__ inline uint32_t e2m1Pack8(const float (&q)[8]) {
 #if ANYR_E2M1_CVT
   uint32_t packed;
@@ -220,8 +222,11 @@ __host__ __device__ inline uint32_t e2m1Pack8(const float (&q)[8]) {
       : "f"(q[0]), "f"(q[1]), "f"(q[2]), "f"(q[3]), "f"(q[4]), "f"(q[5]), "f"(q[6]), "f"(q[7]));
   return packed;
 #else
-  uint32_t packed = 0;
-  for (int i = 7; i >= 0; --i) packed = packed * 16u + floatBits(e2m1CodeBiased(q[i]));
+  uint32_t b[8];
+  for (int i = 0; i < 8; ++i) b[i] = floatBits(e2m1CodeBiased(q[i]));
+  const uint32_t lo = (b[0] + (b[1] << 4)) + ((b[2] + (b[3] << 4)) << 8);
+  const uint32_t hi = (b[4] + (b[5] << 4)) + ((b[6] + (b[7] << 4)) << 8);
+  const uint32_t packed = lo + (hi << 16);
   return (packed - 0xFB000000u) | signNibbles(q);
 #endif
 }
