@@ -282,10 +282,10 @@ void Communicator::fusedCall(const void* partial, const void* residualIn, void* 
                                   static_cast<size_t>(swizzledPaddedCols(nvfp4ScaleCols(hidden))));
     q.tokens = rows;
     // The standalone kernel's automatic form; clusters where the communicator's probe passed.
+    // It does not release the next launch early (docs/DESIGN.md, programmatic dependent launch).
     AddRmsNormLaunch l;
     l.clusters = caps_.clusterOn();
     l.pdl = caps_.pdlOn();
-    l.releaseEarly = caps_.releaseEarly() != 0;
     ANYR_CUDA_CHECK(launchAddRmsNormWith(dtype, x, q, stream, l));
   };
   if (ctx_.nranks == 1) {
