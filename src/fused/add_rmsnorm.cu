@@ -218,7 +218,8 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
     return launchAddRmsNormRowsAsync(datatype, x, p, stream, target, &shape);
   }
   shape.form = AddRmsNormForm::Rows;
-  return launchAddRmsNormRows(datatype, x, p, stream, target, &shape);
+  return launchAddRmsNormRows(datatype, x, p, stream, target, &shape,
+                              l.form == AddRmsNormForm::Auto);
 }
 
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,

@@ -20,11 +20,13 @@ struct AddRmsNormTarget {
   bool releaseEarly = false;
 };
 
-// Rows (prefetch false) and RowsAsync (prefetch true; aligned buffers only) with shape->threads
-// threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu, fused/add_rmsnorm_rows_async.cu).
+// Rows and RowsAsync (aligned buffers, at most kAddRmsNormAsyncMaxVpt vectors a thread) with
+// shape->threads threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu,
+// fused/add_rmsnorm_rows_async.cu). asyncWhenLooping: Rows runs RowsAsync instead where a
+// block would take more than one row and RowsAsync can run (the Auto form).
 cudaError_t launchAddRmsNormRows(anyrDataType_t dtype, const void* x, const FusedParams& p,
                                  cudaStream_t stream, const AddRmsNormTarget& t,
-                                 AddRmsNormShape* shape);
+                                 AddRmsNormShape* shape, bool asyncWhenLooping);
 cudaError_t launchAddRmsNormRowsAsync(anyrDataType_t dtype, const void* x, const FusedParams& p,
                                       cudaStream_t stream, const AddRmsNormTarget& t,
                                       AddRmsNormShape* shape);

@@ -20,8 +20,8 @@
 //  - the block is as small as keeps a thread at `maxVpt` vectors, so an SM holds several rows at
 //    once and their loads overlap each other's reductions;
 //  - two arrays of group sums alternate between rows: one barrier per row.
-// RowsAsync also copies the next row's x and residual into shared memory (cp.async, no
-// registers) while the current row is computed, so a block always has a row's loads in flight
+// RowsAsync also copies the block's next two rows' x and residual into shared memory (cp.async,
+// no registers) while the current row is computed, so a block always has rows' loads in flight
 // (up to three vectors a thread: 96 KB of stages).
 #pragma once
 
@@ -55,10 +55,10 @@ __device__ __forceinline__ void copyAsyncCommit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
-// Every copy this thread committed has landed and is visible to it.
-__device__ __forceinline__ void copyAsyncWaitAll() {
+// Every group this thread committed but the most recent one has landed and is visible to it.
+__device__ __forceinline__ void copyAsyncWaitAllButLast() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
 #endif
 }
 
@@ -69,20 +69,23 @@ constexpr size_t asyncSmemBytes(int threads, int vpt) {
 }
 
 // RowsAsync: row `row`'s x and residual vectors of thread t (of B, VPT each) into stage `par`,
-// committed as one group. stage[par][0][k][t] holds x's vector t + k * B, stage[par][1][k][t]
-// the residual's: consecutive threads, consecutive 16 bytes (no bank conflict when read back).
+// committed as one group (an empty group where row >= tokens, so that every row of the loop
+// finds the same number of groups behind its own). stage[par][0][k][t] holds x's vector
+// t + k * B, stage[par][1][k][t] the residual's: consecutive threads, consecutive 16 bytes (no
+// bank conflict when read back).
 template <typename T, int VPT>
-__device__ __forceinline__ void issueRow(uint4* stage, const T* x, const T* resIn, int row, int par,
-                                         int hidden, int nvec, int t, int B) {
+__device__ __forceinline__ void issueRow(uint4* stage, const T* x, const T* resIn, int row,
+                                         int tokens, int par, int hidden, int nvec, int t, int B) {
   uint4* s = stage + par * 2 * VPT * B;
   const int64_t base = static_cast<int64_t>(row) * hidden;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int v = t + k * B;
-    if (v >= nvec) continue;
+    if (v >= nvec || row >= tokens) continue;
     copyAsync16(&s[k * B + t], x + base + 8 * static_cast<int64_t>(v));
-    if (resIn != nullptr)
+    if (resIn != nullptr) {
       copyAsync16(&s[(VPT + k) * B + t], resIn + base + 8 * static_cast<int64_t>(v));
+    }
   }
   copyAsyncCommit();
 }
@@ -112,17 +115,20 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
                                      kAligned || dev::isAligned(p.weight, 16), w);
   const float qscale = dev::quantScale<Q>(p);
 
+  // RowsAsync: the block's first two rows are requested at once; each row, once it landed and
+  // was read into registers, hands its stage to the row two ahead, so two rows are in flight
+  // while one is computed.
   int par = 0;
+  const int first = static_cast<int>(blockIdx.x);
   if constexpr (kPrefetch) {
-    if (static_cast<int>(blockIdx.x) < tokens) {
-      issueRow<T, VPT>(stage, x, resIn, static_cast<int>(blockIdx.x), 0, hidden, nvec, t, B);
-    }
+    issueRow<T, VPT>(stage, x, resIn, first, tokens, 0, hidden, nvec, t, B);
+    issueRow<T, VPT>(stage, x, resIn, first + grid, tokens, 1, hidden, nvec, t, B);
   }
-  for (int row = static_cast<int>(blockIdx.x); row < tokens; row += grid, par ^= 1) {
+  for (int row = first; row < tokens; row += grid, par ^= 1) {
     dev::Vec xv[VPT];
     dev::Vec res[VPT];
     if constexpr (kPrefetch) {
-      copyAsyncWaitAll();
+      copyAsyncWaitAllButLast();  // this row's group; the next row's may still be in flight
       const uint4* s = stage + par * 2 * VPT * B;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
@@ -132,9 +138,8 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
         xv[k].u = s[k * B + t];
         if (haveRes) res[k].u = s[(VPT + k) * B + t];
       }
-      if (row + grid < tokens) {
-        issueRow<T, VPT>(stage, x, resIn, row + grid, par ^ 1, hidden, nvec, t, B);
-      }
+      // The stage this thread just read (its own vectors only) takes the row two ahead.
+      issueRow<T, VPT>(stage, x, resIn, row + 2 * grid, tokens, par, hidden, nvec, t, B);
     } else {
       dev::loadRowRegs<T, VPT, kAligned>(x, row, hidden, xAligned, xv);
       if (haveRes) {
@@ -155,50 +160,54 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
   }
 }
 
-// Launches the form (kPrefetch: RowsAsync, aligned buffers only) with shape->threads threads
-// of shape->vpt vectors; sets shape->blocks (every row a block, within what the GPU holds at
-// once) and shape->smem.
+// Launches the form (kPrefetch: RowsAsync, aligned buffers and at most kMaxAsyncVpt vectors a
+// thread) with shape->threads threads of shape->vpt vectors; sets shape->blocks (every row a
+// block, within what the GPU holds at once) and shape->smem. asyncWhenLooping (Rows only, the
+// Auto form): where the GPU holds fewer blocks at once than there are rows, so a block takes
+// several, RowsAsync runs instead where it can (shape->form says which ran).
 template <bool kPrefetch>
 cudaError_t launch(anyrDataType_t dtype, const void* x, const FusedParams& p, cudaStream_t stream,
-                   const AddRmsNormTarget& target, AddRmsNormShape* shape) {
+                   const AddRmsNormTarget& target, AddRmsNormShape* shape,
+                   bool asyncWhenLooping = false) {
   const int threads = shape->threads;
   const bool aligned = fusedBuffersAligned(x, p);
   if (kPrefetch && (!aligned || shape->vpt > kMaxAsyncVpt)) return cudaErrorInvalidValue;
+  constexpr int kVpts = kPrefetch ? kMaxAsyncVpt : kMaxVpt;
   return dev::dispatchDtype<true>(dtype, [&](auto tag) {
     using T = typename decltype(tag)::T;
     const T* xt = static_cast<const T*>(x);
-    return dev::dispatchCount < kPrefetch
-               ? kMaxAsyncVpt
-               : kMaxVpt > (shape->vpt, [&](auto v) {
-                   constexpr int VPT = decltype(v)::value;
-                   auto go = [&](auto kernel) -> cudaError_t {
-                     const size_t smem = kPrefetch ? asyncSmemBytes(threads, VPT) : 0;
-                     cudaError_t e = cudaSuccess;
-                     if (smem > 48u * 1024u) {
-                       e = allowDynamicSmem(reinterpret_cast<const void*>(kernel), smem);
-                       if (e != cudaSuccess) return e;
-                     }
-                     int perSm = 1;
-                     e = residentBlocksPerSm(reinterpret_cast<const void*>(kernel), threads, smem,
-                                             &perSm);
-                     if (e != cudaSuccess) return e;
-                     const int64_t most = static_cast<int64_t>(target.sms) * perSm;
-                     shape->blocks = static_cast<int>(p.tokens < most ? p.tokens : most);
-                     shape->smem = smem;
-                     return launchKernel(kernel, dim3(static_cast<unsigned>(shape->blocks)),
-                                         dim3(static_cast<unsigned>(threads)), smem, stream,
-                                         target.pdl, xt, p,
-                                         static_cast<int32_t>(target.releaseEarly ? 1 : 0));
-                   };
-                   if constexpr (!kPrefetch) {
-                     if (!aligned) {
-                       return go(addRmsNormRowsKernel<T, VPT, dev::kQuantAtRunTime, false, false>);
-                     }
-                   }
-                   return dev::dispatchQuant(p.quant, [&](auto q) {
-                     return go(addRmsNormRowsKernel<T, VPT, decltype(q)::value, true, kPrefetch>);
-                   });
-                 });
+    return dev::dispatchCount<kVpts>(shape->vpt, [&](auto v) {
+      constexpr int VPT = decltype(v)::value;
+      auto go = [&](auto kernel) -> cudaError_t {
+        const size_t smem = kPrefetch ? asyncSmemBytes(threads, VPT) : 0;
+        cudaError_t e = cudaSuccess;
+        if (smem > 48u * 1024u) {
+          e = allowDynamicSmem(reinterpret_cast<const void*>(kernel), smem);
+          if (e != cudaSuccess) return e;
+        }
+        int perSm = 1;
+        e = residentBlocksPerSm(reinterpret_cast<const void*>(kernel), threads, smem, &perSm);
+        if (e != cudaSuccess) return e;
+        const int64_t most = static_cast<int64_t>(target.sms) * perSm;
+        if constexpr (!kPrefetch) {
+          if (asyncWhenLooping && aligned && VPT <= kMaxAsyncVpt && p.tokens > most) {
+            shape->form = AddRmsNormForm::RowsAsync;
+            return launchAddRmsNormRowsAsync(dtype, x, p, stream, target, shape);
+          }
+        }
+        shape->blocks = static_cast<int>(p.tokens < most ? p.tokens : most);
+        shape->smem = smem;
+        return launchKernel(kernel, dim3(static_cast<unsigned>(shape->blocks)),
+                            dim3(static_cast<unsigned>(threads)), smem, stream, target.pdl, xt, p,
+                            static_cast<int32_t>(target.releaseEarly ? 1 : 0));
+      };
+      if constexpr (!kPrefetch) {
+        if (!aligned) return go(addRmsNormRowsKernel<T, VPT, dev::kQuantAtRunTime, false, false>);
+      }
+      return dev::dispatchQuant(p.quant, [&](auto q) {
+        return go(addRmsNormRowsKernel<T, VPT, decltype(q)::value, true, kPrefetch>);
+      });
+    });
   });
 }
 

@@ -289,16 +289,17 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p);
 //             `maxVpt` vectors of a row in registers, the weight loaded once per block; kernels
 //             compiled per quantization mode for aligned buffers; as many blocks as the GPU
 //             holds at once, each taking rows blockIdx.x, blockIdx.x + grid, ...
-//  RowsAsync  Rows, with the next row's x and residual copied into shared memory (cp.async)
-//             while the block computes the current one (aligned buffers and at most
+//  RowsAsync  Rows, with the block's next two rows' x and residual copied into shared memory
+//             (cp.async) while it computes the current one (aligned buffers and at most
 //             kAddRmsNormAsyncMaxVpt vectors a thread; others run Rows).
 //  Cluster    one row per thread-block cluster of C blocks, one vector a thread, the sum of
 //             squares exchanged through distributed shared memory (fusedRowEpilogueCluster):
 //             a row of few tokens runs on C SMs instead of one. Rows up to hidden 8192 (others
 //             run Rows) where clusters can be launched (others run Rows).
 //  Auto       Cluster where every row gets a cluster of at least two blocks of one warp's
-//             vectors within one block per SM (addRmsNormClusterBlocks), else Rows, RowsAsync
-//             when a block takes more than one row.
+//             vectors within one block per SM (addRmsNormClusterBlocks), else Rows, or
+//             RowsAsync where a block takes more than one row (more rows than blocks of the
+//             Rows kernel fit the GPU at once).
 enum class AddRmsNormForm : int { Auto = 0, Staged, Regs, Rows, RowsAsync, Cluster };
 constexpr int kAddRmsNormAsyncMaxVpt = 3;  // RowsAsync: vectors a thread holds, at most
 
@@ -345,14 +346,13 @@ inline int addRmsNormClusterBlocks(int hidden, int tokens, int sms) {
   return 1;
 }
 
-// The form Auto takes (Cluster, Rows or RowsAsync) for `tokens` rows of `hidden` on `sms` SMs,
-// `clusters`: whether clusters launch there.
+// The form Auto takes for `tokens` rows of `hidden` on `sms` SMs (`clusters`: whether clusters
+// launch there): Cluster or Rows; the Rows launch itself runs RowsAsync where the GPU holds
+// fewer of its blocks at once than there are rows (a block then takes several, and copying the
+// next rows in while one is computed pays).
 inline AddRmsNormForm addRmsNormAutoForm(int hidden, int tokens, int sms, bool clusters) {
   if (clusters && addRmsNormClusterBlocks(hidden, tokens, sms) > 1) return AddRmsNormForm::Cluster;
-  // More rows than the GPU holds blocks of the Rows form at once (about four an SM): a block
-  // takes several rows, so copying the next one in while computing this one pays.
-  return static_cast<int64_t>(tokens) > 4 * static_cast<int64_t>(sms) ? AddRmsNormForm::RowsAsync
-                                                                      : AddRmsNormForm::Rows;
+  return AddRmsNormForm::Rows;
 }
 
 // Launches the standalone kernel in the form `l` asks for (Auto: addRmsNormAutoForm on the
