@@ -67,7 +67,8 @@
 #                reference first; EPI_DTYPES, EPI_HIDDEN, EPI_TOKENS, EPI_QUANT narrow it), then
 #                tools/peers/torch_epilogue_bench.py (eager PyTorch and torch.compile beside
 #                anyreduce.torch.add_rms_norm, the same shapes; EPI_COMPILE=static|dynamic shapes;
-#                EPI_TORCH=0 skips it), then issue 46's targets per variant (check_targets.py);
+#                EPI_TORCH=0 skips it, EPI_BENCH=0 the first), then issue 46's targets per variant
+#                (check_targets.py);
 #                builds only the tool and the library; JSON in $OUT
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
@@ -517,9 +518,11 @@ if want epilogue; then
   [ -n "${EPI_TOKENS:-}" ] && EPI_ARGS+=(--tokens "$EPI_TOKENS")
   [ -n "${EPI_QUANT:-}" ] && EPI_ARGS+=(--quant "$EPI_QUANT")
   echo "variants: $EPI_VARIANTS"
-  CUDA_VISIBLE_DEVICES=${EPI_GPU:-0} timeout -k 10 "${EPI_TIMEOUT_S:-300}" "$BUILD/tests/diag/anyr_epilogue_bench" \
-    "${EPI_ARGS[@]}" --json "$OUT/epilogue.json" 2>&1 | tee "$OUT/epilogue.txt"
-  check "${PIPESTATUS[0]}" "anyr_epilogue_bench"
+  if [ "${EPI_BENCH:-1}" != 0 ]; then
+    CUDA_VISIBLE_DEVICES=${EPI_GPU:-0} timeout -k 10 "${EPI_TIMEOUT_S:-300}" "$BUILD/tests/diag/anyr_epilogue_bench" \
+      "${EPI_ARGS[@]}" --json "$OUT/epilogue.json" 2>&1 | tee "$OUT/epilogue.txt"
+    check "${PIPESTATUS[0]}" "anyr_epilogue_bench"
+  fi
   if [ "${EPI_TORCH:-1}" != 0 ]; then
     step "epilogue: eager PyTorch and torch.compile beside anyreduce.torch.add_rms_norm"
     T_ARGS=(--compile-shapes "${EPI_COMPILE:-static}")

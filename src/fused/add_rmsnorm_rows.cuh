@@ -120,9 +120,14 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
   // while one is computed.
   int par = 0;
   const int first = static_cast<int>(blockIdx.x);
+  // Row `first + n * grid`, or `tokens` (none) past the end (no int overflow near INT_MAX).
+  auto ahead = [&](int row, int n) {
+    const int64_t r = static_cast<int64_t>(row) + static_cast<int64_t>(n) * grid;
+    return r < tokens ? static_cast<int>(r) : tokens;
+  };
   if constexpr (kPrefetch) {
     issueRow<T, VPT>(stage, x, resIn, first, tokens, 0, hidden, nvec, t, B);
-    issueRow<T, VPT>(stage, x, resIn, first + grid, tokens, 1, hidden, nvec, t, B);
+    issueRow<T, VPT>(stage, x, resIn, ahead(first, 1), tokens, 1, hidden, nvec, t, B);
   }
   for (int row = first; row < tokens; row += grid, par ^= 1) {
     dev::Vec xv[VPT];
@@ -139,7 +144,7 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
         if (haveRes) res[k].u = s[(VPT + k) * B + t];
       }
       // The stage this thread just read (its own vectors only) takes the row two ahead.
-      issueRow<T, VPT>(stage, x, resIn, row + 2 * grid, tokens, par, hidden, nvec, t, B);
+      issueRow<T, VPT>(stage, x, resIn, ahead(row, 2), tokens, par, hidden, nvec, t, B);
     } else {
       dev::loadRowRegs<T, VPT, kAligned>(x, row, hidden, xAligned, xv);
       if (haveRes) {
