@@ -187,7 +187,13 @@ bool parseVariant(const std::string& name, Variant* v) {
     }
     rest = rest.substr(end);
   }
-  return true;
+  // Values the launcher takes (it refuses others at launch, which would end the run).
+  const AddRmsNormLaunch& l = v->launch;
+  const bool staged = l.form == AddRmsNormForm::Staged;
+  return l.maxVpt >= 1 && l.maxVpt <= 4 &&
+         (l.clusterBlocks == 0 || l.clusterBlocks == 2 || l.clusterBlocks == 4 ||
+          l.clusterBlocks == 8) &&
+         (staged ? l.threads >= 32 && l.threads <= 1024 && l.threads % 32 == 0 : l.threads == 0);
 }
 
 std::string shapeText(const AddRmsNormShape& s) {
@@ -607,7 +613,11 @@ int selfTest(int threads) {
                {"rows-x2", false, AddRmsNormForm::Auto, 3, 0, false},
                {"rowsy", false, AddRmsNormForm::Auto, 3, 0, false},
                {"auto+fast", false, AddRmsNormForm::Auto, 3, 0, false},
-               {"cluster-c", false, AddRmsNormForm::Auto, 3, 0, false}};
+               {"cluster-c", false, AddRmsNormForm::Auto, 3, 0, false},
+               {"rows-v5", false, AddRmsNormForm::Auto, 3, 0, false},
+               {"cluster-c3", false, AddRmsNormForm::Auto, 3, 0, false},
+               {"rows-t64", false, AddRmsNormForm::Auto, 3, 0, false},
+               {"staged-t100", false, AddRmsNormForm::Auto, 3, 0, false}};
   for (const Name& n : names) {
     Variant v;
     const bool ok = parseVariant(n.name, &v);
@@ -854,7 +864,12 @@ int main(int argc, char** argv) {
             std::string why;
             if (vi == 0 && q != anyrQuantNone) {
               poison(s, b, st);
-              DIAG_CHECK(launchVariant(v, s, paramsFor(s, b, q, true), st, &shape));
+              const cudaError_t le = launchVariant(v, s, paramsFor(s, b, q, true), st, &shape);
+              if (le != cudaSuccess) {  // refused before anything ran: the others go on
+                (void)cudaGetLastError();
+                fail(v.name, qn, std::string("launch: ") + cudaGetErrorString(le));
+                continue;
+              }
               DIAG_CHECK(cudaStreamSynchronize(st));
               std::vector<uint16_t> norm;
               std::vector<uint8_t> qb, lin, swz;
@@ -882,7 +897,12 @@ int main(int argc, char** argv) {
             }
             // The timed configuration.
             poison(s, b, st);
-            DIAG_CHECK(launchVariant(v, s, paramsFor(s, b, q, false), st, &shape));
+            const cudaError_t le = launchVariant(v, s, paramsFor(s, b, q, false), st, &shape);
+            if (le != cudaSuccess) {
+              (void)cudaGetLastError();
+              fail(v.name, qn, std::string("launch: ") + cudaGetErrorString(le));
+              continue;
+            }
             DIAG_CHECK(cudaStreamSynchronize(st));
             launched[vi][q] = v.api ? "anyrAddRmsNorm" : shapeText(shape);
             if (vi == 0 && q == anyrQuantNone) {
