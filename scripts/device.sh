@@ -44,7 +44,8 @@
 #                first GPU. Correctness of those targets' code, not their speed.
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
 #                instruction; NCU_HIDDEN, default 6144; NCU_QUANT: none|fp8|nvfp4; NCU_KERNELS:
-#                the kernel names, space-separated; NCU_ARGS: more anyr_fused_floor arguments,
+#                the kernel names, space-separated, each a regex (addRmsNorm: the standalone
+#                kernel in whichever form it takes); NCU_ARGS: more anyr_fused_floor arguments,
 #                e.g. "--twoshot --rows 128")
 #   namespaces   peer memory across Linux namespaces: two ranks (tools/peers/namespace_check.py),
 #                rank 1 in a new PID namespace, IPC namespace or both (unshare; as containers that
@@ -487,7 +488,7 @@ if want ncu; then
   step "ncu: one-token kernels at world size 1 (stall reasons per SASS instruction)"
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -n "$NCU" ]; then
-    for k in ${NCU_KERNELS:-addRmsNormKernel fusedOneShotPushKernel fusedOneShotPushClusterKernel oneShotPushKernel}; do
+    for k in ${NCU_KERNELS:-addRmsNorm fusedOneShotPushKernel fusedOneShotPushClusterKernel oneShotPushKernel}; do
       CL=(); [ "$k" = fusedOneShotPushClusterKernel ] && CL=(--cluster 8)
       Q=(); [ -n "${NCU_QUANT:-}" ] && Q=(--quant "$NCU_QUANT")
       # shellcheck disable=SC2206 # NCU_ARGS: more anyr_fused_floor arguments, word-split
