@@ -199,12 +199,11 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
       shape.form = AddRmsNormForm::Cluster;
       shape.clusterBlocks = c;
       e = launchAddRmsNormCluster(datatype, x, p, stream, target, &shape);
-      // A device whose attribute promises clusters but refuses this launch (a launch error,
-      // returned before anything was queued) runs the Rows form instead.
-      if (e != cudaErrorInvalidConfiguration && e != cudaErrorNotSupported &&
-          e != cudaErrorInvalidClusterSize) {
-        return e;
-      }
+      if (e == cudaSuccess) return e;
+      // A device whose attribute promises clusters but refuses this launch (MIG, MPS or a
+      // driver that cannot place it: an error returned before anything was queued) runs the
+      // Rows form instead; an error left by earlier work is not cleared here, and the Rows
+      // launch returns it.
       (void)cudaGetLastError();
     }
     form = AddRmsNormForm::Rows;
