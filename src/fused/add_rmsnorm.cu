@@ -185,6 +185,7 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
   if (e != cudaSuccess) return e;
   target.pdl = l.pdl;
   target.releaseEarly = l.pdl && l.releaseEarly;
+  target.clusterExitBarrier = l.clusterExitBarrier;
   AddRmsNormForm form = l.form;
   if (form == AddRmsNormForm::Auto) {
     form = addRmsNormAutoForm(p.hidden, p.tokens, target.sms, clusters && l.clusters);

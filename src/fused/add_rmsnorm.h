@@ -18,6 +18,7 @@ struct AddRmsNormTarget {
   int sms = 1;
   bool pdl = false;
   bool releaseEarly = false;
+  bool clusterExitBarrier = true;  // AddRmsNormLaunch::clusterExitBarrier
 };
 
 // Rows and RowsAsync (aligned buffers, at most kAddRmsNormAsyncMaxVpt vectors a thread) with

@@ -6,6 +6,8 @@
 // instructions on one SM, half its 4.3 us on an H200 spent issuing them), so C SMs take a C-th of
 // it each. Cluster k takes rows k, k + K, ... (K clusters); a launch of more rows than clusters
 // loops.
+#include <type_traits>
+
 #include "device/common.cuh"
 #include "device/launch.cuh"
 #include "fused/add_rmsnorm.h"
@@ -34,7 +36,12 @@ struct LocalWait {
 };
 
 // Blocks of fusedClusterThreads(hidden, C) threads, one vector each (at most 512).
-template <typename T, int Q, bool kAligned>
+// kExitBarrier false: a block that finished its rows leaves without the final cluster barrier.
+// Every peer sends into its shared memory only the rows it also takes, and its mbarrier counted
+// every byte of its last row before that row finished, so nothing can still arrive; its own
+// sends reach peers that wait for them. (A block that gave up a row, a fault, leaves too: its
+// peers may have left already, and a barrier with them would not end.)
+template <typename T, int Q, bool kAligned, bool kExitBarrier>
 __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
     addRmsNormClusterKernel(const T* x, FusedParams p, int32_t releaseEarly) {
   __shared__ dev::ClusterExchange xch;
@@ -61,7 +68,7 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
       break;
     }
   }
-  dev::clusterExchangeEnd(rowsDone);
+  if (kExitBarrier || rowsDone == 0) dev::clusterExchangeEnd(rowsDone);
 }
 
 }  // namespace
@@ -89,9 +96,14 @@ cudaError_t launchAddRmsNormCluster(anyrDataType_t dtype, const void* x, const F
                                  stream, target.pdl, xt, p,
                                  static_cast<int32_t>(target.releaseEarly ? 1 : 0));
     };
-    if (!aligned) return go(addRmsNormClusterKernel<T, dev::kQuantAtRunTime, false>);
-    return dev::dispatchQuant(
-        p.quant, [&](auto q) { return go(addRmsNormClusterKernel<T, decltype(q)::value, true>); });
+    auto pick = [&](auto exitBarrier) {
+      constexpr bool kExit = decltype(exitBarrier)::value;
+      if (!aligned) return go(addRmsNormClusterKernel<T, dev::kQuantAtRunTime, false, kExit>);
+      return dev::dispatchQuant(p.quant, [&](auto q) {
+        return go(addRmsNormClusterKernel<T, decltype(q)::value, true, kExit>);
+      });
+    };
+    return target.clusterExitBarrier ? pick(std::true_type{}) : pick(std::false_type{});
   });
 }
 

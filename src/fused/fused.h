@@ -312,6 +312,10 @@ struct AddRmsNormLaunch {
   bool clusters = true;       // Auto may choose Cluster (the caller knows clusters launch here)
   bool pdl = false;           // programmatic dependent launch (device/launch.cuh)
   bool releaseEarly = false;  // with pdl: let the next launch be scheduled after the wait
+  // Cluster: false lets a block leave after its last row without the final cluster barrier
+  // (every store into its shared memory has landed by then: its mbarrier counted them); a
+  // variant to measure (anyr_epilogue_bench's -e0).
+  bool clusterExitBarrier = true;
 };
 
 // The shape a launch took (launchAddRmsNormWith): form, blocks, threads, vectors a thread holds

@@ -25,11 +25,12 @@
 // against the first's. A wrong result is printed (WRONG ...), that variant is not timed, and the
 // tool exits with status 4 at the end.
 //
-// Variants: FORM[-vN][-cN][+pdl], FORM one of regs (the kernel before the forms), staged (with
-// -tN: N threads), rows, rows-async, cluster, auto (what anyrAddRmsNorm launches); -vN the Rows
-// forms' vectors a thread at most (default 3); -cN the cluster size (default: the automatic
-// one, at least 2); +pdl launched with programmatic dependent launch, releasing the next
-// launch early. "api" is the public anyrAddRmsNorm itself.
+// Variants: FORM[-vN][-cN][-e0][+pdl], FORM one of regs (the kernel before the forms), staged
+// (with -tN: N threads), rows, rows-async, cluster, auto (what anyrAddRmsNorm launches); -vN the
+// Rows forms' vectors a thread at most (default 3); -cN the cluster size (default: the
+// automatic one, at least 2); -e0 the Cluster form without its final cluster barrier; +pdl
+// launched with programmatic dependent launch, releasing the next launch early. "api" is the
+// public anyrAddRmsNorm itself.
 //
 // Usage: anyr_epilogue_bench [--dtypes bf16,fp16] [--hidden 2880,4096,5120,6144,7168,8192]
 //   [--tokens 1,8,32,128,512,2048,8192] [--variants auto,...] [--quant none,fp8,nvfp4]
@@ -182,6 +183,8 @@ bool parseVariant(const std::string& name, Variant* v) {
       v->launch.clusterBlocks = value;
     } else if (key == 't') {
       v->launch.threads = value;
+    } else if (key == 'e' && (value == 0 || value == 1)) {
+      v->launch.clusterExitBarrier = value != 0;
     } else {
       return false;
     }
@@ -609,6 +612,8 @@ int selfTest(int threads) {
                {"rows-v2", true, AddRmsNormForm::Rows, 2, 0, false},
                {"rows-async-v1+pdl", true, AddRmsNormForm::RowsAsync, 1, 0, true},
                {"cluster-c4", true, AddRmsNormForm::Cluster, 3, 4, false},
+               {"cluster-e0", true, AddRmsNormForm::Cluster, 3, 0, false},
+               {"cluster-e2", false, AddRmsNormForm::Auto, 3, 0, false},
                {"regs", true, AddRmsNormForm::Regs, 3, 0, false},
                {"rows-x2", false, AddRmsNormForm::Auto, 3, 0, false},
                {"rowsy", false, AddRmsNormForm::Auto, 3, 0, false},

@@ -183,6 +183,7 @@ struct RunSpec {
   int form = -1;
   int maxVpt = 3;
   int clusterBlocks = 0;
+  bool clusterExitBarrier = true;
   cudaStream_t stream = nullptr;
   bool captureGraph = false;
 };
@@ -269,6 +270,7 @@ void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
       l.threads = spec.threads;
       l.maxVpt = spec.maxVpt;
       l.clusterBlocks = spec.clusterBlocks;
+      l.clusterExitBarrier = spec.clusterExitBarrier;
       return launchAddRmsNormWith(in.dtype, x, fp, s, l);
     }
     if (spec.threads == 0) {
@@ -568,8 +570,9 @@ std::string describe(const Inputs& in, const RunSpec& s) {
      << " quant=" << quantName(s.quant) << " normOut=" << s.normOut
      << " xAliasesNorm=" << s.xAliasesNorm << " threads=" << s.threads << " form="
      << (s.form >= 0 ? addRmsNormFormName(static_cast<AddRmsNormForm>(s.form)) : "default")
-     << " maxVpt=" << s.maxVpt << " cluster=" << s.clusterBlocks << " offsets=" << s.elemOffset
-     << "/" << s.byteOffset << " graph=" << s.captureGraph;
+     << " maxVpt=" << s.maxVpt << " cluster=" << s.clusterBlocks
+     << (s.clusterExitBarrier ? "" : " (no exit barrier)") << " offsets=" << s.elemOffset << "/"
+     << s.byteOffset << " graph=" << s.captureGraph;
   return os.str();
 }
 
@@ -717,22 +720,25 @@ TEST(FusedKernel, BlockSizeDoesNotChangeTheBits) {
 
 // Every form of the standalone kernel (fused.h, AddRmsNormForm) gives the bits of the staged
 // kernel: Regs, Rows at one to four vectors a thread, RowsAsync (one row per block and several),
-// Cluster at 2, 4 and 8 blocks (one cluster per row and rows looping over the clusters), with
-// aligned and unaligned buffers (the general kernels), residual separate and in place, x
-// aliasing normOut, unquantized and quantized.
+// Cluster at 2, 4 and 8 blocks (one cluster per row and rows looping over the clusters; with and
+// without the final cluster barrier), with aligned and unaligned buffers (the general kernels),
+// residual separate and in place, x aliasing normOut, unquantized and quantized.
 TEST(FusedKernel, EveryFormGivesTheSameBits) {
   REQUIRE_GPU();
   inChild([&] {
     struct Form {
       AddRmsNormForm form;
       int maxVpt, cluster;
+      bool exitBarrier;
     };
-    const Form forms[] = {{AddRmsNormForm::Regs, 3, 0},      {AddRmsNormForm::Rows, 1, 0},
-                          {AddRmsNormForm::Rows, 2, 0},      {AddRmsNormForm::Rows, 3, 0},
-                          {AddRmsNormForm::Rows, 4, 0},      {AddRmsNormForm::RowsAsync, 1, 0},
-                          {AddRmsNormForm::RowsAsync, 3, 0}, {AddRmsNormForm::Cluster, 3, 2},
-                          {AddRmsNormForm::Cluster, 3, 4},   {AddRmsNormForm::Cluster, 3, 8},
-                          {AddRmsNormForm::Auto, 3, 0}};
+    const Form forms[] = {
+        {AddRmsNormForm::Regs, 3, 0, true},      {AddRmsNormForm::Rows, 1, 0, true},
+        {AddRmsNormForm::Rows, 2, 0, true},      {AddRmsNormForm::Rows, 3, 0, true},
+        {AddRmsNormForm::Rows, 4, 0, true},      {AddRmsNormForm::RowsAsync, 1, 0, true},
+        {AddRmsNormForm::RowsAsync, 3, 0, true}, {AddRmsNormForm::Cluster, 3, 2, true},
+        {AddRmsNormForm::Cluster, 3, 4, true},   {AddRmsNormForm::Cluster, 3, 8, true},
+        {AddRmsNormForm::Cluster, 3, 2, false},  {AddRmsNormForm::Cluster, 3, 8, false},
+        {AddRmsNormForm::Auto, 3, 0, true}};
     int compared = 0;
     for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
       for (int hidden : {128, 2880, 6144, 7168, 8192, 12288, 16384}) {
@@ -762,6 +768,7 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
                     other.threads = 0;
                     other.maxVpt = f.maxVpt;
                     other.clusterBlocks = f.cluster;
+                    other.clusterExitBarrier = f.exitBarrier;
                     other.xAliasesNorm = alias;
                     Outputs o;
                     if (!ran(in, other, &o)) return;
