@@ -49,7 +49,8 @@
 #                first GPU. Correctness of those targets' code, not their speed.
 #   ncu          Nsight Compute on the one-token kernels at world size 1 (stall reasons per SASS
 #                instruction; NCU_HIDDEN, default 6144; NCU_QUANT: none|fp8|nvfp4; NCU_KERNELS:
-#                the kernel names, space-separated; NCU_ARGS: more anyr_fused_floor arguments,
+#                the kernel names, space-separated, each a regex (addRmsNorm: the standalone
+#                kernel in whichever form it takes); NCU_ARGS: more anyr_fused_floor arguments,
 #                e.g. "--twoshot --rows 128")
 #   namespaces   peer memory across Linux namespaces: two ranks (tools/peers/namespace_check.py),
 #                rank 1 in a new PID namespace, IPC namespace or both (unshare; as containers that
@@ -66,6 +67,15 @@
 #                16 MB) on the first 2 GPUs; with 8 GPUs also the all-reduce (1 KB..256 MB) and the
 #                fused op at 8 ranks; then tools/targets/check_targets.py prints MET / MISSED / NOT
 #                MEASURED per target, each from figures of one run (peer in the same process)
+#   epilogue     the standalone add + RMSNorm (+ FP8 / NVFP4) at the memory roofline, on the first
+#                GPU: anyr_epilogue_bench (each kernel form of EPI_VARIANTS, an empty kernel and a
+#                device-to-device copy of the same bytes, every variant checked against the fp64
+#                reference first; EPI_DTYPES, EPI_HIDDEN, EPI_TOKENS, EPI_QUANT narrow it), then
+#                tools/peers/torch_epilogue_bench.py (eager PyTorch and torch.compile beside
+#                anyreduce.torch.add_rms_norm, the same shapes; EPI_COMPILE=static|dynamic shapes;
+#                EPI_TORCH=0 skips it, EPI_BENCH=0 the first), then issue 46's targets per variant
+#                (check_targets.py);
+#                builds only the tool and the library; JSON in $OUT
 #   all          all of the above (longer than one 10-minute call: split it)
 set -uo pipefail
 SECTIONS=("$@")
@@ -100,6 +110,7 @@ case "${SECTIONS[*]}" in
   hostphases) ONLY=(--target anyr_host_phases) ;;
   ncu | profile) ONLY=(--target anyr_fused_floor) ;;
   torchops) ONLY=(--target anyreduce anyr_host_overhead) ;;
+  epilogue) ONLY=(--target anyreduce anyr_epilogue_bench) ;;
 esac
 cmake --build "$BUILD" -j"$JOBS" "${ONLY[@]}" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
@@ -495,7 +506,7 @@ if want ncu; then
   step "ncu: one-token kernels at world size 1 (stall reasons per SASS instruction)"
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   if [ -n "$NCU" ]; then
-    for k in ${NCU_KERNELS:-addRmsNormKernel fusedOneShotPushKernel fusedOneShotPushClusterKernel oneShotPushKernel}; do
+    for k in ${NCU_KERNELS:-addRmsNorm fusedOneShotPushKernel fusedOneShotPushClusterKernel oneShotPushKernel}; do
       CL=(); [ "$k" = fusedOneShotPushClusterKernel ] && CL=(--cluster 8)
       Q=(); [ -n "${NCU_QUANT:-}" ] && Q=(--quant "$NCU_QUANT")
       # shellcheck disable=SC2206 # NCU_ARGS: more anyr_fused_floor arguments, word-split
@@ -515,6 +526,62 @@ if want ncu; then
   else
     echo "ncu is not installed on this machine: skipped"
   fi
+fi
+
+if want epilogue; then
+  step "epilogue: the standalone add + RMSNorm against an empty kernel and a copy of the same bytes"
+  EPI_VARIANTS=${EPI_VARIANTS:-regs,rows,rows-v2,rows-async,cluster,cluster-e0,auto,auto+pdl,api}
+  EPI_ARGS=(--variants "$EPI_VARIANTS")
+  [ -n "${EPI_DTYPES:-}" ] && EPI_ARGS+=(--dtypes "$EPI_DTYPES")
+  [ -n "${EPI_HIDDEN:-}" ] && EPI_ARGS+=(--hidden "$EPI_HIDDEN")
+  [ -n "${EPI_TOKENS:-}" ] && EPI_ARGS+=(--tokens "$EPI_TOKENS")
+  [ -n "${EPI_QUANT:-}" ] && EPI_ARGS+=(--quant "$EPI_QUANT")
+  echo "variants: $EPI_VARIANTS"
+  if [ "${EPI_BENCH:-1}" != 0 ]; then
+    EB="$BUILD/tests/diag/anyr_epilogue_bench"
+    # Each variant first alone beside the first one (the reference of the bitwise check) on a
+    # few shapes (one row, a few, more rows than blocks; VPT 1..3; both dtypes; every output):
+    # a variant that crashes its process (a fault) is left out of the full run and reported, so
+    # it cannot take the others' figures with it. A wrong result is not a crash: the full run
+    # reports it.
+    FIRST=${EPI_VARIANTS%%,*}
+    KEEP="$FIRST"
+    for v in ${EPI_VARIANTS//,/ }; do
+      [ "$v" = "$FIRST" ] && continue
+      CUDA_VISIBLE_DEVICES=${EPI_GPU:-0} timeout -k 5 60 "$EB" --variants "$FIRST,$v" --hidden 2880,6144,8192 \
+        --tokens 1,5,600 --calls 2 --samples 1 >"$OUT/epilogue-smoke-$v.txt" 2>&1
+      rc=$?
+      if [ $rc = 0 ] || [ $rc = 4 ]; then
+        KEEP="$KEEP,$v"
+      else
+        echo "FAILED (variant $v crashed its smoke run, exit $rc; left out of the full run):"
+        tail -5 "$OUT/epilogue-smoke-$v.txt"
+        RC=1
+      fi
+    done
+    EPI_ARGS[1]="$KEEP"
+    CUDA_VISIBLE_DEVICES=${EPI_GPU:-0} timeout -k 10 "${EPI_TIMEOUT_S:-300}" "$EB" \
+      "${EPI_ARGS[@]}" --json "$OUT/epilogue.json" 2>&1 | tee "$OUT/epilogue.txt"
+    check "${PIPESTATUS[0]}" "anyr_epilogue_bench"
+  fi
+  if [ "${EPI_TORCH:-1}" != 0 ]; then
+    step "epilogue: eager PyTorch and torch.compile beside anyreduce.torch.add_rms_norm"
+    T_ARGS=(--compile-shapes "${EPI_COMPILE:-static}")
+    [ -n "${EPI_DTYPES:-}" ] && T_ARGS+=(--dtypes "$EPI_DTYPES")
+    [ -n "${EPI_HIDDEN:-}" ] && T_ARGS+=(--hidden "$EPI_HIDDEN")
+    [ -n "${EPI_TOKENS:-}" ] && T_ARGS+=(--tokens "$EPI_TOKENS")
+    CUDA_VISIBLE_DEVICES=${EPI_GPU:-0} timeout -k 10 "${EPI_TORCH_TIMEOUT_S:-300}" env \
+      ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" PYTHONPATH="$PWD/python" \
+      python3 tools/peers/torch_epilogue_bench.py "${T_ARGS[@]}" --json "$OUT/epilogue-torch.json" 2>&1 |
+      grep -v Warning | tee "$OUT/epilogue-torch.txt"
+    check "${PIPESTATUS[0]}" "torch_epilogue_bench"
+  fi
+  step "epilogue: issue 46's targets, per variant (tools/targets/check_targets.py)"
+  for v in ${EPI_VARIANTS//,/ }; do
+    python3 tools/targets/check_targets.py --dir "$OUT" --epilogue-case "$v" \
+      --json "$OUT/epilogue-targets-$v.json" | grep -E "^ +46 " | sed "s/^/$v: /"
+    check "${PIPESTATUS[0]}" "check_targets --epilogue-case $v"
+  done
 fi
 
 if want namespaces; then

@@ -4,6 +4,11 @@
     python3 scripts/perf-tables.py           rewrites the generated part of docs/PERFORMANCE.md
     python3 scripts/perf-tables.py --check   exits 1 when a run file lacks a required field or
                                              docs/PERFORMANCE.md is not what this script writes
+    python3 scripts/perf-tables.py --import-epilogue DIR --date YYYY-MM-DD --commit C
+        [--topic T] [--case auto] [--title TEXT]
+                                             records `scripts/device.sh epilogue`'s output (DIR:
+                                             its $OUT, epilogue.json and epilogue-torch.json) as
+                                             docs/runs/DATE-T.json, then rewrites the tables
 
 A run file is one run (one call or one session of calls on one machine): the fields in REQUIRED,
 and "results", a list of rows (objects). A row with "family", "platform" and "shape" is a figure
@@ -191,10 +196,143 @@ def render(current, generated):
     return head + generated + tail
 
 
+# ---- anyr_epilogue_bench / torch_epilogue_bench output as a run file -------------------------
+EPILOGUE_FAMILY = ('standalone add + RMSNorm (residual_out and out), anyr_epilogue_bench and '
+                   'torch_epilogue_bench, graph replay (us per call)')
+
+
+def read_bench(path, needed):
+    """A bench JSON file (`results` rows with the `needed` keys, `wrong` empty), or fail()."""
+    try:
+        with open(path, encoding='utf-8') as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        fail('%s: not a readable JSON file (%s)' % (path, e))
+    rows = doc.get('results') if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not rows:
+        fail('%s: no results' % path)
+    for i, r in enumerate(rows):
+        missing = [k for k in needed if not isinstance(r, dict) or k not in r]
+        if missing:
+            fail('%s: result %d lacks %s' % (path, i, ', '.join(missing)))
+    if doc.get('wrong'):
+        fail('%s: %d checks failed (first: %s): a run with a wrong result is not recorded'
+             % (path, len(doc['wrong']), doc['wrong'][0]))
+    return doc
+
+
+def epilogue_run(bench, torch, case, date, sequence, commit, title):
+    """The run file of one `scripts/device.sh epilogue` call: a current-figure row per dtype,
+    hidden size and token count (the `case` variant against the empty kernel, the faster copy
+    of the same bytes, torch.compile and eager; its quantized outputs), and every figure of both
+    tools as history rows."""
+    us = {}
+    launch = {}
+    for r in bench['results']:
+        key = (r['dtype'], r['hidden'], r['tokens'], r['case'], r['quant'])
+        us[key] = r['us'] if isinstance(r['us'], (int, float)) and r['us'] > 0 else None
+        launch[key] = r.get('launch', '')
+    peer = {}
+    for r in (torch or {}).get('results', []):
+        peer[(r['dtype'], r['hidden'], r['tokens'])] = r
+    platform = '1 x %s' % bench.get('gpu', 'GPU')
+    shapes = sorted({k[:3] for k in us if k[3] == case and k[4] == 'none' and us[k]})
+    if not shapes:
+        fail('epilogue.json: no timed "%s" (the --case to record)' % case)
+    results = []
+    for k in shapes:
+        mine = us[k + (case, 'none')]
+        copies = [c for c in (us.get(k + ('copy', 'none')), us.get(k + ('copy-kernel', 'none')))
+                  if c]
+        row = {'family': EPILOGUE_FAMILY, 'platform': platform,
+               'shape': '%s, %d x %d' % k, 'empty': us.get(k + ('empty', 'none')),
+               'copy of the same bytes': min(copies) if copies else None, 'anyreduce': mine,
+               'copy / anyreduce': round(min(copies) / mine, 3) if copies else None}
+        p = peer.get(k)
+        if p:
+            row['torch.compile'] = p.get('compile_us')
+            row['eager'] = p.get('eager_us')
+            if p.get('compile_us'):
+                row['torch.compile / anyreduce'] = round(p['compile_us'] / mine, 3)
+        for q in ('fp8', 'nvfp4'):
+            if us.get(k + (case, q)):
+                row['%s / none' % q] = round(us[k + (case, q)] / mine, 3)
+        row['launch'] = launch.get(k + (case, 'none'), '')
+        results.append({c: (round(v, 3) if isinstance(v, float) else v) for c, v in row.items()
+                        if v is not None})
+    for r in bench['results']:
+        results.append({'table': 'anyr_epilogue_bench', 'dtype': r['dtype'], 'hidden': r['hidden'],
+                        'tokens': r['tokens'], 'case': r['case'], 'quant': r['quant'],
+                        'us': r['us'], 'launch': r.get('launch', '')})
+    for r in (torch or {}).get('results', []):
+        results.append(dict({'table': 'torch_epilogue_bench'}, **r))
+    machine = '%s (%s SMs), driver %s' % (bench.get('gpu', '?'), bench.get('sms', '?'),
+                                          bench.get('driver', '?'))
+    if torch:
+        machine += ', torch %s' % torch.get('torch', '?')
+    return {
+        'date': date,
+        'sequence': sequence,
+        'title': title or ('the standalone add + RMSNorm against the memory roofline and '
+                           'torch.compile, %s' % machine),
+        'machine': machine,
+        'command': 'scripts/device.sh epilogue',
+        'commands': ['anyr_epilogue_bench --variants %s --json epilogue.json'
+                     % ','.join(bench.get('variants', [])),
+                     'tools/peers/torch_epilogue_bench.py --compile-shapes %s --json '
+                     'epilogue-torch.json' % (torch or {}).get('compile_shapes', '?')],
+        'commit': commit,
+        'peer': ('torch.compile (Inductor, fullgraph) and eager PyTorch of the same function, a '
+                 'device-to-device copy of the same bytes and an empty kernel, on the same GPU in '
+                 'the same call' if torch else
+                 'a device-to-device copy of the same bytes and an empty kernel, same process'),
+        'measured': ('the standalone kernel (variant "%s") per dtype, hidden size and token '
+                     'count; every variant of anyr_epilogue_bench as history rows' % case),
+        'results': results,
+        'notes': [bench.get('method', ''), bench.get('copy', ''), bench.get('quant', '')] +
+                 ([torch.get('method', '')] if torch else []),
+    }
+
+
+def import_epilogue(argv):
+    import argparse
+    ap = argparse.ArgumentParser(prog='perf-tables.py --import-epilogue')
+    ap.add_argument('dir')
+    ap.add_argument('--date', required=True)
+    ap.add_argument('--commit', required=True)
+    ap.add_argument('--topic', default='standalone-epilogue')
+    ap.add_argument('--case', default='auto')
+    ap.add_argument('--title', default='')
+    args = ap.parse_args(argv)
+    if not re.match(r'^\d{4}-\d{2}-\d{2}$', args.date):
+        fail('--date must be YYYY-MM-DD')
+    bench = read_bench(os.path.join(args.dir, 'epilogue.json'),
+                       ('dtype', 'hidden', 'tokens', 'case', 'quant', 'us'))
+    tpath = os.path.join(args.dir, 'epilogue-torch.json')
+    torch = read_bench(tpath, ('dtype', 'hidden', 'tokens', 'compile_us', 'eager_us')) \
+        if os.path.exists(tpath) else None
+    runs = load_runs()
+    sequence = max(r['sequence'] for r in runs) + 1
+    run = epilogue_run(bench, torch, args.case, args.date, sequence, args.commit, args.title)
+    name = '%s-%s.json' % (args.date, args.topic)
+    if not NAME.match(name):
+        fail('%s: the name is not YYYY-MM-DD-<topic>.json' % name)
+    path = os.path.join(RUNS, name)
+    if os.path.exists(path):
+        fail('%s exists' % path)
+    with open(path, 'w', encoding='utf-8') as f:
+        json.dump(run, f, indent=1)
+        f.write('\n')
+    print('perf-tables: recorded %s (%d rows)' % (path, len(run['results'])))
+    return main(['perf-tables.py'])
+
+
 def main(argv):
+    if argv[1:2] == ['--import-epilogue']:
+        return import_epilogue(argv[2:])
     check = argv[1:] == ['--check']
     if argv[1:] and not check:
-        fail('usage: perf-tables.py [--check]')
+        fail('usage: perf-tables.py [--check | --import-epilogue DIR --date D --commit C]')
     runs = load_runs()
     with open(DOC, encoding='utf-8') as f:
         current = f.read()

@@ -312,7 +312,12 @@ void Communicator::fusedCall(const void* partial, const void* residualIn, void* 
     q.blockScalesSwizzled = shift(p.blockScalesSwizzled,
                                   static_cast<size_t>(swizzledPaddedCols(nvfp4ScaleCols(hidden))));
     q.tokens = rows;
-    ANYR_CUDA_CHECK(launchAddRmsNorm(dtype, x, q, stream, 0, caps_.pdlOn()));
+    // The standalone kernel's automatic form; clusters where the communicator's probe passed.
+    // It does not release the next launch early (docs/DESIGN.md, programmatic dependent launch).
+    AddRmsNormLaunch l;
+    l.clusters = caps_.clusterOn();
+    l.pdl = caps_.pdlOn();
+    ANYR_CUDA_CHECK(launchAddRmsNormWith(dtype, x, q, stream, l));
   };
   if (ctx_.nranks == 1) {
     epilogueOn(partial, 0, static_cast<int>(tokens));

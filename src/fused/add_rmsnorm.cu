@@ -1,25 +1,24 @@
 // The standalone residual add + RMSNorm (+ FP8 / NVFP4) kernel: what an unfused pipeline runs
-// after its all-reduce, and the epilogue of anyreduce's NCCL path. One block per row: the row
-// of x is staged in shared memory as fp32 (so x may be normOut: the whole row is read before
-// anything is written), then fusedRowEpilogue (fused/epilogue.cuh) does the rest, so the bits
-// equal those of the fused all-reduce kernels.
-//
-// Block size: the caller's, a multiple of 32 in 32..1024 (hidden / 16 gives two 8-element
-// vectors per thread in each phase, so every thread has loads in flight). Shared memory:
-// fusedSharedBytes(hidden), at most 69,648 bytes (hidden 16384); the kernel's dynamic shared
-// memory limit is raised once per device (launchWithSmem).
-//
-// With the default block size a second kernel keeps the row in registers (every width, up to
-// four vectors a thread at hidden 16384): each thread loads its vectors of x, the residual and
-// the weight at once, so one memory latency covers the three (the staged kernel waits for them
-// one after the other: 4.6 us for one row of 6144 on an H200, docs/PERFORMANCE.md), then runs
-// the register epilogue, which gives the same bits. The staged kernel runs where a caller asks
-// for a block size (tests show the bits do not depend on it).
+// after its all-reduce, and the epilogue of anyreduce's NCCL path. launchAddRmsNormWith picks a
+// form (fused/fused.h, AddRmsNormForm) and launches it; the Rows forms live in
+// fused/add_rmsnorm_rows.cuh, the Cluster form in fused/add_rmsnorm_cluster.cu. This file holds
+// the two first kernels:
+//  - the staged kernel (Staged): one block per row, the row staged in shared memory as fp32 (so
+//    x may be normOut: the whole row is read before anything is written), then
+//    fusedRowEpilogue (fused/epilogue.cuh), so the bits equal those of the fused all-reduce
+//    kernels. Block size: the caller's, a multiple of 32 in 32..1024. Shared memory:
+//    fusedSharedBytes(hidden), at most 69,648 bytes (hidden 16384); the kernel's dynamic shared
+//    memory limit is raised once per device (launchWithSmem).
+//  - the first register kernel (Regs): one block of fusedThreads(hidden) threads per row, the
+//    row in registers (every width, up to four vectors a thread at hidden 16384), the general
+//    code: the quantization mode and each buffer's alignment read at run time.
 #include "algo/algo.h"
 #include "device/launch.cuh"
+#include "fused/add_rmsnorm.h"
 #include "fused/epilogue.cuh"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
+#include "fused/kernel_attrs.h"
 #include "fused/launch.cuh"
 
 namespace anyr {
@@ -130,18 +129,108 @@ cudaError_t launchE2m1InstructionProbe(int* word, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+const char* addRmsNormFormName(AddRmsNormForm form) {
+  switch (form) {
+    case AddRmsNormForm::Auto:
+      return "auto";
+    case AddRmsNormForm::Staged:
+      return "staged";
+    case AddRmsNormForm::Regs:
+      return "regs";
+    case AddRmsNormForm::Rows:
+      return "rows";
+    case AddRmsNormForm::RowsAsync:
+      return "rows-async";
+    case AddRmsNormForm::Cluster:
+      return "cluster";
+  }
+  return nullptr;
+}
+
+cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const FusedParams& p,
+                                 cudaStream_t stream, const AddRmsNormLaunch& l,
+                                 AddRmsNormShape* shapeOut) {
+  AddRmsNormShape local;
+  AddRmsNormShape& shape = shapeOut != nullptr ? *shapeOut : local;
+  shape = AddRmsNormShape{};
+  if (p.tokens == 0) return cudaSuccess;
+  if (p.hidden > kFusedMaxHidden) return cudaErrorInvalidValue;
+  if (l.form == AddRmsNormForm::Staged) {
+    if (l.threads % 32 != 0 || l.threads < 32 || l.threads > kMaxThreads) {
+      return cudaErrorInvalidValue;
+    }
+    shape.form = AddRmsNormForm::Staged;
+    shape.blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
+    shape.threads = l.threads;
+    shape.smem = fusedSharedBytes(p.hidden);
+    return dev::dispatchDtype<true>(datatype, [&](auto tag) {
+      return launchTyped<typename decltype(tag)::T>(x, p, stream, l.threads, l.pdl);
+    });
+  }
+  if (l.form == AddRmsNormForm::Regs) {
+    shape.form = AddRmsNormForm::Regs;
+    shape.blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
+    shape.threads = fusedThreads(p.hidden);
+    shape.vpt = rowVecsPerThread(p.hidden, shape.threads);
+    return dev::dispatchDtype<true>(datatype, [&](auto tag) {
+      return launchRegs<typename decltype(tag)::T>(x, p, stream, l.pdl);
+    });
+  }
+  if (l.maxVpt < 1 || l.maxVpt > dev::kFusedRegsMaxVpt) return cudaErrorInvalidValue;
+  const int c0 = l.clusterBlocks;
+  if (c0 != 0 && c0 != 2 && c0 != 4 && c0 != 8) return cudaErrorInvalidValue;
+  AddRmsNormTarget target;
+  bool clusters = false;
+  cudaError_t e = currentDeviceFacts(&target.device, &target.sms, &clusters);
+  if (e != cudaSuccess) return e;
+  target.pdl = l.pdl;
+  target.releaseEarly = l.pdl && l.releaseEarly;
+  target.clusterExitBarrier = l.clusterExitBarrier;
+  AddRmsNormForm form = l.form;
+  if (form == AddRmsNormForm::Auto) {
+    form = addRmsNormAutoForm(p.hidden, p.tokens, target.sms, clusters && l.clusters);
+  }
+  if (form == AddRmsNormForm::Cluster) {
+    int c = c0;
+    if (c == 0) {
+      c = addRmsNormClusterBlocks(p.hidden, p.tokens, target.sms);
+      if (c < 2) c = 2;
+    }
+    if (clusters && fusedClusterFits(p.hidden)) {
+      shape.form = AddRmsNormForm::Cluster;
+      shape.clusterBlocks = c;
+      e = launchAddRmsNormCluster(datatype, x, p, stream, target, &shape);
+      if (e == cudaSuccess) return e;
+      // A device whose attribute promises clusters but refuses this launch (MIG, MPS or a
+      // driver that cannot place it: an error returned before anything was queued) runs the
+      // Rows form instead; an error left by earlier work is not cleared here, and the Rows
+      // launch returns it.
+      (void)cudaGetLastError();
+    }
+    form = AddRmsNormForm::Rows;
+  }
+  shape = AddRmsNormShape{};
+  shape.threads = addRmsNormRowThreads(p.hidden, l.maxVpt);
+  shape.vpt = rowVecsPerThread(p.hidden, shape.threads);
+  if (form == AddRmsNormForm::RowsAsync && fusedBuffersAligned(x, p) &&
+      shape.vpt <= kAddRmsNormAsyncMaxVpt) {
+    shape.form = AddRmsNormForm::RowsAsync;
+    return launchAddRmsNormRowsAsync(datatype, x, p, stream, target, &shape);
+  }
+  shape.form = AddRmsNormForm::Rows;
+  return launchAddRmsNormRows(datatype, x, p, stream, target, &shape,
+                              l.form == AddRmsNormForm::Auto);
+}
+
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
                              cudaStream_t stream, int threads, bool pdl) {
-  if (p.tokens == 0) return cudaSuccess;
-  const bool regs = threads == 0;
-  if (p.hidden > kFusedMaxHidden) return cudaErrorInvalidValue;
-  if (!regs && (threads % 32 != 0 || threads < 32 || threads > kMaxThreads)) {
-    return cudaErrorInvalidValue;
+  AddRmsNormLaunch l;
+  if (threads != 0) {
+    l.form = AddRmsNormForm::Staged;
+    l.threads = threads;
   }
-  return dev::dispatchDtype<true>(datatype, [&](auto tag) {
-    using T = typename decltype(tag)::T;
-    return regs ? launchRegs<T>(x, p, stream, pdl) : launchTyped<T>(x, p, stream, threads, pdl);
-  });
+  l.pdl = pdl;
+  return launchAddRmsNormWith(datatype, x, p, stream, l);
 }
 
 }  // namespace anyr

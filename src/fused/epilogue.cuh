@@ -117,6 +117,30 @@ __device__ __forceinline__ void storeRowVec(T* row, int v, int n, bool aligned, 
   }
 }
 
+// Vector v of a row of `hidden` elements, v < hidden / 8 (a whole vector: hidden is a multiple
+// of 8). kAligned (the caller guarantees the row 16-byte aligned): one 16-byte access without
+// loadRowVec's tail test, which a kernel latency-bound on its instructions pays for every
+// vector; otherwise loadRowVec / storeRowVec with `aligned`. Same values either way.
+template <typename T, bool kAligned>
+__device__ __forceinline__ Vec loadWholeVec(const T* row, int v, int hidden, bool aligned) {
+  if constexpr (kAligned) {
+    Vec r;
+    r.u = reinterpret_cast<const uint4*>(row)[v];
+    return r;
+  } else {
+    return loadRowVec(row, v, hidden, aligned);
+  }
+}
+template <typename T, bool kAligned>
+__device__ __forceinline__ void storeWholeVec(T* row, int v, int hidden, bool aligned,
+                                              const Vec& x) {
+  if constexpr (kAligned) {
+    reinterpret_cast<uint4*>(row)[v] = x.u;
+  } else {
+    storeRowVec(row, v, hidden, aligned, x);
+  }
+}
+
 __device__ __forceinline__ void storeBytes(unsigned char* p, uint2 x, int n, bool aligned) {
   if (aligned) {
     if (n == 8) {
@@ -153,20 +177,21 @@ __device__ __forceinline__ void storeXs8(float* xs, int v, const float (&f)[8]) 
 
 // The epilogue's arithmetic on one 8-element vector, shared by the shared-memory and the
 // register epilogues so both give the same bits (the rounding points are the header's).
-// r = round_T(r), in place (the all-reduced x rounded to T).
+// r = round_T(r), in place (the all-reduced x rounded to T); returns r packed.
 template <typename T>
-__device__ __forceinline__ void roundToT(float (&r)[8]) {
+__device__ __forceinline__ Vec roundToT(float (&r)[8]) {
   const Vec t = packVec<T>(r);
 #pragma unroll
   for (int i = 0; i < 8; ++i) r[i] = vecElem<T>(t, i);
+  return t;
 }
 
-// r = round_T(r + residual), in place.
+// r = round_T(r + residual), in place; returns r packed.
 template <typename T>
-__device__ __forceinline__ void addResidual(float (&r)[8], const Vec& res) {
+__device__ __forceinline__ Vec addResidual(float (&r)[8], const Vec& res) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) r[i] += vecElem<T>(res, i);
-  roundToT<T>(r);
+  return roundToT<T>(r);
 }
 
 // acc + r[0]^2 + ... + r[7]^2, in that order, with fmaf.
@@ -296,12 +321,19 @@ struct RowOutputs {
 
   // Vector v's residualOut (when the caller asked for it): r, rounded to T.
   __device__ __forceinline__ void writeResidual(int v, bool active, const float (&r)[8]) const {
-    if (active && resOut != nullptr) storeRowVec(resOut, v, p.hidden, resOutAligned, packVec<T>(r));
+    writeResidualVec(v, active, packVec<T>(r));
+  }
+  // The same from r already packed (roundToT's result).
+  __device__ __forceinline__ void writeResidualVec(int v, bool active, const Vec& r) const {
+    if (active && resOut != nullptr) {
+      storeWholeVec<T, kAligned>(resOut, v, p.hidden, resOutAligned, r);
+    }
   }
 
   // Vector v's normOut (when the caller asked for it).
   __device__ __forceinline__ void writeNorm(int v, bool active, const Vec& out) const {
-    if (active && normOut != nullptr) storeRowVec(normOut, v, p.hidden, normAligned, out);
+    if (active && normOut != nullptr)
+      storeWholeVec<T, kAligned>(normOut, v, p.hidden, normAligned, out);
   }
 
   __device__ __forceinline__ void write(int v, bool active, const Vec& out,
@@ -508,13 +540,27 @@ __device__ void fusedRowEpilogue(const FusedParams& p, int row, float* xs, float
 // by the caller with quantScale(p) loaded early (and pinned before the wait for the row's
 // data: RowOutputs::pin). `x` holds the all-reduced fp32 row on entry. `ok`: this thread's part of
 // the row arrived; when any thread of the block passes false, nothing is written and every thread
-// returns false (the block's one barrier decides it). `red` (shared) holds kFusedRedFloats floats;
-// the caller places a barrier before the next row reuses it. kQuant / kAligned as for RowOutputs
-// (kAligned: the residual and the weight too).
+// returns false (the block's one barrier decides it). `red` (shared) holds kFusedGroups floats
+// (only red[0..31] is used, one per group); the caller places a barrier before the next row
+// reuses it (or alternates two arrays: a thread writes the next row's array only after the
+// barrier that followed every read of it). kQuant / kAligned as for RowOutputs (kAligned: the
+// residual and the weight too). kFlags (kEpi*, below; 0 for the fused kernels) only remove work
+// whose result the caller already knows: the bits are the same.
 constexpr int kFusedRegsMaxVpt = 4;  // kFusedMaxHidden / 8 vectors over kFusedSlots / 2 threads
 static_assert(rowVecs(kFusedMaxHidden) <= kFusedRegsMaxVpt * (kFusedSlots / 2), "VPT too small");
+constexpr int kFusedGroups = kFusedSlots / 32;  // butterfly groups of 32 slots
 
-template <typename T, int VPT>
+// The epilogues' flags (fusedRowEpilogueRegs, fusedRowEpilogueCluster):
+//  kEpiInputIsT: x holds values of T already (the standalone kernel's input, not an fp32 sum),
+//                so round_T(x) = x and the rounding is left out.
+//  kEpiNoFailure: every thread of the row passes ok = true (no wait that could fail): the
+//                residualOut of a vector is written in phase 1, as soon as r is known (from the
+//                packed r: one conversion less, and the store leaves before the reduction), and
+//                the barrier need not tell whether any thread failed.
+constexpr int kEpiInputIsT = 1;
+constexpr int kEpiNoFailure = 2;
+
+template <typename T, int VPT, bool kAligned = false>
 __device__ __forceinline__ void loadRowRegs(const T* base, int row, int hidden, bool aligned,
                                             Vec (&out)[VPT]) {
   const T* r = base + static_cast<int64_t>(row) * hidden;
@@ -523,11 +569,30 @@ __device__ __forceinline__ void loadRowRegs(const T* base, int row, int hidden, 
   for (int k = 0; k < VPT; ++k) {
     const int v = threadIdx.x + k * blockDim.x;
     out[k] = Vec{};
-    if (v < nvec) out[k] = loadRowVec(r, v, hidden, aligned);
+    if (v < nvec) out[k] = loadWholeVec<T, kAligned>(r, v, hidden, aligned);
   }
 }
 
-template <typename T, int VPT, int kQuant = kQuantAtRunTime, bool kAligned = false>
+// Phase 1 of one vector (both epilogues): r = round_T(round_T(x) + residual) in x, and, with
+// kEpiNoFailure, r's residualOut.
+template <int kFlags, typename T, int kQuant, bool kAligned>
+__device__ __forceinline__ void phase1Vec(const RowOutputs<T, kQuant, kAligned>& o, int v,
+                                          float (&x)[8], bool haveRes, const Vec& res) {
+  Vec r = {};
+  if constexpr ((kFlags & kEpiInputIsT) != 0) {
+    if (haveRes) {
+      r = addResidual<T>(x, res);
+    } else if constexpr ((kFlags & kEpiNoFailure) != 0) {
+      r = packVec<T>(x);  // x is r; packed only for residualOut
+    }
+  } else {
+    r = roundToT<T>(x);
+    if (haveRes) r = addResidual<T>(x, res);
+  }
+  if constexpr ((kFlags & kEpiNoFailure) != 0) o.writeResidualVec(v, true, r);
+}
+
+template <typename T, int VPT, int kQuant = kQuantAtRunTime, bool kAligned = false, int kFlags = 0>
 __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p,
                                                      const RowOutputs<T, kQuant, kAligned>& o,
                                                      float (&x)[VPT][8], const Vec (&res)[VPT],
@@ -556,8 +621,7 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p,
     ss[k] = prev;
     const int v = t + k * B;
     if (v >= nvec) continue;
-    roundToT<T>(x[k]);
-    if (haveRes) addResidual<T>(x[k], res[k]);
+    phase1Vec<kFlags>(o, v, x[k], haveRes, res[k]);
     ss[k] = addSquares(x[k], prev);
   }
 #pragma unroll
@@ -567,7 +631,11 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p,
     // Slot (t + k * B) mod kFusedSlots, whose group is this warp's part of the row.
     if (lane == 0) red[((t + k * B) % kFusedSlots) / 32] = g;
   }
-  if (__syncthreads_or(!ok)) return false;
+  if constexpr ((kFlags & kEpiNoFailure) != 0) {
+    __syncthreads();
+  } else {
+    if (__syncthreads_or(!ok)) return false;
+  }
   const int slotsUsed = (VPT < m ? VPT : m) * B;
   const float rstd = rstdFromGroups(p, slotsUsed / 32, red);
 
@@ -582,7 +650,7 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p,
   for (int k = 0; k < VPT; ++k) {
     vs[k] = t + k * B;
     act[k] = vs[k] < nvec;
-    o.writeResidual(vs[k], act[k], x[k]);
+    if constexpr ((kFlags & kEpiNoFailure) == 0) o.writeResidual(vs[k], act[k], x[k]);
 #pragma unroll
     for (int i = 0; i < 8; ++i) y[k][i] = 0.0f;
     if constexpr (kQuant == anyrQuantNvfp4) {
@@ -601,8 +669,9 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p,
 
 // ---- the cluster epilogue ----------------------------------------------------------------
 // The same math and the same bits as fusedRowEpilogueRegs, for a row spread over the C blocks
-// of a one-dimensional thread-block cluster (C = clusterSize(), launched only where the
-// communicator's cluster probe passed): block c of B threads holds vectors c * B .. c * B +
+// of a one-dimensional thread-block cluster (C = clusterSize(); the fused kernels launch clusters
+// only where the communicator's cluster probe passed, the standalone kernel where the device
+// says it launches them): block c of B threads holds vectors c * B .. c * B +
 // B - 1 of every row, one a thread (v = c * B + threadIdx.x), and C * B covers the row, at
 // most kFusedSlots vectors (hidden <= 8192), so slot s is vector s and warp w of block c sums
 // group c * B / 32 + w of the documented order (C * B / 32 <= 32 groups). Each warp sends its
@@ -617,6 +686,9 @@ __device__ __forceinline__ bool fusedRowEpilogueRegs(const FusedParams& p,
 // Reuse: rows alternate two slot arrays and two mbarriers (row parity). A block sends row i + 2
 // into a peer's array i % 2 only after it received row i + 1 from that peer, which the peer
 // sent after reading its row-i array; so no barrier is needed between rows.
+//
+// kFlags as for fusedRowEpilogueRegs (kEpiNoFailure: `ok` true on every thread, and `waiter`
+// gives up only on a fault).
 //
 // Rules: B is a multiple of 32 and C * B >= rowVecs(hidden); every thread of every block of the
 // cluster calls clusterExchangeBegin once, then fusedRowEpilogueCluster for the same rows in
@@ -655,8 +727,8 @@ struct ClusterRowThread {
   // The weight vector and the quantization scale.
   __device__ __forceinline__ void loadConstants(const FusedParams& p) {
     if (active) {
-      w = loadRowVec(static_cast<const T*>(p.weight), v, p.hidden,
-                     kAligned || isAligned(p.weight, 16));
+      w = loadWholeVec<T, kAligned>(static_cast<const T*>(p.weight), v, p.hidden,
+                                    kAligned || isAligned(p.weight, 16));
     }
     qscale = quantScale<kQuant>(p);
   }
@@ -664,8 +736,9 @@ struct ClusterRowThread {
   // The residual vector of row `row` (of the whole call, rowBase included).
   __device__ __forceinline__ void loadResidual(const FusedParams& p, int row) {
     if (p.residualIn != nullptr && active) {
-      res = loadRowVec(static_cast<const T*>(p.residualIn) + static_cast<int64_t>(row) * p.hidden,
-                       v, p.hidden, resAligned);
+      res = loadWholeVec<T, kAligned>(
+          static_cast<const T*>(p.residualIn) + static_cast<int64_t>(row) * p.hidden, v, p.hidden,
+          resAligned);
     }
   }
 };
@@ -682,7 +755,8 @@ __device__ __forceinline__ void clusterExchangeBegin(ClusterExchange& xch) {
   clusterArriveRelaxed();
 }
 
-template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false, typename W = Waiter>
+template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false, typename W = Waiter,
+          int kFlags = 0>
 __device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p,
                                                         const RowOutputs<T, kQuant, kAligned>& o,
                                                         int v, float (&x)[8], const Vec& res,
@@ -702,8 +776,7 @@ __device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p,
   // Phase 1, as fusedRowEpilogueRegs with one vector a thread.
   float ss = 0.0f;
   if (active) {
-    roundToT<T>(x);
-    if (p.residualIn != nullptr) addResidual<T>(x, res);
+    phase1Vec<kFlags>(o, v, x, p.residualIn != nullptr, res);
     ss = addSquares(x, 0.0f);
   }
   ss = warpButterfly(ss);
@@ -731,7 +804,7 @@ __device__ __forceinline__ bool fusedRowEpilogueCluster(const FusedParams& p,
 
   // Phase 2: residualOut, y, normOut, quantization (warp-uniform: RowOutputs::write's rule;
   // B is a multiple of 32, so lane parity is vector parity).
-  o.writeResidual(v, active, x);
+  if constexpr ((kFlags & kEpiNoFailure) == 0) o.writeResidual(v, active, x);
   float y[8] = {};
   Vec out = {};
   if (active) out = normalize<T>(x, w, p.weightPlusOne != 0, rstd, y);

@@ -15,6 +15,7 @@
 #include <array>
 
 #include "anyreduce/anyreduce.h"
+#include "device/vectors.h"
 
 namespace anyr {
 
@@ -201,9 +202,11 @@ __host__ __device__ inline uint32_t signNibbles(const float (&v)[8]) {
 // operand in the high nibble) and one byte pack; for values that are not NaN its rounding (RNE,
 // saturated to +-6, the sign kept) is e2m1CodeNotNaN's, so every GPU gives the same bits (a GPU
 // test compares the two over every float bit pattern where the instruction exists). Otherwise
-// the bits of the biased codes combined by Horner's rule in 32-bit integers, sum over i of
-// (0x4B000000 + code_i) * 16^i, less the biases' part that stays in 32 bits (0x4B000000 +
-// 0xB0000000; from i = 2 on it is shifted out).
+// the bits of the biased codes combined in 32-bit integers, sum over i of (0x4B000000 + code_i) *
+// 16^i, less the biases' part that stays in 32 bits (0x4B000000 + 0xB0000000; from i = 2 on it
+// is shifted out); the sum is taken as a tree of depth three (integer addition modulo 2^32 is
+// associative, so the bits are those of Horner's rule; an eight-deep chain of multiply-adds sat
+// on the one-token epilogue's critical path).
 __host__ __device__ inline uint32_t e2m1Pack8(const float (&q)[8]) {
 #if ANYR_E2M1_CVT
   uint32_t packed;
@@ -219,8 +222,11 @@ __host__ __device__ inline uint32_t e2m1Pack8(const float (&q)[8]) {
       : "f"(q[0]), "f"(q[1]), "f"(q[2]), "f"(q[3]), "f"(q[4]), "f"(q[5]), "f"(q[6]), "f"(q[7]));
   return packed;
 #else
-  uint32_t packed = 0;
-  for (int i = 7; i >= 0; --i) packed = packed * 16u + floatBits(e2m1CodeBiased(q[i]));
+  uint32_t b[8];
+  for (int i = 0; i < 8; ++i) b[i] = floatBits(e2m1CodeBiased(q[i]));
+  const uint32_t lo = (b[0] + (b[1] << 4)) + ((b[2] + (b[3] << 4)) << 8);
+  const uint32_t hi = (b[4] + (b[5] << 4)) + ((b[6] + (b[7] << 4)) << 8);
+  const uint32_t packed = lo + (hi << 16);
   return (packed - 0xFB000000u) | signNibbles(q);
 #endif
 }
@@ -267,16 +273,107 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p);
 
 // ---- host: the standalone kernel ----------------------------------------------------------
 // Add + RMSNorm (+ quantization) of an already all-reduced tensor x (dtype T, [tokens][hidden],
-// may equal p.normOut): one block per row. `p` must come from makeFusedParams. Asynchronous on
-// `stream`; returns the launch's error. tokens == 0: no launch. Padding rows (tokens..padded)
-// of blockScalesSwizzled are not written. threads: 0 for the default (the register-resident
-// kernel, fusedThreads(hidden) threads of up to four vectors each, no dynamic shared memory), or
-// the threads per block of the staged kernel (the row in shared memory, fusedSharedBytes(hidden)
-// bytes), a multiple of 32 up to 1024; the outputs do not depend on it (tests use it to show
-// that). pdl: launch the register kernel
-// with programmatic dependent launch (device/launch.cuh; the staged kernel ignores it).
+// may equal p.normOut, residualOut or both). `p` must come from makeFusedParams. Asynchronous
+// on `stream`; returns the launch's error. tokens == 0: no launch. Padding rows
+// (tokens..padded) of blockScalesSwizzled are not written. Every form below gives the same bits
+// (the epilogue's summation order does not depend on the launch shape; the GPU tests compare
+// them), so a form is a choice of speed only.
+//
+// The forms (fused/add_rmsnorm.cu; docs/FUSED.md, "The standalone kernel"):
+//  Staged     one block of `threads` threads per row, the row staged in shared memory as fp32
+//             (fusedSharedBytes(hidden) bytes); only where a caller gives a block size (tests).
+//  Regs       the first register kernel: one block of fusedThreads(hidden) threads per row, the
+//             general code (quantization mode and alignment read at run time). Kept to be
+//             measured against the forms that replace it.
+//  Rows       persistent blocks of B threads (addRmsNormRowThreads), each holding up to
+//             `maxVpt` vectors of a row in registers, the weight loaded once per block; kernels
+//             compiled per quantization mode for aligned buffers; as many blocks as the GPU
+//             holds at once, each taking rows blockIdx.x, blockIdx.x + grid, ...
+//  RowsAsync  Rows, with the block's next two rows' x and residual copied into shared memory
+//             (cp.async) while it computes the current one (aligned buffers and at most
+//             kAddRmsNormAsyncMaxVpt vectors a thread; others run Rows).
+//  Cluster    one row per thread-block cluster of C blocks, one vector a thread, the sum of
+//             squares exchanged through distributed shared memory (fusedRowEpilogueCluster):
+//             a row of few tokens runs on C SMs instead of one. Rows up to hidden 8192 (others
+//             run Rows) where clusters can be launched (others run Rows).
+//  Auto       Cluster where every row gets a cluster of at least two blocks of one warp's
+//             vectors within one block per SM (addRmsNormClusterBlocks), else Rows, or
+//             RowsAsync where a block takes more than one row (more rows than blocks of the
+//             Rows kernel fit the GPU at once).
+enum class AddRmsNormForm : int { Auto = 0, Staged, Regs, Rows, RowsAsync, Cluster };
+constexpr int kAddRmsNormAsyncMaxVpt = 3;  // RowsAsync: vectors a thread holds, at most
+
+// How to launch the standalone kernel.
+struct AddRmsNormLaunch {
+  AddRmsNormForm form = AddRmsNormForm::Auto;
+  int threads = 0;            // Staged: threads per block, a multiple of 32 in 32..1024
+  int maxVpt = 3;             // Rows, RowsAsync: vectors a thread holds at most (1..4; see below)
+  int clusterBlocks = 0;      // Cluster: 2, 4 or 8; 0: addRmsNormClusterBlocks, at least 2
+  bool clusters = true;       // Auto may choose Cluster (the caller knows clusters launch here)
+  bool pdl = false;           // programmatic dependent launch (device/launch.cuh)
+  bool releaseEarly = false;  // with pdl: let the next launch be scheduled after the wait
+  // Cluster: false lets a block leave after its last row without the final cluster barrier
+  // (every store into its shared memory has landed by then: its mbarrier counted them); a
+  // variant to measure (anyr_epilogue_bench's -e0).
+  bool clusterExitBarrier = true;
+};
+
+// The shape a launch took (launchAddRmsNormWith): form, blocks, threads, vectors a thread holds
+// (Rows forms; 1 for Cluster) and cluster size (1 without clusters).
+struct AddRmsNormShape {
+  AddRmsNormForm form = AddRmsNormForm::Auto;
+  int blocks = 0;
+  int threads = 0;
+  int vpt = 0;
+  int clusterBlocks = 1;
+  size_t smem = 0;  // dynamic shared memory per block
+};
+
+// The Rows forms' block size for a row of `hidden`: the smallest power of two from 32 to 512
+// at which a thread holds at most `maxVpt` vectors, else 512 (up to four vectors at hidden
+// 16384). A power of two that divides kFusedSlots: fusedRowEpilogueRegs's rule.
+inline int addRmsNormRowThreads(int hidden, int maxVpt) {
+  int t = 32;
+  while (t < 512 && rowVecsPerThread(hidden, t) > maxVpt) t *= 2;
+  return t;
+}
+
+// The Cluster form's size for `tokens` rows of `hidden` on `sms` SMs: the largest C of 8, 4, 2
+// that gives every row its own cluster within one block per SM and every block at least 32
+// vectors (one warp's); 1 where none does or the row exceeds kFusedSlots vectors.
+inline int addRmsNormClusterBlocks(int hidden, int tokens, int sms) {
+  const int nvec = rowVecs(hidden);
+  if (nvec > kFusedSlots) return 1;
+  for (int c = 8; c >= 2; c /= 2) {
+    if (nvec >= 32 * c && static_cast<int64_t>(tokens) * c <= sms) return c;
+  }
+  return 1;
+}
+
+// The form Auto takes for `tokens` rows of `hidden` on `sms` SMs (`clusters`: whether clusters
+// launch there): Cluster or Rows; the Rows launch itself runs RowsAsync where the GPU holds
+// fewer of its blocks at once than there are rows (a block then takes several, and copying the
+// next rows in while one is computed pays).
+inline AddRmsNormForm addRmsNormAutoForm(int hidden, int tokens, int sms, bool clusters) {
+  if (clusters && addRmsNormClusterBlocks(hidden, tokens, sms) > 1) return AddRmsNormForm::Cluster;
+  return AddRmsNormForm::Rows;
+}
+
+// Launches the standalone kernel in the form `l` asks for (Auto: addRmsNormAutoForm on the
+// current device). A forced form the buffers or the GPU cannot run takes Rows instead (see the
+// forms above); *shape (if not NULL) tells what ran. cudaErrorInvalidValue for a Staged block
+// size or maxVpt outside its range.
+cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const FusedParams& p,
+                                 cudaStream_t stream, const AddRmsNormLaunch& l,
+                                 AddRmsNormShape* shape = nullptr);
+
+// launchAddRmsNormWith: threads 0, Auto (clusters where the device launches them); threads > 0,
+// the Staged form with that block size. pdl as in AddRmsNormLaunch.
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
                              cudaStream_t stream, int threads = 0, bool pdl = false);
+
+// The form's name ("auto", "staged", "regs", "rows", "rows-async", "cluster"), or NULL.
+const char* addRmsNormFormName(AddRmsNormForm form);
 
 // Whether the machine code the current device runs encodes NVFP4 with the GPU's e2m1
 // conversion instruction (ANYR_E2M1_CVT) rather than in fp32 arithmetic: sets *word to -1,

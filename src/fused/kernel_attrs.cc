@@ -75,4 +75,50 @@ cudaError_t residentClusters(const void* kernel, int clusterBlocks, int threads,
   return cudaSuccess;
 }
 
+cudaError_t residentBlocksPerSm(const void* kernel, int threads, size_t smem, int* blocks) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, size_t>, int> known;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const auto key = std::make_tuple(kernel, device, threads, smem);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(key);
+  if (it != known.end()) {
+    *blocks = it->second;
+    return cudaSuccess;
+  }
+  int n = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem);
+  if (err != cudaSuccess) return err;
+  if (n < 1) n = 1;
+  known.emplace(key, n);
+  *blocks = n;
+  return cudaSuccess;
+}
+
+cudaError_t currentDeviceFacts(int* device, int* sms, bool* clusters) {
+  struct Facts {
+    int sms;
+    bool clusters;
+  };
+  static std::mutex mu;
+  static std::map<int, Facts> known;
+  cudaError_t err = cudaGetDevice(device);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(*device);
+  if (it == known.end()) {
+    int n = 0, c = 0;
+    err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, *device);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&c, cudaDevAttrClusterLaunch, *device);
+    if (err != cudaSuccess) return err;
+    it = known.emplace(*device, Facts{n > 0 ? n : 1, c != 0}).first;
+  }
+  *sms = it->second.sms;
+  *clusters = it->second.clusters;
+  return cudaSuccess;
+}
+
 }  // namespace anyr

@@ -1,5 +1,6 @@
 // Per-(kernel, device) facts asked of the runtime once and kept: raising a kernel's dynamic
-// shared-memory limit, and how many clusters of a shape are resident at once. Function
+// shared-memory limit, how many clusters of a shape or blocks are resident at once, a device's
+// SM count and cluster support. Function
 // attributes and occupancy queries, not stream operations: allowed during graph capture.
 #pragma once
 
@@ -18,5 +19,14 @@ cudaError_t allowDynamicSmem(const void* kernel, size_t bytes);
 // shared memory) of `kernel` the current device holds at once (cudaOccupancyMaxActiveClusters),
 // into *clusters.
 cudaError_t residentClusters(const void* kernel, int clusterBlocks, int threads, int* clusters);
+
+// How many blocks of `threads` threads and `smem` dynamic shared-memory bytes of `kernel` one SM
+// of the current device holds at once (cudaOccupancyMaxActiveBlocksPerMultiprocessor), at least
+// 1, into *blocks.
+cudaError_t residentBlocksPerSm(const void* kernel, int threads, size_t smem, int* blocks);
+
+// The current device (*device), its SM count (*sms) and whether it launches thread-block
+// clusters (cudaDevAttrClusterLaunch, *clusters).
+cudaError_t currentDeviceFacts(int* device, int* sms, bool* clusters);
 
 }  // namespace anyr

@@ -784,6 +784,74 @@ TEST(FusedLaunchShape, ClusterSizeFollowsRowsHiddenAndSetting) {
   EXPECT_EQ(fusedClusterCount(1, 8, 132, 0), 0);     // nothing fits: refused
 }
 
+// The standalone kernel's forms (fused.h): the Rows forms' block is the smallest power of two
+// that keeps a thread at maxVpt vectors (a power of two dividing the slot count, at most 512,
+// four vectors at most at hidden 16384); the Cluster form gives every row a cluster of the
+// largest size within one block per SM that leaves a block a warp's vectors; Auto takes it
+// where it fits, else Rows (whose launch turns to RowsAsync where blocks take several rows).
+TEST(FusedLaunchShape, StandaloneFormsFollowRowsAndHidden) {
+  EXPECT_EQ(addRmsNormRowThreads(2880, 3), 128);  // 360 vectors: 3 a thread
+  EXPECT_EQ(addRmsNormRowThreads(4096, 3), 256);
+  EXPECT_EQ(addRmsNormRowThreads(6144, 3), 256);
+  EXPECT_EQ(addRmsNormRowThreads(7168, 3), 512);  // 896 vectors: 4 at 256, 2 at 512
+  EXPECT_EQ(addRmsNormRowThreads(8192, 3), 512);
+  EXPECT_EQ(addRmsNormRowThreads(16384, 3), 512);  // 4 a thread: the most there is
+  EXPECT_EQ(addRmsNormRowThreads(6144, 2), 512);
+  EXPECT_EQ(addRmsNormRowThreads(6144, 4), 256);
+  EXPECT_EQ(addRmsNormRowThreads(128, 3), 32);
+  for (int hidden = 128; hidden <= kFusedMaxHidden; hidden += 8) {
+    for (int maxVpt = 1; maxVpt <= 4; ++maxVpt) {
+      const int t = addRmsNormRowThreads(hidden, maxVpt);
+      const int vpt = rowVecsPerThread(hidden, t);
+      ASSERT_TRUE(t >= 32 && t <= 512 && (t & (t - 1)) == 0) << hidden << " " << maxVpt;
+      ASSERT_EQ(kFusedSlots % t, 0) << hidden;
+      ASSERT_TRUE(vpt >= 1 && vpt <= 4) << hidden << " " << maxVpt;
+      if (t < 512) {
+        ASSERT_LE(vpt, maxVpt) << hidden << " " << maxVpt;
+      }
+      if (t > 32) {
+        ASSERT_GT(rowVecsPerThread(hidden, t / 2), maxVpt) << hidden << " " << maxVpt;
+      }
+    }
+  }
+
+  // 132 SMs, hidden 6144 (768 vectors): 8 up to 16 rows, 4 up to 33, 2 up to 66, then none.
+  EXPECT_EQ(addRmsNormClusterBlocks(6144, 1, 132), 8);
+  EXPECT_EQ(addRmsNormClusterBlocks(6144, 16, 132), 8);
+  EXPECT_EQ(addRmsNormClusterBlocks(6144, 17, 132), 4);
+  EXPECT_EQ(addRmsNormClusterBlocks(6144, 33, 132), 4);
+  EXPECT_EQ(addRmsNormClusterBlocks(6144, 34, 132), 2);
+  EXPECT_EQ(addRmsNormClusterBlocks(6144, 66, 132), 2);
+  EXPECT_EQ(addRmsNormClusterBlocks(6144, 67, 132), 1);
+  EXPECT_EQ(addRmsNormClusterBlocks(2880, 1, 132), 8);  // 360 vectors: 45 a block
+  EXPECT_EQ(addRmsNormClusterBlocks(1024, 1, 132), 4);  // 128 vectors: a warp's each
+  EXPECT_EQ(addRmsNormClusterBlocks(256, 1, 132), 1);   // 32 vectors: one block is enough
+  EXPECT_EQ(addRmsNormClusterBlocks(8192, 1, 132), 8);
+  EXPECT_EQ(addRmsNormClusterBlocks(8200, 1, 132), 1);  // beyond kFusedSlots vectors
+  for (int hidden = 128; hidden <= 8192; hidden += 8) {
+    for (int tokens : {1, 2, 16, 33, 66, 67, 1000}) {
+      const int c = addRmsNormClusterBlocks(hidden, tokens, 132);
+      if (c == 1) continue;
+      const int t = fusedClusterThreads(hidden, c);
+      ASSERT_LE(tokens * c, 132);
+      ASSERT_LE(t, kFusedClusterMaxThreads);
+      ASSERT_LE(c * t / 32, 32) << hidden << " " << c;  // the exchange's 32 groups
+    }
+  }
+
+  EXPECT_EQ(addRmsNormAutoForm(6144, 1, 132, true), AddRmsNormForm::Cluster);
+  EXPECT_EQ(addRmsNormAutoForm(6144, 66, 132, true), AddRmsNormForm::Cluster);
+  EXPECT_EQ(addRmsNormAutoForm(6144, 1, 132, false), AddRmsNormForm::Rows);
+  EXPECT_EQ(addRmsNormAutoForm(6144, 67, 132, true), AddRmsNormForm::Rows);
+  EXPECT_EQ(addRmsNormAutoForm(6144, 8192, 132, true), AddRmsNormForm::Rows);  // may go async
+  EXPECT_EQ(addRmsNormAutoForm(16384, 1, 132, true), AddRmsNormForm::Rows);
+  for (AddRmsNormForm f :
+       {AddRmsNormForm::Auto, AddRmsNormForm::Staged, AddRmsNormForm::Regs, AddRmsNormForm::Rows,
+        AddRmsNormForm::RowsAsync, AddRmsNormForm::Cluster}) {
+    EXPECT_NE(addRmsNormFormName(f), nullptr);
+  }
+}
+
 TEST(FusedCApi, RejectsInvalidArgumentsBeforeTouchingTheGpu) {
   std::vector<uint16_t> host(256 * 4);
   void* p = host.data();

@@ -179,6 +179,11 @@ struct RunSpec {
   size_t elemOffset = 0;  // x, residual buffers, weight, normOut (multiple of 2)
   size_t byteOffset = 0;  // quantOut, block scales
   int threads = 0;        // 0: anyrAddRmsNorm; else launchAddRmsNorm with this block size
+  // A forced form of the standalone kernel (launchAddRmsNormWith), -1: as `threads` says.
+  int form = -1;
+  int maxVpt = 3;
+  int clusterBlocks = 0;
+  bool clusterExitBarrier = true;
   cudaStream_t stream = nullptr;
   bool captureGraph = false;
 };
@@ -256,6 +261,18 @@ void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
   CUDA_OK(cudaDeviceSynchronize());
 
   auto launch = [&](cudaStream_t s) {
+    if (spec.form >= 0) {
+      const FusedParams fp =
+          makeFusedParams(x, "x", residualIn, residualOut, p.weight + eo, spec.epsilon, normOut,
+                          in.tokens, in.hidden, in.dtype, &o);
+      AddRmsNormLaunch l;
+      l.form = static_cast<AddRmsNormForm>(spec.form);
+      l.threads = spec.threads;
+      l.maxVpt = spec.maxVpt;
+      l.clusterBlocks = spec.clusterBlocks;
+      l.clusterExitBarrier = spec.clusterExitBarrier;
+      return launchAddRmsNormWith(in.dtype, x, fp, s, l);
+    }
     if (spec.threads == 0) {
       if (anyrAddRmsNorm(x, residualIn, residualOut, p.weight + eo, spec.epsilon, normOut,
                          in.tokens, in.hidden, in.dtype, &o, s) == anyrSuccess) {
@@ -551,8 +568,11 @@ std::string describe(const Inputs& in, const RunSpec& s) {
   os << dtypeName(in.dtype) << " hidden=" << in.hidden << " tokens=" << in.tokens
      << " weightPlusOne=" << in.weightPlusOne << " residual=" << residualName(s.residual)
      << " quant=" << quantName(s.quant) << " normOut=" << s.normOut
-     << " xAliasesNorm=" << s.xAliasesNorm << " threads=" << s.threads
-     << " offsets=" << s.elemOffset << "/" << s.byteOffset << " graph=" << s.captureGraph;
+     << " xAliasesNorm=" << s.xAliasesNorm << " threads=" << s.threads << " form="
+     << (s.form >= 0 ? addRmsNormFormName(static_cast<AddRmsNormForm>(s.form)) : "default")
+     << " maxVpt=" << s.maxVpt << " cluster=" << s.clusterBlocks
+     << (s.clusterExitBarrier ? "" : " (no exit barrier)") << " offsets=" << s.elemOffset << "/"
+     << s.byteOffset << " graph=" << s.captureGraph;
   return os.str();
 }
 
@@ -695,6 +715,74 @@ TEST(FusedKernel, BlockSizeDoesNotChangeTheBits) {
         }
       }
     }
+  });
+}
+
+// Every form of the standalone kernel (fused.h, AddRmsNormForm) gives the bits of the staged
+// kernel: Regs, Rows at one to four vectors a thread, RowsAsync (one row per block and several),
+// Cluster at 2, 4 and 8 blocks (one cluster per row and rows looping over the clusters; with and
+// without the final cluster barrier), with aligned and unaligned buffers (the general kernels),
+// residual separate and in place, x aliasing normOut, unquantized and quantized.
+TEST(FusedKernel, EveryFormGivesTheSameBits) {
+  REQUIRE_GPU();
+  inChild([&] {
+    struct Form {
+      AddRmsNormForm form;
+      int maxVpt, cluster;
+      bool exitBarrier;
+    };
+    const Form forms[] = {
+        {AddRmsNormForm::Regs, 3, 0, true},      {AddRmsNormForm::Rows, 1, 0, true},
+        {AddRmsNormForm::Rows, 2, 0, true},      {AddRmsNormForm::Rows, 3, 0, true},
+        {AddRmsNormForm::Rows, 4, 0, true},      {AddRmsNormForm::RowsAsync, 1, 0, true},
+        {AddRmsNormForm::RowsAsync, 3, 0, true}, {AddRmsNormForm::Cluster, 3, 2, true},
+        {AddRmsNormForm::Cluster, 3, 4, true},   {AddRmsNormForm::Cluster, 3, 8, true},
+        {AddRmsNormForm::Cluster, 3, 2, false},  {AddRmsNormForm::Cluster, 3, 8, false},
+        {AddRmsNormForm::Auto, 3, 0, true}};
+    int compared = 0;
+    for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
+      for (int hidden : {128, 2880, 6144, 7168, 8192, 12288, 16384}) {
+        for (int tokens : {1, 5, 300, 1100}) {
+          for (int quant : {int(anyrQuantNone), int(anyrQuantFp8), int(anyrQuantNvfp4)}) {
+            if (tokens == 1100 && quant == anyrQuantFp8) continue;  // time: the others cover it
+            Inputs in = makeInputs(t, tokens, hidden, 31 * hidden + tokens);
+            setWeights(&in, quant == anyrQuantFp8, 9);
+            for (int residual : {kSeparate, kInPlace}) {
+              for (size_t offset : {size_t{0}, size_t{2}}) {
+                if (offset != 0 && (residual == kInPlace || tokens > 5)) continue;
+                RunSpec spec = separateResidualSpec(in, quant);
+                spec.residual = residual;
+                spec.elemOffset = offset;
+                spec.byteOffset = offset != 0 ? offset - 1 : 0;
+                spec.form = static_cast<int>(AddRmsNormForm::Staged);
+                spec.threads = 256;
+                upload(in, spec);
+                Outputs staged;
+                if (!ran(in, spec, &staged)) return;
+                checkRun(in, spec, staged, describe(in, spec));
+                for (const Form& f : forms) {
+                  for (bool alias : {false, true}) {
+                    if (alias && (offset != 0 || f.form == AddRmsNormForm::Regs)) continue;
+                    RunSpec other = spec;
+                    other.form = static_cast<int>(f.form);
+                    other.threads = 0;
+                    other.maxVpt = f.maxVpt;
+                    other.clusterBlocks = f.cluster;
+                    other.clusterExitBarrier = f.exitBarrier;
+                    other.xAliasesNorm = alias;
+                    Outputs o;
+                    if (!ran(in, other, &o)) return;
+                    expectSameOutputs(staged, o, describe(in, other));
+                    ++compared;
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    std::printf("[   INFO   ] %d runs of the forms compared with the staged kernel\n", compared);
   });
 }
 

@@ -39,6 +39,33 @@ def ar_record(nranks, rows):
             "points": points}
 
 
+def epilogue_record(rows, wrong=()):
+    """rows: (dtype, hidden, tokens, case, quant, us), as anyr_epilogue_bench writes them."""
+    return {"tool": "anyr_epilogue_bench", "results": [
+        {"dtype": r[0], "hidden": r[1], "tokens": r[2], "case": r[3], "quant": r[4], "us": r[5],
+         "launch": "", "checked": True} for r in rows], "wrong": list(wrong)}
+
+
+def epilogue_torch_record(rows):
+    """rows: (dtype, hidden, tokens, compile us, anyreduce us)."""
+    return {"tool": "torch_epilogue_bench", "results": [
+        {"dtype": r[0], "hidden": r[1], "tokens": r[2], "empty_us": 0.5, "eager_us": 9.0,
+         "compile_us": r[3], "anyreduce_us": r[4]} for r in rows], "wrong": []}
+
+
+def epilogue_rows(case, one, mid, big, copy, fp8=1.0, nvfp4=1.0):
+    """A shape at 1, 512 and 8192 tokens of bf16 6144: the case's times, empty 0.55, copy."""
+    rows = []
+    for tokens, t in ((1, one), (512, mid), (8192, big)):
+        rows += [("bf16", 6144, tokens, "empty", "none", 0.55),
+                 ("bf16", 6144, tokens, "copy", "none", copy if tokens == 8192 else 1.0),
+                 ("bf16", 6144, tokens, "copy-kernel", "none", 99.0 if tokens == 8192 else 1.0),
+                 ("bf16", 6144, tokens, case, "none", t),
+                 ("bf16", 6144, tokens, case, "fp8", t * fp8),
+                 ("bf16", 6144, tokens, case, "nvfp4", t * nvfp4)]
+    return rows
+
+
 def write(d, name, record):
     with open(os.path.join(d, name), "w", encoding="utf-8") as f:
         json.dump(record, f)
@@ -153,15 +180,56 @@ class CheckTargets(unittest.TestCase):
         write(d, "ar-8.json", ar_record(8, [(1 * KIB, "auto", 5.0, 20.0),
                                             (256 * MIB, "auto", 900.0, 950.0)]))
         write(d, "fused-8.json", fused_record(8, [(6144, 1, 5.0, 20.0, 9.0)]))
+        write(d, "epilogue.json", epilogue_record(epilogue_rows("auto", 0.8, 4.0, 100.0, 95.0)))
+        write(d, "epilogue-torch.json", epilogue_torch_record(
+            [("bf16", 6144, 1, 2.4, 0.8), ("bf16", 6144, 512, 5.7, 4.0),
+             ("bf16", 6144, 8192, 100.8, 100.0)]))
         out = os.path.join(d, "verdicts.json")
         assert run_main(["--dir", d, "--require-met", "--json", out])[0] == 0
         with open(out, encoding="utf-8") as f:
             saved = json.load(f)
-        assert len(saved) == 12 and all(s["state"] == "MET" and s["missed"] == 0 for s in saved)
+        assert len(saved) == 18 and all(s["state"] == "MET" and s["missed"] == 0 for s in saved)
         # One slow point anywhere turns it into a failure.
         write(d, "ar-8.json", ar_record(8, [(1 * KIB, "auto", 5.0, 20.0),
                                             (256 * MIB, "auto", 960.0, 950.0)]))
         assert run_main(["--dir", d, "--require-met"])[0] == 1
+
+    def test_standalone_epilogue_targets(self):
+        d = self.dir
+        # One token 0.4 us above the empty kernel, 8192 tokens at 95 / 110 of the copy, NVFP4
+        # 1.08x: three misses; torch.compile slower everywhere but 1.1x (not 1.2x) at 512.
+        write(d, "epilogue.json", epilogue_record(
+            epilogue_rows("auto", 0.95, 5.2, 110.0, 95.0, nvfp4=1.08) +
+            epilogue_rows("rows", 1.5, 4.0, 100.0, 95.0)))
+        write(d, "epilogue-torch.json", epilogue_torch_record(
+            [("bf16", 6144, 1, 2.4, 0.95), ("bf16", 6144, 512, 5.72, 5.2),
+             ("bf16", 6144, 8192, 111.0, 110.0)]))
+        v = by_text(ct.judge(d))
+        every = v["standalone (auto) >= 1.0x torch.compile at every shape"]
+        assert every.state == "MET" and len(every.points) == 3
+        at512 = v["standalone (auto) >= 1.2x torch.compile at 512 tokens"]
+        assert at512.state == "MISSED" and at512.worst()[1] == approx(5.72 / 5.2)
+        bw = v["standalone (auto) >= 90% of the copy bandwidth at 2048, 8192 tokens"]
+        assert bw.state == "MISSED" and bw.worst() == ("bf16 6144 x 8192", approx(95 / 110), False)
+        one = v["standalone (auto) one token within 0.3 us of an empty kernel"]
+        assert one.state == "MISSED" and one.worst()[1] == approx(0.95 - 0.55)
+        assert v["standalone (auto) FP8 output <= 1.05x unquantized"].state == "MET"
+        assert v["standalone (auto) NVFP4 output <= 1.05x unquantized"].state == "MISSED"
+        # Another variant of the same run.
+        rows = by_text(ct.judge(d, "rows"))
+        assert rows["standalone (rows) >= 1.2x torch.compile at 512 tokens"].state == "MET"
+        assert rows["standalone (rows) one token within 0.3 us of an empty kernel"].state == \
+            "MISSED"
+        rc, out, _ = run_main(["--dir", d, "--epilogue-case", "rows"])
+        assert rc == 0 and "standalone (rows) >= 90% of the copy bandwidth" in out
+        absent = by_text(ct.judge(d, "nosuch"))
+        assert absent["standalone (nosuch) one token within 0.3 us of an empty kernel"] \
+            .why_absent == "epilogue.json has no timed 'nosuch'"
+        # A failed check is not judged.
+        write(d, "epilogue.json", epilogue_record(epilogue_rows("auto", 1, 4, 100, 95),
+                                                  wrong=[{"case": "rows", "what": "x"}]))
+        rc, _, err = run_main(["--dir", d])
+        assert rc == 2 and "epilogue.json: 1 checks failed" in err
 
     def test_a_record_of_another_world_size_is_not_judged(self):
         d = self.dir

@@ -10,6 +10,12 @@ buffers. Files, in --dir (each optional; a target without its file is NOT MEASUR
   host.json               bench -a auto, ANYR_PEER_MEMORY=none NCCL_P2P_DISABLE=1, 2 ranks
   host-wire-native.json, host-wire-fp8.json           the same at 16 MiB, --wire native / fp8
   ar-8.json, fused-8.json bench -a auto / bench --op add-rmsnorm, 8 ranks
+  epilogue.json           anyr_epilogue_bench (the standalone add + RMSNorm, one GPU)
+  epilogue-torch.json     tools/peers/torch_epilogue_bench.py (eager PyTorch, torch.compile)
+
+The standalone kernel's targets (issue 46) judge one of anyr_epilogue_bench's variants
+(--epilogue-case, default auto: the library's choice) against torch.compile, the copy of the
+same bytes, the empty kernel and its own unquantized time.
 
 A target is MET when every point it covers meets it, MISSED when one does not (the worst point
 is shown), NOT MEASURED when its file or its points are absent. Exit status: 0 judged (targets
@@ -233,8 +239,93 @@ def judge_wide(d: str) -> List[Verdict]:
     return out
 
 
-def judge(directory: str) -> List[Verdict]:
-    return judge_fusion(directory) + judge_host(directory) + judge_wide(directory)
+def load_epilogue(directory: str, name: str, needed: Tuple[str, ...]) -> Optional[dict]:
+    """epilogue.json / epilogue-torch.json, None when absent; InputError when malformed or when
+    a check failed (a wrong result is not judged)."""
+    path = os.path.join(directory, name)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: not a readable JSON file ({e})") from e
+    rows = record.get("results") if isinstance(record, dict) else None
+    if not isinstance(rows, list) or not rows or not isinstance(record.get("wrong"), list):
+        raise InputError(f"{path}: needs a non-empty 'results' list and a 'wrong' list")
+    for i, r in enumerate(rows):
+        missing = [k for k in needed if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise InputError(f"{path}: result {i} lacks {', '.join(missing)}")
+    if record["wrong"]:
+        w = record["wrong"][0]
+        raise InputError(f"{path}: {len(record['wrong'])} checks failed (first: {w}): not judged")
+    return record
+
+
+def judge_epilogue(d: str, case: str = "auto") -> List[Verdict]:
+    ours = load_epilogue(d, "epilogue.json", ("dtype", "hidden", "tokens", "case", "quant", "us"))
+    torch = load_epilogue(d, "epilogue-torch.json", ("dtype", "hidden", "tokens", "compile_us"))
+    why = "" if ours is not None else "epilogue.json absent"
+    us: Dict[Tuple[str, int, int, str, str], float] = {}
+    if ours is not None:
+        for r in ours["results"]:
+            if r["us"] is not None and r["us"] > 0:
+                us[(r["dtype"], r["hidden"], r["tokens"], r["case"], r["quant"])] = r["us"]
+        if not any(k[3] == case for k in us):
+            why = f"epilogue.json has no timed '{case}'"
+    shapes = sorted({k[:3] for k in us if k[3] == case and k[4] == "none"})
+
+    def label(k):
+        return f"{k[0]} {k[1]} x {k[2]}"
+
+    out = []
+    for floor, keep, text in ((1.0, lambda t: True, "at every shape"),
+                              (1.2, lambda t: t == 512, "at 512 tokens")):
+        pts: List[Point] = []
+        w = why or ("" if torch is not None else "epilogue-torch.json absent")
+        if not w:
+            for r in torch["results"]:
+                k = (r["dtype"], r["hidden"], r["tokens"])
+                mine = us.get(k + (case, "none"))
+                if keep(k[2]) and mine and r["compile_us"]:
+                    v = r["compile_us"] / mine
+                    pts.append((label(k), v, v >= floor))
+        out.append(Verdict(46, f"standalone ({case}) >= {floor:.1f}x torch.compile {text}", pts,
+                           w or "no shape common to both files"))
+    pts = []
+    for k in shapes:
+        copy = [us.get(k + (c, "none")) for c in ("copy", "copy-kernel")]
+        copy = [c for c in copy if c]
+        if k[2] in (2048, 8192) and copy:
+            v = min(copy) / us[k + (case, "none")]
+            pts.append((label(k), v, v >= 0.90))
+    out.append(Verdict(46, f"standalone ({case}) >= 90% of the copy bandwidth at 2048, 8192 tokens",
+                       pts, why or "no 2048- or 8192-token shape with a copy"))
+    pts = []
+    for k in shapes:
+        empty = us.get(k + ("empty", "none"))
+        if k[2] == 1 and empty:
+            v = us[k + (case, "none")] - empty
+            pts.append((label(k), v, v <= 0.30))
+    out.append(Verdict(46, f"standalone ({case}) one token within 0.3 us of an empty kernel", pts,
+                       why or "no one-token shape with an empty kernel", higher_is_better=False,
+                       unit=" us"))
+    for q, name in (("fp8", "FP8"), ("nvfp4", "NVFP4")):
+        pts = []
+        for k in shapes:
+            quant = us.get(k + (case, q))
+            if quant:
+                v = quant / us[k + (case, "none")]
+                pts.append((label(k), v, v <= 1.05))
+        out.append(Verdict(46, f"standalone ({case}) {name} output <= 1.05x unquantized", pts,
+                           why or f"no {name} point", higher_is_better=False))
+    return out
+
+
+def judge(directory: str, epilogue_case: str = "auto") -> List[Verdict]:
+    return (judge_fusion(directory) + judge_host(directory) + judge_wide(directory) +
+            judge_epilogue(directory, epilogue_case))
 
 
 def report(verdicts: List[Verdict]) -> str:
@@ -257,12 +348,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--json", help="write the verdicts here")
     ap.add_argument("--require-met", action="store_true",
                     help="exit 1 unless every target is MET")
+    ap.add_argument("--epilogue-case", default="auto",
+                    help="the anyr_epilogue_bench variant the standalone targets judge")
     args = ap.parse_args(argv)
     if not os.path.isdir(args.dir):
         print(f"check_targets: argument '--dir': {args.dir} is not a folder", file=sys.stderr)
         return 2
     try:
-        verdicts = judge(args.dir)
+        verdicts = judge(args.dir, args.epilogue_case)
     except InputError as e:
         print(f"check_targets: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,40 @@
+// The standalone add + RMSNorm kernel's forms, one file each (CUDA sources only): the launcher
+// (fused/add_rmsnorm.cu, launchAddRmsNormWith) picks the form and calls the form's launcher
+// below, which picks the kernel compiled for the dtype, the quantization mode, the alignment and
+// the vectors a thread holds, sizes the grid and launches it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "fused/fused.h"
+
+namespace anyr {
+
+// What a form's launcher needs besides the call: the current device and its SM count, the
+// launch options, and the shape to fill in (form, threads and vpt set by the caller; the
+// launcher sets blocks, smem and the cluster size).
+struct AddRmsNormTarget {
+  int device = 0;
+  int sms = 1;
+  bool pdl = false;
+  bool releaseEarly = false;
+  bool clusterExitBarrier = true;  // AddRmsNormLaunch::clusterExitBarrier
+};
+
+// Rows and RowsAsync (aligned buffers, at most kAddRmsNormAsyncMaxVpt vectors a thread) with
+// shape->threads threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu,
+// fused/add_rmsnorm_rows_async.cu). asyncWhenLooping: Rows runs RowsAsync instead where a
+// block would take more than one row and RowsAsync can run (the Auto form).
+cudaError_t launchAddRmsNormRows(anyrDataType_t dtype, const void* x, const FusedParams& p,
+                                 cudaStream_t stream, const AddRmsNormTarget& t,
+                                 AddRmsNormShape* shape, bool asyncWhenLooping);
+cudaError_t launchAddRmsNormRowsAsync(anyrDataType_t dtype, const void* x, const FusedParams& p,
+                                      cudaStream_t stream, const AddRmsNormTarget& t,
+                                      AddRmsNormShape* shape);
+// Cluster, in clusters of shape->clusterBlocks (2, 4 or 8) blocks of fusedClusterThreads
+// threads (fused/add_rmsnorm_cluster.cu).
+cudaError_t launchAddRmsNormCluster(anyrDataType_t dtype, const void* x, const FusedParams& p,
+                                    cudaStream_t stream, const AddRmsNormTarget& t,
+                                    AddRmsNormShape* shape);
+
+}  // namespace anyr
