@@ -75,9 +75,9 @@ json matrixToJson(const FabricRecord& r, const std::vector<double>& m) {
   throwError(anyrInvalidArgument, "fabric record: " + where + ": " + rule);
 }
 
-const json& need(const json& j, const char* key, const std::string& where) {
+const json& need(const json& j, const char* key, const char* where) {
   auto it = j.find(key);
-  if (it == j.end()) bad(where + "." + key, "missing");
+  if (it == j.end()) bad(std::string(where) + "." + key, "missing");
   return *it;
 }
 
