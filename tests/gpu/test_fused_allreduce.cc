@@ -787,7 +787,15 @@ int fusedGraphRank(int rank, int n, const anyrUniqueId& id, const Report& report
         }
         R_CUDA(cudaGraphLaunch(exec, s));
         for (int k = 0; k < kCalls; ++k) {
-          // The eager composition of the same call, on the same algorithm.
+          // The eager composition of the same call, on the same algorithm, into outputs poisoned
+          // as the graph's were (the swizzled scales' padding rows are written by neither).
+          for (auto [q, nb] : {std::pair<void*, size_t>{ref.resOut, bytes},
+                               {ref.norm, bytes},
+                               {ref.quant, qBytes},
+                               {ref.scales, sBytes},
+                               {ref.swizzled, swz}}) {
+            R_CUDA(cudaMemsetAsync(q, 0x7b, nb, s));
+          }
           R_ANYR(anyrAllReduce(fused[k].partial, x, elems, anyrBfloat16, anyrSum, comm, s), comm);
           R_ANYR(anyrAddRmsNorm(x, residual, ref.resOut, weight, 1e-5f, ref.norm, tokens, hidden,
                                 anyrBfloat16, &ro, s),
