@@ -218,8 +218,9 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
     return launchAddRmsNormRowsAsync(datatype, x, p, stream, target, &shape);
   }
   shape.form = AddRmsNormForm::Rows;
-  return launchAddRmsNormRows(datatype, x, p, stream, target, &shape,
-                              l.form == AddRmsNormForm::Auto);
+  // Auto never takes RowsAsync: on one H200 its launches were refused (cudaErrorInvalidValue)
+  // at hidden 6144 and 8192, and where it ran it was no faster than Rows (docs/FUSED.md).
+  return launchAddRmsNormRows(datatype, x, p, stream, target, &shape, false);
 }
 
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,

@@ -291,15 +291,15 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p);
 //             holds at once, each taking rows blockIdx.x, blockIdx.x + grid, ...
 //  RowsAsync  Rows, with the block's next two rows' x and residual copied into shared memory
 //             (cp.async) while it computes the current one (aligned buffers and at most
-//             kAddRmsNormAsyncMaxVpt vectors a thread; others run Rows).
+//             kAddRmsNormAsyncMaxVpt vectors a thread; others run Rows). Forced only: its
+//             launches were refused (cudaErrorInvalidValue) on H200 at hidden 6144 and 8192, and
+//             where it ran it was no faster than Rows; Auto does not take it.
 //  Cluster    one row per thread-block cluster of C blocks, one vector a thread, the sum of
 //             squares exchanged through distributed shared memory (fusedRowEpilogueCluster):
 //             a row of few tokens runs on C SMs instead of one. Rows up to hidden 8192 (others
 //             run Rows) where clusters can be launched (others run Rows).
 //  Auto       Cluster where every row gets a cluster of at least two blocks of one warp's
-//             vectors within one block per SM (addRmsNormClusterBlocks), else Rows, or
-//             RowsAsync where a block takes more than one row (more rows than blocks of the
-//             Rows kernel fit the GPU at once).
+//             vectors within one block per SM (addRmsNormClusterBlocks), else Rows.
 enum class AddRmsNormForm : int { Auto = 0, Staged, Regs, Rows, RowsAsync, Cluster };
 constexpr int kAddRmsNormAsyncMaxVpt = 3;  // RowsAsync: vectors a thread holds, at most
 
@@ -351,9 +351,7 @@ inline int addRmsNormClusterBlocks(int hidden, int tokens, int sms) {
 }
 
 // The form Auto takes for `tokens` rows of `hidden` on `sms` SMs (`clusters`: whether clusters
-// launch there): Cluster or Rows; the Rows launch itself runs RowsAsync where the GPU holds
-// fewer of its blocks at once than there are rows (a block then takes several, and copying the
-// next rows in while one is computed pays).
+// launch there): Cluster or Rows.
 inline AddRmsNormForm addRmsNormAutoForm(int hidden, int tokens, int sms, bool clusters) {
   if (clusters && addRmsNormClusterBlocks(hidden, tokens, sms) > 1) return AddRmsNormForm::Cluster;
   return AddRmsNormForm::Rows;
