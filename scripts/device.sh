@@ -530,7 +530,7 @@ fi
 
 if want epilogue; then
   step "epilogue: the standalone add + RMSNorm against an empty kernel and a copy of the same bytes"
-  EPI_VARIANTS=${EPI_VARIANTS:-regs,rows,rows-v2,rows-async,cluster,cluster-e0,auto,auto+pdl,api}
+  EPI_VARIANTS=${EPI_VARIANTS:-regs,rows,rows-v2,cluster,cluster-e0,auto,auto+pdl,api}
   EPI_ARGS=(--variants "$EPI_VARIANTS")
   [ -n "${EPI_DTYPES:-}" ] && EPI_ARGS+=(--dtypes "$EPI_DTYPES")
   [ -n "${EPI_HIDDEN:-}" ] && EPI_ARGS+=(--hidden "$EPI_HIDDEN")

@@ -139,8 +139,6 @@ const char* addRmsNormFormName(AddRmsNormForm form) {
       return "regs";
     case AddRmsNormForm::Rows:
       return "rows";
-    case AddRmsNormForm::RowsAsync:
-      return "rows-async";
     case AddRmsNormForm::Cluster:
       return "cluster";
   }
@@ -212,15 +210,8 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
   shape = AddRmsNormShape{};
   shape.threads = addRmsNormRowThreads(p.hidden, l.maxVpt);
   shape.vpt = rowVecsPerThread(p.hidden, shape.threads);
-  if (form == AddRmsNormForm::RowsAsync && fusedBuffersAligned(x, p) &&
-      shape.vpt <= kAddRmsNormAsyncMaxVpt) {
-    shape.form = AddRmsNormForm::RowsAsync;
-    return launchAddRmsNormRowsAsync(datatype, x, p, stream, target, &shape);
-  }
   shape.form = AddRmsNormForm::Rows;
-  // Auto never takes RowsAsync: on one H200 its launches were refused (cudaErrorInvalidValue)
-  // at hidden 6144 and 8192, and where it ran it was no faster than Rows (docs/FUSED.md).
-  return launchAddRmsNormRows(datatype, x, p, stream, target, &shape, false);
+  return launchAddRmsNormRows(datatype, x, p, stream, target, &shape);
 }
 
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,

@@ -21,16 +21,10 @@ struct AddRmsNormTarget {
   bool clusterExitBarrier = true;  // AddRmsNormLaunch::clusterExitBarrier
 };
 
-// Rows and RowsAsync (aligned buffers, at most kAddRmsNormAsyncMaxVpt vectors a thread) with
-// shape->threads threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu,
-// fused/add_rmsnorm_rows_async.cu). asyncWhenLooping: Rows runs RowsAsync instead where a
-// block would take more than one row and RowsAsync can run (the Auto form).
+// Rows with shape->threads threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu).
 cudaError_t launchAddRmsNormRows(anyrDataType_t dtype, const void* x, const FusedParams& p,
                                  cudaStream_t stream, const AddRmsNormTarget& t,
-                                 AddRmsNormShape* shape, bool asyncWhenLooping);
-cudaError_t launchAddRmsNormRowsAsync(anyrDataType_t dtype, const void* x, const FusedParams& p,
-                                      cudaStream_t stream, const AddRmsNormTarget& t,
-                                      AddRmsNormShape* shape);
+                                 AddRmsNormShape* shape);
 // Cluster, in clusters of shape->clusterBlocks (2, 4 or 8) blocks of fusedClusterThreads
 // threads (fused/add_rmsnorm_cluster.cu).
 cudaError_t launchAddRmsNormCluster(anyrDataType_t dtype, const void* x, const FusedParams& p,

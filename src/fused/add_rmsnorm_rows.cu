@@ -7,8 +7,8 @@ namespace anyr {
 
 cudaError_t launchAddRmsNormRows(anyrDataType_t dtype, const void* x, const FusedParams& p,
                                  cudaStream_t stream, const AddRmsNormTarget& t,
-                                 AddRmsNormShape* shape, bool asyncWhenLooping) {
-  return rowsform::launch<false>(dtype, x, p, stream, t, shape, asyncWhenLooping);
+                                 AddRmsNormShape* shape) {
+  return rowsform::launch(dtype, x, p, stream, t, shape);
 }
 
 }  // namespace anyr

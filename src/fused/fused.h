@@ -289,25 +289,19 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p);
 //             `maxVpt` vectors of a row in registers, the weight loaded once per block; kernels
 //             compiled per quantization mode for aligned buffers; as many blocks as the GPU
 //             holds at once, each taking rows blockIdx.x, blockIdx.x + grid, ...
-//  RowsAsync  Rows, with the block's next two rows' x and residual copied into shared memory
-//             (cp.async) while it computes the current one (aligned buffers and at most
-//             kAddRmsNormAsyncMaxVpt vectors a thread; others run Rows). Forced only: its
-//             launches were refused (cudaErrorInvalidValue) on H200 at hidden 6144 and 8192, and
-//             where it ran it was no faster than Rows; Auto does not take it.
 //  Cluster    one row per thread-block cluster of C blocks, one vector a thread, the sum of
 //             squares exchanged through distributed shared memory (fusedRowEpilogueCluster):
 //             a row of few tokens runs on C SMs instead of one. Rows up to hidden 8192 (others
 //             run Rows) where clusters can be launched (others run Rows).
 //  Auto       Cluster where every row gets a cluster of at least two blocks of one warp's
 //             vectors within one block per SM (addRmsNormClusterBlocks), else Rows.
-enum class AddRmsNormForm : int { Auto = 0, Staged, Regs, Rows, RowsAsync, Cluster };
-constexpr int kAddRmsNormAsyncMaxVpt = 3;  // RowsAsync: vectors a thread holds, at most
+enum class AddRmsNormForm : int { Auto = 0, Staged, Regs, Rows, Cluster };
 
 // How to launch the standalone kernel.
 struct AddRmsNormLaunch {
   AddRmsNormForm form = AddRmsNormForm::Auto;
   int threads = 0;            // Staged: threads per block, a multiple of 32 in 32..1024
-  int maxVpt = 3;             // Rows, RowsAsync: vectors a thread holds at most (1..4; see below)
+  int maxVpt = 3;             // Rows: vectors a thread holds at most (1..4; see below)
   int clusterBlocks = 0;      // Cluster: 2, 4 or 8; 0: addRmsNormClusterBlocks, at least 2
   bool clusters = true;       // Auto may choose Cluster (the caller knows clusters launch here)
   bool pdl = false;           // programmatic dependent launch (device/launch.cuh)
@@ -370,7 +364,7 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
 cudaError_t launchAddRmsNorm(anyrDataType_t datatype, const void* x, const FusedParams& p,
                              cudaStream_t stream, int threads = 0, bool pdl = false);
 
-// The form's name ("auto", "staged", "regs", "rows", "rows-async", "cluster"), or NULL.
+// The form's name ("auto", "staged", "regs", "rows", "cluster"), or NULL.
 const char* addRmsNormFormName(AddRmsNormForm form);
 
 // Whether the machine code the current device runs encodes NVFP4 with the GPU's e2m1

@@ -788,7 +788,7 @@ TEST(FusedLaunchShape, ClusterSizeFollowsRowsHiddenAndSetting) {
 // that keeps a thread at maxVpt vectors (a power of two dividing the slot count, at most 512,
 // four vectors at most at hidden 16384); the Cluster form gives every row a cluster of the
 // largest size within one block per SM that leaves a block a warp's vectors; Auto takes it
-// where it fits, else Rows (whose launch turns to RowsAsync where blocks take several rows).
+// where it fits, else Rows.
 TEST(FusedLaunchShape, StandaloneFormsFollowRowsAndHidden) {
   EXPECT_EQ(addRmsNormRowThreads(2880, 3), 128);  // 360 vectors: 3 a thread
   EXPECT_EQ(addRmsNormRowThreads(4096, 3), 256);
@@ -843,11 +843,10 @@ TEST(FusedLaunchShape, StandaloneFormsFollowRowsAndHidden) {
   EXPECT_EQ(addRmsNormAutoForm(6144, 66, 132, true), AddRmsNormForm::Cluster);
   EXPECT_EQ(addRmsNormAutoForm(6144, 1, 132, false), AddRmsNormForm::Rows);
   EXPECT_EQ(addRmsNormAutoForm(6144, 67, 132, true), AddRmsNormForm::Rows);
-  EXPECT_EQ(addRmsNormAutoForm(6144, 8192, 132, true), AddRmsNormForm::Rows);  // may go async
+  EXPECT_EQ(addRmsNormAutoForm(6144, 8192, 132, true), AddRmsNormForm::Rows);
   EXPECT_EQ(addRmsNormAutoForm(16384, 1, 132, true), AddRmsNormForm::Rows);
-  for (AddRmsNormForm f :
-       {AddRmsNormForm::Auto, AddRmsNormForm::Staged, AddRmsNormForm::Regs, AddRmsNormForm::Rows,
-        AddRmsNormForm::RowsAsync, AddRmsNormForm::Cluster}) {
+  for (AddRmsNormForm f : {AddRmsNormForm::Auto, AddRmsNormForm::Staged, AddRmsNormForm::Regs,
+                           AddRmsNormForm::Rows, AddRmsNormForm::Cluster}) {
     EXPECT_NE(addRmsNormFormName(f), nullptr);
   }
 }

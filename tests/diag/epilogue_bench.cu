@@ -26,7 +26,7 @@
 // tool exits with status 4 at the end.
 //
 // Variants: FORM[-vN][-cN][-e0][+pdl], FORM one of regs (the kernel before the forms), staged
-// (with -tN: N threads), rows, rows-async, cluster, auto (what anyrAddRmsNorm launches); -vN the
+// (with -tN: N threads), rows, cluster, auto (what anyrAddRmsNorm launches); -vN the
 // Rows forms' vectors a thread at most (default 3); -cN the cluster size (default: the
 // automatic one, at least 2); -e0 the Cluster form without its final cluster barrier; +pdl
 // launched with programmatic dependent launch, releasing the next launch early. "api" is the
@@ -151,9 +151,7 @@ bool parseVariant(const std::string& name, Variant* v) {
     const char* name;
     AddRmsNormForm form;
   };
-  // Longest names first: "rows-async" before "rows".
-  const Form forms[] = {{"rows-async", AddRmsNormForm::RowsAsync},
-                        {"rows", AddRmsNormForm::Rows},
+  const Form forms[] = {{"rows", AddRmsNormForm::Rows},
                         {"regs", AddRmsNormForm::Regs},
                         {"staged", AddRmsNormForm::Staged},
                         {"cluster", AddRmsNormForm::Cluster},
@@ -610,7 +608,7 @@ int selfTest(int threads) {
     bool pdl;
   } names[] = {{"auto", true, AddRmsNormForm::Auto, 3, 0, false},
                {"rows-v2", true, AddRmsNormForm::Rows, 2, 0, false},
-               {"rows-async-v1+pdl", true, AddRmsNormForm::RowsAsync, 1, 0, true},
+               {"rows-v1+pdl", true, AddRmsNormForm::Rows, 1, 0, true},
                {"cluster-c4", true, AddRmsNormForm::Cluster, 3, 4, false},
                {"cluster-e0", true, AddRmsNormForm::Cluster, 3, 0, false},
                {"cluster-e2", false, AddRmsNormForm::Auto, 3, 0, false},
@@ -643,8 +641,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> dtypes = {"bf16", "fp16"};
   std::vector<int> hiddens = {2880, 4096, 5120, 6144, 7168, 8192};
   std::vector<int> tokenList = {1, 8, 32, 128, 512, 2048, 8192};
-  std::vector<std::string> variantNames = {"regs", "rows",     "rows-async", "cluster",
-                                           "auto", "auto+pdl", "api"};
+  std::vector<std::string> variantNames = {"regs", "rows", "cluster", "auto", "auto+pdl", "api"};
   std::vector<std::string> quantNames = {"none", "fp8", "nvfp4"};
   std::string jsonPath;
   int calls = 50, samples = 15;

@@ -719,7 +719,7 @@ TEST(FusedKernel, BlockSizeDoesNotChangeTheBits) {
 }
 
 // Every form of the standalone kernel (fused.h, AddRmsNormForm) gives the bits of the staged
-// kernel: Regs, Rows at one to four vectors a thread, RowsAsync (one row per block and several),
+// kernel: Regs, Rows at one to four vectors a thread,
 // Cluster at 2, 4 and 8 blocks (one cluster per row and rows looping over the clusters; with and
 // without the final cluster barrier), with aligned and unaligned buffers (the general kernels),
 // residual separate and in place, x aliasing normOut, unquantized and quantized.
@@ -732,12 +732,11 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
       bool exitBarrier;
     };
     const Form forms[] = {
-        {AddRmsNormForm::Regs, 3, 0, true},      {AddRmsNormForm::Rows, 1, 0, true},
-        {AddRmsNormForm::Rows, 2, 0, true},      {AddRmsNormForm::Rows, 3, 0, true},
-        {AddRmsNormForm::Rows, 4, 0, true},      {AddRmsNormForm::RowsAsync, 1, 0, true},
-        {AddRmsNormForm::RowsAsync, 3, 0, true}, {AddRmsNormForm::Cluster, 3, 2, true},
-        {AddRmsNormForm::Cluster, 3, 4, true},   {AddRmsNormForm::Cluster, 3, 8, true},
-        {AddRmsNormForm::Cluster, 3, 2, false},  {AddRmsNormForm::Cluster, 3, 8, false},
+        {AddRmsNormForm::Regs, 3, 0, true},     {AddRmsNormForm::Rows, 1, 0, true},
+        {AddRmsNormForm::Rows, 2, 0, true},     {AddRmsNormForm::Rows, 3, 0, true},
+        {AddRmsNormForm::Rows, 4, 0, true},     {AddRmsNormForm::Cluster, 3, 2, true},
+        {AddRmsNormForm::Cluster, 3, 4, true},  {AddRmsNormForm::Cluster, 3, 8, true},
+        {AddRmsNormForm::Cluster, 3, 2, false}, {AddRmsNormForm::Cluster, 3, 8, false},
         {AddRmsNormForm::Auto, 3, 0, true}};
     int compared = 0;
     for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
