@@ -44,7 +44,8 @@ LIBS="-L$CUDA_HOME/lib64 -Wl,-rpath,$CUDA_HOME/lib64 -lcudart -lcrypto -lpthread
 LIB_SOURCES=(src/bootstrap/message.cc src/bootstrap/auth.cc src/bootstrap/unique_id.cc
   src/bootstrap/socket.cc src/base/env.cc src/base/error.cc src/base/log.cc src/base/config.cc
   src/base/validate.cc
-  src/topology/topology.cc src/topology/islands.cc src/algo/registry.cc src/algo/cost.cc
+  src/topology/topology.cc src/topology/islands.cc src/topology/fabric.cc src/algo/registry.cc
+  src/algo/cost.cc
   src/select/admission.cc src/select/dispatch.cc src/select/tuning.cc tests/fuzz/fuzz_stubs.cc)
 ALL_TARGETS=(fuzz_bootstrap_message fuzz_topology_json fuzz_config_env fuzz_tuning_json)
 
