@@ -207,8 +207,11 @@ void saveTuningFile(const TuningTable& t, const std::string& path) {
   }
 }
 
-bool loadTuningFor(const std::string& path, const Fingerprint& mine, TuningTable* out,
-                   std::string* why) {
+namespace {
+
+// The tuning file at `path`, parsed (tuningFromJson); false with *why where it cannot be read or
+// parsed.
+bool readTuningFile(const std::string& path, TuningTable* t, std::string* why) {
   std::ifstream f(path);
   if (!f) {
     *why = "cannot read " + path;
@@ -217,13 +220,7 @@ bool loadTuningFor(const std::string& path, const Fingerprint& mine, TuningTable
   std::stringstream ss;
   ss << f.rdbuf();
   try {
-    TuningTable t = tuningFromJson(ss.str());
-    std::string d = t.fingerprint.firstDifference(mine);
-    if (!d.empty()) {
-      *why = path + " was tuned on another machine or configuration (" + d + ")";
-      return false;
-    }
-    *out = t;
+    *t = tuningFromJson(ss.str());
     return true;
   } catch (const Error& e) {
     *why = path + ": " + e.what();
@@ -231,46 +228,50 @@ bool loadTuningFor(const std::string& path, const Fingerprint& mine, TuningTable
   }
 }
 
+}  // namespace
+
+bool loadTuningFor(const std::string& path, const Fingerprint& mine, TuningTable* out,
+                   std::string* why) {
+  TuningTable t;
+  if (!readTuningFile(path, &t, why)) return false;
+  std::string d = t.fingerprint.firstDifference(mine);
+  if (!d.empty()) {
+    *why = path + " was tuned on another machine or configuration (" + d + ")";
+    return false;
+  }
+  *out = t;
+  return true;
+}
+
 bool loadFabricFor(const std::string& path, const Fingerprint& mine, FabricRecord* out,
                    std::string* why, bool* present) {
   if (present != nullptr) *present = false;
-  std::ifstream f(path);
-  if (!f) {
-    *why = "cannot read " + path;
+  TuningTable t;
+  if (!readTuningFile(path, &t, why)) return false;
+  if (!t.hasFabric) {
+    *why = path + " holds no fabric record";
     return false;
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  try {
-    const TuningTable t = tuningFromJson(ss.str());
-    if (!t.hasFabric) {
-      *why = path + " holds no fabric record";
-      return false;
-    }
-    if (present != nullptr) *present = true;
-    Fingerprint machine = t.fingerprint;
-    machine.settings.clear();  // compared on the machine alone
-    Fingerprint here = mine;
-    here.settings.clear();
-    const std::string d = machine.firstDifference(here);
-    if (!d.empty()) {
-      *why = "the fabric record in " + path + " is stale: made for another machine or world (" + d +
-             ")";
-      return false;
-    }
-    if (t.fabric.ranks != mine.worldSize) {
-      *why = "the fabric record in " + path + " holds " + std::to_string(t.fabric.ranks) +
-             " ranks, this communicator has " + std::to_string(mine.worldSize);
-      return false;
-    }
-    *out = t.fabric;
-    out->state = FabricRecord::State::Cached;
-    out->cachedIn = path;
-    return true;
-  } catch (const Error& e) {
-    *why = path + ": " + e.what();
+  if (present != nullptr) *present = true;
+  Fingerprint machine = t.fingerprint;
+  machine.settings.clear();  // compared on the machine alone
+  Fingerprint here = mine;
+  here.settings.clear();
+  const std::string d = machine.firstDifference(here);
+  if (!d.empty()) {
+    *why =
+        "the fabric record in " + path + " is stale: made for another machine or world (" + d + ")";
     return false;
   }
+  if (t.fabric.ranks != mine.worldSize) {
+    *why = "the fabric record in " + path + " holds " + std::to_string(t.fabric.ranks) +
+           " ranks, this communicator has " + std::to_string(mine.worldSize);
+    return false;
+  }
+  *out = t.fabric;
+  out->state = FabricRecord::State::Cached;
+  out->cachedIn = path;
+  return true;
 }
 
 void applyTuning(const TuningTable& t, const std::array<std::vector<Candidate>, kNumOps>& cands,

@@ -38,17 +38,22 @@ class InputError(Exception):
     """A file that cannot be judged: unreadable, malformed, or holding a wrong result."""
 
 
+def read_json(path: str):
+    """The JSON document at `path`; InputError when it cannot be read or parsed."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: not a readable JSON file ({e})") from e
+
+
 def load(directory: str, name: str) -> Optional[dict]:
     """The bench record `name` in `directory`, None when absent; InputError when it cannot be
     used (not JSON, no points, a point missing a field, a point that was not exact)."""
     path = os.path.join(directory, name)
     if not os.path.exists(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: not a readable JSON file ({e})") from e
+    record = read_json(path)
     points = record.get("points") if isinstance(record, dict) else None
     if not isinstance(points, list) or not points or not isinstance(record.get("nranks"), int):
         raise InputError(f"{path}: needs 'nranks' (an integer) and a non-empty 'points' list")
@@ -245,11 +250,7 @@ def load_epilogue(directory: str, name: str, needed: Tuple[str, ...]) -> Optiona
     path = os.path.join(directory, name)
     if not os.path.exists(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: not a readable JSON file ({e})") from e
+    record = read_json(path)
     rows = record.get("results") if isinstance(record, dict) else None
     if not isinstance(rows, list) or not rows or not isinstance(record.get("wrong"), list):
         raise InputError(f"{path}: needs a non-empty 'results' list and a 'wrong' list")
