@@ -106,7 +106,10 @@ typedef enum {
   anyrAlgoRing = 12,       /* "ring": partial sums passed along the ring 0 -> 1 -> ... -> n-1 in
                               pipelined chunks, the result sent back around it (neighbour writes
                               only; for large messages over PCIe) */
-  anyrNumAlgos = 13
+  anyrAlgoDoublingPush = 13, /* "doubling-push": the one-shot push relayed in ceil(log2 n)
+                                rounds, each rank writing to one partner a round (peer writes;
+                                few hops for small messages where all-to-all rounds queue) */
+  anyrNumAlgos = 14
 } anyrAlgo_t;
 
 /* Wire format of the data the host-memory algorithms and one-shot pull exchange (opt-in; never

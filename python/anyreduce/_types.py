@@ -139,6 +139,7 @@ class Algo(_CEnum):
     STAGED_PULL = 10, "staged-pull"
     ISLANDS = 11, "islands"
     RING = 12, "ring"
+    DOUBLING_PUSH = 13, "doubling-push"
 
     @property
     def short_name(self) -> str:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "algo/doubling_schedule.h"
 #include "algo/ring_plan.h"
 #include "device/host_handles.h"
 
@@ -128,21 +129,30 @@ double twoShotUsOf(double B, const CostInputs& in, bool push) {
 //
 // With two ranks the kernels are the one-shots' (one round), and so is the cost: the tie goes
 // to the one-shot (the registry's order).
+// What a switch group's uplink carries, GB/s each way, for flows of one stream each: at least one
+// flow's (the slowest cross pair's rate x kEffStaged), and where the fabric's all-to-all was
+// measured, what that implies if the uplink was its bottleneck. 0: no uplink (one group).
+double uplinkGBps(const CostInputs& in, bool write) {
+  const int n = in.nranks;
+  const double cross = write ? in.crossWriteGBps : in.crossReadGBps;
+  const int g = in.largestGroup;
+  if (cross <= 0 || g <= 1 || g >= n) return 0;
+  double uplink = cross * kEffStaged;
+  if (in.allToAllGBps > 0 && in.writeGBps > 0) {
+    const double a2a = write ? in.allToAllGBps : in.allToAllGBps * in.readGBps / in.writeGBps;
+    uplink = std::max(uplink, a2a * g * (n - g) / (n - 1));
+  }
+  return uplink;
+}
+
 double stagedBytesUs(const CostInputs& in, double B, bool write) {
   const int n = in.nranks;
   const double pair = write ? in.writeGBps : in.readGBps;
   if (pair <= 0) return -1;
   double t = (n - 1) * B / (pair * kEffStaged * 1e3);
-  const double cross = write ? in.crossWriteGBps : in.crossReadGBps;
   const int g = in.largestGroup;
-  if (cross > 0 && g > 1 && g < n) {
-    double uplink = cross * kEffStaged;
-    if (in.allToAllGBps > 0 && in.writeGBps > 0) {
-      const double a2a = write ? in.allToAllGBps : in.allToAllGBps * in.readGBps / in.writeGBps;
-      uplink = std::max(uplink, a2a * g * (n - g) / (n - 1));
-    }
-    t = std::max(t, g * (n - g) * B / (uplink * 1e3));
-  }
+  const double uplink = uplinkGBps(in, write);
+  if (uplink > 0) t = std::max(t, g * (n - g) * B / (uplink * 1e3));
   return t;
 }
 
@@ -255,6 +265,40 @@ double islandsUs(double B, const CostInputs& in) {
     boundary = std::max(boundary, bytes / (uplink * 1e3));
   }
   return calls * (kLaunchUs + hops) + inside + std::max(perGpu, boundary);
+}
+
+// The doubling push (doubling_push.cu): ceil(log2 n) rounds, each a hop of the staged push's
+// kind (one flow out and one in per GPU, every rank at once: the ring hop, never less than the
+// idle latency), and its bytes: round j moves the vectors a rank holds (2^j of the message at
+// most) over each GPU's link as one flow, and over a switch group's uplink as many flows as
+// the round's partners leave the group, at uplinkGBps. The rounds are charged one after the
+// other, each the slower of its link and its uplink. With two ranks it is the one-shot push's
+// kernel and costs the same (the tie goes to the one-shot, the registry's order).
+double doublingPushUs(double B, const CostInputs& in) {
+  const int n = in.nranks;
+  if (n <= 2) return oneShotUs(B, in, true);
+  if (in.writeGBps <= 0) return -1;
+  const double hop = std::max(in.ringHopUs, in.latencyUs);
+  const double uplink = uplinkGBps(in, true);
+  const bool groups = uplink > 0 && static_cast<int>(in.groupOf.size()) == n;
+  const int R = doubling::rounds(n);
+  double data = 0;
+  for (int j = 0; j < R; ++j) {
+    int vectors = 0, across = 0;
+    std::vector<int> out(static_cast<size_t>(n), 0);
+    for (int r = 0; r < n; ++r) {
+      const doubling::Round rd = doubling::round(n, in.doublingOrder, r, j);
+      vectors = std::max(vectors, __builtin_popcount(rd.send));
+      if (groups && in.groupOf[static_cast<size_t>(r)] != in.groupOf[static_cast<size_t>(rd.to)]) {
+        across = std::max(across, ++out[static_cast<size_t>(in.groupOf[static_cast<size_t>(r)])]);
+      }
+    }
+    const double link = vectors * B / (in.writeGBps * kEffStaged * 1e3);
+    const double up = across > 0 ? across * vectors * B / (uplink * 1e3) : 0.0;
+    data += std::max(link, up);
+  }
+  const double calls = launchesFor(B, in.pushSlotBytes);
+  return calls * (kLaunchUs + R * hop) + data;
 }
 
 double hostOneShotUs(double B, const CostInputs& in) { return hostShotUs(B, in, true); }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace anyr {
 
@@ -57,6 +58,12 @@ struct CostInputs {
   double islandWriteGBps = 0, islandCrossWriteGBps = 0;
   double islandLoadGBps = 0;
   uint64_t islandLaunchBytes = 0;
+  // The doubling push (doubling_push.cu): its partner order (algo/doubling_schedule.h, from the
+  // islands), and each rank's PCIe switch group (the one whose uplink its flows out of the group
+  // share; one group per GPU where none was found), so that a round's flows across uplinks are
+  // counted as the kernel sends them.
+  uint32_t doublingOrder = 0;
+  std::vector<int> groupOf;
   std::string summary;  // one line, for explain
 };
 
@@ -112,6 +119,7 @@ double twoShotUs(double bytes, const CostInputs& in);
 double stagedPushUs(double bytes, const CostInputs& in);
 double stagedPullUs(double bytes, const CostInputs& in);
 double islandsUs(double bytes, const CostInputs& in);
+double doublingPushUs(double bytes, const CostInputs& in);
 double hostOneShotUs(double bytes, const CostInputs& in);
 double hostTwoShotUs(double bytes, const CostInputs& in);
 double hostCopyUs(double bytes, const CostInputs& in);

@@ -1,6 +1,7 @@
-// One-shot push ("Lamport" protocol): the kernel of two algorithms that differ only in the
+// One-shot push ("Lamport" protocol): the kernel of three algorithms that differ only in the
 // order of their peer traffic (PushOrder): "oneshot-push" sends to every peer at once
-// (oneshot_push.cu), "staged-push" one peer per round (staged_push.cu, which says why).
+// (oneshot_push.cu), "staged-push" one peer per round (staged_push.cu, which says why),
+// "doubling-push" one partner per round with relays, ceil(log2 n) rounds (doubling_push.cu).
 //
 // Each rank writes its input straight into slot [rank] of every peer's push buffer; a reader
 // knows a vector has arrived when none of its elements carries the clear pattern, so no flag
@@ -13,7 +14,10 @@
 // call j+1), i.e. after this rank's call-j kernel, clearing included, completed. All reads of
 // phase (j-1)%3 finished during call j-1. Two phases would not do: the peer's call j+1 data
 // may land while this rank is still in call j. Where in call j the clearing runs does not
-// matter to that argument (the staged order clears after its first round).
+// matter to that argument (the staged orders clear after their first round). Nor who writes a
+// slot: in the doubling order slot [s] is written by the partner that relays rank s's vectors,
+// once a call, and that partner too needs this rank's call-j+1 vectors (relayed or not) to
+// finish call j+1.
 //
 // The clear pattern and sanitizing are described in lamport.cuh.
 //
@@ -22,6 +26,7 @@
 #pragma once
 
 #include "algo/algo.h"
+#include "algo/doubling_schedule.h"
 #include "device/lamport.cuh"
 
 namespace anyr {
@@ -31,6 +36,8 @@ namespace oneshot {
 enum class PushOrder {
   AllAtOnce,  // every vector to every peer, nearest peer first (one round)
   Staged,     // round k = 1..n-1: every vector to peer rank + k only, paced by what arrives
+  Doubling,   // round j < ceil(log2 n): every vector held (own and relayed) to one partner
+              // (algo/doubling_schedule.h), paced by what arrives
 };
 
 template <typename T, bool kAligned, PushOrder kOrder>
@@ -51,10 +58,27 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // Round k of the staged order: this thread's vectors into slot [rank] of peer rank + k
-  // (nothing once stopped).
-  [[maybe_unused]] auto pushRound = [&](int k) {
-    const int p = (rank + k) % n;
+  // The doubling order's partner bits, and which rank stores each source's vectors into this
+  // rank's slots (4 bits a source): what its waits name. The other orders: the source itself.
+  [[maybe_unused]] const uint32_t order =
+      kOrder == PushOrder::Doubling ? doubling::doublingOrder(a.islands, n) : 0;
+  uint32_t writers = 0;
+  if constexpr (kOrder == PushOrder::Doubling) {
+    for (int s = 0; s < n; ++s) {
+      const int w = doubling::writerOf(n, order, rank, s);
+      writers |= static_cast<uint32_t>(w < 0 ? rank : w) << (4 * s);
+    }
+  }
+  auto writerOf = [&](int s) {
+    if constexpr (kOrder == PushOrder::Doubling) {
+      return static_cast<int>((writers >> (4 * s)) & 0xF);
+    } else {
+      return s;
+    }
+  };
+  // This thread's own vectors into slot [rank] of peer p only (nothing once stopped): a round
+  // of the staged order, the first of the doubling order.
+  [[maybe_unused]] auto pushOwnTo = [&](int p) {
     char* dst = a.peerWorkspace[p] + a.layout.pushOffset + phase * phaseBytes +
                 static_cast<uint64_t>(rank) * slot;
     for (uint64_t v = first; v < a.numVecs; v += stride) {
@@ -82,8 +106,10 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
     }
 
     if (a.pushFence) __threadfence_system();
+  } else if constexpr (kOrder == PushOrder::Staged) {
+    pushOwnTo((rank + 1) % n);
   } else {
-    pushRound(1);
+    pushOwnTo(doubling::round(n, order, rank, 0).to);
   }
 
   // 2. Clear, in this rank's own buffer, what peers wrote one call ago.
@@ -104,8 +130,34 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
         Vec x;
         ok = dev::pollVec<T>(cur + static_cast<uint64_t>(from) * slot + last * 16, &x, waiter, from,
                              epoch);
-        if (ok) pushRound(k);
+        if (ok) pushOwnTo((rank + k) % n);
       }
+    }
+  } else if constexpr (kOrder == PushOrder::Doubling) {
+    // Rounds 1.., each relaying what earlier rounds brought: every vector of the round's send set
+    // but the own, polled from this rank's slots as it arrives (the only wait: relayed data
+    // that has not come cannot be sent), stored into the partner's slot of the same source.
+    const int R = doubling::rounds(n);
+    for (int j = 1; j < R && ok; ++j) {
+      const doubling::Round rd = doubling::round(n, order, rank, j);
+      char* dst = a.peerWorkspace[rd.to] + a.layout.pushOffset + phase * phaseBytes;
+      for (uint64_t v = first; v < a.numVecs && ok; v += stride) {
+        for (int s = 0; s < n; ++s) {
+          if (!(rd.send & (1u << s))) continue;
+          Vec x;
+          if (s == rank) {
+            x = dev::loadVec<T, kAligned>(in, v, a.count);
+            dev::sanitize<T>(x);
+          } else if (!dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, &x, waiter,
+                                      writerOf(s), epoch)) {
+            ok = false;
+            break;
+          }
+          if (dev::opaque(stopped)) continue;
+          dev::storeSys(dst + static_cast<uint64_t>(s) * slot + v * 16, x.u);
+        }
+      }
+      if (a.pushFence) __threadfence_system();
     }
   }
 
@@ -117,8 +169,8 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
       if (s == rank) {
         x = dev::loadVec<T, kAligned>(in, v, a.count);
         dev::sanitize<T>(x);
-      } else if (!dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, &x, waiter, s,
-                                  epoch)) {
+      } else if (!dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, &x, waiter,
+                                  writerOf(s), epoch)) {
         ok = false;
         break;
       }

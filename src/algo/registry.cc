@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "algo/doubling_schedule.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/names.h"
@@ -43,6 +44,10 @@ cudaError_t twoShotResidentPerSm(int* least);
 cudaError_t launchStagedPush(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                              cudaStream_t stream);
 cudaError_t stagedPushResidentPerSm(int* least);
+// doubling_push.cu
+cudaError_t launchDoublingPush(anyrDataType_t dtype, const AllReduceArgs& a,
+                               const LaunchShape& shape, cudaStream_t stream);
+cudaError_t doublingPushResidentPerSm(int* least);
 // staged_pull.cu
 cudaError_t launchStagedPull(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                              cudaStream_t stream);
@@ -200,6 +205,34 @@ AlgoAdmission admitRingWrites(const Topology& t, const CommFacts& f) {
   return x;
 }
 
+// The doubling push stores only into its rounds' partners (algo/doubling_schedule.h, with the
+// islands' order): those pairs need their peer-write check, no others.
+AlgoAdmission admitDoublingWrites(const Topology& t, const CommFacts& f) {
+  AlgoAdmission x = admitPeer(t, f, false, false);
+  if (!x.admitted) return x;
+  const int n = t.size();
+  uint32_t order = 0;
+  if (doubling::powerOfTwo(n)) {
+    const std::string cover = islandsCoverError(f.islands, f.nranks);
+    const IslandMap map =
+        cover.empty() ? islandMapOf(islandsOf(t, f.islands, f.nranks)) : islandMapOf(Islands{});
+    order = doubling::doublingOrder(map, n);
+  }
+  for (int r = 0; r < n; ++r) {
+    for (int j = 0; j < doubling::rounds(n); ++j) {
+      const int to = doubling::round(n, order, r, j).to;
+      if (!t.pair(r, to).peerWriteOk) {
+        x.admitted = false;
+        x.reason = "peer write rank " + std::to_string(r) + " -> rank " + std::to_string(to) +
+                   " (doubling partners) failed its transfer check or is not mapped";
+        return x;
+      }
+    }
+  }
+  x.reason = "every doubling-partner pair passed its peer-write check (no other pair is used)";
+  return x;
+}
+
 // Host-memory algorithms need no peer access at all: only the shared pinned segment.
 AlgoAdmission admitHostSegment(const Topology&, const CommFacts& f) {
   AlgoAdmission x;
@@ -288,6 +321,13 @@ constexpr AlgoInfo kAlgos[] = {
         .peer(ANYR_KERNEL_FN(launchRing), ANYR_KERNEL_FN(ringResidentPerSm), LaunchCapacity::Chunk)
         .admission(admitRingWrites)
         .cost(ringUs),
+    // The one-shot push relayed in ceil(log2 n) rounds: after the staged forms and the
+    // islands (with two ranks it is the one-shot push's kernel and cost, and the tie goes to it).
+    AlgoInfo(anyrAlgoDoublingPush, "doubling-push", AlgoKind::PeerMemory)
+        .peer(ANYR_KERNEL_FN(launchDoublingPush), ANYR_KERNEL_FN(doublingPushResidentPerSm),
+              LaunchCapacity::PushSlot)
+        .admission(admitDoublingWrites)
+        .cost(doublingPushUs),
     AlgoInfo(anyrAlgoNccl, "nccl", AlgoKind::Nccl).admission(admitNccl).cost(ncclUs),
     AlgoInfo(anyrAlgoHostOneShot, "host-oneshot", AlgoKind::HostMemory)
         .host(ANYR_KERNEL_FN(launchHostOneShot), ANYR_KERNEL_FN(launchHostOneShotLL))

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "algo/doubling_schedule.h"
 #include "base/names.h"
 #include "device/host_handles.h"
 #include "topology/islands.h"
@@ -178,6 +179,8 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   std::vector<int> groupSize(static_cast<size_t>(n), 0);
   for (int s = 0; s < n; ++s) ++groupSize[static_cast<size_t>(root(s))];
   in.largestGroup = n ? *std::max_element(groupSize.begin(), groupSize.end()) : 0;
+  in.groupOf.resize(static_cast<size_t>(n));
+  for (int s = 0; s < n; ++s) in.groupOf[static_cast<size_t>(s)] = root(s);
   double w = 1e30, r = 1e30, ring = 1e30, cw = 1e30, cr = 1e30, lat = 0, neighbour = 1e30;
   bool anyPair = false, anyCross = false, anyPeerPcie = false;
   for (int s = 0; s < n; ++s) {
@@ -236,6 +239,11 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   Islands islands;
   if (islandsCoverError(cfg.islands, nranks).empty() && n == nranks) {
     islands = islandsOf(t, cfg.islands, nranks);
+  }
+  // The doubling push's partners: the kernel's order from the same islands (device/handles.h,
+  // AllReduceArgs::islands).
+  if (doubling::powerOfTwo(nranks)) {
+    in.doublingOrder = doubling::doublingOrder(islandMapOf(islands), nranks);
   }
   if (islands.count() >= 2) {
     std::vector<int> islandOf(static_cast<size_t>(n), -1);

@@ -130,8 +130,8 @@ TEST(Dispatch, FusedKernelPathsCarryAClusterSize) {
 
 TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
   Machine s = setup("nvlink_pair");
-  EXPECT_EQ(s.cands[0].size(), 12u);  // twelve all-reduce algorithms (three through host memory)
-  EXPECT_EQ(s.cands[1].size(), 16u);  // + fused kernels of the four peer algorithms that have one
+  EXPECT_EQ(s.cands[0].size(), 13u);  // thirteen all-reduce algorithms (three through host memory)
+  EXPECT_EQ(s.cands[1].size(), 17u);  // + fused kernels of the four peer algorithms that have one
   for (const auto& ops : s.cands) {
     for (const Candidate& c : ops) {
       // Two GPUs over NVLink are one island: nothing for the two-level form to exchange.
@@ -149,14 +149,15 @@ TEST(Dispatch, HostAlgorithmsComeLastInTheFixedOrderAndOnlyAsComposition) {
   // The order breaks ties, so it is part of the agreement: the host algorithms are appended.
   Machine s = setup("no_p2p");
   const std::vector<std::string> allReduce = {
-      "oneshot-push", "oneshot-pull", "twoshot-push", "twoshot",      "staged-push",  "staged-pull",
-      "islands",      "ring",         "nccl",         "host-oneshot", "host-twoshot", "host-copy"};
+      "oneshot-push", "oneshot-pull", "twoshot-push", "twoshot",       "staged-push",
+      "staged-pull",  "islands",      "ring",         "doubling-push", "nccl",
+      "host-oneshot", "host-twoshot", "host-copy"};
   ASSERT_EQ(s.cands[0].size(), allReduce.size());
   for (size_t i = 0; i < allReduce.size(); ++i)
     EXPECT_EQ(pathName(Op::AllReduce, s.cands[0][i].path), allReduce[i]) << i;
   for (int o = 1; o < kNumOps; ++o) {
     const auto& c = s.cands[static_cast<size_t>(o)];
-    ASSERT_EQ(c.size(), 16u);  // the twelve compositions and four fused kernels
+    ASSERT_EQ(c.size(), 17u);  // the thirteen compositions and four fused kernels
     const size_t last = c.size() - 1;
     EXPECT_EQ(pathName(static_cast<Op>(o), c[last - 2].path), "host-oneshot+epilogue");
     EXPECT_EQ(pathName(static_cast<Op>(o), c[last - 1].path), "host-twoshot+epilogue");
@@ -195,7 +196,7 @@ TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
       }
     }
   }
-  EXPECT_EQ(rejected, 8 + 12 + 12);  // the peer algorithms, and per fused operation their
+  EXPECT_EQ(rejected, 9 + 13 + 13);  // the peer algorithms, and per fused operation their
                                      // compositions and fused kernels
 }
 
@@ -332,10 +333,11 @@ TEST(Dispatch, SeedOnEightPcieGpusUnderTwoSwitchesLeavesLargeMessagesToTheRing) 
   const CostInputs in = costInputs(s.t, Config(), 8);
   EXPECT_EQ(in.largestGroup, 4);
   EXPECT_GT(in.crossWriteGBps, 0);
-  EXPECT_EQ(choice(s, Op::AllReduce, 1024), "oneshot-push");
-  // The two-level form over the two halves: one partner across instead of four.
-  EXPECT_EQ(choice(s, Op::AllReduce, 8u << 10), "islands");
-  for (uint64_t b = 16u << 10; b <= (256u << 20); b *= 2) {
+  // Small messages relayed in three one-peer rounds, the one crossing the switches first (one
+  // vector a flow across instead of the one-shot's all to all).
+  EXPECT_EQ(choice(s, Op::AllReduce, 1024), "doubling-push");
+  EXPECT_EQ(choice(s, Op::AllReduce, 16u << 10), "doubling-push");
+  for (uint64_t b = 32u << 10; b <= (256u << 20); b *= 2) {
     EXPECT_EQ(choice(s, Op::AllReduce, b), "nccl") << b;
   }
   // One switch group (all pairs under one switch): no uplink, peer algorithms go further.

@@ -149,19 +149,19 @@ constexpr uint64_t k6144x1 = 6144 * 2, k7168x1 = 7168 * 2;
 constexpr uint64_t k6144x128 = 6144 * 2 * 128, k7168x128 = 7168 * 2 * 128;
 
 TEST(FabricModel, SeedsMachineChoicesAndWhy) {
-  // Behind two switches at 8 ranks: one loaded round costs 6.7 us, so the one-shot (one round)
-  // wins the smallest messages; from 8 KB to 64 KB the two-level form over the two switch
-  // groups (three hops of fewer peers each, a ninth of the one-shot's bytes across the host
-  // bridge, one partner there instead of four; the fused operation composes it with the
-  // epilogue from 16 KB); from 128 KB NCCL's ring, which does not share the switches' uplinks
-  // all to all.
+  // Behind two switches at 8 ranks: one loaded round costs 6.7 us, three one-peer hops 3.9, so
+  // to 32 KB the doubling push (the one-shot's vectors relayed in three rounds, the round that
+  // crosses the switches first, one vector a flow; the fused operation composes it with the
+  // epilogue); at 64 KB the two-level form over the two switch groups (a ninth of the
+  // one-shot's bytes across the host bridge, one partner there instead of four); from 128 KB
+  // NCCL's ring, which does not share the switches' uplinks all to all.
   const Seeded s = seeded("rtxpro6000_8gpu_switches");
   expectChoices(s,
-                {{1 * KB, "oneshot-push", "fused:oneshot-push"},
-                 {8 * KB, "islands", "fused:oneshot-push"},
-                 {k6144x1, "islands", "islands+epilogue"},
-                 {k7168x1, "islands", "islands+epilogue"},
-                 {16 * KB, "islands", "islands+epilogue"},
+                {{1 * KB, "doubling-push", "doubling-push+epilogue"},
+                 {8 * KB, "doubling-push", "doubling-push+epilogue"},
+                 {k6144x1, "doubling-push", "doubling-push+epilogue"},
+                 {k7168x1, "doubling-push", "doubling-push+epilogue"},
+                 {16 * KB, "doubling-push", "doubling-push+epilogue"},
                  {64 * KB, "islands", "islands+epilogue"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
@@ -174,13 +174,13 @@ TEST(FabricModel, SeedsMachineChoicesAndWhy) {
 
 TEST(FabricModel, DualSocketChoicesAndWhy) {
   // No switches, two sockets (published all-to-all 0.41 of ideal, a loaded round of 6.03 us):
-  // the same ladder as behind switches, the one-shot for the smallest messages, the two-level
-  // form over the two sockets from 8 KB to 64 KB, then NCCL.
+  // the same ladder as behind switches: the doubling push to 32 KB, the two-level form over
+  // the two sockets at 64 KB, then NCCL.
   const Seeded s = seeded("rtxpro6000_8gpu_dual_socket");
   expectChoices(s,
-                {{1 * KB, "oneshot-push", "fused:oneshot-push"},
-                 {k6144x1, "islands", "islands+epilogue"},
-                 {16 * KB, "islands", "islands+epilogue"},
+                {{1 * KB, "doubling-push", "doubling-push+epilogue"},
+                 {k6144x1, "doubling-push", "doubling-push+epilogue"},
+                 {16 * KB, "doubling-push", "doubling-push+epilogue"},
                  {64 * KB, "islands", "islands+epilogue"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
@@ -233,11 +233,12 @@ TEST(FabricModel, WithoutPeerAccessChoicesAndWhy) {
 }
 
 TEST(FabricModel, L40sChoicesAndWhy) {
-  // Gen4, 4 + 4 NUMA, 9.7 GB/s between the halves against 26.3 inside: the one-shot to 4 KB,
-  // the two-shot to 16 KB, then NCCL's ring (25.4 GB/s measured at 8 ranks).
+  // Gen4, 4 + 4 NUMA, 9.7 GB/s between the halves against 26.3 inside: the doubling push to
+  // 8 KB, the two-shot to 16 KB, then NCCL's ring (25.4 GB/s measured at 8 ranks).
   const Seeded s = seeded("l40s_8gpu_numa");
   expectChoices(s,
-                {{1 * KB, "oneshot-push", "fused:oneshot-push"},
+                {{1 * KB, "doubling-push", "doubling-push+epilogue"},
+                 {8 * KB, "doubling-push", "doubling-push+epilogue"},
                  {16 * KB, "twoshot-push", "fused:twoshot-push"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
@@ -248,15 +249,15 @@ TEST(FabricModel, L40sChoicesAndWhy) {
 
 TEST(FabricModel, SlowWritePlatformPullsAndExplainNamesTheFact) {
   // b12x#139 at 8 ranks: writes 2.6 GB/s against reads 52: no push beyond the smallest call
-  // (1 KB: the two-level form's three hops of few peers each beat the pull's two full rounds
-  // while its writes stay small; composed with the epilogue for the fused operation); the
-  // one-shot pull to 16 KB, its fused kernel for the fused operation, NCCL above.
+  // (1 KB: the doubling push's three one-peer hops beat the pull's two full rounds while its
+  // writes stay small; composed with the epilogue for the fused operation); the one-shot pull
+  // to 16 KB, its fused kernel for the fused operation, NCCL above.
   const Seeded s = seeded("rtxpro6000_16gpu_slow_writes", 8);
   EXPECT_NE(s.in.summary.find("writes 20x slower than reads on GPU0->GPU1 (pull)"),
             std::string::npos)
       << s.in.summary;
   expectChoices(s,
-                {{1 * KB, "islands", "islands+epilogue"},
+                {{1 * KB, "doubling-push", "doubling-push+epilogue"},
                  {16 * KB, "oneshot-pull", "fused:oneshot-pull"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},

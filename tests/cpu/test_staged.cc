@@ -178,18 +178,23 @@ TEST(Staged, WithoutASharedUplinkStagingAvoidsTheAllToAllCollapse) {
   }
 }
 
-TEST(Staged, WhereTheFabricMeasuresAFastRingHopTheStagedPushIsTheSeedForSmallMessages) {
+TEST(Staged, WhereTheFabricMeasuresAFastRingHopTheStagedPushBeatsTheOneShotNotTheDoubling) {
   // The same two-socket box with a ring hop measured at 0.5 us (Topology::load): seven rounds
   // (3.5 us) now cost less than one loaded all-to-all round (6.03 us), and without a shared
-  // uplink the bytes move at one flow's rate, so the staged push is the seed from 1 to 16 KB;
-  // NCCL's ring (its 14 hops at 0.5 us too: 11 us) from 32 KB. Its composition with the epilogue
-  // beats the fused one-shot push where the rounds saved exceed the second kernel.
+  // uplink the bytes move at one flow's rate, so the staged push beats the one-shot push from 1
+  // to 16 KB. The doubling push moves the same bytes as one flow per link too, in three of those
+  // hops instead of seven, so it is the seed there and at 32 KB (composed with the epilogue for
+  // the fused operation); NCCL's ring (its 14 hops at 0.5 us too: 11 us) from 64 KB.
   const Seeded s = seededTopology(withRingHop("rtxpro6000_8gpu_dual_socket", 0.5));
   for (uint64_t b : {1 * KB, 4 * KB, 16 * KB}) {
-    EXPECT_EQ(chosen(s, Op::AllReduce, b), "staged-push") << b;
-    EXPECT_EQ(chosen(s, Op::AddRmsNorm, b), "staged-push+epilogue") << b;
+    const double B = static_cast<double>(b);
+    EXPECT_LT(stagedPushUs(B, s.in), oneShotPushUs(B, s.in)) << b;
+    EXPECT_LT(doublingPushUs(B, s.in), stagedPushUs(B, s.in)) << b;
+    EXPECT_EQ(chosen(s, Op::AllReduce, b), "doubling-push") << b;
+    EXPECT_EQ(chosen(s, Op::AddRmsNorm, b), "doubling-push+epilogue") << b;
   }
-  EXPECT_EQ(chosen(s, Op::AllReduce, 32 * KB), "nccl");
+  EXPECT_EQ(chosen(s, Op::AllReduce, 32 * KB), "doubling-push");
+  EXPECT_EQ(chosen(s, Op::AllReduce, 64 * KB), "nccl");
   EXPECT_NEAR(stagedPushUs(16 * KB, s.in), kLaunchUs + 7 * 0.5 + 7 * 16 * KB / (36.0 * 1e3), 1e-6);
   // Never a path predicted slower than NCCL.
   for (int o = 0; o < kNumOps; ++o) {

@@ -51,7 +51,7 @@ struct Case {
 const std::vector<anyrAlgo_t> kEveryAlgo = {
     anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,     anyrAlgoTwoShotPush,
     anyrAlgoNccl,        anyrAlgoAuto,        anyrAlgoHostOneShot, anyrAlgoHostTwoShot,
-    anyrAlgoHostCopy,    anyrAlgoStagedPush,  anyrAlgoStagedPull};
+    anyrAlgoHostCopy,    anyrAlgoStagedPush,  anyrAlgoStagedPull,  anyrAlgoDoublingPush};
 
 int sweepRank(int rank, int n, const anyrUniqueId& id, const Report& report,
               const std::vector<uint64_t>& counts, bool allDtypes,
@@ -191,9 +191,9 @@ TEST(AllReduceGpu, FlagsLongUnusedAreNotTakenAsRaised) {
 // The peer algorithms over the virtual-memory workspace (ANYR_PEER_MEMORY=vmm: cuMemCreate
 // allocations whose POSIX file descriptors pass over a Unix-domain socket): every peer
 // algorithm exact and bit-identical on both ranks, as over legacy CUDA IPC.
-const std::vector<anyrAlgo_t> kPeerAlgos = {anyrAlgoOneShotPush, anyrAlgoOneShotPull,
-                                            anyrAlgoTwoShot,     anyrAlgoTwoShotPush,
-                                            anyrAlgoStagedPush,  anyrAlgoStagedPull};
+const std::vector<anyrAlgo_t> kPeerAlgos = {
+    anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,     anyrAlgoTwoShotPush,
+    anyrAlgoStagedPush,  anyrAlgoStagedPull,  anyrAlgoDoublingPush};
 TEST(AllReduceGpu, VmmPeerMemoryCarriesEveryPeerAlgorithm) {
   REQUIRE_GPU();
   const auto results = sweepTwoRanksWith("ANYR_PEER_MEMORY", "vmm", kPeerAlgos);
@@ -224,15 +224,17 @@ TEST(AllReduceGpu, WiderWorldSizesSharingGpus) {
   }
 }
 
-// The staged schedules (staged-push, staged-pull: in round k rank r talks to rank r + k only)
-// at world sizes 2 to 8, the ranks sharing the visible GPUs (on one GPU, all of them): exact
+// The staged schedules (staged-push, staged-pull: in round k rank r talks to rank r + k only;
+// doubling-push: one partner a round, relaying what earlier rounds brought) at world sizes 2 to
+// 8, the ranks sharing the visible GPUs (on one GPU, all of them): exact
 // against the rank-order reference and bit-identical on every rank, outputs poisoned, inputs
 // untouched, eager and graph replays, odd counts and an unaligned view, and messages of up to 9
 // launches (the push slot and the staging chunk are 64 KiB here: ANYR_ONESHOT_MAX_BYTES,
 // ANYR_CHUNK_BYTES), so the phases and flags rotate within a call too. Every dtype at an odd
 // and at the widest world size. On a shared GPU the contexts time-slice: correctness only.
 void sweepStaged(int from, int to) {
-  const std::vector<anyrAlgo_t> staged = {anyrAlgoStagedPush, anyrAlgoStagedPull};
+  const std::vector<anyrAlgo_t> staged = {anyrAlgoStagedPush, anyrAlgoStagedPull,
+                                          anyrAlgoDoublingPush};
   const std::vector<uint64_t> counts = {1, 7, 1023, 65536 + 5, (1u << 17) + 3};
   setenv("ANYR_ONESHOT_MAX_BYTES", "65536", 1);
   setenv("ANYR_CHUNK_BYTES", "65536", 1);
@@ -300,7 +302,8 @@ int timeRank(int rank, int n, const anyrUniqueId& id, const Report& report,
 TEST(AllReduceGpu, StagedSchedulesTimedBesideTheAllToAllForms) {
   REQUIRE_GPU();
   const std::vector<anyrAlgo_t> algos = {anyrAlgoOneShotPush, anyrAlgoStagedPush,
-                                         anyrAlgoOneShotPull, anyrAlgoStagedPull};
+                                         anyrAlgoOneShotPull, anyrAlgoStagedPull,
+                                         anyrAlgoDoublingPush};
   for (int n : {2, 4, 8}) {
     auto results = runRanksWith(n, 300, timeRank, algos, std::vector<uint64_t>{16384, 262144});
     expectRanksPassed(results);
@@ -738,6 +741,26 @@ TEST(AllReduceGpu, IslandsForcedLayoutsOfSevenAndEightRanksSharingGpus) {
   sweepIslands(7, "0-3,4-6", "64K", false);
   sweepIslands(8, "0-3,4-7", "64K", false);
   sweepIslands(8, "0-2,3-5,6-7", "64K", false);
+}
+
+// The doubling push's partner orders that islands give a power-of-two world
+// (algo/doubling_schedule.h): the crossing bit first (0-3 | 4-7: rank ^ 4, ^ 1, ^ 2), two crossing
+// bits first (four islands of two: ^ 2, ^ 4, ^ 1), and at four ranks (0-1 | 2-3: ^ 2, ^ 1), with
+// messages of several launches (ANYR_ONESHOT_MAX_BYTES=64K): exact on every rank, bit-identical
+// across them. The default order (no islands) runs in the staged sweeps.
+TEST(AllReduceGpu, DoublingPushOrdersFromIslandsSharingGpus) {
+  REQUIRE_GPU();
+  const std::vector<uint64_t> counts = {1, 7, 1023, 65536 + 5};
+  const std::vector<anyrAlgo_t> subject = {anyrAlgoDoublingPush};
+  for (const auto& [n, layout] : {std::pair<int, const char*>{8, "0-3,4-7"},
+                                  std::pair<int, const char*>{8, "0-1,2-3,4-5,6-7"},
+                                  std::pair<int, const char*>{4, "0-1,2-3"}}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks, ANYR_ISLANDS=" + layout);
+    const RankEnv env({{"ANYR_ISLANDS", layout}, {"ANYR_ONESHOT_MAX_BYTES", "65536"}});
+    auto results = runRanksWith(n, 600, sweepRank, counts, n == 4, subject);
+    expectRanksPassedWithEqualHashes(results, n);
+    EXPECT_EQ(subjectsNotRun(results, subject), "");
+  }
 }
 
 // The islands kernel shares the two-shot push's buffers and their rotation (algo/islands.cu):
