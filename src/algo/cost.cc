@@ -270,10 +270,11 @@ double islandsUs(double B, const CostInputs& in) {
 // The doubling push (doubling_push.cu): ceil(log2 n) rounds, each a hop of the staged push's
 // kind (one flow out and one in per GPU, every rank at once: the ring hop, never less than the
 // idle latency), and its bytes: round j moves the vectors a rank holds (2^j of the message at
-// most) over each GPU's link as one flow, and over a switch group's uplink as many flows as
-// the round's partners leave the group, at uplinkGBps. The rounds are charged one after the
-// other, each the slower of its link and its uplink. With two ranks it is the one-shot push's
-// kernel and costs the same (the tie goes to the one-shot, the registry's order).
+// most) over each GPU's link as one flow, at the slowest rate among that round's partner pairs
+// (a round inside islands is not charged the rate between them), and over a switch group's
+// uplink as many flows as the round's partners leave the group, at uplinkGBps. The rounds are
+// charged one after the other, each the slower of its link and its uplink. With two ranks it is the
+// one-shot push's kernel and costs the same (the tie goes to the one-shot, the registry's order).
 double doublingPushUs(double B, const CostInputs& in) {
   const int n = in.nranks;
   if (n <= 2) return oneShotUs(B, in, true);
@@ -293,7 +294,11 @@ double doublingPushUs(double B, const CostInputs& in) {
         across = std::max(across, ++out[static_cast<size_t>(in.groupOf[static_cast<size_t>(r)])]);
       }
     }
-    const double link = vectors * B / (in.writeGBps * kEffStaged * 1e3);
+    const double pair =
+        j < static_cast<int>(in.doublingRoundGBps.size()) && in.doublingRoundGBps[j] > 0
+            ? in.doublingRoundGBps[static_cast<size_t>(j)]
+            : in.writeGBps;
+    const double link = vectors * B / (pair * kEffStaged * 1e3);
     const double up = across > 0 ? across * vectors * B / (uplink * 1e3) : 0.0;
     data += std::max(link, up);
   }

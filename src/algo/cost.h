@@ -64,6 +64,9 @@ struct CostInputs {
   // counted as the kernel sends them.
   uint32_t doublingOrder = 0;
   std::vector<int> groupOf;
+  // Per round of the doubling push, the slowest peer-write rate among the pairs that round
+  // writes over (its partners; 0: not known, the slowest pair's writeGBps is used).
+  std::vector<double> doublingRoundGBps;
   std::string summary;  // one line, for explain
 };
 

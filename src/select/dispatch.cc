@@ -245,6 +245,16 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   if (doubling::powerOfTwo(nranks)) {
     in.doublingOrder = doubling::doublingOrder(islandMapOf(islands), nranks);
   }
+  if (n == nranks) {
+    for (int j = 0; j < doubling::rounds(n); ++j) {
+      double slowest = 1e30;
+      for (int s = 0; s < n; ++s) {
+        const int to = doubling::round(n, in.doublingOrder, s, j).to;
+        slowest = std::min(slowest, pairGBps(t, t.pair(s, to), true));
+      }
+      in.doublingRoundGBps.push_back(slowest < 1e30 && slowest > 0 ? slowest : 0.0);
+    }
+  }
   if (islands.count() >= 2) {
     std::vector<int> islandOf(static_cast<size_t>(n), -1);
     for (int c = 0; c < islands.count(); ++c) {

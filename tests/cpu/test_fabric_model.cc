@@ -234,12 +234,15 @@ TEST(FabricModel, WithoutPeerAccessChoicesAndWhy) {
 
 TEST(FabricModel, L40sChoicesAndWhy) {
   // Gen4, 4 + 4 NUMA, 9.7 GB/s between the halves against 26.3 inside: the doubling push to
-  // 8 KB, the two-shot to 16 KB, then NCCL's ring (25.4 GB/s measured at 8 ranks).
+  // 32 KB (one vector a flow across the halves, in its first round; the rest inside them at
+  // 26.3), then NCCL's ring (25.4 GB/s measured at 8 ranks).
   const Seeded s = seeded("l40s_8gpu_numa");
   expectChoices(s,
                 {{1 * KB, "doubling-push", "doubling-push+epilogue"},
                  {8 * KB, "doubling-push", "doubling-push+epilogue"},
-                 {16 * KB, "twoshot-push", "fused:twoshot-push"},
+                 {16 * KB, "doubling-push", "doubling-push+epilogue"},
+                 {32 * KB, "doubling-push", "doubling-push+epilogue"},
+                 {64 * KB, "nccl", "nccl+epilogue"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
                  {16 * MB, "nccl", "nccl+epilogue"},
