@@ -270,6 +270,11 @@ constexpr FusedVariant kFusedTwoShotPull{"fused two-shot pull",
                                          kFusedRedFloats * sizeof(float) + sizeof(int), false,
                                          fusedTwoShotPullUs};
 
+// The fused doubling push: the fused one-shot push's block-per-row kernel in the doubling order
+// (its row in registers, the reduction scratch static); no cluster or dense form.
+constexpr FusedVariant kFusedDoublingPush{"fused doubling push", kFusedRedFloats * sizeof(float),
+                                          false, fusedOneShotPushUs};
+
 // ---- The table -------------------------------------------------------------------------------
 // Candidate order: the peer-memory algorithms, NCCL, then the host-memory algorithms (they have
 // no fused kernel, so the fused operations get them only as composition, "host-oneshot+epilogue").
@@ -326,6 +331,7 @@ constexpr AlgoInfo kAlgos[] = {
     AlgoInfo(anyrAlgoDoublingPush, "doubling-push", AlgoKind::PeerMemory)
         .peer(ANYR_KERNEL_FN(launchDoublingPush), ANYR_KERNEL_FN(doublingPushResidentPerSm),
               LaunchCapacity::PushSlot)
+        .fusedKernel(&kFusedDoublingPush)
         .admission(admitDoublingWrites)
         .cost(doublingPushUs),
     AlgoInfo(anyrAlgoNccl, "nccl", AlgoKind::Nccl).admission(admitNccl).cost(ncclUs),

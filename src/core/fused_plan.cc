@@ -39,6 +39,12 @@ cudaError_t FusedPlan::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, co
     return launchFusedTwoShotPull(dtype, a, p, rowBase, rows, caps_.maxBlocks(), stream,
                                   caps_.pdlOn());
   }
+  // The doubling push's: the fused one-shot push's block-per-row form and grid.
+  if (algo == anyrAlgoDoublingPush) {
+    return launchFusedDoublingPush(dtype, a, p, rowBase, rows,
+                                   fusedOneShotBlocks(rows, a.numVecs, caps_.maxBlocks()), stream,
+                                   caps_.pdlOn());
+  }
   if (algo != anyrAlgoOneShotPush && algo != anyrAlgoTwoShotPush) return cudaErrorInvalidValue;
   // Rows spread over thread-block clusters of clusterBlocks blocks (1: a block per row; the
   // same bits either way).
@@ -90,6 +96,7 @@ int FusedPlan::clusterGridCap(int hidden, int clusterBlocks, int rows, anyrAlgo_
 uint64_t FusedPlan::fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const {
   switch (algo) {
     case anyrAlgoOneShotPush:
+    case anyrAlgoDoublingPush:
       return workspace_.layout().pushSlotBytes / rowBytes;
     case anyrAlgoTwoShotPush:
       return (workspace_.layout().tsSlotBytes / rowBytes) * static_cast<uint64_t>(ctx_.nranks);

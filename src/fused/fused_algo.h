@@ -187,6 +187,11 @@ cudaError_t launchFusedOneShotPushCluster(anyrDataType_t dtype, const AllReduceA
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream, bool pdl = false);
+// The fused doubling push: the block-per-row form of the fused one-shot push with the doubling
+// push's order (fused_oneshot_push.cu); no cluster form.
+cudaError_t launchFusedDoublingPush(anyrDataType_t dtype, const AllReduceArgs& a,
+                                    const FusedParams& p, int rowBase, int rows, int blocks,
+                                    cudaStream_t stream, bool pdl = false);
 // threads: 0 (fusedThreads) or kFusedDenseThreads (the register form only; fusedTwoShotShape).
 cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,

@@ -18,7 +18,15 @@
 // runs fused must not depend on a rank's own pointers, or ranks could run different protocols).
 // normOut may alias partial: then each block pushes its own rows (step 1), so a row of partial
 // is read only by the block that later writes that row's outputs.
+//
+// The doubling form (kDoubling, "fused:doubling-push"): the same kernel with the doubling push's
+// order (algo/doubling_push.cu, doubling_schedule.h): step 1 stores this rank's vectors into
+// its first partner only, and before step 3 every thread relays, round by round, the vectors of
+// its share (the same vectors it pushed) that earlier rounds brought into this rank's slots,
+// polled as they arrive, into the round's partner. Every slot has one writer a call, so the
+// clears and the rank-order sums are unchanged: the same bits. No cluster form.
 #include "algo/algo.h"
+#include "algo/doubling_schedule.h"
 #include "device/lamport.cuh"
 #include "fused/epilogue.cuh"
 #include "fused/fused_algo.h"
@@ -31,14 +39,30 @@ namespace {
 using dev::Elem;
 using dev::Vec;
 
-// Vector x into slot [rank] of every peer's push buffer, `off` bytes into the push area (the
-// phase, the slot and the vector's place included).
+// Vector x into slot [rank] of every peer's push buffer (only peer `to`, where to >= 0), `off`
+// bytes into the push area (the phase, the slot and the vector's place included).
 // Nothing once the communicator stopped (`stopped`: dev::stopRequested).
 __device__ __forceinline__ void pushToPeers(const AllReduceArgs& a, uint64_t off, const uint4& x,
-                                            bool stopped) {
+                                            bool stopped, int to = -1) {
+  if (to >= 0) {
+    if (!stopped) dev::storeSys(a.peerWorkspace[to] + a.layout.pushOffset + off, x);
+    return;
+  }
   for (int d = 1; d < a.nranks && !stopped; ++d) {
     dev::storeSys(a.peerWorkspace[(a.rank + d) % a.nranks] + a.layout.pushOffset + off, x);
   }
+}
+
+// The vectors [first, last) of the launch that block blockIdx.x pushes where pushes are spread
+// over the whole grid (pushLaunchRows; the doubling form relays the same ones).
+struct PushShare {
+  uint64_t first, last;
+};
+__device__ __forceinline__ PushShare pushShareOf(int rows, int H) {
+  const uint64_t total = static_cast<uint64_t>(rows) * H;
+  const uint64_t share = (total + gridDim.x - 1) / gridDim.x;
+  const uint64_t first = blockIdx.x * share;
+  return PushShare{first, first + share < total ? first + share : total};
 }
 
 // Step 1 of the block-per-row kernel: this rank's rows of the launch into slot [rank] of every
@@ -47,14 +71,12 @@ __device__ __forceinline__ void pushToPeers(const AllReduceArgs& a, uint64_t off
 // launch with few rows runs more blocks than rows (the extra ones only push and clear).
 template <typename T>
 __device__ __forceinline__ void pushLaunchRows(const AllReduceArgs& a, const T* in, bool inAligned,
-                                               int rows, int H, uint64_t phaseOffset,
-                                               bool stopped) {
+                                               int rows, int H, uint64_t phaseOffset, bool stopped,
+                                               int to = -1) {
   const uint64_t slotOffset = phaseOffset + static_cast<uint64_t>(a.rank) * a.layout.pushSlotBytes;
   constexpr int kBatch = 4;
-  const uint64_t total = static_cast<uint64_t>(rows) * H;
-  const uint64_t share = (total + gridDim.x - 1) / gridDim.x;
-  const uint64_t first = blockIdx.x * share;
-  const uint64_t last = first + share < total ? first + share : total;
+  const PushShare sh = pushShareOf(rows, H);
+  const uint64_t first = sh.first, last = sh.last;
   for (uint64_t v0 = first + threadIdx.x; v0 < last; v0 += kBatch * blockDim.x) {
     Vec x[kBatch];
 #pragma unroll
@@ -68,12 +90,12 @@ __device__ __forceinline__ void pushLaunchRows(const AllReduceArgs& a, const T* 
       const uint64_t v = v0 + static_cast<uint64_t>(u) * blockDim.x;
       if (v >= last) continue;
       dev::sanitize<T>(x[u]);
-      pushToPeers(a, slotOffset + v * 16, x[u].u, stopped);
+      pushToPeers(a, slotOffset + v * 16, x[u].u, stopped, to);
     }
   }
 }
 
-template <typename T, int VPT, int Q, bool kAligned>
+template <typename T, int VPT, int Q, bool kAligned, bool kDoubling>
 // (kAlgoThreads, 1): one block per SM may use 128 registers a thread, so the row stays in
 // registers (without the 1, ptxas aimed at two blocks per SM and spilled).
 __global__ void __launch_bounds__(kAlgoThreads, 1)
@@ -92,6 +114,25 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
   const int H = rowVecs(p.hidden);  // 16-byte vectors per row; thread t owns t + k * blockDim.x
   const bool inAligned = kAligned || dev::isAligned(in, 16);
+  // The doubling form's partner order, and which rank stores each source's vectors into this
+  // rank's slots (4 bits a source): what its waits name. The one-shot: the source itself.
+  [[maybe_unused]] const uint32_t order = kDoubling ? doubling::doublingOrder(a.islands, n) : 0;
+  uint32_t writers = 0;
+  if constexpr (kDoubling) {
+    for (int s = 0; s < n; ++s) {
+      const int w = doubling::writerOf(n, order, rank, s);
+      writers |= static_cast<uint32_t>(w < 0 ? rank : w) << (4 * s);
+    }
+  }
+  auto writerOf = [&](int s) {
+    if constexpr (kDoubling) {
+      return static_cast<int>((writers >> (4 * s)) & 0xF);
+    } else {
+      return s;
+    }
+  };
+  // Step 1 stores into every peer, or (doubling) into round 0's partner only.
+  const int firstTo = kDoubling ? doubling::round(n, order, rank, 0).to : -1;
 
   // The weight, the quantization scale and the residual of this block's first row are loaded
   // first: their latency hides behind the pushes and the wait for the peers' data. (The cluster
@@ -129,9 +170,11 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   // block pushes its own rows, the vectors its threads later overwrite.
   Vec mine[VPT];  // this rank's vectors of the row being reduced
   const int64_t base = static_cast<int64_t>(rowBase) * p.hidden;
-  if (static_cast<const void*>(static_cast<const T*>(p.normOut) + base) != a.input &&
-      static_cast<const void*>(static_cast<const T*>(p.residualOut) + base) != a.input) {
-    pushLaunchRows<T>(a, in, inAligned, rows, H, phase * phaseBytes, stopped);
+  const bool spread =
+      static_cast<const void*>(static_cast<const T*>(p.normOut) + base) != a.input &&
+      static_cast<const void*>(static_cast<const T*>(p.residualOut) + base) != a.input;
+  if (spread) {
+    pushLaunchRows<T>(a, in, inAligned, rows, H, phase * phaseBytes, stopped, firstTo);
     if (static_cast<int>(blockIdx.x) < rows) loadMine(blockIdx.x, mine);
   } else {
     const uint64_t off0 = phase * phaseBytes + static_cast<uint64_t>(rank) * slot;
@@ -142,7 +185,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       for (int k = 0; k < VPT; ++k) {
         const int j = threadIdx.x + k * blockDim.x;
         if (j >= H) continue;
-        pushToPeers(a, off0 + (static_cast<uint64_t>(row) * H + j) * 16, x[k].u, stopped);
+        pushToPeers(a, off0 + (static_cast<uint64_t>(row) * H + j) * 16, x[k].u, stopped, firstTo);
       }
       if (row == static_cast<int>(blockIdx.x)) {
 #pragma unroll
@@ -157,9 +200,52 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   char* own = a.peerWorkspace[rank] + a.layout.pushOffset;
   dev::clearPeerSlots(own + ph.prev * phaseBytes, slot, n, rank, st->pushVecs[ph.prev]);
 
-  // 3. Sum each row's n contributions in rank order (fp32), then the epilogue in registers.
   dev::Waiter waiter(a.wait);
   const char* cur = own + phase * phaseBytes;
+  // 2b. (doubling) Rounds 1..: the vectors this thread pushed in step 1 (its share, or its
+  // block's rows where the outputs alias partial), of every source the round sends: the own
+  // read again from the input, the others polled from this rank's slots as earlier rounds bring
+  // them (the only wait), stored into the round's partner's slot of the same source. A failed
+  // wait ends the relays; the rows below then fail through the epilogue's vote.
+  bool relayOk = true;
+  if constexpr (kDoubling) {
+    auto relay = [&](uint64_t v, const doubling::Round& rd, char* dst) {
+      for (int s = 0; s < n; ++s) {
+        if (!(rd.send & (1u << s))) continue;
+        Vec x;
+        if (s == rank) {
+          x = dev::loadRowVec(in, v, a.count, inAligned);
+          dev::sanitize<T>(x);
+        } else if (!dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, &x, waiter,
+                                    writerOf(s), epoch)) {
+          return false;
+        }
+        if (!stopped) dev::storeSys(dst + static_cast<uint64_t>(s) * slot + v * 16, x.u);
+      }
+      return true;
+    };
+    const PushShare sh = pushShareOf(rows, H);
+    for (int j = 1; j < doubling::rounds(n) && relayOk; ++j) {
+      const doubling::Round rd = doubling::round(n, order, rank, j);
+      char* dst = a.peerWorkspace[rd.to] + a.layout.pushOffset + phase * phaseBytes;
+      if (spread) {
+        for (uint64_t v = sh.first + threadIdx.x; v < sh.last && relayOk; v += blockDim.x) {
+          relayOk = relay(v, rd, dst);
+        }
+      } else {
+        for (int row = blockIdx.x; row < rows && relayOk; row += gridDim.x) {
+#pragma unroll
+          for (int k = 0; k < VPT; ++k) {
+            const int jv = threadIdx.x + k * blockDim.x;
+            if (jv < H && relayOk) relayOk = relay(static_cast<uint64_t>(row) * H + jv, rd, dst);
+          }
+        }
+      }
+      if (a.pushFence) __threadfence_system();
+    }
+  }
+
+  // 3. Sum each row's n contributions in rank order (fp32), then the epilogue in registers.
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     if (row != static_cast<int>(blockIdx.x)) {
       __syncthreads();  // the previous row's epilogue has read red
@@ -172,7 +258,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     dev::RowOutputs<T, Q, kAligned> o(p, rowBase + row, qscale);
     o.pin();
     float acc[VPT][8] = {};
-    bool ok = true;
+    bool ok = relayOk;
     for (int s = 0; s < n && ok; ++s) {
       if (s == rank) {
 #pragma unroll
@@ -181,7 +267,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       }
       const char* src = cur + static_cast<uint64_t>(s) * slot + static_cast<uint64_t>(row) * H * 16;
       Vec x[VPT];
-      ok = dev::pollRowRegs<T, VPT>(src, H, x, waiter, s, epoch);
+      ok = dev::pollRowRegs<T, VPT>(src, H, x, waiter, writerOf(s), epoch);
       if (!ok) break;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) dev::accumulate<T>(acc[k], x[k]);
@@ -310,11 +396,12 @@ struct OneShotClusterKernels {
   }
 };
 
+template <bool kDoubling>
 struct OneShotKernels {
   static constexpr int kMaxVpt = dev::kFusedRegsMaxVpt;
   template <typename T, int VPT, int Q, bool kAligned>
   static auto kernel() {
-    return fusedOneShotPushKernel<T, VPT, Q, kAligned>;
+    return fusedOneShotPushKernel<T, VPT, Q, kAligned, kDoubling>;
   }
 };
 
@@ -323,7 +410,15 @@ struct OneShotKernels {
 cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,
                                    cudaStream_t stream, bool pdl) {
-  return launchRowsInRegisters<OneShotKernels>(dtype, a, p, rowBase, rows, blocks, stream, pdl);
+  return launchRowsInRegisters<OneShotKernels<false>>(dtype, a, p, rowBase, rows, blocks, stream,
+                                                      pdl);
+}
+
+cudaError_t launchFusedDoublingPush(anyrDataType_t dtype, const AllReduceArgs& a,
+                                    const FusedParams& p, int rowBase, int rows, int blocks,
+                                    cudaStream_t stream, bool pdl) {
+  return launchRowsInRegisters<OneShotKernels<true>>(dtype, a, p, rowBase, rows, blocks, stream,
+                                                     pdl);
 }
 
 cudaError_t launchFusedOneShotPushCluster(anyrDataType_t dtype, const AllReduceArgs& a,

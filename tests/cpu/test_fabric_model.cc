@@ -151,17 +151,17 @@ constexpr uint64_t k6144x128 = 6144 * 2 * 128, k7168x128 = 7168 * 2 * 128;
 TEST(FabricModel, SeedsMachineChoicesAndWhy) {
   // Behind two switches at 8 ranks: one loaded round costs 6.7 us, three one-peer hops 3.9, so
   // to 32 KB the doubling push (the one-shot's vectors relayed in three rounds, the round that
-  // crosses the switches first, one vector a flow; the fused operation composes it with the
-  // epilogue); at 64 KB the two-level form over the two switch groups (a ninth of the
+  // crosses the switches first, one vector a flow; the fused operation runs its fused kernel);
+  // at 64 KB the two-level form over the two switch groups (a ninth of the
   // one-shot's bytes across the host bridge, one partner there instead of four); from 128 KB
   // NCCL's ring, which does not share the switches' uplinks all to all.
   const Seeded s = seeded("rtxpro6000_8gpu_switches");
   expectChoices(s,
-                {{1 * KB, "doubling-push", "doubling-push+epilogue"},
-                 {8 * KB, "doubling-push", "doubling-push+epilogue"},
-                 {k6144x1, "doubling-push", "doubling-push+epilogue"},
-                 {k7168x1, "doubling-push", "doubling-push+epilogue"},
-                 {16 * KB, "doubling-push", "doubling-push+epilogue"},
+                {{1 * KB, "doubling-push", "fused:doubling-push"},
+                 {8 * KB, "doubling-push", "fused:doubling-push"},
+                 {k6144x1, "doubling-push", "fused:doubling-push"},
+                 {k7168x1, "doubling-push", "fused:doubling-push"},
+                 {16 * KB, "doubling-push", "fused:doubling-push"},
                  {64 * KB, "islands", "islands+epilogue"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
@@ -175,13 +175,14 @@ TEST(FabricModel, SeedsMachineChoicesAndWhy) {
 TEST(FabricModel, DualSocketChoicesAndWhy) {
   // No switches, two sockets (published all-to-all 0.41 of ideal, a loaded round of 6.03 us):
   // the same ladder as behind switches: the doubling push to 32 KB, the two-level form over
-  // the two sockets at 64 KB, then NCCL.
+  // the two sockets at 64 KB (for the fused operation the doubling push's fused kernel there,
+  // which saves the second kernel the two-level form's composition pays), then NCCL.
   const Seeded s = seeded("rtxpro6000_8gpu_dual_socket");
   expectChoices(s,
-                {{1 * KB, "doubling-push", "doubling-push+epilogue"},
-                 {k6144x1, "doubling-push", "doubling-push+epilogue"},
-                 {16 * KB, "doubling-push", "doubling-push+epilogue"},
-                 {64 * KB, "islands", "islands+epilogue"},
+                {{1 * KB, "doubling-push", "fused:doubling-push"},
+                 {k6144x1, "doubling-push", "fused:doubling-push"},
+                 {16 * KB, "doubling-push", "fused:doubling-push"},
+                 {64 * KB, "islands", "fused:doubling-push"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
                  {16 * MB, "nccl", "nccl+epilogue"},
@@ -238,10 +239,10 @@ TEST(FabricModel, L40sChoicesAndWhy) {
   // 26.3), then NCCL's ring (25.4 GB/s measured at 8 ranks).
   const Seeded s = seeded("l40s_8gpu_numa");
   expectChoices(s,
-                {{1 * KB, "doubling-push", "doubling-push+epilogue"},
-                 {8 * KB, "doubling-push", "doubling-push+epilogue"},
-                 {16 * KB, "doubling-push", "doubling-push+epilogue"},
-                 {32 * KB, "doubling-push", "doubling-push+epilogue"},
+                {{1 * KB, "doubling-push", "fused:doubling-push"},
+                 {8 * KB, "doubling-push", "fused:doubling-push"},
+                 {16 * KB, "doubling-push", "fused:doubling-push"},
+                 {32 * KB, "doubling-push", "fused:doubling-push"},
                  {64 * KB, "nccl", "nccl+epilogue"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
@@ -253,14 +254,14 @@ TEST(FabricModel, L40sChoicesAndWhy) {
 TEST(FabricModel, SlowWritePlatformPullsAndExplainNamesTheFact) {
   // b12x#139 at 8 ranks: writes 2.6 GB/s against reads 52: no push beyond the smallest call
   // (1 KB: the doubling push's three one-peer hops beat the pull's two full rounds while its
-  // writes stay small; composed with the epilogue for the fused operation); the one-shot pull
+  // writes stay small; its fused kernel for the fused operation); the one-shot pull
   // to 16 KB, its fused kernel for the fused operation, NCCL above.
   const Seeded s = seeded("rtxpro6000_16gpu_slow_writes", 8);
   EXPECT_NE(s.in.summary.find("writes 20x slower than reads on GPU0->GPU1 (pull)"),
             std::string::npos)
       << s.in.summary;
   expectChoices(s,
-                {{1 * KB, "doubling-push", "doubling-push+epilogue"},
+                {{1 * KB, "doubling-push", "fused:doubling-push"},
                  {16 * KB, "oneshot-pull", "fused:oneshot-pull"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},

@@ -183,15 +183,15 @@ TEST(Staged, WhereTheFabricMeasuresAFastRingHopTheStagedPushBeatsTheOneShotNotTh
   // (3.5 us) now cost less than one loaded all-to-all round (6.03 us), and without a shared
   // uplink the bytes move at one flow's rate, so the staged push beats the one-shot push from 1
   // to 16 KB. The doubling push moves the same bytes as one flow per link too, in three of those
-  // hops instead of seven, so it is the seed there and at 32 KB (composed with the epilogue for
-  // the fused operation); NCCL's ring (its 14 hops at 0.5 us too: 11 us) from 64 KB.
+  // hops instead of seven, so it is the seed there and at 32 KB (its fused kernel for the fused
+  // operation); NCCL's ring (its 14 hops at 0.5 us too: 11 us) from 64 KB.
   const Seeded s = seededTopology(withRingHop("rtxpro6000_8gpu_dual_socket", 0.5));
   for (uint64_t b : {1 * KB, 4 * KB, 16 * KB}) {
     const double B = static_cast<double>(b);
     EXPECT_LT(stagedPushUs(B, s.in), oneShotPushUs(B, s.in)) << b;
     EXPECT_LT(doublingPushUs(B, s.in), stagedPushUs(B, s.in)) << b;
     EXPECT_EQ(chosen(s, Op::AllReduce, b), "doubling-push") << b;
-    EXPECT_EQ(chosen(s, Op::AddRmsNorm, b), "doubling-push+epilogue") << b;
+    EXPECT_EQ(chosen(s, Op::AddRmsNorm, b), "fused:doubling-push") << b;
   }
   EXPECT_EQ(chosen(s, Op::AllReduce, 32 * KB), "doubling-push");
   EXPECT_EQ(chosen(s, Op::AllReduce, 64 * KB), "nccl");

@@ -90,11 +90,13 @@ const Algos kEveryAlgo = {anyrAlgoOneShotPush, anyrAlgoTwoShotPush, anyrAlgoNccl
                           anyrAlgoHostCopy};
 // The fused kernels of the one-shot pull and the two-shot (pull).
 const Algos kPullKernels = {anyrAlgoOneShotPull, anyrAlgoTwoShot};
+// The fused kernel of the doubling push.
+const Algos kDoublingKernel = {anyrAlgoDoublingPush};
 
 // Whether anyrCommSetAlgorithm(algo) makes the fused operations run a fused kernel.
 bool hasFusedKernel(anyrAlgo_t algo) {
   return algo == anyrAlgoOneShotPush || algo == anyrAlgoTwoShotPush ||
-         algo == anyrAlgoOneShotPull || algo == anyrAlgoTwoShot;
+         algo == anyrAlgoOneShotPull || algo == anyrAlgoTwoShot || algo == anyrAlgoDoublingPush;
 }
 
 unsigned long long fusedKernelCalls(anyrComm_t comm) {
@@ -639,6 +641,47 @@ TEST(FusedAllReduceGpu, WiderWorldSizesSharingGpus) {
     SCOPED_TRACE("world size " + std::to_string(n));
     runFused(n, {128, 6144}, {1, 3, 129}, kPushAndAuto, 0, -1, 600);
   }
+}
+
+// ---- the fused doubling push ------------------------------------------------------------------
+// Its fused kernel (the fused one-shot push's block-per-row kernel in the doubling order:
+// fused_oneshot_push.cu), forced, against the composition bit for bit on every rank, every
+// rank's outputs bit-identical, the aliasing forms, every dtype, residual form and quantization
+// mode: at world sizes 2 to 8 with the ranks sharing the GPU where there is one (the relays'
+// rounds: one at 2 ranks, two at 3 and 4, three from 5), with small integers (rows of 128 and
+// 6144; 300 rows: the blocks loop over rows) and random fractions (rows of 7168).
+class FusedDoublingWorldSizeGpu : public testing::TestWithParam<int> {};
+
+TEST_P(FusedDoublingWorldSizeGpu, ExactWithSmallIntegers) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  const auto results = runFused(GetParam(), {128, 6144}, {1, 3, 300}, kDoublingKernel, 0, -1, 580);
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, kDoublingKernel);
+}
+
+TEST_P(FusedDoublingWorldSizeGpu, ExactWithRandomFractions) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  const auto results =
+      runFused(GetParam(), {7168}, {2, 37}, kDoublingKernel, 0, -1, 580, -1, -1, data::kRandom);
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, kDoublingKernel);
+}
+
+INSTANTIATE_TEST_SUITE_P(SharingGpus, FusedDoublingWorldSizeGpu, testing::Range(2, 9),
+                         [](const testing::TestParamInfo<int>& p) {
+                           return std::to_string(p.param) + "ranks";
+                         });
+
+// The partner orders islands give (algo/doubling_schedule.h): 0-3 | 4-7 (rank ^ 4 first) at 8
+// ranks and 0-1 | 2-3 at 4, ranks sharing GPUs.
+TEST(FusedAllReduceGpu, DoublingKernelOrdersFromIslandsSharingGpus) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  for (const auto& [n, layout] :
+       {std::pair<int, const char*>{8, "0-3,4-7"}, std::pair<int, const char*>{4, "0-1,2-3"}}) {
+    SCOPED_TRACE(std::string("ANYR_ISLANDS=") + layout);
+    setenv("ANYR_ISLANDS", layout, 1);
+    const auto results = runFused(n, {128, 6144}, {1, 3, 129}, kDoublingKernel, 0, -1, 600);
+    EXPECT_EQ(subjectsNotRun(results, kDoublingKernel), "");
+  }
+  unsetenv("ANYR_ISLANDS");
 }
 
 // ---- the fused pull kernels -------------------------------------------------------------------
