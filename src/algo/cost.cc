@@ -278,7 +278,7 @@ double islandsUs(double B, const CostInputs& in) {
 double doublingPushUs(double B, const CostInputs& in) {
   const int n = in.nranks;
   if (n <= 2) return oneShotUs(B, in, true);
-  if (in.writeGBps <= 0) return -1;
+  if (in.writeGBps <= 0 || doubling::rounds(n) == 0) return -1;
   const double hop = std::max(in.ringHopUs, in.latencyUs);
   const double uplink = uplinkGBps(in, true);
   const bool groups = uplink > 0 && static_cast<int>(in.groupOf.size()) == n;

@@ -29,8 +29,10 @@
 namespace anyr {
 namespace doubling {
 
-// Rounds for n ranks: ceil(log2 n) (0 for one rank).
+// Rounds for n ranks: ceil(log2 n) (0 for one rank, and for more ranks than one communicator
+// maps peer to peer, kMaxLocalRanks: there is no schedule).
 __host__ __device__ inline int rounds(int n) {
+  if (n > kMaxLocalRanks) return 0;
   int r = 0;
   while ((1 << r) < n) ++r;
   return r;
@@ -56,7 +58,7 @@ __host__ __device__ inline int orderBit(uint32_t order, int j) {
 // take out of their island (most first, then the lower bit), packed 4 bits a round (log2 of
 // the bit). Islands of one, or none given (map.count < 2): 1, 2, 4.
 __host__ __device__ inline uint32_t doublingOrder(const IslandMap& map, int n) {
-  const int R = rounds(n);
+  const int R = powerOfTwo(n) ? rounds(n) : 0;
   int bits[4] = {0, 1, 2, 3};
   int crossing[4] = {0, 0, 0, 0};
   for (int j = 0; j < R; ++j) {
@@ -80,6 +82,7 @@ __host__ __device__ inline uint32_t doublingOrder(const IslandMap& map, int n) {
 // Round j of `rank` among n ranks (order: doublingOrder's, used where n is a power of two).
 __host__ __device__ inline Round round(int n, uint32_t order, int rank, int j) {
   Round x{rank, rank, 0u, 0u};
+  if (j < 0 || j >= rounds(n)) return x;
   if (powerOfTwo(n)) {
     uint32_t span = 0;  // the bits of the rounds before j, or'ed
     for (int i = 0; i < j; ++i) span |= static_cast<uint32_t>(orderBit(order, i));
@@ -113,6 +116,32 @@ __host__ __device__ inline int writerOf(int n, uint32_t order, int rank, int s) 
     if (x.recv & (1u << s)) return x.from;
   }
   return -1;
+}
+
+// `rank`'s schedule packed for its kernels (device/handles.h, DoublingPlan); an empty plan
+// (count 0) for a world with no schedule.
+__host__ __device__ inline DoublingPlan planOf(int n, uint32_t order, int rank) {
+  DoublingPlan p{0, 0, static_cast<uint32_t>(rounds(n))};
+  for (int j = 0; j < static_cast<int>(p.count); ++j) {
+    const Round x = round(n, order, rank, j);
+    p.rounds |= static_cast<uint64_t>(x.to | (x.send << 4)) << (16 * j);
+  }
+  for (int s = 0; s < n && s < kMaxLocalRanks; ++s) {
+    const int w = writerOf(n, order, rank, s);
+    p.writers |= static_cast<uint32_t>(w < 0 ? rank : w) << (4 * s);
+  }
+  return p;
+}
+
+// A packed plan's round j: its partner and the sources it sends; the writer of source s.
+__host__ __device__ inline int planTo(const DoublingPlan& p, int j) {
+  return static_cast<int>((p.rounds >> (16 * j)) & 0xF);
+}
+__host__ __device__ inline uint32_t planSend(const DoublingPlan& p, int j) {
+  return static_cast<uint32_t>((p.rounds >> (16 * j + 4)) & 0xFF);
+}
+__host__ __device__ inline int planWriter(const DoublingPlan& p, int s) {
+  return static_cast<int>((p.writers >> (4 * s)) & 0xF);
 }
 
 }  // namespace doubling

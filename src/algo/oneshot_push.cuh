@@ -58,20 +58,12 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   const uint64_t first = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // The doubling order's partner bits, and which rank stores each source's vectors into this
-  // rank's slots (4 bits a source): what its waits name. The other orders: the source itself.
-  [[maybe_unused]] const uint32_t order =
-      kOrder == PushOrder::Doubling ? doubling::doublingOrder(a.islands, n) : 0;
-  uint32_t writers = 0;
-  if constexpr (kOrder == PushOrder::Doubling) {
-    for (int s = 0; s < n; ++s) {
-      const int w = doubling::writerOf(n, order, rank, s);
-      writers |= static_cast<uint32_t>(w < 0 ? rank : w) << (4 * s);
-    }
-  }
+  // Which rank stores each source's vectors into this rank's slots: what a wait names. The
+  // doubling order's relay, from this rank's schedule (packed on the host,
+  // AllReduceArgs::doubling); the other orders: the source itself.
   auto writerOf = [&](int s) {
     if constexpr (kOrder == PushOrder::Doubling) {
-      return static_cast<int>((writers >> (4 * s)) & 0xF);
+      return doubling::planWriter(a.doubling, s);
     } else {
       return s;
     }
@@ -109,7 +101,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   } else if constexpr (kOrder == PushOrder::Staged) {
     pushOwnTo((rank + 1) % n);
   } else {
-    pushOwnTo(doubling::round(n, order, rank, 0).to);
+    pushOwnTo(doubling::planTo(a.doubling, 0));
   }
 
   // 2. Clear, in this rank's own buffer, what peers wrote one call ago.
@@ -137,13 +129,14 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
     // Rounds 1.., each relaying what earlier rounds brought: every vector of the round's send set
     // but the own, polled from this rank's slots as it arrives (the only wait: relayed data
     // that has not come cannot be sent), stored into the partner's slot of the same source.
-    const int R = doubling::rounds(n);
+    const int R = static_cast<int>(a.doubling.count);
     for (int j = 1; j < R && ok; ++j) {
-      const doubling::Round rd = doubling::round(n, order, rank, j);
-      char* dst = a.peerWorkspace[rd.to] + a.layout.pushOffset + phase * phaseBytes;
+      const uint32_t send = doubling::planSend(a.doubling, j);
+      char* dst = a.peerWorkspace[doubling::planTo(a.doubling, j)] + a.layout.pushOffset +
+                  phase * phaseBytes;
       for (uint64_t v = first; v < a.numVecs && ok; v += stride) {
         for (int s = 0; s < n; ++s) {
-          if (!(rd.send & (1u << s))) continue;
+          if (!(send & (1u << s))) continue;
           Vec x;
           if (s == rank) {
             x = dev::loadVec<T, kAligned>(in, v, a.count);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algo/algo.h"
+#include "algo/doubling_schedule.h"
 #include "algo/ring_plan.h"
 #include "base/env.h"
 #include "base/error.h"
@@ -101,6 +102,10 @@ void PeerWorkspace::init() {
   argsTemplate_.wire = static_cast<int32_t>(ctx_.cfg.wire);
   // The two-level all-reduce's islands: from the agreed topology and configuration.
   argsTemplate_.islands = islandMapOf(islandsOf(ctx_.topo, ctx_.cfg.islands, ctx_.nranks));
+  // The doubling push's schedule for this rank, its partner order from the same islands (as
+  // its admission and cost take it).
+  argsTemplate_.doubling = doubling::planOf(
+      ctx_.nranks, doubling::doublingOrder(argsTemplate_.islands, ctx_.nranks), ctx_.rank);
 }
 
 PeerWorkspace::MapSummary PeerWorkspace::summarize(const PeerMemory& m) {

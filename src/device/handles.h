@@ -209,6 +209,17 @@ struct IslandMap {
 static_assert(sizeof(IslandMap) == 4 + 3 * kMaxLocalRanks + kMaxLocalRanks * kMaxLocalRanks,
               "IslandMap layout");
 
+// One rank's schedule of the doubling push (algo/doubling_schedule.h, planOf), packed once on the
+// host so that its kernels read it instead of deriving it each launch: per round (count of them,
+// at most 3) 16 bits of `rounds`, the partner in bits 0-3 and the sources it sends in bits 4-11;
+// per source 4 bits of `writers`, the rank that stores that source's vectors into this rank's
+// slots (the own rank for its own).
+struct DoublingPlan {
+  uint64_t rounds;
+  uint32_t writers;
+  uint32_t count;
+};
+
 // Arguments of every all-reduce kernel: raw pointers and sizes only.
 struct AllReduceArgs {
   const void* input;
@@ -223,9 +234,10 @@ struct AllReduceArgs {
   int32_t nranks;
   int32_t pushFence;  // 1: system-scope fence after the pushes, before polling (ANYR_PUSH_FENCE)
   int32_t wire;       // anyrWire_t; honoured by one-shot pull (and the host algorithms' HostArgs)
-  int32_t releaseEarly;  // 1: the kernel releases the next launch on its stream right after its
-                         // wait (dev::waitForPrevious; ANYR_PDL_EARLY)
-  IslandMap islands;     // the two-level all-reduce's islands (algo/islands.cu)
+  int32_t releaseEarly;   // 1: the kernel releases the next launch on its stream right after its
+                          // wait (dev::waitForPrevious; ANYR_PDL_EARLY)
+  IslandMap islands;      // the two-level all-reduce's islands (algo/islands.cu)
+  DoublingPlan doubling;  // this rank's doubling push schedule (algo/doubling_push.cu)
 };
 
 }  // namespace anyr

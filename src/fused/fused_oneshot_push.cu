@@ -114,25 +114,18 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const uint64_t phaseBytes = slot * static_cast<uint64_t>(n);
   const int H = rowVecs(p.hidden);  // 16-byte vectors per row; thread t owns t + k * blockDim.x
   const bool inAligned = kAligned || dev::isAligned(in, 16);
-  // The doubling form's partner order, and which rank stores each source's vectors into this
-  // rank's slots (4 bits a source): what its waits name. The one-shot: the source itself.
-  [[maybe_unused]] const uint32_t order = kDoubling ? doubling::doublingOrder(a.islands, n) : 0;
-  uint32_t writers = 0;
-  if constexpr (kDoubling) {
-    for (int s = 0; s < n; ++s) {
-      const int w = doubling::writerOf(n, order, rank, s);
-      writers |= static_cast<uint32_t>(w < 0 ? rank : w) << (4 * s);
-    }
-  }
+  // Which rank stores each source's vectors into this rank's slots: what a wait names. The
+  // doubling form's relay, from this rank's schedule (packed on the host,
+  // AllReduceArgs::doubling); the one-shot: the source itself.
   auto writerOf = [&](int s) {
     if constexpr (kDoubling) {
-      return static_cast<int>((writers >> (4 * s)) & 0xF);
+      return doubling::planWriter(a.doubling, s);
     } else {
       return s;
     }
   };
   // Step 1 stores into every peer, or (doubling) into round 0's partner only.
-  const int firstTo = kDoubling ? doubling::round(n, order, rank, 0).to : -1;
+  const int firstTo = kDoubling ? doubling::planTo(a.doubling, 0) : -1;
 
   // The weight, the quantization scale and the residual of this block's first row are loaded
   // first: their latency hides behind the pushes and the wait for the peers' data. (The cluster
@@ -209,9 +202,9 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   // wait ends the relays; the rows below then fail through the epilogue's vote.
   bool relayOk = true;
   if constexpr (kDoubling) {
-    auto relay = [&](uint64_t v, const doubling::Round& rd, char* dst) {
+    auto relay = [&](uint64_t v, uint32_t send, char* dst) {
       for (int s = 0; s < n; ++s) {
-        if (!(rd.send & (1u << s))) continue;
+        if (!(send & (1u << s))) continue;
         Vec x;
         if (s == rank) {
           x = dev::loadRowVec(in, v, a.count, inAligned);
@@ -225,19 +218,20 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       return true;
     };
     const PushShare sh = pushShareOf(rows, H);
-    for (int j = 1; j < doubling::rounds(n) && relayOk; ++j) {
-      const doubling::Round rd = doubling::round(n, order, rank, j);
-      char* dst = a.peerWorkspace[rd.to] + a.layout.pushOffset + phase * phaseBytes;
+    for (int j = 1; j < static_cast<int>(a.doubling.count) && relayOk; ++j) {
+      const uint32_t send = doubling::planSend(a.doubling, j);
+      char* dst = a.peerWorkspace[doubling::planTo(a.doubling, j)] + a.layout.pushOffset +
+                  phase * phaseBytes;
       if (spread) {
         for (uint64_t v = sh.first + threadIdx.x; v < sh.last && relayOk; v += blockDim.x) {
-          relayOk = relay(v, rd, dst);
+          relayOk = relay(v, send, dst);
         }
       } else {
         for (int row = blockIdx.x; row < rows && relayOk; row += gridDim.x) {
 #pragma unroll
           for (int k = 0; k < VPT; ++k) {
             const int jv = threadIdx.x + k * blockDim.x;
-            if (jv < H && relayOk) relayOk = relay(static_cast<uint64_t>(row) * H + jv, rd, dst);
+            if (jv < H && relayOk) relayOk = relay(static_cast<uint64_t>(row) * H + jv, send, dst);
           }
         }
       }

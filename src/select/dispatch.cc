@@ -242,10 +242,11 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   }
   // The doubling push's partners: the kernel's order from the same islands (device/handles.h,
   // AllReduceArgs::islands).
-  if (doubling::powerOfTwo(nranks)) {
+  // (No schedule beyond kMaxLocalRanks ranks, where no peer algorithm runs.)
+  if (nranks <= kMaxLocalRanks) {
     in.doublingOrder = doubling::doublingOrder(islandMapOf(islands), nranks);
   }
-  if (n == nranks) {
+  if (n == nranks && nranks <= kMaxLocalRanks) {
     for (int j = 0; j < doubling::rounds(n); ++j) {
       double slowest = 1e30;
       for (int s = 0; s < n; ++s) {

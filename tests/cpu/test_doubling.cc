@@ -118,6 +118,68 @@ TEST(Doubling, TheRoundsThatCrossIslandsGoFirstWhereAFlowCarriesOneVector) {
   }
 }
 
+TEST(Doubling, ThePlanPackedForTheKernelsIsTheSchedule) {
+  // What the kernels read (AllReduceArgs::doubling, packed once on the host) against the
+  // schedule, at every world size, rank and (power of two) order.
+  for (int n = 2; n <= kMaxLocalRanks; ++n) {
+    std::vector<uint32_t> orders = {doubling::doublingOrder(mapOf("", n), n)};
+    if (n == 8) orders = {0x210u, 0x120u, 0x201u, 0x021u, 0x102u, 0x012u};
+    if (n == 4) orders = {0x10u, 0x01u};
+    for (uint32_t order : orders) {
+      for (int r = 0; r < n; ++r) {
+        const DoublingPlan p = doubling::planOf(n, order, r);
+        ASSERT_EQ(static_cast<int>(p.count), doubling::rounds(n));
+        for (int j = 0; j < doubling::rounds(n); ++j) {
+          EXPECT_EQ(doubling::planTo(p, j), doubling::round(n, order, r, j).to);
+          EXPECT_EQ(doubling::planSend(p, j), doubling::round(n, order, r, j).send);
+        }
+        for (int s = 0; s < n; ++s) {
+          EXPECT_EQ(doubling::planWriter(p, s), s == r ? r : doubling::writerOf(n, order, r, s));
+        }
+      }
+    }
+  }
+}
+
+TEST(Doubling, NoScheduleBeyondThePeerMappedWorld) {
+  // Communicators wider than kMaxLocalRanks (several hosts, NCCL) run no peer algorithm: the
+  // schedule is empty, nothing indexes past the island map, and the model has no number.
+  for (int n : {9, 16, 32, 64, 1024}) {
+    EXPECT_EQ(doubling::rounds(n), 0) << n;
+    EXPECT_EQ(doubling::doublingOrder(mapOf("", 8), n), 0u) << n;
+    const doubling::Round x = doubling::round(n, 0x210u, 3, 0);
+    EXPECT_EQ(x.to, 3);
+    EXPECT_EQ(x.send, 0u);
+    EXPECT_EQ(doubling::planOf(n, 0, 3).count, 0u);
+  }
+  const Topology t = fixture("rtxpro6000_16gpu_slow_writes");
+  for (int n : {16, 32, 64}) {
+    const CostInputs in = costInputs(t, Config(), n);
+    EXPECT_TRUE(in.doublingRoundGBps.empty()) << n;
+    EXPECT_LT(doublingPushUs(16 * KB, in), 0) << n;
+  }
+}
+
+TEST(Doubling, TheModelTakesTheKernelsOrderFromTheSameIslands) {
+  // The kernels' order comes from the communicator's islands (core/peer_workspace.cc: the
+  // agreed topology and ANYR_ISLANDS); admission and the model from the same function of the
+  // same inputs (select/dispatch.cc, costInputs).
+  for (const char* name : {"rtxpro6000_8gpu_switches", "rtxpro6000_8gpu_dual_socket",
+                           "l40s_8gpu_numa", "nvlink_8gpu", "pcie_8gpu_two_switches"}) {
+    const Topology t = fixture(name);
+    for (const char* layout : {"", "0-3,4-7", "0+2+4+6,1+3+5+7", "0-1,2-3,4-5,6-7"}) {
+      Config cfg;
+      std::string why;
+      if (*layout != '\0') {
+        ASSERT_TRUE(parseIslands(layout, &cfg.islands, &why)) << why;
+      }
+      const uint32_t kernels =
+          doubling::doublingOrder(islandMapOf(islandsOf(t, cfg.islands, t.size())), t.size());
+      EXPECT_EQ(costInputs(t, cfg, t.size()).doublingOrder, kernels) << name << " " << layout;
+    }
+  }
+}
+
 TEST(Doubling, OtherWorldSizesDoubleByShifts) {
   // Bruck's order: in round j rank r sends sources r .. r + min(2^j, n - 2^j) - 1 to r - 2^j.
   const doubling::Round x = doubling::round(5, 0, 1, 2);
