@@ -768,11 +768,11 @@ TEST(AllReduceGpu, DoublingPushOrdersFromIslandsSharingGpus) {
 // extents differ from call to call and in several launches, each exact on every rank. A
 // member of the family that cleared less than the one before it wrote would leave vectors that
 // read as arrived.
-int rotationRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
+int rotationRankOf(int rank, int n, const anyrUniqueId& id, const Report& report,
+                   const anyrAlgo_t (&turns)[3]) {
   anyrComm_t comm = initComm(rank, n, id, 20000);
   cudaStream_t s = nonBlockingStream();
   const uint64_t counts[] = {65536 + 5, 1, 40000 + 3, 1023, 300000 + 1};
-  const anyrAlgo_t turns[] = {anyrAlgoIslands, anyrAlgoTwoShotPush, anyrAlgoOneShotPush};
   const uint64_t maxCount = 300000 + 1;
   char* in = deviceAlloc<char>(maxCount * 2 + 64);
   char* out = deviceAlloc<char>(maxCount * 2 + 64);
@@ -799,6 +799,42 @@ int rotationRank(int rank, int n, const anyrUniqueId& id, const Report& report) 
            std::to_string(data::fnv1a(host.data(), count * 2)) + "\n");
   }
   return finishRank(comm, s, {in, out}, failures, report);
+}
+
+int rotationRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
+  return rotationRankOf(rank, n, id, report,
+                        {anyrAlgoIslands, anyrAlgoTwoShotPush, anyrAlgoOneShotPush});
+}
+
+// The push orders share the one-shot push's buffers and phases (algo/oneshot_push.cuh): calls
+// alternating the doubling, all-to-all and staged orders, in several launches (64 KiB slots),
+// each exact on every rank; at five ranks (Bruck's shifts) and four (recursive doubling).
+TEST(AllReduceGpu, PushOrdersShareOneBufferRotation) {
+  REQUIRE_GPU();
+  const RankEnv env({{"ANYR_ONESHOT_MAX_BYTES", "65536"}});
+  for (int n : {5, 4}) {
+    SCOPED_TRACE("world size " + std::to_string(n));
+    auto results =
+        runRanksCatching(n, 600, [](int rank, int nr, const anyrUniqueId& id, const Report& rep) {
+          return rotationRankOf(rank, nr, id, rep,
+                                {anyrAlgoDoublingPush, anyrAlgoOneShotPush, anyrAlgoStagedPush});
+        });
+    expectRanksPassedWithEqualHashes(results, n);
+    SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoDoublingPush, anyrAlgoStagedPush});
+  }
+}
+
+// A rank that skips a call: the doubling push's waits give up after the timeout and name the
+// rank that stores into the slot waited on (at two ranks, the peer).
+TEST(AllReduceGpu, DoublingPushMissingPeerGivesTimeoutNamingIt) {
+  REQUIRE_GPU();
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        return missingPeerRank(rank, n, id, report, anyrAlgoDoublingPush, 4096, "doubling-push", "",
+                               1.5 + 5.0);
+      });
+  expectRanksExitedZero(results);
+  std::printf("[ info ] %s", results[0].message.c_str());
 }
 
 TEST(AllReduceGpu, IslandsAndTheTwoShotPushShareOneBufferRotation) {
