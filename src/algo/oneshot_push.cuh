@@ -111,6 +111,17 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   dev::Waiter waiter(a.wait);
   bool ok = true;
   const char* cur = own + phase * phaseBytes;
+  // Vector v of source s: this rank's own from the input, a peer's from its slot once it has
+  // arrived (false: the wait was abandoned).
+  auto fetch = [&](uint64_t v, int s, Vec* x) {
+    if (s == rank) {
+      *x = dev::loadVec<T, kAligned>(in, v, a.count);
+      dev::sanitize<T>(*x);
+      return true;
+    }
+    return dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, x, waiter, writerOf(s),
+                           epoch);
+  };
   if constexpr (kOrder == PushOrder::Staged) {
     // Rounds 2..n-1, each once this thread's last vector of the round before has come from
     // rank - (k - 1) (the Lamport data is the handshake: staged_push.cu). Only pacing: the
@@ -138,11 +149,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
         for (int s = 0; s < n; ++s) {
           if (!(send & (1u << s))) continue;
           Vec x;
-          if (s == rank) {
-            x = dev::loadVec<T, kAligned>(in, v, a.count);
-            dev::sanitize<T>(x);
-          } else if (!dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, &x, waiter,
-                                      writerOf(s), epoch)) {
+          if (!fetch(v, s, &x)) {
             ok = false;
             break;
           }
@@ -159,11 +166,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
     float acc[dev::Elem<T>::kPerVec] = {};
     for (int s = 0; s < n; ++s) {
       Vec x;
-      if (s == rank) {
-        x = dev::loadVec<T, kAligned>(in, v, a.count);
-        dev::sanitize<T>(x);
-      } else if (!dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, &x, waiter,
-                                  writerOf(s), epoch)) {
+      if (!fetch(v, s, &x)) {
         ok = false;
         break;
       }

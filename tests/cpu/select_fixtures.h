@@ -7,6 +7,7 @@
 #include "base/config.h"
 #include "select/admission.h"
 #include "select/dispatch.h"
+#include "select/explain.h"
 #include "topology/topology.h"
 
 namespace anyr {
@@ -55,6 +56,18 @@ inline Seeded seeded(const std::string& name, int ranks = 0, bool nccl = true, b
   Topology t = fixture(name);
   if (ranks > 0) t = firstGpus(t, ranks);
   return seededTopology(t, nccl, host, cfg);
+}
+
+// What explain says of a seeded fixture's dispatch (the default configuration).
+inline std::string explainOf(const Seeded& s) {
+  ExplainInput in;
+  in.topo = &s.t;
+  in.adm = &s.adm;
+  const Config cfg;
+  in.cfg = &cfg;
+  in.nranks = s.t.size();
+  in.table = &s.table;
+  return explainDispatch(in);
 }
 
 }  // namespace testfix

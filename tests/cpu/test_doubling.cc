@@ -327,15 +327,7 @@ TEST(Doubling, TheSeedNeverTakesItWhereNcclIsPredictedFaster) {
 // ---- explain ----------------------------------------------------------------------------------
 
 TEST(Doubling, ExplainShowsItAmongTheCandidatesWithItsSeedTime) {
-  const Seeded s = seeded("rtxpro6000_8gpu_switches");
-  ExplainInput in;
-  in.topo = &s.t;
-  in.adm = &s.adm;
-  Config cfg;
-  in.cfg = &cfg;
-  in.nranks = s.t.size();
-  in.table = &s.table;
-  const std::string text = explainDispatch(in);
+  const std::string text = testfix::explainOf(seeded("rtxpro6000_8gpu_switches"));
   for (const char* must :
        {"16K       doubling-push ", " doubling-push 9.3 ", " doubling-push+epilogue "}) {
     EXPECT_NE(text.find(must), std::string::npos) << must << "\n" << text;

@@ -234,15 +234,7 @@ TEST(Staged, ThePullPaysTheHandshakeAndARoundTripPerRound) {
 // -------------------------------------------------------------------------------------
 
 TEST(Staged, ExplainShowsBothAmongTheCandidatesWithTheirSeedTimes) {
-  const Seeded s = seeded("rtxpro6000_8gpu_switches");
-  ExplainInput in;
-  in.topo = &s.t;
-  in.adm = &s.adm;
-  Config cfg;
-  in.cfg = &cfg;
-  in.nranks = s.t.size();
-  in.table = &s.table;
-  const std::string text = explainDispatch(in);
+  const std::string text = testfix::explainOf(seeded("rtxpro6000_8gpu_switches"));
   for (const char* must : {" staged-push 15.9 staged-pull 38.6 ", " staged-push+epilogue 19.0 "}) {
     EXPECT_NE(text.find(must), std::string::npos) << must << "\n" << text;
   }
