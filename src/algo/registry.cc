@@ -229,7 +229,14 @@ AlgoAdmission admitDoublingWrites(const Topology& t, const CommFacts& f) {
       }
     }
   }
-  x.reason = "every doubling-partner pair passed its peer-write check (no other pair is used)";
+  // Its partners in words: the rounds' bits, or the shifts of the other world sizes.
+  std::string partners;
+  for (int j = 0; j < doubling::rounds(n); ++j) {
+    partners += (j ? ", " : "") + std::string(doubling::powerOfTwo(n) ? "^ " : "- ") +
+                std::to_string(doubling::powerOfTwo(n) ? doubling::orderBit(order, j) : 1 << j);
+  }
+  x.reason = "partners rank " + partners +
+             ": every pair it writes over passed its peer-write check (no other pair is used)";
   return x;
 }
 

@@ -200,6 +200,12 @@ TEST(Doubling, AdmittedOverItsPartnersPairsOnly) {
   // on a partner pair (1 -> 5) rejects it, naming the pair.
   Topology t = fixture("rtxpro6000_8gpu_switches");
   EXPECT_TRUE(seededTopology(t).adm[anyrAlgoDoublingPush].admitted);
+  EXPECT_EQ(seededTopology(t).adm[anyrAlgoDoublingPush].reason,
+            "partners rank ^ 4, ^ 1, ^ 2: every pair it writes over passed its peer-write check "
+            "(no other pair is used)");
+  EXPECT_EQ(seeded("rtxpro6000_8gpu_switches", 5).adm[anyrAlgoDoublingPush].reason,
+            "partners rank - 1, - 2, - 4: every pair it writes over passed its peer-write check "
+            "(no other pair is used)");
   t.pair(0, 3).peerWriteOk = false;
   const Seeded s = seededTopology(t);
   EXPECT_TRUE(s.adm[anyrAlgoDoublingPush].admitted) << s.adm[anyrAlgoDoublingPush].reason;
