@@ -99,6 +99,22 @@ double twoShotUsOf(double B, const CostInputs& in, bool push) {
   return calls * (kLaunchUs + (push ? 2 * in.syncUs : 6 * in.syncUs + 2 * in.latencyUs)) + data;
 }
 
+// What a switch group's uplink carries, GB/s each way, for flows of one stream each: at least one
+// flow's (the slowest cross pair's rate x kEffStaged), and where the fabric's all-to-all was
+// measured, what that implies if the uplink was its bottleneck. 0: no uplink (one group).
+double uplinkGBps(const CostInputs& in, bool write) {
+  const int n = in.nranks;
+  const double cross = write ? in.crossWriteGBps : in.crossReadGBps;
+  const int g = in.largestGroup;
+  if (cross <= 0 || g <= 1 || g >= n) return 0;
+  double uplink = cross * kEffStaged;
+  if (in.allToAllGBps > 0 && in.writeGBps > 0) {
+    const double a2a = write ? in.allToAllGBps : in.allToAllGBps * in.readGBps / in.writeGBps;
+    uplink = std::max(uplink, a2a * g * (n - g) / (n - 1));
+  }
+  return uplink;
+}
+
 // The staged one-shots (staged_push.cu, staged_pull.cu): the one-shot's bytes in n - 1 rounds,
 // rank r to (or from) rank r + k in round k, so every GPU's link carries one flow each way at a
 // time instead of n - 1.
@@ -129,22 +145,6 @@ double twoShotUsOf(double B, const CostInputs& in, bool push) {
 //
 // With two ranks the kernels are the one-shots' (one round), and so is the cost: the tie goes
 // to the one-shot (the registry's order).
-// What a switch group's uplink carries, GB/s each way, for flows of one stream each: at least one
-// flow's (the slowest cross pair's rate x kEffStaged), and where the fabric's all-to-all was
-// measured, what that implies if the uplink was its bottleneck. 0: no uplink (one group).
-double uplinkGBps(const CostInputs& in, bool write) {
-  const int n = in.nranks;
-  const double cross = write ? in.crossWriteGBps : in.crossReadGBps;
-  const int g = in.largestGroup;
-  if (cross <= 0 || g <= 1 || g >= n) return 0;
-  double uplink = cross * kEffStaged;
-  if (in.allToAllGBps > 0 && in.writeGBps > 0) {
-    const double a2a = write ? in.allToAllGBps : in.allToAllGBps * in.readGBps / in.writeGBps;
-    uplink = std::max(uplink, a2a * g * (n - g) / (n - 1));
-  }
-  return uplink;
-}
-
 double stagedBytesUs(const CostInputs& in, double B, bool write) {
   const int n = in.nranks;
   const double pair = write ? in.writeGBps : in.readGBps;

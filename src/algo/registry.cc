@@ -211,13 +211,10 @@ AlgoAdmission admitDoublingWrites(const Topology& t, const CommFacts& f) {
   AlgoAdmission x = admitPeer(t, f, false, false);
   if (!x.admitted) return x;
   const int n = t.size();
-  uint32_t order = 0;
-  if (doubling::powerOfTwo(n)) {
-    const std::string cover = islandsCoverError(f.islands, f.nranks);
-    const IslandMap map =
-        cover.empty() ? islandMapOf(islandsOf(t, f.islands, f.nranks)) : islandMapOf(Islands{});
-    order = doubling::doublingOrder(map, n);
-  }
+  const Islands is = islandsCoverError(f.islands, f.nranks).empty()
+                         ? islandsOf(t, f.islands, f.nranks)
+                         : Islands{};
+  const uint32_t order = doubling::doublingOrder(islandMapOf(is), n);
   for (int r = 0; r < n; ++r) {
     for (int j = 0; j < doubling::rounds(n); ++j) {
       const int to = doubling::round(n, order, r, j).to;

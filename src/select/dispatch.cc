@@ -241,12 +241,10 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
     islands = islandsOf(t, cfg.islands, nranks);
   }
   // The doubling push's partners: the kernel's order from the same islands (device/handles.h,
-  // AllReduceArgs::islands).
-  // (No schedule beyond kMaxLocalRanks ranks, where no peer algorithm runs.)
-  if (nranks <= kMaxLocalRanks) {
-    in.doublingOrder = doubling::doublingOrder(islandMapOf(islands), nranks);
-  }
-  if (n == nranks && nranks <= kMaxLocalRanks) {
+  // AllReduceArgs::islands), and each round's slowest partner pair (none beyond kMaxLocalRanks
+  // ranks, where doubling::rounds gives no schedule).
+  in.doublingOrder = doubling::doublingOrder(islandMapOf(islands), nranks);
+  if (n == nranks) {
     for (int j = 0; j < doubling::rounds(n); ++j) {
       double slowest = 1e30;
       for (int s = 0; s < n; ++s) {
