@@ -29,7 +29,6 @@ static_assert(fusedSharedBytes(kFusedMaxHidden) == 69648, "update anyr-dynamic-s
 namespace {
 
 constexpr int kMaxThreads = 1024;
-constexpr int kMaxGrid = 1 << 16;  // blocks; more rows are taken in turn by the same blocks
 // The register kernel takes every width: four vectors a thread of kAlgoThreads at most.
 static_assert(4 * kAlgoThreads == rowVecs(kFusedMaxHidden),
               "the register kernel takes every width");
@@ -98,7 +97,7 @@ __global__ void __launch_bounds__(kAlgoThreads, VPT <= 2 ? 2 : 1)
 template <typename T>
 cudaError_t launchTyped(const void* x, const FusedParams& p, cudaStream_t stream, int threads,
                         bool pdl) {
-  const int blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
+  const int blocks = p.tokens < kAddRmsNormMaxGrid ? p.tokens : kAddRmsNormMaxGrid;
   return launchWithSmem(addRmsNormKernel<T>, blocks, threads, fusedSharedBytes(p.hidden),
                         fusedSharedBytes(kFusedMaxHidden), stream, pdl, static_cast<const T*>(x),
                         p);
@@ -106,7 +105,7 @@ cudaError_t launchTyped(const void* x, const FusedParams& p, cudaStream_t stream
 
 template <typename T>
 cudaError_t launchRegs(const void* x, const FusedParams& p, cudaStream_t stream, bool pdl) {
-  const int blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
+  const int blocks = p.tokens < kAddRmsNormMaxGrid ? p.tokens : kAddRmsNormMaxGrid;
   const int threads = fusedThreads(p.hidden);
   const T* xt = static_cast<const T*>(x);
   // 1 to 4 at every width (the static_assert above); any other count takes the widest kernel.
@@ -158,7 +157,7 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
       return cudaErrorInvalidValue;
     }
     shape.form = AddRmsNormForm::Staged;
-    shape.blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
+    shape.blocks = p.tokens < kAddRmsNormMaxGrid ? p.tokens : kAddRmsNormMaxGrid;
     shape.threads = l.threads;
     shape.smem = fusedSharedBytes(p.hidden);
     return dev::dispatchDtype<true>(datatype, [&](auto tag) {
@@ -167,7 +166,7 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
   }
   if (l.form == AddRmsNormForm::Regs) {
     shape.form = AddRmsNormForm::Regs;
-    shape.blocks = p.tokens < kMaxGrid ? p.tokens : kMaxGrid;
+    shape.blocks = p.tokens < kAddRmsNormMaxGrid ? p.tokens : kAddRmsNormMaxGrid;
     shape.threads = fusedThreads(p.hidden);
     shape.vpt = rowVecsPerThread(p.hidden, shape.threads);
     return dev::dispatchDtype<true>(datatype, [&](auto tag) {
@@ -184,6 +183,7 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
   target.pdl = l.pdl;
   target.releaseEarly = l.pdl && l.releaseEarly;
   target.clusterExitBarrier = l.clusterExitBarrier;
+  target.blockPerRow = l.blockPerRow;
   AddRmsNormForm form = l.form;
   if (form == AddRmsNormForm::Auto) {
     form = addRmsNormAutoForm(p.hidden, p.tokens, target.sms, clusters && l.clusters);

@@ -10,6 +10,9 @@
 
 namespace anyr {
 
+// The most blocks a form launches; more rows are taken in turn by the same blocks.
+constexpr int kAddRmsNormMaxGrid = 1 << 16;
+
 // What a form's launcher needs besides the call: the current device and its SM count, the
 // launch options, and the shape to fill in (form, threads and vpt set by the caller; the
 // launcher sets blocks, smem and the cluster size).
@@ -19,6 +22,7 @@ struct AddRmsNormTarget {
   bool pdl = false;
   bool releaseEarly = false;
   bool clusterExitBarrier = true;  // AddRmsNormLaunch::clusterExitBarrier
+  bool blockPerRow = false;        // AddRmsNormLaunch::blockPerRow
 };
 
 // Rows with shape->threads threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu).

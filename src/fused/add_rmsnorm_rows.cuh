@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
 }
 
 // Launches the Rows form with shape->threads threads of shape->vpt vectors; sets shape->blocks
-// (every row a block, within what the GPU holds at once) and shape->smem (none).
+// (every row a block, within what the GPU holds at once, or within kAddRmsNormMaxGrid with
+// target.blockPerRow) and shape->smem (none).
 inline cudaError_t launch(anyrDataType_t dtype, const void* x, const FusedParams& p,
                           cudaStream_t stream, const AddRmsNormTarget& target,
                           AddRmsNormShape* shape) {
@@ -95,7 +96,8 @@ inline cudaError_t launch(anyrDataType_t dtype, const void* x, const FusedParams
         cudaError_t e =
             residentBlocksPerSm(reinterpret_cast<const void*>(kernel), threads, 0, &perSm);
         if (e != cudaSuccess) return e;
-        const int64_t most = static_cast<int64_t>(target.sms) * perSm;
+        const int64_t most =
+            target.blockPerRow ? kAddRmsNormMaxGrid : static_cast<int64_t>(target.sms) * perSm;
         shape->blocks = static_cast<int>(p.tokens < most ? p.tokens : most);
         shape->smem = 0;
         return launchKernel(kernel, dim3(static_cast<unsigned>(shape->blocks)),

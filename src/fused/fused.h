@@ -300,8 +300,12 @@ enum class AddRmsNormForm : int { Auto = 0, Staged, Regs, Rows, Cluster };
 // How to launch the standalone kernel.
 struct AddRmsNormLaunch {
   AddRmsNormForm form = AddRmsNormForm::Auto;
-  int threads = 0;            // Staged: threads per block, a multiple of 32 in 32..1024
-  int maxVpt = 3;             // Rows: vectors a thread holds at most (1..4; see below)
+  int threads = 0;  // Staged: threads per block, a multiple of 32 in 32..1024
+  int maxVpt = 3;   // Rows: vectors a thread holds at most (1..4; see below)
+  // Rows: one block per row (up to 65536 blocks, each then looping) instead of as many
+  // blocks as the GPU holds at once; a block that finishes makes room for the next row's
+  // loads while the others reduce, at the cost of a weight read per block (from L2).
+  bool blockPerRow = false;
   int clusterBlocks = 0;      // Cluster: 2, 4 or 8; 0: addRmsNormClusterBlocks, at least 2
   bool clusters = true;       // Auto may choose Cluster (the caller knows clusters launch here)
   bool pdl = false;           // programmatic dependent launch (device/launch.cuh)

@@ -25,10 +25,11 @@
 // against the first's. A wrong result is printed (WRONG ...), that variant is not timed, and the
 // tool exits with status 4 at the end.
 //
-// Variants: FORM[-vN][-cN][-e0][+pdl], FORM one of regs (the kernel before the forms), staged
+// Variants: FORM[-vN][-cN][-e0][-g1][+pdl], FORM one of regs (the kernel before the forms), staged
 // (with -tN: N threads), rows, cluster, auto (what anyrAddRmsNorm launches); -vN the
 // Rows forms' vectors a thread at most (default 3); -cN the cluster size (default: the
-// automatic one, at least 2); -e0 the Cluster form without its final cluster barrier; +pdl
+// automatic one, at least 2); -e0 the Cluster form without its final cluster barrier; -g1 the
+// Rows form with one block per row (not as many as the GPU holds at once); +pdl
 // launched with programmatic dependent launch, releasing the next launch early. "api" is the
 // public anyrAddRmsNorm itself.
 //
@@ -132,7 +133,7 @@ struct Variant {
   AddRmsNormLaunch launch;
 };
 
-// FORM[-vN][-cN][-tN][+pdl] or "api"; false for anything else.
+// FORM[-vN][-cN][-tN][-e0][-g1][+pdl] or "api"; false for anything else.
 bool parseVariant(const std::string& name, Variant* v) {
   v->name = name;
   if (name == "api") {
@@ -183,6 +184,8 @@ bool parseVariant(const std::string& name, Variant* v) {
       v->launch.threads = value;
     } else if (key == 'e' && (value == 0 || value == 1)) {
       v->launch.clusterExitBarrier = value != 0;
+    } else if (key == 'g' && value == 1) {
+      v->launch.blockPerRow = true;
     } else {
       return false;
     }
@@ -620,6 +623,8 @@ int selfTest(int threads) {
                {"rows-v5", false, AddRmsNormForm::Auto, 3, 0, false},
                {"cluster-c3", false, AddRmsNormForm::Auto, 3, 0, false},
                {"rows-t64", false, AddRmsNormForm::Auto, 3, 0, false},
+               {"rows-v2-g1", true, AddRmsNormForm::Rows, 2, 0, false},
+               {"rows-g2", false, AddRmsNormForm::Auto, 3, 0, false},
                {"staged-t100", false, AddRmsNormForm::Auto, 3, 0, false}};
   for (const Name& n : names) {
     Variant v;
