@@ -184,6 +184,7 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
   target.releaseEarly = l.pdl && l.releaseEarly;
   target.clusterExitBarrier = l.clusterExitBarrier;
   target.blockPerRow = l.blockPerRow;
+  target.dense = l.dense;
   AddRmsNormForm form = l.form;
   if (form == AddRmsNormForm::Auto) {
     form = addRmsNormAutoForm(p.hidden, p.tokens, target.sms, clusters && l.clusters);

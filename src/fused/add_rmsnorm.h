@@ -23,6 +23,7 @@ struct AddRmsNormTarget {
   bool releaseEarly = false;
   bool clusterExitBarrier = true;  // AddRmsNormLaunch::clusterExitBarrier
   bool blockPerRow = false;        // AddRmsNormLaunch::blockPerRow
+  bool dense = false;              // AddRmsNormLaunch::dense
 };
 
 // Rows with shape->threads threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu).

@@ -36,9 +36,18 @@ constexpr int kMaxVpt = dev::kFusedRegsMaxVpt;
 constexpr int kEpiFlags = dev::kEpiInputIsT | dev::kEpiNoFailure;
 
 // Registers: VPT <= 3 within 64 a thread (two blocks of 512, four of 256 or eight of 128 per
-// SM); four vectors (hidden above 12288, blocks of 512) within 128.
-template <typename T, int VPT, int Q, bool kAligned>
-__global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
+// SM); four vectors (hidden above 12288, blocks of 512) within 128. kDense asks for more rows
+// in flight per SM where a thread holds fewer vectors: VPT 1 within 32 registers (four blocks
+// of 512 per SM), VPT 2 within 40 (three), at the price of a few spilled bytes at VPT 2.
+template <int VPT, bool kDense>
+constexpr int rowsMinBlocks() {
+  if (kDense && VPT == 1) return 4;
+  if (kDense && VPT == 2) return 3;
+  return VPT <= 3 ? 2 : 1;
+}
+
+template <typename T, int VPT, int Q, bool kAligned, bool kDense>
+__global__ void __launch_bounds__(kMaxThreads, rowsMinBlocks<VPT, kDense>())
     addRmsNormRowsKernel(const T* x, FusedParams p, int32_t releaseEarly) {
   __shared__ float red[2][dev::kFusedGroups];  // alternating by row
   dev::waitForPrevious(releaseEarly);
@@ -104,9 +113,13 @@ inline cudaError_t launch(anyrDataType_t dtype, const void* x, const FusedParams
                             dim3(static_cast<unsigned>(threads)), 0, stream, target.pdl, xt, p,
                             static_cast<int32_t>(target.releaseEarly ? 1 : 0));
       };
-      if (!aligned) return go(addRmsNormRowsKernel<T, VPT, dev::kQuantAtRunTime, false>);
+      if (!aligned) return go(addRmsNormRowsKernel<T, VPT, dev::kQuantAtRunTime, false, false>);
       return dev::dispatchQuant(p.quant, [&](auto q) {
-        return go(addRmsNormRowsKernel<T, VPT, decltype(q)::value, true>);
+        constexpr int Q = decltype(q)::value;
+        if constexpr (VPT <= 2) {
+          if (target.dense) return go(addRmsNormRowsKernel<T, VPT, Q, true, true>);
+        }
+        return go(addRmsNormRowsKernel<T, VPT, Q, true, false>);
       });
     });
   });

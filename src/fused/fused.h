@@ -306,6 +306,9 @@ struct AddRmsNormLaunch {
   // blocks as the GPU holds at once; a block that finishes makes room for the next row's
   // loads while the others reduce, at the cost of a weight read per block (from L2).
   bool blockPerRow = false;
+  // Rows, aligned buffers, one or two vectors a thread: kernels compiled for more blocks per
+  // SM (fewer registers a thread; add_rmsnorm_rows.cuh, rowsMinBlocks).
+  bool dense = false;
   int clusterBlocks = 0;      // Cluster: 2, 4 or 8; 0: addRmsNormClusterBlocks, at least 2
   bool clusters = true;       // Auto may choose Cluster (the caller knows clusters launch here)
   bool pdl = false;           // programmatic dependent launch (device/launch.cuh)

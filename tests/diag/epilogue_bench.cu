@@ -25,13 +25,13 @@
 // against the first's. A wrong result is printed (WRONG ...), that variant is not timed, and the
 // tool exits with status 4 at the end.
 //
-// Variants: FORM[-vN][-cN][-e0][-g1][+pdl], FORM one of regs (the kernel before the forms), staged
-// (with -tN: N threads), rows, cluster, auto (what anyrAddRmsNorm launches); -vN the
-// Rows forms' vectors a thread at most (default 3); -cN the cluster size (default: the
-// automatic one, at least 2); -e0 the Cluster form without its final cluster barrier; -g1 the
-// Rows form with one block per row (not as many as the GPU holds at once); +pdl
-// launched with programmatic dependent launch, releasing the next launch early. "api" is the
-// public anyrAddRmsNorm itself.
+// Variants: FORM[-vN][-cN][-e0][-g1][-d1][+pdl], FORM one of regs (the kernel before the forms),
+// staged (with -tN: N threads), rows, cluster, auto (what anyrAddRmsNorm launches); -vN the Rows
+// forms' vectors a thread at most (default 3); -cN the cluster size (default: the automatic one, at
+// least 2); -e0 the Cluster form without its final cluster barrier; -g1 the Rows form with one
+// block per row (not as many as the GPU holds at once); -d1 the Rows form's kernels compiled for
+// more blocks per SM at one or two vectors a thread; +pdl launched with programmatic dependent
+// launch, releasing the next launch early. "api" is the public anyrAddRmsNorm itself.
 //
 // Usage: anyr_epilogue_bench [--dtypes bf16,fp16] [--hidden 2880,4096,5120,6144,7168,8192]
 //   [--tokens 1,8,32,128,512,2048,8192] [--variants auto,...] [--quant none,fp8,nvfp4]
@@ -133,7 +133,7 @@ struct Variant {
   AddRmsNormLaunch launch;
 };
 
-// FORM[-vN][-cN][-tN][-e0][-g1][+pdl] or "api"; false for anything else.
+// FORM[-vN][-cN][-tN][-e0][-g1][-d1][+pdl] or "api"; false for anything else.
 bool parseVariant(const std::string& name, Variant* v) {
   v->name = name;
   if (name == "api") {
@@ -186,6 +186,8 @@ bool parseVariant(const std::string& name, Variant* v) {
       v->launch.clusterExitBarrier = value != 0;
     } else if (key == 'g' && value == 1) {
       v->launch.blockPerRow = true;
+    } else if (key == 'd' && value == 1) {
+      v->launch.dense = true;
     } else {
       return false;
     }
@@ -625,6 +627,8 @@ int selfTest(int threads) {
                {"rows-t64", false, AddRmsNormForm::Auto, 3, 0, false},
                {"rows-v2-g1", true, AddRmsNormForm::Rows, 2, 0, false},
                {"rows-g2", false, AddRmsNormForm::Auto, 3, 0, false},
+               {"rows-v1-d1-g1", true, AddRmsNormForm::Rows, 1, 0, false},
+               {"rows-d2", false, AddRmsNormForm::Auto, 3, 0, false},
                {"staged-t100", false, AddRmsNormForm::Auto, 3, 0, false}};
   for (const Name& n : names) {
     Variant v;
