@@ -184,6 +184,8 @@ struct RunSpec {
   int maxVpt = 3;
   int clusterBlocks = 0;
   bool clusterExitBarrier = true;
+  bool blockPerRow = false;  // AddRmsNormLaunch::blockPerRow
+  bool dense = false;        // AddRmsNormLaunch::dense
   cudaStream_t stream = nullptr;
   bool captureGraph = false;
 };
@@ -271,6 +273,8 @@ void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
       l.maxVpt = spec.maxVpt;
       l.clusterBlocks = spec.clusterBlocks;
       l.clusterExitBarrier = spec.clusterExitBarrier;
+      l.blockPerRow = spec.blockPerRow;
+      l.dense = spec.dense;
       return launchAddRmsNormWith(in.dtype, x, fp, s, l);
     }
     if (spec.threads == 0) {
@@ -571,8 +575,9 @@ std::string describe(const Inputs& in, const RunSpec& s) {
      << " xAliasesNorm=" << s.xAliasesNorm << " threads=" << s.threads << " form="
      << (s.form >= 0 ? addRmsNormFormName(static_cast<AddRmsNormForm>(s.form)) : "default")
      << " maxVpt=" << s.maxVpt << " cluster=" << s.clusterBlocks
-     << (s.clusterExitBarrier ? "" : " (no exit barrier)") << " offsets=" << s.elemOffset << "/"
-     << s.byteOffset << " graph=" << s.captureGraph;
+     << (s.clusterExitBarrier ? "" : " (no exit barrier)")
+     << (s.blockPerRow ? " (block per row)" : "") << (s.dense ? " (dense)" : "")
+     << " offsets=" << s.elemOffset << "/" << s.byteOffset << " graph=" << s.captureGraph;
   return os.str();
 }
 
@@ -719,10 +724,11 @@ TEST(FusedKernel, BlockSizeDoesNotChangeTheBits) {
 }
 
 // Every form of the standalone kernel (fused.h, AddRmsNormForm) gives the bits of the staged
-// kernel: Regs, Rows at one to four vectors a thread,
-// Cluster at 2, 4 and 8 blocks (one cluster per row and rows looping over the clusters; with and
-// without the final cluster barrier), with aligned and unaligned buffers (the general kernels),
-// residual separate and in place, x aliasing normOut, unquantized and quantized.
+// kernel: Regs, Rows at one to four vectors a thread (persistent blocks, one block per row, and
+// the kernels for more blocks per SM), Cluster at 2, 4 and 8 blocks (one cluster per row and rows
+// looping over the clusters; with and without the final cluster barrier), with aligned and
+// unaligned buffers (the general kernels), residual separate and in place, x aliasing normOut,
+// unquantized and quantized.
 TEST(FusedKernel, EveryFormGivesTheSameBits) {
   REQUIRE_GPU();
   inChild([&] {
@@ -730,14 +736,23 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
       AddRmsNormForm form;
       int maxVpt, cluster;
       bool exitBarrier;
+      bool blockPerRow = false;
+      bool dense = false;
     };
-    const Form forms[] = {
-        {AddRmsNormForm::Regs, 3, 0, true},     {AddRmsNormForm::Rows, 1, 0, true},
-        {AddRmsNormForm::Rows, 2, 0, true},     {AddRmsNormForm::Rows, 3, 0, true},
-        {AddRmsNormForm::Rows, 4, 0, true},     {AddRmsNormForm::Cluster, 3, 2, true},
-        {AddRmsNormForm::Cluster, 3, 4, true},  {AddRmsNormForm::Cluster, 3, 8, true},
-        {AddRmsNormForm::Cluster, 3, 2, false}, {AddRmsNormForm::Cluster, 3, 8, false},
-        {AddRmsNormForm::Auto, 3, 0, true}};
+    const Form forms[] = {{AddRmsNormForm::Regs, 3, 0, true},
+                          {AddRmsNormForm::Rows, 1, 0, true},
+                          {AddRmsNormForm::Rows, 2, 0, true},
+                          {AddRmsNormForm::Rows, 3, 0, true},
+                          {AddRmsNormForm::Rows, 4, 0, true},
+                          {AddRmsNormForm::Rows, 1, 0, true, false, true},
+                          {AddRmsNormForm::Rows, 2, 0, true, true, true},
+                          {AddRmsNormForm::Rows, 3, 0, true, true, false},
+                          {AddRmsNormForm::Cluster, 3, 2, true},
+                          {AddRmsNormForm::Cluster, 3, 4, true},
+                          {AddRmsNormForm::Cluster, 3, 8, true},
+                          {AddRmsNormForm::Cluster, 3, 2, false},
+                          {AddRmsNormForm::Cluster, 3, 8, false},
+                          {AddRmsNormForm::Auto, 3, 0, true}};
     int compared = 0;
     for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
       for (int hidden : {128, 2880, 6144, 7168, 8192, 12288, 16384}) {
@@ -768,6 +783,8 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
                     other.maxVpt = f.maxVpt;
                     other.clusterBlocks = f.cluster;
                     other.clusterExitBarrier = f.exitBarrier;
+                    other.blockPerRow = f.blockPerRow;
+                    other.dense = f.dense;
                     other.xAliasesNorm = alias;
                     Outputs o;
                     if (!ran(in, other, &o)) return;
