@@ -35,15 +35,32 @@ constexpr int kMaxThreads = 512;
 constexpr int kMaxVpt = dev::kFusedRegsMaxVpt;
 constexpr int kEpiFlags = dev::kEpiInputIsT | dev::kEpiNoFailure;
 
+// Threads one SM holds on the target being compiled: a launch bound whose threads times blocks
+// exceed it is an error to ptxas. 1024 at compute capability 7.5; 2048 at 8.0, 9.0 and 10.x; 1536
+// on every other target (8.6, 8.7, 8.9, 12.x, and targets not named here, where fewer is safe).
+constexpr int targetThreadsPerSm() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
+  return 1024;
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 900 || \
+                                 (__CUDA_ARCH__ >= 1000 && __CUDA_ARCH__ < 1100))
+  return 2048;
+#elif defined(__CUDA_ARCH__)
+  return 1536;
+#else
+  return 2048;  // the host pass: the bound only shapes device code
+#endif
+}
+
 // Registers: VPT <= 3 within 64 a thread (two blocks of 512, four of 256 or eight of 128 per
 // SM); four vectors (hidden above 12288, blocks of 512) within 128. kDense asks for more rows
-// in flight per SM where a thread holds fewer vectors: VPT 1 within 32 registers (four blocks
-// of 512 per SM), VPT 2 within 40 (three), at the price of a few spilled bytes at VPT 2.
+// in flight per SM where a thread holds fewer vectors: VPT 1 four blocks of 512 per SM (32
+// registers), VPT 2 three (40, at the price of a few spilled bytes), each capped at the blocks of
+// 512 the target's SM holds (targetThreadsPerSm).
 template <int VPT, bool kDense>
 constexpr int rowsMinBlocks() {
-  if (kDense && VPT == 1) return 4;
-  if (kDense && VPT == 2) return 3;
-  return VPT <= 3 ? 2 : 1;
+  constexpr int fit = targetThreadsPerSm() / kMaxThreads;
+  constexpr int want = kDense && VPT == 1 ? 4 : kDense && VPT == 2 ? 3 : VPT <= 3 ? 2 : 1;
+  return want < fit ? want : fit;
 }
 
 template <typename T, int VPT, int Q, bool kAligned, bool kDense>
