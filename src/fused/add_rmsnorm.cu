@@ -173,7 +173,7 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
       return launchRegs<typename decltype(tag)::T>(x, p, stream, l.pdl);
     });
   }
-  if (l.maxVpt < 1 || l.maxVpt > dev::kFusedRegsMaxVpt) return cudaErrorInvalidValue;
+  if (l.maxVpt < 0 || l.maxVpt > dev::kFusedRegsMaxVpt) return cudaErrorInvalidValue;
   const int c0 = l.clusterBlocks;
   if (c0 != 0 && c0 != 2 && c0 != 4 && c0 != 8) return cudaErrorInvalidValue;
   AddRmsNormTarget target;
@@ -183,8 +183,7 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
   target.pdl = l.pdl;
   target.releaseEarly = l.pdl && l.releaseEarly;
   target.clusterExitBarrier = l.clusterExitBarrier;
-  target.blockPerRow = l.blockPerRow;
-  target.dense = l.dense;
+  target.grid = l.grid;
   AddRmsNormForm form = l.form;
   if (form == AddRmsNormForm::Auto) {
     form = addRmsNormAutoForm(p.hidden, p.tokens, target.sms, clusters && l.clusters);
@@ -209,7 +208,8 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
     form = AddRmsNormForm::Rows;
   }
   shape = AddRmsNormShape{};
-  shape.threads = addRmsNormRowThreads(p.hidden, l.maxVpt);
+  const int maxVpt = l.maxVpt != 0 ? l.maxVpt : addRmsNormRowsVpt(p.tokens, target.sms);
+  shape.threads = addRmsNormRowThreads(p.hidden, maxVpt);
   shape.vpt = rowVecsPerThread(p.hidden, shape.threads);
   shape.form = AddRmsNormForm::Rows;
   return launchAddRmsNormRows(datatype, x, p, stream, target, &shape);

@@ -21,9 +21,8 @@ struct AddRmsNormTarget {
   int sms = 1;
   bool pdl = false;
   bool releaseEarly = false;
-  bool clusterExitBarrier = true;  // AddRmsNormLaunch::clusterExitBarrier
-  bool blockPerRow = false;        // AddRmsNormLaunch::blockPerRow
-  bool dense = false;              // AddRmsNormLaunch::dense
+  bool clusterExitBarrier = true;              // AddRmsNormLaunch::clusterExitBarrier
+  AddRmsNormGrid grid = AddRmsNormGrid::Auto;  // AddRmsNormLaunch::grid
 };
 
 // Rows with shape->threads threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu).

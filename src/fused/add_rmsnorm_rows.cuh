@@ -31,40 +31,14 @@
 namespace anyr {
 namespace rowsform {
 
-constexpr int kMaxThreads = 512;
+constexpr int kMaxThreads = kAddRmsNormRowThreads;
 constexpr int kMaxVpt = dev::kFusedRegsMaxVpt;
 constexpr int kEpiFlags = dev::kEpiInputIsT | dev::kEpiNoFailure;
 
-// Threads one SM holds on the target being compiled: a launch bound whose threads times blocks
-// exceed it is an error to ptxas. 1024 at compute capability 7.5; 2048 at 8.0, 9.0 and 10.x; 1536
-// on every other target (8.6, 8.7, 8.9, 12.x, and targets not named here, where fewer is safe).
-constexpr int targetThreadsPerSm() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 750
-  return 1024;
-#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 900 || \
-                                 (__CUDA_ARCH__ >= 1000 && __CUDA_ARCH__ < 1100))
-  return 2048;
-#elif defined(__CUDA_ARCH__)
-  return 1536;
-#else
-  return 2048;  // the host pass: the bound only shapes device code
-#endif
-}
-
 // Registers: VPT <= 3 within 64 a thread (two blocks of 512, four of 256 or eight of 128 per
-// SM); four vectors (hidden above 12288, blocks of 512) within 128. kDense asks for more rows
-// in flight per SM where a thread holds fewer vectors: VPT 1 four blocks of 512 per SM (32
-// registers), VPT 2 three (40, at the price of a few spilled bytes), each capped at the blocks of
-// 512 the target's SM holds (targetThreadsPerSm).
-template <int VPT, bool kDense>
-constexpr int rowsMinBlocks() {
-  constexpr int fit = targetThreadsPerSm() / kMaxThreads;
-  constexpr int want = kDense && VPT == 1 ? 4 : kDense && VPT == 2 ? 3 : VPT <= 3 ? 2 : 1;
-  return want < fit ? want : fit;
-}
-
-template <typename T, int VPT, int Q, bool kAligned, bool kDense>
-__global__ void __launch_bounds__(kMaxThreads, rowsMinBlocks<VPT, kDense>())
+// SM); four vectors (hidden above 12288, blocks of 512) within 128.
+template <typename T, int VPT, int Q, bool kAligned>
+__global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
     addRmsNormRowsKernel(const T* x, FusedParams p, int32_t releaseEarly) {
   __shared__ float red[2][dev::kFusedGroups];  // alternating by row
   dev::waitForPrevious(releaseEarly);
@@ -105,8 +79,8 @@ __global__ void __launch_bounds__(kMaxThreads, rowsMinBlocks<VPT, kDense>())
 }
 
 // Launches the Rows form with shape->threads threads of shape->vpt vectors; sets shape->blocks
-// (every row a block, within what the GPU holds at once, or within kAddRmsNormMaxGrid with
-// target.blockPerRow) and shape->smem (none).
+// (every row a block, within what the GPU holds at once, or within kAddRmsNormMaxGrid for the
+// per-row grid: target.grid, addRmsNormRowsPerRow) and shape->smem (none).
 inline cudaError_t launch(anyrDataType_t dtype, const void* x, const FusedParams& p,
                           cudaStream_t stream, const AddRmsNormTarget& target,
                           AddRmsNormShape* shape) {
@@ -122,21 +96,20 @@ inline cudaError_t launch(anyrDataType_t dtype, const void* x, const FusedParams
         cudaError_t e =
             residentBlocksPerSm(reinterpret_cast<const void*>(kernel), threads, 0, &perSm);
         if (e != cudaSuccess) return e;
-        const int64_t most =
-            target.blockPerRow ? kAddRmsNormMaxGrid : static_cast<int64_t>(target.sms) * perSm;
+        const int64_t resident = static_cast<int64_t>(target.sms) * perSm;
+        const bool perRow =
+            target.grid == AddRmsNormGrid::PerRow ||
+            (target.grid == AddRmsNormGrid::Auto && addRmsNormRowsPerRow(p.tokens, resident));
+        const int64_t most = perRow ? kAddRmsNormMaxGrid : resident;
         shape->blocks = static_cast<int>(p.tokens < most ? p.tokens : most);
         shape->smem = 0;
         return launchKernel(kernel, dim3(static_cast<unsigned>(shape->blocks)),
                             dim3(static_cast<unsigned>(threads)), 0, stream, target.pdl, xt, p,
                             static_cast<int32_t>(target.releaseEarly ? 1 : 0));
       };
-      if (!aligned) return go(addRmsNormRowsKernel<T, VPT, dev::kQuantAtRunTime, false, false>);
+      if (!aligned) return go(addRmsNormRowsKernel<T, VPT, dev::kQuantAtRunTime, false>);
       return dev::dispatchQuant(p.quant, [&](auto q) {
-        constexpr int Q = decltype(q)::value;
-        if constexpr (VPT <= 2) {
-          if (target.dense) return go(addRmsNormRowsKernel<T, VPT, Q, true, true>);
-        }
-        return go(addRmsNormRowsKernel<T, VPT, Q, true, false>);
+        return go(addRmsNormRowsKernel<T, VPT, decltype(q)::value, true>);
       });
     });
   });

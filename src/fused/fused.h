@@ -285,30 +285,32 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p);
 //  Regs       the first register kernel: one block of fusedThreads(hidden) threads per row, the
 //             general code (quantization mode and alignment read at run time). Kept to be
 //             measured against the forms that replace it.
-//  Rows       persistent blocks of B threads (addRmsNormRowThreads), each holding up to
-//             `maxVpt` vectors of a row in registers, the weight loaded once per block; kernels
-//             compiled per quantization mode for aligned buffers; as many blocks as the GPU
-//             holds at once, each taking rows blockIdx.x, blockIdx.x + grid, ...
+//  Rows       blocks of B threads (addRmsNormRowThreads), each holding up to `maxVpt`
+//             vectors of a row in registers (addRmsNormRowsVpt where open); kernels compiled per
+//             quantization mode for aligned buffers; as many blocks as the GPU holds at once or
+//             one per row (AddRmsNormGrid), each taking rows blockIdx.x, blockIdx.x + grid, ...
 //  Cluster    one row per thread-block cluster of C blocks, one vector a thread, the sum of
 //             squares exchanged through distributed shared memory (fusedRowEpilogueCluster):
 //             a row of few tokens runs on C SMs instead of one. Rows up to hidden 8192 (others
 //             run Rows) where clusters can be launched (others run Rows).
-//  Auto       Cluster where every row gets a cluster of at least two blocks of one warp's
-//             vectors within one block per SM (addRmsNormClusterBlocks), else Rows.
+//  Auto       Cluster where a row exceeds one Rows block at one vector a thread and every
+//             row gets a cluster of at least two blocks of one warp's vectors within one block
+//             per SM (addRmsNormAutoForm), else Rows.
 enum class AddRmsNormForm : int { Auto = 0, Staged, Regs, Rows, Cluster };
+
+// The Rows form's grid (AddRmsNormLaunch::grid).
+enum class AddRmsNormGrid : int { Auto = 0, Resident, PerRow };
 
 // How to launch the standalone kernel.
 struct AddRmsNormLaunch {
   AddRmsNormForm form = AddRmsNormForm::Auto;
   int threads = 0;  // Staged: threads per block, a multiple of 32 in 32..1024
-  int maxVpt = 3;   // Rows: vectors a thread holds at most (1..4; see below)
-  // Rows: one block per row (up to 65536 blocks, each then looping) instead of as many
-  // blocks as the GPU holds at once; a block that finishes makes room for the next row's
-  // loads while the others reduce, at the cost of a weight read per block (from L2).
-  bool blockPerRow = false;
-  // Rows, aligned buffers, one or two vectors a thread: kernels compiled for more blocks per
-  // SM (fewer registers a thread; add_rmsnorm_rows.cuh, rowsMinBlocks).
-  bool dense = false;
+  int maxVpt = 0;   // Rows: vectors a thread holds at most (1..4; 0: addRmsNormRowsVpt)
+  // Rows: as many blocks as the GPU holds at once, each looping over rows (Resident), or one
+  // block per row (PerRow, up to kAddRmsNormMaxGrid blocks, each then looping): a block that
+  // finishes makes room for the next row's loads while the others reduce, at the cost of a
+  // weight read per block (from L2). Auto: addRmsNormRowsPerRow.
+  AddRmsNormGrid grid = AddRmsNormGrid::Auto;
   int clusterBlocks = 0;      // Cluster: 2, 4 or 8; 0: addRmsNormClusterBlocks, at least 2
   bool clusters = true;       // Auto may choose Cluster (the caller knows clusters launch here)
   bool pdl = false;           // programmatic dependent launch (device/launch.cuh)
@@ -330,13 +332,35 @@ struct AddRmsNormShape {
   size_t smem = 0;  // dynamic shared memory per block
 };
 
-// The Rows forms' block size for a row of `hidden`: the smallest power of two from 32 to 512
-// at which a thread holds at most `maxVpt` vectors, else 512 (up to four vectors at hidden
-// 16384). A power of two that divides kFusedSlots: fusedRowEpilogueRegs's rule.
+// The Rows form's largest block.
+constexpr int kAddRmsNormRowThreads = 512;
+
+// The Rows forms' block size for a row of `hidden`: the smallest power of two from 32 to
+// kAddRmsNormRowThreads at which a thread holds at most `maxVpt` vectors, else the largest (up
+// to four vectors at hidden 16384). A power of two that divides kFusedSlots:
+// fusedRowEpilogueRegs's rule.
 inline int addRmsNormRowThreads(int hidden, int maxVpt) {
   int t = 32;
-  while (t < 512 && rowVecsPerThread(hidden, t) > maxVpt) t *= 2;
+  while (t < kAddRmsNormRowThreads && rowVecsPerThread(hidden, t) > maxVpt) t *= 2;
   return t;
+}
+
+// The vectors a thread of the Rows form holds at most where the launch leaves it open, for
+// `tokens` rows on `sms` SMs: where every row has an SM of its own, one (each row spread over
+// the most threads: the row's latency is the kernel's); up to four rows an SM, two; beyond,
+// three (fewer, larger blocks, the weight read by fewer of them). Measured on one H100 at hidden
+// 2880 and 6144 (docs/FUSED.md, "The standalone kernel").
+inline int addRmsNormRowsVpt(int tokens, int sms) {
+  if (static_cast<int64_t>(tokens) <= sms) return 1;
+  if (static_cast<int64_t>(tokens) <= 4 * static_cast<int64_t>(sms)) return 2;
+  return 3;
+}
+
+// Whether the Rows form's Auto grid takes one block per row: where there are at least three
+// rows for every block the GPU holds at once (`resident`). Below that the resident blocks win or
+// tie; from about four rows a block, one block per row measured 4-8% faster (docs/FUSED.md).
+inline bool addRmsNormRowsPerRow(int64_t tokens, int64_t resident) {
+  return tokens >= 3 * resident;
 }
 
 // The Cluster form's size for `tokens` rows of `hidden` on `sms` SMs: the largest C of 8, 4, 2
@@ -352,9 +376,14 @@ inline int addRmsNormClusterBlocks(int hidden, int tokens, int sms) {
 }
 
 // The form Auto takes for `tokens` rows of `hidden` on `sms` SMs (`clusters`: whether clusters
-// launch there): Cluster or Rows.
+// launch there): Cluster where the row does not fit one Rows block at one vector a thread and
+// every row gets a cluster (addRmsNormClusterBlocks); else Rows. A row that fits one block at
+// one vector a thread has the cluster's parallelism without its exchange.
 inline AddRmsNormForm addRmsNormAutoForm(int hidden, int tokens, int sms, bool clusters) {
-  if (clusters && addRmsNormClusterBlocks(hidden, tokens, sms) > 1) return AddRmsNormForm::Cluster;
+  if (clusters && rowVecs(hidden) > kAddRmsNormRowThreads &&
+      addRmsNormClusterBlocks(hidden, tokens, sms) > 1) {
+    return AddRmsNormForm::Cluster;
+  }
   return AddRmsNormForm::Rows;
 }
 

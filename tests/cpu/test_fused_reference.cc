@@ -845,6 +845,33 @@ TEST(FusedLaunchShape, StandaloneFormsFollowRowsAndHidden) {
   EXPECT_EQ(addRmsNormAutoForm(6144, 67, 132, true), AddRmsNormForm::Rows);
   EXPECT_EQ(addRmsNormAutoForm(6144, 8192, 132, true), AddRmsNormForm::Rows);
   EXPECT_EQ(addRmsNormAutoForm(16384, 1, 132, true), AddRmsNormForm::Rows);
+  // A row that one Rows block holds at one vector a thread (up to 512 vectors, hidden 4096)
+  // takes Rows even where it would get a cluster.
+  EXPECT_EQ(addRmsNormAutoForm(2880, 1, 132, true), AddRmsNormForm::Rows);
+  EXPECT_EQ(addRmsNormAutoForm(4096, 1, 132, true), AddRmsNormForm::Rows);
+  EXPECT_EQ(addRmsNormAutoForm(4104, 1, 132, true), AddRmsNormForm::Cluster);
+  EXPECT_EQ(addRmsNormAutoForm(5120, 1, 132, true), AddRmsNormForm::Cluster);
+
+  // The Rows form's vectors a thread where the launch leaves them open: one up to a row an SM,
+  // two up to four rows an SM, then three; and the block that follows from it.
+  EXPECT_EQ(addRmsNormRowsVpt(1, 132), 1);
+  EXPECT_EQ(addRmsNormRowsVpt(132, 132), 1);
+  EXPECT_EQ(addRmsNormRowsVpt(133, 132), 2);
+  EXPECT_EQ(addRmsNormRowsVpt(528, 132), 2);
+  EXPECT_EQ(addRmsNormRowsVpt(529, 132), 3);
+  EXPECT_EQ(addRmsNormRowsVpt(1 << 30, 1 << 27), 3);  // 4 x sms beyond int
+  EXPECT_EQ(addRmsNormRowThreads(2880, addRmsNormRowsVpt(1, 132)), 512);
+  EXPECT_EQ(addRmsNormRowThreads(2880, addRmsNormRowsVpt(512, 132)), 256);
+  EXPECT_EQ(addRmsNormRowThreads(2880, addRmsNormRowsVpt(8192, 132)), 128);
+  EXPECT_EQ(rowVecsPerThread(6144, addRmsNormRowThreads(6144, addRmsNormRowsVpt(1, 132))), 2);
+
+  // The Rows form's automatic grid: one block per row from three rows a resident block.
+  EXPECT_FALSE(addRmsNormRowsPerRow(512, 264));  // hidden 8192 at 512 tokens on 132 SMs
+  EXPECT_FALSE(addRmsNormRowsPerRow(791, 264));
+  EXPECT_TRUE(addRmsNormRowsPerRow(792, 264));
+  EXPECT_TRUE(addRmsNormRowsPerRow(2048, 528));  // hidden 6144 at 2048 tokens
+  EXPECT_FALSE(addRmsNormRowsPerRow(2048, 2112));
+  EXPECT_TRUE(addRmsNormRowsPerRow(int64_t{1} << 40, int64_t{1} << 20));
   for (AddRmsNormForm f : {AddRmsNormForm::Auto, AddRmsNormForm::Staged, AddRmsNormForm::Regs,
                            AddRmsNormForm::Rows, AddRmsNormForm::Cluster}) {
     EXPECT_NE(addRmsNormFormName(f), nullptr);

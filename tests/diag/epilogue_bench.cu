@@ -25,12 +25,12 @@
 // against the first's. A wrong result is printed (WRONG ...), that variant is not timed, and the
 // tool exits with status 4 at the end.
 //
-// Variants: FORM[-vN][-cN][-e0][-g1][-d1][+pdl], FORM one of regs (the kernel before the forms),
+// Variants: FORM[-vN][-cN][-e0][-gN][+pdl], FORM one of regs (the kernel before the forms),
 // staged (with -tN: N threads), rows, cluster, auto (what anyrAddRmsNorm launches); -vN the Rows
-// forms' vectors a thread at most (default 3); -cN the cluster size (default: the automatic one, at
-// least 2); -e0 the Cluster form without its final cluster barrier; -g1 the Rows form with one
-// block per row (not as many as the GPU holds at once); -d1 the Rows form's kernels compiled for
-// more blocks per SM at one or two vectors a thread; +pdl launched with programmatic dependent
+// forms' vectors a thread at most (default: addRmsNormRowsVpt); -cN the cluster size (default:
+// the automatic one, at least 2); -e0 the Cluster form without its final cluster barrier; -g0 /
+// -g1 the Rows form's grid forced to as many blocks as the GPU holds at once / one block per row
+// (default: addRmsNormRowsPerRow); +pdl launched with programmatic dependent
 // launch, releasing the next launch early. "api" is the public anyrAddRmsNorm itself.
 //
 // Usage: anyr_epilogue_bench [--dtypes bf16,fp16] [--hidden 2880,4096,5120,6144,7168,8192]
@@ -67,6 +67,7 @@
 namespace {
 
 using anyr::AddRmsNormForm;
+using anyr::AddRmsNormGrid;
 using anyr::AddRmsNormLaunch;
 using anyr::AddRmsNormShape;
 using anyr::FusedParams;
@@ -133,7 +134,7 @@ struct Variant {
   AddRmsNormLaunch launch;
 };
 
-// FORM[-vN][-cN][-tN][-e0][-g1][-d1][+pdl] or "api"; false for anything else.
+// FORM[-vN][-cN][-tN][-e0][-gN][+pdl] or "api"; false for anything else.
 bool parseVariant(const std::string& name, Variant* v) {
   v->name = name;
   if (name == "api") {
@@ -184,10 +185,8 @@ bool parseVariant(const std::string& name, Variant* v) {
       v->launch.threads = value;
     } else if (key == 'e' && (value == 0 || value == 1)) {
       v->launch.clusterExitBarrier = value != 0;
-    } else if (key == 'g' && value == 1) {
-      v->launch.blockPerRow = true;
-    } else if (key == 'd' && value == 1) {
-      v->launch.dense = true;
+    } else if (key == 'g' && (value == 0 || value == 1)) {
+      v->launch.grid = value == 1 ? AddRmsNormGrid::PerRow : AddRmsNormGrid::Resident;
     } else {
       return false;
     }
@@ -196,7 +195,7 @@ bool parseVariant(const std::string& name, Variant* v) {
   // Values the launcher takes (it refuses others at launch, which would end the run).
   const AddRmsNormLaunch& l = v->launch;
   const bool staged = l.form == AddRmsNormForm::Staged;
-  return l.maxVpt >= 1 && l.maxVpt <= 4 &&
+  return l.maxVpt >= 0 && l.maxVpt <= 4 &&
          (l.clusterBlocks == 0 || l.clusterBlocks == 2 || l.clusterBlocks == 4 ||
           l.clusterBlocks == 8) &&
          (staged ? l.threads >= 32 && l.threads <= 1024 && l.threads % 32 == 0 : l.threads == 0);
@@ -611,25 +610,25 @@ int selfTest(int threads) {
     AddRmsNormForm form;
     int maxVpt, cluster;
     bool pdl;
-  } names[] = {{"auto", true, AddRmsNormForm::Auto, 3, 0, false},
+  } names[] = {{"auto", true, AddRmsNormForm::Auto, 0, 0, false},
                {"rows-v2", true, AddRmsNormForm::Rows, 2, 0, false},
                {"rows-v1+pdl", true, AddRmsNormForm::Rows, 1, 0, true},
-               {"cluster-c4", true, AddRmsNormForm::Cluster, 3, 4, false},
-               {"cluster-e0", true, AddRmsNormForm::Cluster, 3, 0, false},
-               {"cluster-e2", false, AddRmsNormForm::Auto, 3, 0, false},
-               {"regs", true, AddRmsNormForm::Regs, 3, 0, false},
-               {"rows-x2", false, AddRmsNormForm::Auto, 3, 0, false},
-               {"rowsy", false, AddRmsNormForm::Auto, 3, 0, false},
-               {"auto+fast", false, AddRmsNormForm::Auto, 3, 0, false},
-               {"cluster-c", false, AddRmsNormForm::Auto, 3, 0, false},
-               {"rows-v5", false, AddRmsNormForm::Auto, 3, 0, false},
-               {"cluster-c3", false, AddRmsNormForm::Auto, 3, 0, false},
-               {"rows-t64", false, AddRmsNormForm::Auto, 3, 0, false},
+               {"cluster-c4", true, AddRmsNormForm::Cluster, 0, 4, false},
+               {"cluster-e0", true, AddRmsNormForm::Cluster, 0, 0, false},
+               {"cluster-e2", false, AddRmsNormForm::Auto, 0, 0, false},
+               {"regs", true, AddRmsNormForm::Regs, 0, 0, false},
+               {"rows-x2", false, AddRmsNormForm::Auto, 0, 0, false},
+               {"rowsy", false, AddRmsNormForm::Auto, 0, 0, false},
+               {"auto+fast", false, AddRmsNormForm::Auto, 0, 0, false},
+               {"cluster-c", false, AddRmsNormForm::Auto, 0, 0, false},
+               {"rows-v5", false, AddRmsNormForm::Auto, 0, 0, false},
+               {"cluster-c3", false, AddRmsNormForm::Auto, 0, 0, false},
+               {"rows-t64", false, AddRmsNormForm::Auto, 0, 0, false},
                {"rows-v2-g1", true, AddRmsNormForm::Rows, 2, 0, false},
-               {"rows-g2", false, AddRmsNormForm::Auto, 3, 0, false},
-               {"rows-v1-d1-g1", true, AddRmsNormForm::Rows, 1, 0, false},
-               {"rows-d2", false, AddRmsNormForm::Auto, 3, 0, false},
-               {"staged-t100", false, AddRmsNormForm::Auto, 3, 0, false}};
+               {"rows-g2", false, AddRmsNormForm::Auto, 0, 0, false},
+               {"rows-v3-g0", true, AddRmsNormForm::Rows, 3, 0, false},
+               {"rows-v1-d1", false, AddRmsNormForm::Auto, 0, 0, false},
+               {"staged-t100", false, AddRmsNormForm::Auto, 0, 0, false}};
   for (const Name& n : names) {
     Variant v;
     const bool ok = parseVariant(n.name, &v);
@@ -639,6 +638,17 @@ int selfTest(int threads) {
                  v.launch.clusterBlocks == n.cluster && v.launch.pdl == n.pdl,
              std::string("variant ") + n.name + " parsed");
     }
+  }
+  const struct {
+    const char* name;
+    AddRmsNormGrid grid;
+  } grids[] = {{"rows", AddRmsNormGrid::Auto},
+               {"rows-v2-g1", AddRmsNormGrid::PerRow},
+               {"rows-v3-g0", AddRmsNormGrid::Resident}};
+  for (const auto& g : grids) {
+    Variant v;
+    expect(parseVariant(g.name, &v) && v.launch.grid == g.grid,
+           std::string("variant ") + g.name + " grid");
   }
   std::printf("anyr_epilogue_bench --self-test: %s\n", bad == 0 ? "passed" : "FAILED");
   return bad;

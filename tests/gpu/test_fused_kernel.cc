@@ -184,8 +184,7 @@ struct RunSpec {
   int maxVpt = 3;
   int clusterBlocks = 0;
   bool clusterExitBarrier = true;
-  bool blockPerRow = false;  // AddRmsNormLaunch::blockPerRow
-  bool dense = false;        // AddRmsNormLaunch::dense
+  AddRmsNormGrid grid = AddRmsNormGrid::Auto;  // AddRmsNormLaunch::grid
   cudaStream_t stream = nullptr;
   bool captureGraph = false;
 };
@@ -273,8 +272,7 @@ void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
       l.maxVpt = spec.maxVpt;
       l.clusterBlocks = spec.clusterBlocks;
       l.clusterExitBarrier = spec.clusterExitBarrier;
-      l.blockPerRow = spec.blockPerRow;
-      l.dense = spec.dense;
+      l.grid = spec.grid;
       return launchAddRmsNormWith(in.dtype, x, fp, s, l);
     }
     if (spec.threads == 0) {
@@ -576,7 +574,9 @@ std::string describe(const Inputs& in, const RunSpec& s) {
      << (s.form >= 0 ? addRmsNormFormName(static_cast<AddRmsNormForm>(s.form)) : "default")
      << " maxVpt=" << s.maxVpt << " cluster=" << s.clusterBlocks
      << (s.clusterExitBarrier ? "" : " (no exit barrier)")
-     << (s.blockPerRow ? " (block per row)" : "") << (s.dense ? " (dense)" : "")
+     << (s.grid == AddRmsNormGrid::PerRow     ? " (block per row)"
+         : s.grid == AddRmsNormGrid::Resident ? " (resident blocks)"
+                                              : "")
      << " offsets=" << s.elemOffset << "/" << s.byteOffset << " graph=" << s.captureGraph;
   return os.str();
 }
@@ -724,11 +724,11 @@ TEST(FusedKernel, BlockSizeDoesNotChangeTheBits) {
 }
 
 // Every form of the standalone kernel (fused.h, AddRmsNormForm) gives the bits of the staged
-// kernel: Regs, Rows at one to four vectors a thread (persistent blocks, one block per row, and
-// the kernels for more blocks per SM), Cluster at 2, 4 and 8 blocks (one cluster per row and rows
-// looping over the clusters; with and without the final cluster barrier), with aligned and
-// unaligned buffers (the general kernels), residual separate and in place, x aliasing normOut,
-// unquantized and quantized.
+// kernel: Regs, Rows at one to four vectors a thread and at the chosen count (its grid chosen,
+// forced to one block per row and forced to the resident blocks), Cluster at 2, 4 and 8 blocks (one
+// cluster per row and rows looping over the clusters; with and without the final cluster barrier),
+// with aligned and unaligned buffers (the general kernels), residual separate and in place, x
+// aliasing normOut, unquantized and quantized.
 TEST(FusedKernel, EveryFormGivesTheSameBits) {
   REQUIRE_GPU();
   inChild([&] {
@@ -736,17 +736,17 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
       AddRmsNormForm form;
       int maxVpt, cluster;
       bool exitBarrier;
-      bool blockPerRow = false;
-      bool dense = false;
+      AddRmsNormGrid grid = AddRmsNormGrid::Auto;
     };
     const Form forms[] = {{AddRmsNormForm::Regs, 3, 0, true},
                           {AddRmsNormForm::Rows, 1, 0, true},
                           {AddRmsNormForm::Rows, 2, 0, true},
                           {AddRmsNormForm::Rows, 3, 0, true},
                           {AddRmsNormForm::Rows, 4, 0, true},
-                          {AddRmsNormForm::Rows, 1, 0, true, false, true},
-                          {AddRmsNormForm::Rows, 2, 0, true, true, true},
-                          {AddRmsNormForm::Rows, 3, 0, true, true, false},
+                          {AddRmsNormForm::Rows, 0, 0, true},
+                          {AddRmsNormForm::Rows, 1, 0, true, AddRmsNormGrid::PerRow},
+                          {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::PerRow},
+                          {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::Resident},
                           {AddRmsNormForm::Cluster, 3, 2, true},
                           {AddRmsNormForm::Cluster, 3, 4, true},
                           {AddRmsNormForm::Cluster, 3, 8, true},
@@ -783,8 +783,7 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
                     other.maxVpt = f.maxVpt;
                     other.clusterBlocks = f.cluster;
                     other.clusterExitBarrier = f.exitBarrier;
-                    other.blockPerRow = f.blockPerRow;
-                    other.dense = f.dense;
+                    other.grid = f.grid;
                     other.xAliasesNorm = alias;
                     Outputs o;
                     if (!ran(in, other, &o)) return;
