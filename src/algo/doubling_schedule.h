@@ -124,7 +124,7 @@ __host__ __device__ inline DoublingPlan planOf(int n, uint32_t order, int rank) 
   DoublingPlan p{0, 0, static_cast<uint32_t>(rounds(n))};
   for (int j = 0; j < static_cast<int>(p.count); ++j) {
     const Round x = round(n, order, rank, j);
-    p.rounds |= static_cast<uint64_t>(x.to | (x.send << 4)) << (16 * j);
+    p.rounds |= static_cast<uint64_t>(x.to | (x.send << 4) | (x.from << 12)) << (16 * j);
   }
   for (int s = 0; s < n && s < kMaxLocalRanks; ++s) {
     const int w = writerOf(n, order, rank, s);
@@ -133,9 +133,21 @@ __host__ __device__ inline DoublingPlan planOf(int n, uint32_t order, int rank) 
   return p;
 }
 
-// A packed plan's round j: its partner and the sources it sends; the writer of source s.
+// A packed plan's round j: its partner, the sources it sends and the rank it receives from;
+// the writer of source s.
 __host__ __device__ inline int planTo(const DoublingPlan& p, int j) {
   return static_cast<int>((p.rounds >> (16 * j)) & 0xF);
+}
+__host__ __device__ inline int planFrom(const DoublingPlan& p, int j) {
+  return static_cast<int>((p.rounds >> (16 * j + 12)) & 0xF);
+}
+// Whether this rank's wait for source s is first hand: s arrives in round 0, which its writer
+// stores before it waits for anything. Any later round's data, the writer's own included, comes
+// behind the writer's own waits for what it relays (a thread sends a vector's sources in turn),
+// so a wait for it is second hand (kWaitLaterRound) and a missing rank is named by the rank
+// that takes its data in round 0, not by a healthy relay waiting on it.
+__host__ __device__ inline bool planFirstHand(const DoublingPlan& p, int s) {
+  return p.count > 0 && s == planFrom(p, 0);
 }
 __host__ __device__ inline uint32_t planSend(const DoublingPlan& p, int j) {
   return static_cast<uint32_t>((p.rounds >> (16 * j + 4)) & 0xFF);

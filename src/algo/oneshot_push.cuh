@@ -68,6 +68,19 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
       return s;
     }
   };
+  // A wait's kind: data that its writer stores before waiting for anything (every order's first
+  // round) is first hand; a later round's comes behind the writer's own waits, so a wait for it
+  // is second hand (kWaitLaterRound: it gives up after the first-hand waits, and the rank that
+  // waits for a missing rank first hand names it, not a healthy writer held up by it).
+  auto waitKind = [&](int s) -> int32_t {
+    if constexpr (kOrder == PushOrder::Doubling) {
+      return doubling::planFirstHand(a.doubling, s) ? kWaitPushData : kWaitLaterRound;
+    } else if constexpr (kOrder == PushOrder::Staged) {
+      return s == (rank - 1 + n) % n ? kWaitPushData : kWaitLaterRound;
+    } else {
+      return kWaitPushData;
+    }
+  };
   // This thread's own vectors into slot [rank] of peer p only (nothing once stopped): a round
   // of the staged order, the first of the doubling order.
   [[maybe_unused]] auto pushOwnTo = [&](int p) {
@@ -120,7 +133,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
       return true;
     }
     return dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, x, waiter, writerOf(s),
-                           epoch);
+                           epoch, waitKind(s));
   };
   if constexpr (kOrder == PushOrder::Staged) {
     // Rounds 2..n-1, each once this thread's last vector of the round before has come from
@@ -132,7 +145,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
         const int from = (rank - (k - 1) + n) % n;
         Vec x;
         ok = dev::pollVec<T>(cur + static_cast<uint64_t>(from) * slot + last * 16, &x, waiter, from,
-                             epoch);
+                             epoch, waitKind(from));
         if (ok) pushOwnTo((rank + k) % n);
       }
     }

@@ -88,15 +88,16 @@ static_assert(sizeof(WorkspaceLayout) == 104, "WorkspaceLayout layout");
 // Why a device wait gave up; written to host-visible memory by the first thread that fails.
 enum WaitWhat : int32_t {
   kWaitNone = 0,
-  kWaitPushData = 1,    // one-shot push: a peer's data in this rank's buffer
-  kWaitStartFlag = 2,   // pull / two-shot: a peer's "my data is staged" flag
-  kWaitEndFlag = 3,     // two-shot: a peer's "my reduced segment is ready" flag
-  kWaitHostData = 4,    // host memory: a peer's "my contribution is in host memory" flag
-  kWaitHostResult = 5,  // host two-shot: a peer's "my reduced segment is in host memory" flag
-  kWaitHostReady = 6,   // host-copy: a peer's "I finished the previous launch" flag
-  kWaitClusterRow = 7,  // fused cluster form: the row sums of the other blocks of a cluster
-  kWaitRingData = 8,    // ring: a neighbour's chunk (partial sums or results) in this rank's inbox
-  kWaitRingRoom = 9,    // ring: a neighbour freeing a slot of its inbox for this rank's next chunk
+  kWaitPushData = 1,     // one-shot push: a peer's data in this rank's buffer
+  kWaitStartFlag = 2,    // pull / two-shot: a peer's "my data is staged" flag
+  kWaitEndFlag = 3,      // two-shot: a peer's "my reduced segment is ready" flag
+  kWaitHostData = 4,     // host memory: a peer's "my contribution is in host memory" flag
+  kWaitHostResult = 5,   // host two-shot: a peer's "my reduced segment is in host memory" flag
+  kWaitHostReady = 6,    // host-copy: a peer's "I finished the previous launch" flag
+  kWaitClusterRow = 7,   // fused cluster form: the row sums of the other blocks of a cluster
+  kWaitRingData = 8,     // ring: a neighbour's chunk (partial sums or results) in this rank's inbox
+  kWaitRingRoom = 9,     // ring: a neighbour freeing a slot of its inbox for this rank's next chunk
+  kWaitLaterRound = 10,  // staged, doubling push: data the rank named sends after waits of its own
 };
 // Words for a WaitWhat in error messages and the self-test's reasons.
 inline const char* waitWhatName(int32_t w) {
@@ -119,6 +120,8 @@ inline const char* waitWhatName(int32_t w) {
       return "ring chunk (the call number counts the stream's chunks)";
     case kWaitRingRoom:
       return "ring inbox slot freed (the call number counts the stream's chunks)";
+    case kWaitLaterRound:
+      return "push data of a later round (that rank sends it once its own earlier waits are done)";
     default:
       return "nothing";
   }
@@ -211,9 +214,9 @@ static_assert(sizeof(IslandMap) == 4 + 3 * kMaxLocalRanks + kMaxLocalRanks * kMa
 
 // One rank's schedule of the doubling push (algo/doubling_schedule.h, planOf), packed once on the
 // host so that its kernels read it instead of deriving it each launch: per round (count of them,
-// at most 3) 16 bits of `rounds`, the partner in bits 0-3 and the sources it sends in bits 4-11;
-// per source 4 bits of `writers`, the rank that stores that source's vectors into this rank's
-// slots (the own rank for its own).
+// at most 3) 16 bits of `rounds`, the partner in bits 0-3, the sources it sends in bits 4-11 and
+// the rank it receives from in bits 12-15; per source 4 bits of `writers`, the rank that stores
+// that source's vectors into this rank's slots (the own rank for its own).
 struct DoublingPlan {
   uint64_t rounds;
   uint32_t writers;

@@ -66,7 +66,7 @@ constexpr unsigned kPollSecondReadNs = 300;
 // abandoned (deadline, abort, a peer's failure).
 template <typename T, typename W>
 __device__ __forceinline__ bool pollVecTwoReads(const char* at, Vec* x, W& waiter, int from,
-                                                uint32_t epoch) {
+                                                uint32_t epoch, int32_t what = kWaitPushData) {
   Vec a, b;
   a.u = loadVolatile(at);
   __nanosleep(kPollSecondReadNs);
@@ -76,25 +76,27 @@ __device__ __forceinline__ bool pollVecTwoReads(const char* at, Vec* x, W& waite
       *x = a;
       return true;
     }
-    if (!waiter.keepWaiting(from, kWaitPushData, epoch)) return false;
+    if (!waiter.keepWaiting(from, what, epoch)) return false;
     a.u = loadVolatile(at);
     if (arrived<T>(b)) {
       *x = b;
       return true;
     }
-    if (!waiter.keepWaiting(from, kWaitPushData, epoch)) return false;
+    if (!waiter.keepWaiting(from, what, epoch)) return false;
     b.u = loadVolatile(at);
   }
 }
 
 // Polls `src` (this rank's own memory, written by rank `from`) until the vector arrived.
-// Returns false when the wait was abandoned (deadline, abort, a peer's failure).
+// Returns false when the wait was abandoned (deadline, abort, a peer's failure). Here and in the
+// polls above and below, `what` is the wait's kind as a failure names it (kWaitLaterRound
+// where `from` sends it only after waits of its own: common.cuh, kSecondHandGraceNs).
 template <typename T, typename W>
 __device__ __forceinline__ bool pollVec(const char* src, Vec* x, W& waiter, int from,
-                                        uint32_t epoch) {
+                                        uint32_t epoch, int32_t what = kWaitPushData) {
   x->u = loadVolatile(src);
   while (!arrived<T>(*x)) {
-    if (!waiter.keepWaiting(from, kWaitPushData, epoch)) return false;
+    if (!waiter.keepWaiting(from, what, epoch)) return false;
     x->u = loadVolatile(src);
   }
   return true;
@@ -104,7 +106,8 @@ __device__ __forceinline__ bool pollVec(const char* src, Vec* x, W& waiter, int 
 // thread).
 template <typename T, int VPT, typename W>
 __device__ __forceinline__ bool pollRowRegsTogether(const char* src, int H, Vec (&x)[VPT],
-                                                    W& waiter, int from, uint32_t epoch) {
+                                                    W& waiter, int from, uint32_t epoch,
+                                                    int32_t what = kWaitPushData) {
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = threadIdx.x + k * blockDim.x;
@@ -119,7 +122,7 @@ __device__ __forceinline__ bool pollRowRegsTogether(const char* src, int H, Vec 
       if (j < H && !arrived<T>(x[k])) all = false;
     }
     if (all) return true;
-    if (!waiter.keepWaiting(from, kWaitPushData, epoch)) return false;
+    if (!waiter.keepWaiting(from, what, epoch)) return false;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int j = threadIdx.x + k * blockDim.x;
@@ -135,14 +138,15 @@ __device__ __forceinline__ bool pollRowRegsTogether(const char* src, int H, Vec 
 // keeps two reads in flight (pollVecTwoReads). Returns false when the wait was abandoned.
 template <typename T, int VPT, typename W>
 __device__ __forceinline__ bool pollRowRegs(const char* src, int H, Vec (&x)[VPT], W& waiter,
-                                            int from, uint32_t epoch) {
+                                            int from, uint32_t epoch,
+                                            int32_t what = kWaitPushData) {
   if constexpr (VPT == 1) {
     x[0] = Vec{};
     if (static_cast<int>(threadIdx.x) >= H) return true;
     return pollVecTwoReads<T>(src + static_cast<uint64_t>(threadIdx.x) * 16, &x[0], waiter, from,
-                              epoch);
+                              epoch, what);
   } else {
-    return pollRowRegsTogether<T, VPT>(src, H, x, waiter, from, epoch);
+    return pollRowRegsTogether<T, VPT>(src, H, x, waiter, from, epoch, what);
   }
 }
 

@@ -116,12 +116,20 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
   const bool inAligned = kAligned || dev::isAligned(in, 16);
   // Which rank stores each source's vectors into this rank's slots: what a wait names. The
   // doubling form's relay, from this rank's schedule (packed on the host,
-  // AllReduceArgs::doubling); the one-shot: the source itself.
+  // AllReduceArgs::doubling); the one-shot: the source itself. A wait for data of a round
+  // after the first is second hand (kWaitLaterRound, algo/oneshot_push.cuh).
   auto writerOf = [&](int s) {
     if constexpr (kDoubling) {
       return doubling::planWriter(a.doubling, s);
     } else {
       return s;
+    }
+  };
+  auto waitKind = [&](int s) -> int32_t {
+    if constexpr (kDoubling) {
+      return doubling::planFirstHand(a.doubling, s) ? kWaitPushData : kWaitLaterRound;
+    } else {
+      return kWaitPushData;
     }
   };
   // Step 1 stores into every peer, or (doubling) into round 0's partner only.
@@ -210,7 +218,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
           x = dev::loadRowVec(in, v, a.count, inAligned);
           dev::sanitize<T>(x);
         } else if (!dev::pollVec<T>(cur + static_cast<uint64_t>(s) * slot + v * 16, &x, waiter,
-                                    writerOf(s), epoch)) {
+                                    writerOf(s), epoch, waitKind(s))) {
           return false;
         }
         if (!stopped) dev::storeSys(dst + static_cast<uint64_t>(s) * slot + v * 16, x.u);
@@ -261,7 +269,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       }
       const char* src = cur + static_cast<uint64_t>(s) * slot + static_cast<uint64_t>(row) * H * 16;
       Vec x[VPT];
-      ok = dev::pollRowRegs<T, VPT>(src, H, x, waiter, writerOf(s), epoch);
+      ok = dev::pollRowRegs<T, VPT>(src, H, x, waiter, writerOf(s), epoch, waitKind(s));
       if (!ok) break;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) dev::accumulate<T>(acc[k], x[k]);

@@ -12,6 +12,7 @@
 #include "algo/doubling_schedule.h"
 #include "base/config.h"
 #include "cpu/select_fixtures.h"
+#include "device/handles.h"
 #include "select/admission.h"
 #include "select/dispatch.h"
 #include "select/explain.h"
@@ -131,6 +132,7 @@ TEST(Doubling, ThePlanPackedForTheKernelsIsTheSchedule) {
         ASSERT_EQ(static_cast<int>(p.count), doubling::rounds(n));
         for (int j = 0; j < doubling::rounds(n); ++j) {
           EXPECT_EQ(doubling::planTo(p, j), doubling::round(n, order, r, j).to);
+          EXPECT_EQ(doubling::planFrom(p, j), doubling::round(n, order, r, j).from);
           EXPECT_EQ(doubling::planSend(p, j), doubling::round(n, order, r, j).send);
         }
         for (int s = 0; s < n; ++s) {
@@ -139,6 +141,38 @@ TEST(Doubling, ThePlanPackedForTheKernelsIsTheSchedule) {
       }
     }
   }
+}
+
+// A wait for a later round's data is second hand (kWaitLaterRound: it times out after the
+// first-hand waits, common.cuh's kSecondHandGraceNs), so a missing rank is named by the rank that
+// waits for its data first hand: exactly one rank takes each source in round 0, from the source
+// itself, and every rank takes exactly one source so; every other wait for it is second hand.
+TEST(Doubling, EverySourceHasOneRankThatWaitsForItFirstHand) {
+  EXPECT_STRNE(waitWhatName(kWaitLaterRound), waitWhatName(kWaitPushData));
+  EXPECT_STRNE(waitWhatName(kWaitLaterRound), waitWhatName(kWaitNone));
+  for (int n = 2; n <= kMaxLocalRanks; ++n) {
+    std::vector<uint32_t> orders = {doubling::doublingOrder(mapOf("", n), n)};
+    if (n == 8) orders = {0x210u, 0x120u, 0x201u, 0x021u, 0x102u, 0x012u};
+    for (uint32_t order : orders) {
+      std::vector<int> firstHandOf(n, 0);
+      for (int s = 0; s < n; ++s) {
+        int firstHand = 0;
+        for (int r = 0; r < n; ++r) {
+          const DoublingPlan p = doubling::planOf(n, order, r);
+          if (!doubling::planFirstHand(p, s)) continue;
+          EXPECT_NE(r, s) << "n " << n << " order " << order;
+          EXPECT_EQ(doubling::planWriter(p, s), s) << "n " << n << " rank " << r << " source " << s;
+          EXPECT_EQ(doubling::round(n, order, r, 0).recv, 1u << s) << "n " << n << " rank " << r;
+          ++firstHand;
+          ++firstHandOf[r];
+        }
+        EXPECT_EQ(firstHand, 1) << "n " << n << " order " << order << " source " << s;
+      }
+      for (int r = 0; r < n; ++r) EXPECT_EQ(firstHandOf[r], 1) << "n " << n << " rank " << r;
+    }
+  }
+  // No schedule, no first-hand wait.
+  EXPECT_FALSE(doubling::planFirstHand(doubling::planOf(1, 0, 0), 0));
 }
 
 TEST(Doubling, NoScheduleBeyondThePeerMappedWorld) {

@@ -837,6 +837,83 @@ TEST(AllReduceGpu, DoublingPushMissingPeerGivesTimeoutNamingIt) {
   std::printf("[ info ] %s", results[0].message.c_str());
 }
 
+// With more than two ranks the staged and doubling push send their later rounds only after
+// waits of their own (the doubling push relays what earlier rounds brought). When the last rank
+// skips a call, every other rank's error names it (the rank that waits for its data first hand
+// times out first and stops the rest; a wait for a later round is second hand), never a healthy
+// rank held up by it: the plain kernels and the fused doubling kernel, bounded.
+TEST(AllReduceGpu, LaterRoundWaitsNameTheMissingRankNotAHealthyOneHeldUp) {
+  REQUIRE_GPU();
+  constexpr size_t kHidden = 2048;
+  struct Form {
+    anyrAlgo_t algo;
+    bool fused;
+  };
+  for (int n : {4, 8}) {
+    for (const Form f : {Form{anyrAlgoDoublingPush, false}, Form{anyrAlgoDoublingPush, true},
+                         Form{anyrAlgoStagedPush, false}}) {
+      const bool fused = f.fused;
+      const int missing = n - 1;
+      SCOPED_TRACE(std::to_string(n) + " ranks, " + anyrAlgoName(f.algo) +
+                   (fused ? ", fused" : ""));
+      auto results = runRanksCatching(
+          n, 180, [&](int rank, int nranks, const anyrUniqueId& id, const Report& report) {
+            anyrComm_t comm = initRankComm(rank, nranks, id, 1500);
+            R_ANYR(anyrCommSetAlgorithm(comm, f.algo), comm);
+            void *partial = nullptr, *residual = nullptr, *weight = nullptr, *norm = nullptr;
+            for (void** q : {&partial, &residual, &norm, &weight}) {
+              R_CUDA(cudaMalloc(q, kHidden * 2));
+              R_CUDA(cudaMemset(*q, 0, kHidden * 2));
+            }
+            cudaStream_t s;
+            R_CUDA(cudaStreamCreate(&s));
+            auto call = [&] {
+              return fused
+                         ? anyrAllReduceAddRmsNorm(partial, residual, residual, weight, 1e-6f, norm,
+                                                   1, kHidden, anyrBfloat16, nullptr, comm, s)
+                         : anyrAllReduce(partial, partial, kHidden, anyrBfloat16, anyrSum, comm, s);
+            };
+            R_ANYR(call(), comm);
+            R_CUDA(cudaStreamSynchronize(s));
+            int failures = 0;
+            if (rank == missing) {
+              // Stay until the others have given up (1.5 s, and the relays' grace), then leave.
+              std::this_thread::sleep_for(std::chrono::milliseconds(6000));
+            } else {
+              const auto t0 = std::chrono::steady_clock::now();
+              R_ANYR(call(), comm);
+              const cudaError_t e = waitStream(s, 30);
+              const double sec =
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+              anyrResult_t async = anyrSuccess;
+              R_ANYR(anyrCommGetAsyncError(comm, &async), comm);
+              const std::string msg = anyrGetLastError(comm);
+              const std::string named = "waiting for rank " + std::to_string(missing);
+              if (e != cudaSuccess || (async != anyrTimeout && async != anyrRemoteError) ||
+                  msg.find(named) == std::string::npos) {
+                ++failures;
+                report("FAIL expected an error naming rank " + std::to_string(missing) +
+                       " as the one waited for, got " + anyrGetErrorString(async) + ": " + msg +
+                       (e != cudaSuccess ? std::string(" (stream: ") + cudaGetErrorString(e) + ")"
+                                         : std::string()) +
+                       "\n");
+              }
+              if (sec > 1.5 + 5.0) {
+                ++failures;
+                report("FAIL the wait took " + std::to_string(sec) + " s\n");
+              }
+              report("NOTE rank " + std::to_string(rank) + ": " + msg + "\n");
+            }
+            anyrCommDestroy(comm);
+            return failures ? 4 : 0;
+          });
+      const std::string failures = launch::describeFailures(results);
+      EXPECT_TRUE(failures.empty()) << failures.substr(0, 8000);
+      for (const auto& r : results) std::printf("[ info ] %s", r.message.c_str());
+    }
+  }
+}
+
 TEST(AllReduceGpu, IslandsAndTheTwoShotPushShareOneBufferRotation) {
   REQUIRE_GPU();
   const RankEnv env({{"ANYR_ISLANDS", "0-1,2-3"}, {"ANYR_CHUNK_BYTES", "64K"}});
