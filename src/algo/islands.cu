@@ -165,13 +165,18 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
       if (s == rank) {
         x = load(v);
       } else {
-        // Rank s's value comes from s itself (same island) or from the slice's owner in s's
-        // island: the rank a failed wait names.
+        // Rank s's value comes from s itself (same island: sent in step 1, before any wait) or
+        // from the slice's owner in s's island, the rank a failed wait names. The owner sends
+        // it once it came, and its own values of later vectors after its waits for earlier
+        // ones, so that wait is second hand (kWaitLaterRound: an island peer's wait in step 2
+        // names a missing s first), but where s is alone in its island (it waits for nothing
+        // before its step 2 sends).
         const int sc = im.islandOf[s];
         const int from = sc == c ? s : ownerOf(im, sc, j, v - j * L, L).rank;
+        const bool firstHand = sc == c || im.size[sc] == 1;
         ok = dev::pollVec<T>(
             scatter + static_cast<uint64_t>(s) * slot + static_cast<uint64_t>(t) * 16, &x, waiter,
-            from, ph.epoch);
+            from, ph.epoch, firstHand ? kWaitPushData : kWaitLaterRound);
       }
       dev::accumulate<T>(acc, x);
     }
@@ -187,7 +192,8 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
     }
   }
 
-  // 4. All-gather: the vectors other members own, as they send them.
+  // 4. All-gather: the vectors other members own, as they send them (second hand: an owner sends
+  // a result once its own waits of steps 2 and 3 are done).
   const char* gather = dev::twoShotArea(a, rank, ph.cur, 1);
   for (uint32_t v = first; v < V && ok; v += stride) {
     const uint32_t j = v / L;
@@ -196,7 +202,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
     Vec x;
     ok = dev::pollVec<T>(
         gather + static_cast<uint64_t>(o.rank) * slot + static_cast<uint64_t>(o.at) * 16, &x,
-        waiter, o.rank, ph.epoch);
+        waiter, o.rank, ph.epoch, kWaitLaterRound);
     if (ok) dev::storeVec<T, kAligned>(out, v, a.count, x);
   }
 

@@ -97,7 +97,7 @@ enum WaitWhat : int32_t {
   kWaitClusterRow = 7,   // fused cluster form: the row sums of the other blocks of a cluster
   kWaitRingData = 8,     // ring: a neighbour's chunk (partial sums or results) in this rank's inbox
   kWaitRingRoom = 9,     // ring: a neighbour freeing a slot of its inbox for this rank's next chunk
-  kWaitLaterRound = 10,  // staged, doubling push: data the rank named sends after waits of its own
+  kWaitLaterRound = 10,  // staged/doubling push, islands: data sent after waits of the sender's
 };
 // Words for a WaitWhat in error messages and the self-test's reasons.
 inline const char* waitWhatName(int32_t w) {

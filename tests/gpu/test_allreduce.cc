@@ -838,24 +838,32 @@ TEST(AllReduceGpu, DoublingPushMissingPeerGivesTimeoutNamingIt) {
 }
 
 // With more than two ranks the staged and doubling push send their later rounds only after
-// waits of their own (the doubling push relays what earlier rounds brought). When the last rank
-// skips a call, every other rank's error names it (the rank that waits for its data first hand
-// times out first and stops the rest; a wait for a later round is second hand), never a healthy
-// rank held up by it: the plain kernels and the fused doubling kernel, bounded.
+// waits of their own (the doubling push relays what earlier rounds brought), and islands relay
+// values across islands and send results after their own waits. When the last rank skips a
+// call, every other rank's error names it (the rank that waits for its data first hand times out
+// first and stops the rest; a wait for a later round is second hand), never a healthy rank held
+// up by it: the plain kernels, the fused doubling kernel, and islands with the missing rank in
+// an island of four or alone in its island, bounded.
 TEST(AllReduceGpu, LaterRoundWaitsNameTheMissingRankNotAHealthyOneHeldUp) {
   REQUIRE_GPU();
   constexpr size_t kHidden = 2048;
   struct Form {
     anyrAlgo_t algo;
     bool fused;
+    const char* islands;  // ANYR_ISLANDS at 4 and 8 ranks, or none
+    const char* islands8;
   };
   for (int n : {4, 8}) {
-    for (const Form f : {Form{anyrAlgoDoublingPush, false}, Form{anyrAlgoDoublingPush, true},
-                         Form{anyrAlgoStagedPush, false}}) {
+    for (const Form f : {Form{anyrAlgoDoublingPush, false, nullptr, nullptr},
+                         Form{anyrAlgoDoublingPush, true, nullptr, nullptr},
+                         Form{anyrAlgoStagedPush, false, nullptr, nullptr},
+                         Form{anyrAlgoIslands, false, "0-2,3", "0-3,4-7"}}) {
       const bool fused = f.fused;
       const int missing = n - 1;
+      const char* layout = n == 4 ? f.islands : f.islands8;
       SCOPED_TRACE(std::to_string(n) + " ranks, " + anyrAlgoName(f.algo) +
-                   (fused ? ", fused" : ""));
+                   (fused ? ", fused" : "") + (layout ? std::string(", ") + layout : ""));
+      const RankEnv env({{"ANYR_ISLANDS", layout}});
       auto results = runRanksCatching(
           n, 180, [&](int rank, int nranks, const anyrUniqueId& id, const Report& report) {
             anyrComm_t comm = initRankComm(rank, nranks, id, 1500);
