@@ -77,13 +77,28 @@ __device__ __forceinline__ char* ringSlot(char* inbox, int b, uint32_t g) {
   return inbox + (static_cast<uint64_t>(b) * kRingSlots + g % kRingSlots) * kRingSlotBytes;
 }
 
-// One wait of a block: until *flag reaches target (wrapping), for rank `from`.
+// One wait of a block: until *flag reaches target (wrapping), for rank `from`, given up `steps`
+// chain steps (kRingChainGraceNs each) after the timeout.
 struct FlagWait {
   const uint32_t* flag;
   uint32_t target;
   int32_t from;
   int32_t what;
+  uint32_t steps;
 };
+
+// Whom a timeout names. Every wait but the first chunk's at rank 1 waits on a rank that may
+// itself be waiting: rank k's partials come once rank k-1's came, a free slot at rank k+1 once
+// rank k+1 found room downstream, a result once the fold reached rank n-1. When one rank is
+// missing, every rank waits, and the first to give up stops the rest and is the one named; so
+// each wait gives up after those it depends on: a partial from rank k-1 after k-1 steps, a free
+// fold slot at rank k+1 after n-2-k (the ranks downstream of it), a free result slot after n-1,
+// a result after n-1 and its place down its arm (algo/ring_plan.h; tests/cpu/test_ring_plan.cc
+// checks that the first to give up waits for the missing rank, for every world and rank). The first
+// to give up is then rank m+1 waiting for the missing rank m's partials (m steps), or rank m-1
+// waiting for room at m (n-1-m), or, for m = n-1, a rank next to it: the root cause, not a healthy
+// rank held up by it.
+constexpr uint64_t kRingChainGraceNs = 200ull * 1000u * 1000u;
 
 // Thread t < count waits for waits[t]; the block's barrier then makes what the peers wrote
 // before raising those flags visible to every thread. Returns false, for the whole block, when
@@ -95,6 +110,7 @@ __device__ __forceinline__ bool waitFlags(const FlagWait (&waits)[3], int count,
   if (t < count) {
     const FlagWait w = waits[t];
     dev::Waiter waiter(wc);
+    waiter.graceNs = w.steps * kRingChainGraceNs;
     while (static_cast<int32_t>(dev::loadAcquireSys(w.flag) - w.target) < 0) {
       if (!waiter.keepWaiting(w.from, w.what, epoch)) {
         failed = 1;
@@ -150,15 +166,19 @@ __device__ __forceinline__ bool foldChunk(const AllReduceArgs& a, const RingArea
   const bool last = k == n - 1;
   FlagWait waits[3];
   int count = 0;
-  if (k > 0) waits[count++] = FlagWait{&own.flags->foldReady[b], g + 1, k - 1, kWaitRingData};
+  if (k > 0) {
+    waits[count++] =
+        FlagWait{&own.flags->foldReady[b], g + 1, k - 1, kWaitRingData, ringFoldDataSteps(k)};
+  }
   if (!last) {
-    waits[count++] = FlagWait{&own.flags->foldFree[b], g + 1 - kRingSlots, k + 1, kWaitRingRoom};
+    waits[count++] = FlagWait{&own.flags->foldFree[b], g + 1 - kRingSlots, k + 1, kWaitRingRoom,
+                              ringFoldRoomSteps(k, n)};
   } else {
     for (int side = 0; side < 2; ++side) {
       const int d = ringResultDest(k, n, side);
       if (d >= 0) {
-        waits[count++] =
-            FlagWait{&own.flags->resultFree[side][b], g + 1 - kRingSlots, d, kWaitRingRoom};
+        waits[count++] = FlagWait{&own.flags->resultFree[side][b], g + 1 - kRingSlots, d,
+                                  kWaitRingRoom, ringResultRoomSteps(n)};
       }
     }
   }
@@ -221,10 +241,11 @@ __device__ __forceinline__ bool resultChunk(const AllReduceArgs& a, const RingAr
   const int dest = ringResultDest(k, n, side);
   FlagWait waits[3];
   int count = 0;
-  waits[count++] = FlagWait{&own.flags->resultReady[b], g + 1, src, kWaitRingData};
+  waits[count++] =
+      FlagWait{&own.flags->resultReady[b], g + 1, src, kWaitRingData, ringResultSteps(k, n)};
   if (dest >= 0) {
-    waits[count++] =
-        FlagWait{&own.flags->resultFree[side][b], g + 1 - kRingSlots, dest, kWaitRingRoom};
+    waits[count++] = FlagWait{&own.flags->resultFree[side][b], g + 1 - kRingSlots, dest,
+                              kWaitRingRoom, ringResultRoomSteps(n)};
   }
   if (!waitFlags(waits, count, a.wait, g + 1)) return false;
 

@@ -72,6 +72,23 @@ __host__ __device__ constexpr int ringResultDest(int rank, int n, int side) {
                      : (rank > ringSplit(n) && rank <= n - 2 ? rank - 1 : -1);
 }
 
+// The chain steps each wait of a rank gives up after the timeout (algo/ring.cu,
+// kRingChainGraceNs, which says why): rank k's wait for the partials from rank k-1, k-1; for a
+// free fold slot at rank k+1, n-2-k; for a free result slot, n-1; for a result, n-1 and its
+// place down its arm (0 for an arm's first rank).
+__host__ __device__ constexpr uint32_t ringFoldDataSteps(int rank) {
+  return static_cast<uint32_t>(rank - 1);
+}
+__host__ __device__ constexpr uint32_t ringFoldRoomSteps(int rank, int n) {
+  return static_cast<uint32_t>(n - 2 - rank);
+}
+__host__ __device__ constexpr uint32_t ringResultRoomSteps(int n) {
+  return static_cast<uint32_t>(n - 1);
+}
+__host__ __device__ constexpr uint32_t ringResultSteps(int rank, int n) {
+  return static_cast<uint32_t>(n - 1 + (ringResultSide(rank, n) == 0 ? rank : n - 2 - rank));
+}
+
 // Hops from rank 0's first chunk to the last rank's result: n - 1 along the fold, then the
 // longer arm (the wrap arm, m hops).
 __host__ __device__ constexpr int ringDepth(int n) { return n - 1 + ringSplit(n); }

@@ -447,6 +447,9 @@ template <bool kInlineChecks = false>
 struct WaiterT {
   const WaitControl* wcp;
   uint64_t deadline = 0;
+  // Time added to this wait's deadline: a chain's later waits give up after its earlier ones
+  // (algo/ring.cu), so the first to give up names the rank that broke the chain.
+  uint64_t graceNs = 0;
   uint64_t nextHostPoll = 0;
   uint32_t spins = 0;
   __device__ explicit WaiterT(const WaitControl* c) : wcp(c) {}
@@ -518,7 +521,7 @@ struct WaiterT {
     const WaitControl& wc = *wcp;
     const uint64_t now = globalTimerNs();
     if (deadline == 0) {
-      deadline = now + wc.timeoutNs;
+      deadline = now + wc.timeoutNs + graceNs;
       nextHostPoll = now + kHostPollNs;
     }
     if (*reinterpret_cast<volatile const int32_t*>(&wc.state->failClaim) != 0) return false;

@@ -93,6 +93,47 @@ TEST(RingPlan, TheResultReachesEveryRankOnceAlongTheRingWithinItsDepth) {
   }
 }
 
+// When one rank skips a call, every other rank's ring blocks wait; each wait gives up its chain
+// steps after the timeout (ringFoldDataSteps ...), and the first to give up names the rank it
+// waited for to every rank. That rank is the missing one, for every world size and missing rank,
+// with one chunk in flight (the fold and the result waits) and with the pipeline full (the free
+// slot waits too).
+TEST(RingPlan, TheFirstWaitToGiveUpWaitsForTheMissingRank) {
+  struct Wait {
+    uint32_t steps;
+    int from;
+  };
+  for (int n = 2; n <= kMaxLocalRanks; ++n) {
+    for (int m = 0; m < n; ++m) {
+      for (bool full : {false, true}) {
+        std::vector<Wait> blocked;
+        for (int k = 0; k < n; ++k) {
+          if (k == m) continue;
+          // The partials stop at m: every rank after it waits for its predecessor's.
+          if (k > m) blocked.push_back({ringFoldDataSteps(k), k - 1});
+          // Slots stop being freed at m: with the pipeline full every rank before it waits.
+          if (full && k < m) blocked.push_back({ringFoldRoomSteps(k, n), k + 1});
+          // No result leaves rank n-1: every other rank waits for its source's.
+          if (k != n - 1) blocked.push_back({ringResultSteps(k, n), ringResultSource(k, n)});
+        }
+        ASSERT_FALSE(blocked.empty());
+        const auto first =
+            std::min_element(blocked.begin(), blocked.end(),
+                             [](const Wait& a, const Wait& b) { return a.steps < b.steps; });
+        // Ties: every wait of the least steps must wait for m.
+        for (const Wait& w : blocked) {
+          if (w.steps == first->steps) {
+            EXPECT_EQ(w.from, m) << "world " << n << ", rank " << m << " missing, pipeline "
+                                 << (full ? "full" : "with one chunk") << ": a wait of " << w.steps
+                                 << " steps names rank " << w.from;
+          }
+        }
+        for (const Wait& w : blocked) EXPECT_LE(w.steps, static_cast<uint32_t>(ringDepth(n)));
+      }
+    }
+  }
+}
+
 // ---- admission -------------------------------------------------------------------------------
 
 const AlgoAdmission& admitted(const Topology& t, anyrAlgo_t a, Admission* keep) {

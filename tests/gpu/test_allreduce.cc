@@ -838,12 +838,13 @@ TEST(AllReduceGpu, DoublingPushMissingPeerGivesTimeoutNamingIt) {
 }
 
 // With more than two ranks the staged and doubling push send their later rounds only after
-// waits of their own (the doubling push relays what earlier rounds brought), and islands relay
-// values across islands and send results after their own waits. When the last rank skips a
+// waits of their own (the doubling push relays what earlier rounds brought), islands relay
+// values across islands and send results after their own waits, and the ring is one chain of
+// waits (its later waits give up later: ring.cu, kRingChainGraceNs). When the last rank skips a
 // call, every other rank's error names it (the rank that waits for its data first hand times out
 // first and stops the rest; a wait for a later round is second hand), never a healthy rank held
-// up by it: the plain kernels, the fused doubling kernel, and islands with the missing rank in
-// an island of four or alone in its island, bounded.
+// up by it: the plain kernels, the fused doubling kernel, islands with the missing rank in an
+// island of four or alone in its island, and the ring, bounded.
 TEST(AllReduceGpu, LaterRoundWaitsNameTheMissingRankNotAHealthyOneHeldUp) {
   REQUIRE_GPU();
   constexpr size_t kHidden = 2048;
@@ -857,7 +858,8 @@ TEST(AllReduceGpu, LaterRoundWaitsNameTheMissingRankNotAHealthyOneHeldUp) {
     for (const Form f : {Form{anyrAlgoDoublingPush, false, nullptr, nullptr},
                          Form{anyrAlgoDoublingPush, true, nullptr, nullptr},
                          Form{anyrAlgoStagedPush, false, nullptr, nullptr},
-                         Form{anyrAlgoIslands, false, "0-2,3", "0-3,4-7"}}) {
+                         Form{anyrAlgoIslands, false, "0-2,3", "0-3,4-7"},
+                         Form{anyrAlgoRing, false, nullptr, nullptr}}) {
       const bool fused = f.fused;
       const int missing = n - 1;
       const char* layout = n == 4 ? f.islands : f.islands8;
