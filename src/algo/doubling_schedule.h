@@ -149,6 +149,10 @@ __host__ __device__ inline int planFrom(const DoublingPlan& p, int j) {
 __host__ __device__ inline bool planFirstHand(const DoublingPlan& p, int s) {
   return p.count > 0 && s == planFrom(p, 0);
 }
+// The kind a failed wait for source s records (device/handles.h, WaitWhat): first hand or not.
+__host__ __device__ inline int32_t planWaitWhat(const DoublingPlan& p, int s) {
+  return planFirstHand(p, s) ? kWaitPushData : kWaitLaterRound;
+}
 __host__ __device__ inline uint32_t planSend(const DoublingPlan& p, int j) {
   return static_cast<uint32_t>((p.rounds >> (16 * j + 4)) & 0xFF);
 }

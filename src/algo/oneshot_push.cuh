@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
   // waits for a missing rank first hand names it, not a healthy writer held up by it).
   auto waitKind = [&](int s) -> int32_t {
     if constexpr (kOrder == PushOrder::Doubling) {
-      return doubling::planFirstHand(a.doubling, s) ? kWaitPushData : kWaitLaterRound;
+      return doubling::planWaitWhat(a.doubling, s);
     } else if constexpr (kOrder == PushOrder::Staged) {
       return s == (rank - 1 + n) % n ? kWaitPushData : kWaitLaterRound;
     } else {

@@ -125,12 +125,8 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
       return s;
     }
   };
-  auto waitKind = [&](int s) -> int32_t {
-    if constexpr (kDoubling) {
-      return doubling::planFirstHand(a.doubling, s) ? kWaitPushData : kWaitLaterRound;
-    } else {
-      return kWaitPushData;
-    }
+  auto waitKind = [&](int s) {
+    return kDoubling ? doubling::planWaitWhat(a.doubling, s) : int32_t{kWaitPushData};
   };
   // Step 1 stores into every peer, or (doubling) into round 0's partner only.
   const int firstTo = kDoubling ? doubling::planTo(a.doubling, 0) : -1;
