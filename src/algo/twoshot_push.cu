@@ -62,8 +62,9 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm)
       const uint64_t v = static_cast<uint64_t>(s) * g.L + i;
       if (v >= V) continue;
       Vec x;
+      // Second hand: owner s sends its segment once its own reduce-scatter waits are done.
       ok = dev::pollVec<T>(gather + static_cast<uint64_t>(s) * slot + i * 16, &x, waiter, s,
-                           ph.epoch);
+                           ph.epoch, kWaitLaterRound);
       if (ok) dev::storeVec<T, kAligned>(out, v, a.count, x);
     }
   }

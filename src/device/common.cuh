@@ -430,12 +430,12 @@ __device__ __forceinline__ void stAsyncPair(uint32_t remote, uint32_t a, uint32_
 // exits without finishing (the communicator is failed from then on).
 constexpr uint32_t kCheckEvery = 1024;
 constexpr uint64_t kHostPollNs = 5u * 1000u * 1000u;
-// A wait on a party that itself waits for a peer times out this much after the deadline: for
-// the other blocks of the own cluster (kWaitClusterRow), and for a peer's data that it sends only
-// after waits of its own (kWaitLaterRound: the staged and doubling push's later rounds, what
-// islands relay). The party's own wait, or the wait of the rank that takes the missing rank's data
-// first hand, times out first, names the peer (the root cause) and stops this one, rather than this
-// wait naming its own rank or a healthy peer held up by the missing one.
+// A wait on a party that itself waits for a peer times out this much after the deadline
+// (waitIsSecondHand, device/handles.h: the other blocks of the own cluster, a later round's or
+// an all-gather's data, a pull round's end flag, a host two-shot owner's result). The party's
+// own wait, or the wait of the rank that takes the missing rank's data first hand, times out
+// first, names the peer (the root cause) and stops this one, rather than this wait naming its
+// own rank or a healthy peer held up by the missing one.
 constexpr uint64_t kSecondHandGraceNs = 1000ull * 1000u * 1000u;
 
 // kInlineChecks: by default the periodic check and the failure report are functions the wait
@@ -538,8 +538,7 @@ struct WaiterT {
         return false;
       }
     }
-    const bool secondHand = what == kWaitClusterRow || what == kWaitLaterRound;
-    if (now > deadline + (secondHand ? kSecondHandGraceNs : 0)) {
+    if (now > deadline + (waitIsSecondHand(what) ? kSecondHandGraceNs : 0)) {
       failOrReport(kFailTimeout, waitedRank, what, epoch);
       return false;
     }

@@ -97,8 +97,20 @@ enum WaitWhat : int32_t {
   kWaitClusterRow = 7,   // fused cluster form: the row sums of the other blocks of a cluster
   kWaitRingData = 8,     // ring: a neighbour's chunk (partial sums or results) in this rank's inbox
   kWaitRingRoom = 9,     // ring: a neighbour freeing a slot of its inbox for this rank's next chunk
-  kWaitLaterRound = 10,  // staged/doubling push, islands: data sent after waits of the sender's
+  kWaitLaterRound = 10,  // data its sender sends only after waits of its own: the staged and
+                         // doubling push's later rounds, what islands relay, the two-shot push's
+                         // reduced segments (all-gather)
 };
+// Whether a wait of kind `what` waits for a party that sends only after waits of its own, so that
+// it gives up kSecondHandGraceNs after the deadline (device/common.cuh): the party's own wait, or
+// the wait that takes the missing rank's data first hand, gives up first and names the root
+// cause. The other blocks of the own cluster; a later round's data; a pull round's end flag (a
+// peer raises it once its start round, which waits for every rank, has passed); a host-memory
+// two-shot owner's result flag (raised once it has read every rank's data).
+constexpr bool waitIsSecondHand(int32_t what) {
+  return what == kWaitClusterRow || what == kWaitLaterRound || what == kWaitEndFlag ||
+         what == kWaitHostResult;
+}
 // Words for a WaitWhat in error messages and the self-test's reasons.
 inline const char* waitWhatName(int32_t w) {
   switch (w) {

@@ -125,7 +125,8 @@ __global__ void __launch_bounds__(kAlgoThreads)
       if (blockFailed) break;
       dev::fusedRowEpilogue<T>(p, rowBase + ownRow, xs, red);
     }
-    // 4. The other segments' row i, as their owners send it.
+    // 4. The other segments' row i, as their owners send it (second hand, kWaitLaterRound: an
+    // owner sends its row once its own reduce-scatter waits are done).
     for (int k = 1; k < n; ++k) {
       const int s = (rank + k) % n;
       const int row = s * Lr + i;
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kAlgoThreads)
         Vec x;
         ok = dev::pollVec<T>(
             gather + static_cast<uint64_t>(s) * slot + (static_cast<uint64_t>(i) * H + j) * 16, &x,
-            waiter, s, epoch);
+            waiter, s, epoch, kWaitLaterRound);
 #pragma unroll
         for (int q = 0; q < 8; ++q) xs[8 * j + q] = dev::vecElem<T>(x, q);
       }
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(kAlgoThreads, 1)
     dev::RowOutputs<T, Q, kAligned> o(p, rowBase + row, qscale);
     o.pin();
     Vec x[VPT];
-    if (ok) ok = dev::pollRowRegs<T, VPT>(src, H, x, waiter, owner, epoch);
+    if (ok) ok = dev::pollRowRegs<T, VPT>(src, H, x, waiter, owner, epoch, kWaitLaterRound);
     if (ok && owner == rank) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
@@ -384,7 +385,7 @@ __global__ void __launch_bounds__(kPairThreads > 0 ? kPairThreads : kFusedCluste
     dev::RowOutputs<T, Q, kAligned> o(p, rowBase + row, me.qscale);
     o.pin();
     Vec x[1] = {};
-    if (ok) ok = dev::pollRowRegs<T, 1>(src, H - first, x, waiter, owner, epoch);
+    if (ok) ok = dev::pollRowRegs<T, 1>(src, H - first, x, waiter, owner, epoch, kWaitLaterRound);
     if (ok && owner == rank && me.active) {
       dev::storeRelaxed(src + static_cast<uint64_t>(threadIdx.x) * 16, dev::clearVec());
     }

@@ -143,6 +143,18 @@ TEST(Doubling, ThePlanPackedForTheKernelsIsTheSchedule) {
   }
 }
 
+// The waits that give up after the grace are those for a party that sends only after waits of
+// its own; a wait that can take the missing rank's data first hand gives up at the deadline.
+TEST(Doubling, SecondHandWaitsAreThoseForDataSentAfterTheSendersOwnWaits) {
+  for (int32_t w : {kWaitClusterRow, kWaitLaterRound, kWaitEndFlag, kWaitHostResult}) {
+    EXPECT_TRUE(waitIsSecondHand(w)) << waitWhatName(w);
+  }
+  for (int32_t w : {kWaitNone, kWaitPushData, kWaitStartFlag, kWaitHostData, kWaitHostReady,
+                    kWaitRingData, kWaitRingRoom}) {
+    EXPECT_FALSE(waitIsSecondHand(w)) << waitWhatName(w);
+  }
+}
+
 // A wait for a later round's data is second hand (kWaitLaterRound: it times out after the
 // first-hand waits, common.cuh's kSecondHandGraceNs), so a missing rank is named by the rank that
 // waits for its data first hand: exactly one rank takes each source in round 0, from the source

@@ -840,11 +840,13 @@ TEST(AllReduceGpu, DoublingPushMissingPeerGivesTimeoutNamingIt) {
 // With more than two ranks the staged and doubling push send their later rounds only after
 // waits of their own (the doubling push relays what earlier rounds brought), islands relay
 // values across islands and send results after their own waits, and the ring is one chain of
-// waits (its later waits give up later: ring.cu, kRingChainGraceNs). When the last rank skips a
-// call, every other rank's error names it (the rank that waits for its data first hand times out
-// first and stops the rest; a wait for a later round is second hand), never a healthy rank held
-// up by it: the plain kernels, the fused doubling kernel, islands with the missing rank in an
-// island of four or alone in its island, and the ring, bounded.
+// waits (its later waits give up later: ring.cu, kRingChainGraceNs), and the two-shot family's
+// all-gather waits for owners that send once their own reduce-scatter waits are done. When the
+// last rank skips a call, every other rank's error names it (the rank that waits for its data
+// first hand times out first and stops the rest; a wait for a later round or an all-gather is
+// second hand), never a healthy rank held up by it: the plain kernels, the fused doubling and
+// two-shot kernels, islands with the missing rank in an island of four or alone in its island,
+// and the ring, bounded.
 TEST(AllReduceGpu, LaterRoundWaitsNameTheMissingRankNotAHealthyOneHeldUp) {
   REQUIRE_GPU();
   constexpr size_t kHidden = 2048;
@@ -859,7 +861,11 @@ TEST(AllReduceGpu, LaterRoundWaitsNameTheMissingRankNotAHealthyOneHeldUp) {
                          Form{anyrAlgoDoublingPush, true, nullptr, nullptr},
                          Form{anyrAlgoStagedPush, false, nullptr, nullptr},
                          Form{anyrAlgoIslands, false, "0-2,3", "0-3,4-7"},
-                         Form{anyrAlgoRing, false, nullptr, nullptr}}) {
+                         Form{anyrAlgoRing, false, nullptr, nullptr},
+                         Form{anyrAlgoTwoShot, false, nullptr, nullptr},
+                         Form{anyrAlgoTwoShot, true, nullptr, nullptr},
+                         Form{anyrAlgoTwoShotPush, false, nullptr, nullptr},
+                         Form{anyrAlgoTwoShotPush, true, nullptr, nullptr}}) {
       const bool fused = f.fused;
       const int missing = n - 1;
       const char* layout = n == 4 ? f.islands : f.islands8;
