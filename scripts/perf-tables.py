@@ -130,6 +130,60 @@ def link(run):
     return '[%s %s](runs/%s)' % (run['date'], topic(run), run['_file'])
 
 
+# A family of many shapes of the form "<kind>, <rows> x <columns>" (the standalone epilogue's
+# "bf16, 6144 x 128": dtype, hidden size, tokens) is shown as one grid per kind: its rows the first
+# number, its columns the second, each cell the anyreduce figure and its ratios to the peers
+# measured beside it ("X / anyreduce" columns); the run files hold every other column.
+GRID_SHAPE = re.compile(r'^([A-Za-z0-9_.-]+), (\d+) x (\d+)$')
+GRID_MIN_SHAPES = 12
+
+
+def grid_cell(v):
+    return '%.2f' % v if isinstance(v, (int, float)) and not isinstance(v, bool) else cell(v)
+
+
+def grid(family, platform, chosen):
+    out = ['', '### %s, %s' % (family[0].upper() + family[1:], platform), '']
+    ratios = []
+    for _, row in chosen:
+        for k in row:
+            if k.endswith(' / anyreduce') and k not in ratios:
+                ratios.append(k)
+    out.append('Rows: the first number of a shape, columns: the second (shape "%s": row %s, '
+               'column %s).' % ((chosen[0][1]['shape'],) + GRID_SHAPE.match(chosen[0][1]['shape'])
+                                .groups()[1:]))
+    out.append('Each cell: anyreduce (%s)%s; the run files hold the other columns (%s).' % (
+        'us' if 'us' in family else 'figure',
+        ''.join(', %s' % k for k in ratios),
+        ', '.join(sorted({k for _, r in chosen for k in r
+                          if k not in NOT_COLUMNS and k != 'anyreduce' and k not in ratios}))))
+    cells = {}
+    for run, row in chosen:
+        m = GRID_SHAPE.match(row['shape'])
+        cells.setdefault(m.group(1), {})[(int(m.group(2)), int(m.group(3)))] = (run, row)
+    for kind in sorted(cells):
+        rows = sorted({r for r, _ in cells[kind]})
+        cols = sorted({c for _, c in cells[kind]})
+        out.append('')
+        out.append('| %s | %s |' % (kind, ' | '.join(str(c) for c in cols)))
+        out.append('|' + '---|' * (len(cols) + 1))
+        for r in rows:
+            line = []
+            for c in cols:
+                rr = cells[kind].get((r, c))
+                if not rr:
+                    line.append('—')
+                    continue
+                fig = [grid_cell(rr[1]['anyreduce'])] + [grid_cell(rr[1][k]) for k in ratios
+                                                         if k in rr[1]]
+                line.append(' · '.join(fig))
+            out.append('| %d | %s |' % (r, ' | '.join(line)))
+    runs = sorted({run['_file']: run for run, _ in chosen}.values(), key=lambda r: r['sequence'])
+    out.append('')
+    out.append('Runs: %s (the newest run of each shape).' % ', '.join(link(r) for r in runs))
+    return out
+
+
 def generate(runs):
     out = [BEGIN, '']
     newest = {}  # (family, platform) -> shape -> (run, row)
@@ -150,6 +204,10 @@ def generate(runs):
     for fam in sorted(order):
         family, platform = fam
         chosen = [newest[fam][s] for s in sorted(newest[fam], key=shape_key)]
+        if len(chosen) > GRID_MIN_SHAPES and all(GRID_SHAPE.match(r['shape']) and 'anyreduce' in r
+                                                  for _, r in chosen):
+            out.extend(grid(family, platform, chosen))
+            continue
         cols = []
         for run, row in sorted(chosen, key=lambda rr: -rr[0]['sequence']):
             for k in row:

@@ -64,6 +64,27 @@ class ImportEpilogue(unittest.TestCase):
         self.assertIn("| bf16, 6144 x 8192 |", text)
         self.assertIn("1 x NVIDIA H200", text)
 
+    def test_many_shapes_are_one_grid_per_dtype(self):
+        b = bench()
+        rows = []
+        for dtype in ("bf16", "fp16"):
+            for hidden in (2880, 6144):
+                for tokens in (1, 8, 32, 128):
+                    us = hidden * tokens / 1000.0 + 1.0
+                    for case, t in (("copy", us * 0.9), ("auto", us)):
+                        rows.append({"dtype": dtype, "hidden": hidden, "tokens": tokens,
+                                     "case": case, "quant": "none", "us": t, "launch": "x"})
+        b["results"] = rows
+        run = pt.epilogue_run(b, None, "auto", "2026-12-05", 99, "abc1234", "")
+        run["_file"] = "2026-12-05-standalone-epilogue.json"
+        text = pt.generate([run])
+        self.assertNotIn("| bf16, 6144 x 128 |", text)
+        self.assertIn("| bf16 | 1 | 8 | 32 | 128 |", text)
+        self.assertIn("| fp16 | 1 | 8 | 32 | 128 |", text)
+        # hidden 6144 x 128 tokens: 787.43 us, the copy 0.9 of it
+        self.assertIn("| 6144 | 7.14 · 0.90 | 50.15 · 0.90 | 197.61 · 0.90 | 787.43 · 0.90 |", text)
+        self.assertIn("copy / anyreduce", text)
+
     def test_another_case_and_no_torch(self):
         run = pt.epilogue_run(bench(), None, "rows", "2026-12-05", 99, "abc1234", "t")
         current = [r for r in run["results"] if "family" in r]
