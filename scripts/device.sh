@@ -52,6 +52,13 @@
 #                the kernel names, space-separated, each a regex (addRmsNorm: the standalone
 #                kernel in whichever form it takes); NCU_ARGS: more anyr_fused_floor arguments,
 #                e.g. "--twoshot --rows 128")
+#   ncutorch     Nsight Compute on the standalone add + RMSNorm (anyr_epilogue_bench, variant
+#                NCUT_VARIANT, default auto) and on torch.compile's kernel for the same function
+#                (tools/peers/torch_epilogue_bench.py), per shape of NCUT_SHAPES (HIDDENxTOKENS,
+#                default "6144x128 4096x512"), dtype NCUT_DTYPE (bf16): one launch of each, with
+#                the caches flushed before it (--cache-control all, so both start cold) and as
+#                each process left them (none); duration, instructions, registers, L2 hits, the
+#                SASS of both side by side; builds only the tool and the library
 #   namespaces   peer memory across Linux namespaces: two ranks (tools/peers/namespace_check.py),
 #                rank 1 in a new PID namespace, IPC namespace or both (unshare; as containers that
 #                share none), with ANYR_PEER_MEMORY auto, cuda-ipc and vmm: the kind each maps,
@@ -110,7 +117,7 @@ case "${SECTIONS[*]}" in
   hostphases) ONLY=(--target anyr_host_phases) ;;
   ncu | profile) ONLY=(--target anyr_fused_floor) ;;
   torchops) ONLY=(--target anyreduce anyr_host_overhead) ;;
-  epilogue) ONLY=(--target anyreduce anyr_epilogue_bench) ;;
+  epilogue | ncutorch) ONLY=(--target anyreduce anyr_epilogue_bench) ;;
 esac
 cmake --build "$BUILD" -j"$JOBS" "${ONLY[@]}" >"$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "built"
@@ -522,6 +529,43 @@ if want ncu; then
       "$NCU" --import "$OUT/ncu-$k.ncu-rep" --page source --csv --print-source sass \
         >"$OUT/ncu-$k-sass.csv" 2>&1
       head -c 300 "$OUT/ncu-$k-sass.csv"; echo
+    done
+  else
+    echo "ncu is not installed on this machine: skipped"
+  fi
+fi
+
+if want ncutorch; then
+  step "ncutorch: Nsight Compute on the standalone epilogue and torch.compile's kernel"
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "$NCU" ]; then
+    NS=(--clock-control none --launch-skip 30 --launch-count 1 --section SpeedOfLight --section LaunchStats
+      --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section InstructionStats
+      --metrics gpu__time_duration.sum,smsp__inst_executed.sum,dram__bytes.sum,lts__t_bytes.sum)
+    for shape in ${NCUT_SHAPES:-6144x128 4096x512}; do
+      h=${shape%x*}; t=${shape#*x}
+      for cc in all none; do
+        r="$OUT/ncut-any-$shape-$cc"
+        timeout -k 5 150 "$NCU" "${NS[@]}" --cache-control "$cc" -k "regex:addRmsNorm" -f -o "$r" \
+          "$BUILD/tests/diag/anyr_epilogue_bench" --variants "${NCUT_VARIANT:-auto}" \
+          --dtypes "${NCUT_DTYPE:-bf16}" --hidden "$h" --tokens "$t" --quant none >"$r.log" 2>&1
+        check "$?" "ncu anyreduce $shape $cc"
+        r="$OUT/ncut-tri-$shape-$cc"
+        timeout -k 5 240 env ANYREDUCE_LIBRARY="$PWD/$BUILD/src/libanyreduce.so" PYTHONPATH="$PWD/python" \
+          "$NCU" "${NS[@]}" --cache-control "$cc" --target-processes all -k "regex:triton" -f -o "$r" \
+          python3 tools/peers/torch_epilogue_bench.py --dtypes "${NCUT_DTYPE:-bf16}" --hidden "$h" \
+          --tokens "$t" --calls 20 --samples 3 >"$r.log" 2>&1
+        check "$?" "ncu torch.compile $shape $cc"
+        for k in any tri; do
+          r="$OUT/ncut-$k-$shape-$cc"
+          [ -f "$r.ncu-rep" ] || continue
+          "$NCU" --import "$r.ncu-rep" --print-summary none >"$r-details.txt" 2>&1
+          "$NCU" --import "$r.ncu-rep" --page source --csv --print-source sass >"$r-sass.csv" 2>&1
+          rm -f "$r.ncu-rep"
+          echo "$k $shape cache $cc:"
+          grep -E "Duration|Executed Instructions  |Registers Per|L2 Hit Rate|Block Size|Grid Size" "$r-details.txt" | head -8
+        done
+      done
     done
   else
     echo "ncu is not installed on this machine: skipped"
