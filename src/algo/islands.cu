@@ -31,7 +31,8 @@
 // n - m of them across. Three dependent hops (gather, exchange, all-gather) instead of the
 // one-shot's one. Reducing inside the island first would cut what crosses to 1/m of that (2/m
 // for 16-bit data, whose partials need fp32), but the bits would not be the rank-order sum's.
-// src/algo/cost.cc (islandsUs) charges what this file does. The index arithmetic is
+// src/algo/cost.cc (islandsUs) charges what this file does. The steps are algo/islands.cuh's
+// (the fused kernel, fused/fused_islands.cu, runs them too); the index arithmetic is
 // algo/islands_schedule.h's, which tests/cpu/test_islands.cc walks for every layout of 2..6
 // ranks.
 //
@@ -61,35 +62,15 @@
 // In place is safe: every input vector is read only by the thread that writes its output (steps
 // 1 and 4 walk the message alike, steps 2 and 3 the owned vectors alike), before it does.
 #include "algo/algo.h"
-#include "algo/islands_schedule.h"
+#include "algo/islands.cuh"
 #include "algo/twoshot_push.cuh"
-#include "device/lamport.cuh"
 #include "device/launch.cuh"
 
 namespace anyr {
 namespace {
 
-using dev::Elem;
 using dev::sanitize;
 using dev::Vec;
-using islands::Owner;
-using islands::ownerOf;
-
-// Sends vector i of slice j (source rank `src`'s value x) into slot [src] of the scatter buffer
-// of the slice's owner in every island but `own`.
-__device__ __forceinline__ void sendAcross(const AllReduceArgs& a, uint32_t phase, int own,
-                                           uint32_t j, uint32_t i, uint32_t L, int src,
-                                           const Vec& x) {
-  const IslandMap& im = a.islands;
-  const uint64_t slot = a.layout.tsSlotBytes;
-  for (int d = 0; d < im.count; ++d) {
-    if (d == own) continue;
-    const Owner o = ownerOf(im, d, j, i, L);
-    dev::storeSys(dev::twoShotArea(a, o.rank, phase, 0) + static_cast<uint64_t>(src) * slot +
-                      static_cast<uint64_t>(o.at) * 16,
-                  x.u);
-  }
-}
 
 template <typename T, bool kAligned>
 __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(AllReduceArgs a) {
@@ -99,115 +80,43 @@ __global__ void __launch_bounds__(kAlgoThreads, kPeerBlocksPerSm) islandsKernel(
   const bool stopped = start.stopped;
   const T* in = static_cast<const T*>(a.input);
   T* out = static_cast<T*>(a.output);
-  const IslandMap& im = a.islands;
-  const int rank = a.rank;
-  const int n = a.nranks;
-  const int c = im.islandOf[rank];
-  const uint32_t m = im.size[c];
-  const uint32_t k = im.indexOf[rank];
-  const uint64_t slot = a.layout.tsSlotBytes;
-  // Launches carry at most islandLaunchBytes: vector counts fit 32 bits.
-  const uint32_t V = static_cast<uint32_t>(a.numVecs);
-  const uint32_t L = islands::sliceVecs(im, V);
-  const uint32_t owned = islands::ownedVecs(im, rank, L);
-  const uint32_t stride = gridDim.x * blockDim.x;
-  const uint32_t first = blockIdx.x * blockDim.x + threadIdx.x;
+  const dev::IslandsGrid g(a, a.numVecs);
   auto load = [&](uint32_t v) {
     Vec x = dev::loadVec<T, kAligned>(in, v, a.count);
     sanitize<T>(x);
     return x;
   };
-  char* scatter = dev::twoShotArea(a, rank, ph.cur, 0);
 
   // 1. Gather: every vector of a slice another member owns, to that member.
-  for (uint32_t v = first; v < V; v += stride) {
-    const uint32_t j = v / L;
-    const Owner o = ownerOf(im, c, j, v - j * L, L);
-    if (o.rank == rank) continue;
-    const Vec x = load(v);
-    if (dev::opaque(stopped)) continue;  // nothing to peers once stopped
-    dev::storeSys(dev::twoShotArea(a, o.rank, ph.cur, 0) + static_cast<uint64_t>(rank) * slot +
-                      static_cast<uint64_t>(o.at) * 16,
-                  x.u);
-  }
-  if (a.pushFence) __threadfence_system();
+  dev::islandsGather(a, g, ph.cur, stopped, load);
 
   // Clear, in this rank's own buffers, what peers wrote one launch ago.
   dev::twoShotClear(a, ph);
 
   // 2. Exchange: the own and the island's values of every owned vector, to the other islands.
   dev::Waiter waiter(a.wait);
-  bool ok = true;
-  for (uint32_t t = first; t < owned && ok; t += stride) {
-    uint32_t j = 0;
-    const uint32_t v = islands::ownedVector(im, rank, t, L, &j);
-    if (v >= V) break;  // the places after it lie further past the end
-    const uint32_t i = v - j * L;
-    if (!dev::opaque(stopped)) sendAcross(a, ph.cur, c, j, i, L, rank, load(v));
-    for (uint32_t p = 1; p < m && ok; ++p) {
-      const int s = im.member[c][(k + p) % m];
-      Vec x;
-      ok =
-          dev::pollVec<T>(scatter + static_cast<uint64_t>(s) * slot + static_cast<uint64_t>(t) * 16,
-                          &x, waiter, s, ph.epoch);
-      if (ok) sendAcross(a, ph.cur, c, j, i, L, s, x);
-    }
-  }
+  bool ok = dev::islandsExchange<T>(a, g, ph, stopped, waiter, load);
 
   // 3. Reduce every owned vector in rank order, write it, send it to the island.
-  for (uint32_t t = first; t < owned && ok; t += stride) {
-    uint32_t j = 0;
-    const uint32_t v = islands::ownedVector(im, rank, t, L, &j);
-    if (v >= V) break;
-    float acc[Elem<T>::kPerVec] = {};
-    for (int s = 0; s < n && ok; ++s) {
-      Vec x;
-      if (s == rank) {
-        x = load(v);
-      } else {
-        // Rank s's value comes from s itself (same island: sent in step 1, before any wait) or
-        // from the slice's owner in s's island, the rank a failed wait names. The owner sends
-        // it once it came, and its own values of later vectors after its waits for earlier
-        // ones, so that wait is second hand (kWaitLaterRound: an island peer's wait in step 2
-        // names a missing s first), but where s is alone in its island (it waits for nothing
-        // before its step 2 sends).
-        const int sc = im.islandOf[s];
-        const int from = sc == c ? s : ownerOf(im, sc, j, v - j * L, L).rank;
-        const bool firstHand = sc == c || im.size[sc] == 1;
-        ok = dev::pollVec<T>(
-            scatter + static_cast<uint64_t>(s) * slot + static_cast<uint64_t>(t) * 16, &x, waiter,
-            from, ph.epoch, firstHand ? kWaitPushData : kWaitLaterRound);
-      }
-      dev::accumulate<T>(acc, x);
-    }
-    if (!ok) break;
-    Vec y = dev::packVec<T>(acc);
-    sanitize<T>(y);
-    dev::storeVec<T, kAligned>(out, v, a.count, y);
-    for (uint32_t p = 1; p < m; ++p) {
-      const int s = im.member[c][(k + p) % m];
-      dev::storeSys(dev::twoShotArea(a, s, ph.cur, 1) + static_cast<uint64_t>(rank) * slot +
-                        static_cast<uint64_t>(t) * 16,
-                    y.u);
-    }
+  if (ok) {
+    ok = dev::islandsReduce<T, false>(a, g, ph, waiter, load, [&](uint32_t v, const Vec& y) {
+      dev::storeVec<T, kAligned>(out, v, a.count, y);
+    });
   }
 
   // 4. All-gather: the vectors other members own, as they send them (second hand: an owner sends
   // a result once its own waits of steps 2 and 3 are done).
-  const char* gather = dev::twoShotArea(a, rank, ph.cur, 1);
-  for (uint32_t v = first; v < V && ok; v += stride) {
-    const uint32_t j = v / L;
-    const Owner o = ownerOf(im, c, j, v - j * L, L);
-    if (o.rank == rank) continue;
+  for (uint32_t v = g.first; v < g.V && ok; v += g.stride) {
+    int owner = 0;
+    const char* at = dev::islandsGathered(a, g, ph.cur, v, &owner);
+    if (owner == a.rank) continue;
     Vec x;
-    ok = dev::pollVec<T>(
-        gather + static_cast<uint64_t>(o.rank) * slot + static_cast<uint64_t>(o.at) * 16, &x,
-        waiter, o.rank, ph.epoch, kWaitLaterRound);
+    ok = dev::pollVec<T>(at, &x, waiter, owner, ph.epoch, kWaitLaterRound);
     if (ok) dev::storeVec<T, kAligned>(out, v, a.count, x);
   }
 
   // Every slot of this phase got at most the busiest owner's places.
-  dev::finishPushKernel(st->tsEpoch, st->tsVecs, ph, islands::slotExtent(im, L));
+  dev::finishPushKernel(st->tsEpoch, st->tsVecs, ph, islands::slotExtent(a.islands, g.L));
 }
 
 // The kernel for a dispatch tag (dev::KernelTag).

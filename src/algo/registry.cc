@@ -279,6 +279,12 @@ constexpr FusedVariant kFusedTwoShotPull{"fused two-shot pull",
 constexpr FusedVariant kFusedDoublingPush{"fused doubling push", kFusedRedFloats * sizeof(float),
                                           false, fusedOneShotPushUs};
 
+// The fused islands kernel: the islands kernel's steps, then a block per row in registers (the
+// reduction scratch static); it reads its rows back from the gather slots as the fused two-shot
+// push's register form does, and is modelled as that one is. No cluster or dense form.
+constexpr FusedVariant kFusedIslands{"fused islands", kFusedRedFloats * sizeof(float), false,
+                                     fusedTwoShotPushUs};
+
 // ---- The table -------------------------------------------------------------------------------
 // Candidate order: the peer-memory algorithms, NCCL, then the host-memory algorithms (they have
 // no fused kernel, so the fused operations get them only as composition, "host-oneshot+epilogue").
@@ -324,6 +330,7 @@ constexpr AlgoInfo kAlgos[] = {
     AlgoInfo(anyrAlgoIslands, "islands", AlgoKind::PeerMemory)
         .peer(ANYR_KERNEL_FN(launchIslands), ANYR_KERNEL_FN(islandsResidentPerSm),
               LaunchCapacity::IslandSlots)
+        .fusedKernel(&kFusedIslands)
         .admission(admitIslands)
         .cost(islandsUs),
     AlgoInfo(anyrAlgoRing, "ring", AlgoKind::PeerMemory)

@@ -9,6 +9,7 @@
 #include "core/peer_workspace.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
+#include "topology/islands.h"
 
 namespace anyr {
 
@@ -44,6 +45,12 @@ cudaError_t FusedPlan::launchFusedRows(anyrAlgo_t algo, anyrDataType_t dtype, co
     return launchFusedDoublingPush(dtype, a, p, rowBase, rows,
                                    fusedOneShotBlocks(rows, a.numVecs, caps_.maxBlocks()), stream,
                                    caps_.pdlOn());
+  }
+  // Islands: its steps over a grid of the fused one-shot push's size, a block per row.
+  if (algo == anyrAlgoIslands) {
+    return launchFusedIslands(dtype, a, p, rowBase, rows,
+                              fusedOneShotBlocks(rows, a.numVecs, caps_.maxBlocks()), stream,
+                              caps_.pdlOn());
   }
   if (algo != anyrAlgoOneShotPush && algo != anyrAlgoTwoShotPush) return cudaErrorInvalidValue;
   // Rows spread over thread-block clusters of clusterBlocks blocks (1: a block per row; the
@@ -100,6 +107,10 @@ uint64_t FusedPlan::fusedRowsPerLaunch(anyrAlgo_t algo, uint64_t rowBytes) const
       return workspace_.layout().pushSlotBytes / rowBytes;
     case anyrAlgoTwoShotPush:
       return (workspace_.layout().tsSlotBytes / rowBytes) * static_cast<uint64_t>(ctx_.nranks);
+    case anyrAlgoIslands:
+      // The plain kernel's launch capacity (topology/islands.h).
+      return islandLaunchBytes(workspace_.args().islands, workspace_.layout().tsSlotBytes) /
+             rowBytes;
     case anyrAlgoOneShotPull:
     case anyrAlgoTwoShot:
       // Staging (and the two-shot's result buffer) hold the launch's rows at their places.

@@ -192,6 +192,11 @@ cudaError_t launchFusedOneShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
 cudaError_t launchFusedDoublingPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                     const FusedParams& p, int rowBase, int rows, int blocks,
                                     cudaStream_t stream, bool pdl = false);
+// The fused islands kernel: the islands kernel's steps over the whole grid, then a block per row
+// in registers (fused_islands.cu); no cluster or dense form.
+cudaError_t launchFusedIslands(anyrDataType_t dtype, const AllReduceArgs& a, const FusedParams& p,
+                               int rowBase, int rows, int blocks, cudaStream_t stream,
+                               bool pdl = false);
 // threads: 0 (fusedThreads) or kFusedDenseThreads (the register form only; fusedTwoShotShape).
 cudaError_t launchFusedTwoShotPush(anyrDataType_t dtype, const AllReduceArgs& a,
                                    const FusedParams& p, int rowBase, int rows, int blocks,

@@ -131,7 +131,7 @@ TEST(Dispatch, FusedKernelPathsCarryAClusterSize) {
 TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
   Machine s = setup("nvlink_pair");
   EXPECT_EQ(s.cands[0].size(), 13u);  // thirteen all-reduce algorithms (three through host memory)
-  EXPECT_EQ(s.cands[1].size(), 18u);  // + fused kernels of the five peer algorithms that have one
+  EXPECT_EQ(s.cands[1].size(), 19u);  // + fused kernels of the six peer algorithms that have one
   for (const auto& ops : s.cands) {
     for (const Candidate& c : ops) {
       // Two GPUs over NVLink are one island: nothing for the two-level form to exchange.
@@ -157,7 +157,7 @@ TEST(Dispatch, HostAlgorithmsComeLastInTheFixedOrderAndOnlyAsComposition) {
     EXPECT_EQ(pathName(Op::AllReduce, s.cands[0][i].path), allReduce[i]) << i;
   for (int o = 1; o < kNumOps; ++o) {
     const auto& c = s.cands[static_cast<size_t>(o)];
-    ASSERT_EQ(c.size(), 18u);  // the thirteen compositions and five fused kernels
+    ASSERT_EQ(c.size(), 19u);  // the thirteen compositions and six fused kernels
     const size_t last = c.size() - 1;
     EXPECT_EQ(pathName(static_cast<Op>(o), c[last - 2].path), "host-oneshot+epilogue");
     EXPECT_EQ(pathName(static_cast<Op>(o), c[last - 1].path), "host-twoshot+epilogue");
@@ -196,7 +196,7 @@ TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
       }
     }
   }
-  EXPECT_EQ(rejected, 9 + 14 + 14);  // the peer algorithms, and per fused operation their
+  EXPECT_EQ(rejected, 9 + 15 + 15);  // the peer algorithms, and per fused operation their
                                      // compositions and fused kernels
 }
 

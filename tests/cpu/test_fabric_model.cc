@@ -153,8 +153,9 @@ TEST(FabricModel, SeedsMachineChoicesAndWhy) {
   // to 32 KB the doubling push (the one-shot's vectors relayed in three rounds, the round that
   // crosses the switches first, one vector a flow; the fused operation runs its fused kernel);
   // at 64 KB the two-level form over the two switch groups (a ninth of the
-  // one-shot's bytes across the host bridge, one partner there instead of four); from 128 KB
-  // NCCL's ring, which does not share the switches' uplinks all to all.
+  // one-shot's bytes across the host bridge, one partner there instead of four; the fused
+  // operation its fused kernel, which saves the composition's second kernel, to 128 KB); from
+  // 128 KB NCCL's ring, which does not share the switches' uplinks all to all.
   const Seeded s = seeded("rtxpro6000_8gpu_switches");
   expectChoices(s,
                 {{1 * KB, "doubling-push", "fused:doubling-push"},
@@ -162,7 +163,8 @@ TEST(FabricModel, SeedsMachineChoicesAndWhy) {
                  {k6144x1, "doubling-push", "fused:doubling-push"},
                  {k7168x1, "doubling-push", "fused:doubling-push"},
                  {16 * KB, "doubling-push", "fused:doubling-push"},
-                 {64 * KB, "islands", "islands+epilogue"},
+                 {64 * KB, "islands", "fused:islands"},
+                 {128 * KB, "nccl", "fused:islands"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
                  {k6144x128, "nccl", "nccl+epilogue"},
@@ -175,14 +177,15 @@ TEST(FabricModel, SeedsMachineChoicesAndWhy) {
 TEST(FabricModel, DualSocketChoicesAndWhy) {
   // No switches, two sockets (published all-to-all 0.41 of ideal, a loaded round of 6.03 us):
   // the same ladder as behind switches: the doubling push to 32 KB, the two-level form over
-  // the two sockets at 64 KB (for the fused operation the doubling push's fused kernel there,
-  // which saves the second kernel the two-level form's composition pays), then NCCL.
+  // the two sockets at 64 KB (and for the fused operation its fused kernel to 128 KB, which
+  // saves the composition's second kernel), then NCCL.
   const Seeded s = seeded("rtxpro6000_8gpu_dual_socket");
   expectChoices(s,
                 {{1 * KB, "doubling-push", "fused:doubling-push"},
                  {k6144x1, "doubling-push", "fused:doubling-push"},
                  {16 * KB, "doubling-push", "fused:doubling-push"},
-                 {64 * KB, "islands", "fused:doubling-push"},
+                 {64 * KB, "islands", "fused:islands"},
+                 {128 * KB, "nccl", "fused:islands"},
                  {256 * KB, "nccl", "nccl+epilogue"},
                  {1 * MB, "nccl", "nccl+epilogue"},
                  {16 * MB, "nccl", "nccl+epilogue"},

@@ -96,7 +96,8 @@ const Algos kDoublingKernel = {anyrAlgoDoublingPush};
 // Whether anyrCommSetAlgorithm(algo) makes the fused operations run a fused kernel.
 bool hasFusedKernel(anyrAlgo_t algo) {
   return algo == anyrAlgoOneShotPush || algo == anyrAlgoTwoShotPush ||
-         algo == anyrAlgoOneShotPull || algo == anyrAlgoTwoShot || algo == anyrAlgoDoublingPush;
+         algo == anyrAlgoOneShotPull || algo == anyrAlgoTwoShot || algo == anyrAlgoDoublingPush ||
+         algo == anyrAlgoIslands;
 }
 
 unsigned long long fusedKernelCalls(anyrComm_t comm) {
@@ -905,17 +906,69 @@ TEST(FusedPullGpu, MissingPeerTimesOutNamingIt) {
   }
 }
 
-// The two-level all-reduce composed with the standalone epilogue, with forced islands (ranks
-// sharing GPUs): two of two, 3 + 2, 3 + 3 + 2; the fused call against the explicit composition,
-// bit for bit on every rank (the all-reduce's own exactness and its launches: AllReduceGpu's
-// Islands tests).
-TEST(FusedAllReduceGpu, IslandsComposedWithTheEpilogueSharingGpus) {
+// ---- the fused islands kernel -----------------------------------------------------------------
+// Its fused kernel (the islands kernel's steps, then a block per row: fused_islands.cu), forced,
+// against the composition (islands, then the standalone kernel) bit for bit on every rank, every
+// rank's outputs bit-identical, the aliasing forms, every dtype, residual form and quantization
+// mode, partial untouched: at world sizes 2 to 8 with the ranks sharing the GPU where there is
+// one, in islands forced by ANYR_ISLANDS (every rank alone at 2; uneven islands at 3, 5, 6 and
+// 7; three islands at 6 and 8), with small integers (rows of 128 and 6144; 300 rows: the blocks
+// loop over rows) and random fractions (rows of 7168).
+const char* islandsLayoutFor(int n) {
+  switch (n) {
+    case 2:
+      return "0,1";
+    case 3:
+      return "0-1,2";
+    case 4:
+      return "0-1,2-3";
+    case 5:
+      return "0-2,3-4";
+    case 6:
+      return "0-1,2-3,4-5";
+    case 7:
+      return "0-3,4-6";
+    default:
+      return "0-2,3-5,6-7";
+  }
+}
+
+class FusedIslandsWorldSizeGpu : public testing::TestWithParam<int> {};
+
+TEST_P(FusedIslandsWorldSizeGpu, ExactWithSmallIntegers) {
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
-  for (const auto& [n, layout] :
-       {std::pair<int, const char*>{4, "0-1,2-3"}, {5, "0-2,3-4"}, {8, "0-2,3-5,6-7"}}) {
+  setenv("ANYR_ISLANDS", islandsLayoutFor(GetParam()), 1);
+  const auto results =
+      runFused(GetParam(), {128, 6144}, {1, 3, 300}, Algos{anyrAlgoIslands}, 0, -1, 580);
+  unsetenv("ANYR_ISLANDS");
+  EXPECT_EQ(subjectsNotRun(results, {anyrAlgoIslands}), "");
+}
+
+TEST_P(FusedIslandsWorldSizeGpu, ExactWithRandomFractions) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  setenv("ANYR_ISLANDS", islandsLayoutFor(GetParam()), 1);
+  const auto results = runFused(GetParam(), {7168}, {2, 37}, Algos{anyrAlgoIslands}, 0, -1, 580, -1,
+                                -1, data::kRandom);
+  unsetenv("ANYR_ISLANDS");
+  EXPECT_EQ(subjectsNotRun(results, {anyrAlgoIslands}), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(SharingGpus, FusedIslandsWorldSizeGpu, testing::Range(2, 9),
+                         [](const testing::TestParamInfo<int>& p) {
+                           return std::to_string(p.param) + "ranks";
+                         });
+
+// Islands of 4 + 4 at 8 ranks (the test above takes 3 + 3 + 2 there), and wide rows (16384,
+// forced: four vectors a thread) at 4 ranks in two islands: the fused kernel against the
+// composition.
+TEST(FusedAllReduceGpu, IslandsKernelWideRowsAndLayoutsSharingGpus) {
+  if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
+  for (const auto& [n, layout] : {std::pair<int, const char*>{8, "0-3,4-7"}, {4, "0-1,2-3"}}) {
     SCOPED_TRACE(std::string("ANYR_ISLANDS=") + layout);
     setenv("ANYR_ISLANDS", layout, 1);
-    const auto results = runFused(n, {128, 6144}, {1, 3, 129}, Algos{anyrAlgoIslands}, 0, -1, 600);
+    const auto results =
+        runFused(n, n == 8 ? std::vector<size_t>{128, 6144} : std::vector<size_t>{16384},
+                 {1, 3, 129}, Algos{anyrAlgoIslands}, 0, -1, 600);
     EXPECT_EQ(subjectsNotRun(results, {anyrAlgoIslands}), "");
   }
   unsetenv("ANYR_ISLANDS");
