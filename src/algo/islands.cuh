@@ -32,19 +32,24 @@ struct IslandsGrid {
         k(a.islands.indexOf[a.rank]) {}
 };
 
+// Place `place` of slot [src] of rank r's scatter (gather = 0) or gather (gather = 1) buffer of
+// `phase`: where src's value (or result) of the vector at that place of r's slots lands.
+__device__ __forceinline__ char* islandsSlot(const AllReduceArgs& a, int r, uint32_t phase,
+                                             int gather, int src, uint32_t place) {
+  return twoShotArea(a, r, phase, gather) + static_cast<uint64_t>(src) * a.layout.tsSlotBytes +
+         static_cast<uint64_t>(place) * 16;
+}
+
 // Sends vector i of slice j (source rank `src`'s value x) into slot [src] of the scatter buffer
 // of the slice's owner in every island but `own`.
 __device__ __forceinline__ void islandsSendAcross(const AllReduceArgs& a, uint32_t phase, int own,
                                                   uint32_t j, uint32_t i, uint32_t L, int src,
                                                   const Vec& x) {
   const IslandMap& im = a.islands;
-  const uint64_t slot = a.layout.tsSlotBytes;
   for (int d = 0; d < im.count; ++d) {
     if (d == own) continue;
     const islands::Owner o = islands::ownerOf(im, d, j, i, L);
-    storeSys(twoShotArea(a, o.rank, phase, 0) + static_cast<uint64_t>(src) * slot +
-                 static_cast<uint64_t>(o.at) * 16,
-             x.u);
+    storeSys(islandsSlot(a, o.rank, phase, 0, src, o.at), x.u);
   }
 }
 
@@ -54,16 +59,13 @@ __device__ __forceinline__ void islandsSendAcross(const AllReduceArgs& a, uint32
 template <typename Load>
 __device__ __forceinline__ void islandsGather(const AllReduceArgs& a, const IslandsGrid& g,
                                               uint32_t phase, bool stopped, Load&& load) {
-  const uint64_t slot = a.layout.tsSlotBytes;
   for (uint32_t v = g.first; v < g.V; v += g.stride) {
     const uint32_t j = v / g.L;
     const islands::Owner o = islands::ownerOf(a.islands, g.c, j, v - j * g.L, g.L);
     if (o.rank == a.rank) continue;
     const Vec x = load(v);
     if (opaque(stopped)) continue;  // nothing to peers once stopped
-    storeSys(twoShotArea(a, o.rank, phase, 0) + static_cast<uint64_t>(a.rank) * slot +
-                 static_cast<uint64_t>(o.at) * 16,
-             x.u);
+    storeSys(islandsSlot(a, o.rank, phase, 0, a.rank, o.at), x.u);
   }
   if (a.pushFence) __threadfence_system();
 }
@@ -75,8 +77,6 @@ __device__ __forceinline__ bool islandsExchange(const AllReduceArgs& a, const Is
                                                 const Phases& ph, bool stopped, Waiter& waiter,
                                                 Load&& load) {
   const IslandMap& im = a.islands;
-  const uint64_t slot = a.layout.tsSlotBytes;
-  const char* scatter = twoShotArea(a, a.rank, ph.cur, 0);
   bool ok = true;
   for (uint32_t t = g.first; t < g.owned && ok; t += g.stride) {
     uint32_t j = 0;
@@ -87,8 +87,7 @@ __device__ __forceinline__ bool islandsExchange(const AllReduceArgs& a, const Is
     for (uint32_t p = 1; p < g.m && ok; ++p) {
       const int s = im.member[g.c][(g.k + p) % g.m];
       Vec x;
-      ok = pollVec<T>(scatter + static_cast<uint64_t>(s) * slot + static_cast<uint64_t>(t) * 16, &x,
-                      waiter, s, ph.epoch);
+      ok = pollVec<T>(islandsSlot(a, a.rank, ph.cur, 0, s, t), &x, waiter, s, ph.epoch);
       if (ok) islandsSendAcross(a, ph.cur, g.c, j, i, g.L, s, x);
     }
   }
@@ -104,8 +103,6 @@ __device__ __forceinline__ bool islandsReduce(const AllReduceArgs& a, const Isla
                                               Put&& put) {
   const IslandMap& im = a.islands;
   const int rank = a.rank;
-  const uint64_t slot = a.layout.tsSlotBytes;
-  const char* scatter = twoShotArea(a, rank, ph.cur, 0);
   bool ok = true;
   for (uint32_t t = g.first; t < g.owned && ok; t += g.stride) {
     uint32_t j = 0;
@@ -126,8 +123,8 @@ __device__ __forceinline__ bool islandsReduce(const AllReduceArgs& a, const Isla
         const int sc = im.islandOf[s];
         const int from = sc == g.c ? s : islands::ownerOf(im, sc, j, v - j * g.L, g.L).rank;
         const bool firstHand = sc == g.c || im.size[sc] == 1;
-        ok = pollVec<T>(scatter + static_cast<uint64_t>(s) * slot + static_cast<uint64_t>(t) * 16,
-                        &x, waiter, from, ph.epoch, firstHand ? kWaitPushData : kWaitLaterRound);
+        ok = pollVec<T>(islandsSlot(a, rank, ph.cur, 0, s, t), &x, waiter, from, ph.epoch,
+                        firstHand ? kWaitPushData : kWaitLaterRound);
       }
       accumulate<T>(acc, x);
     }
@@ -136,9 +133,7 @@ __device__ __forceinline__ bool islandsReduce(const AllReduceArgs& a, const Isla
     sanitize<T>(y);
     for (uint32_t p = kOwnToo ? 0 : 1; p < g.m; ++p) {
       const int s = im.member[g.c][(g.k + p) % g.m];
-      storeSys(twoShotArea(a, s, ph.cur, 1) + static_cast<uint64_t>(rank) * slot +
-                   static_cast<uint64_t>(t) * 16,
-               y.u);
+      storeSys(islandsSlot(a, s, ph.cur, 1, rank, t), y.u);
     }
     put(v, y);
   }
@@ -152,8 +147,7 @@ __device__ __forceinline__ char* islandsGathered(const AllReduceArgs& a, const I
   const uint32_t j = v / g.L;
   const islands::Owner o = islands::ownerOf(a.islands, g.c, j, v - j * g.L, g.L);
   *owner = o.rank;
-  return twoShotArea(a, a.rank, phase, 1) + static_cast<uint64_t>(o.rank) * a.layout.tsSlotBytes +
-         static_cast<uint64_t>(o.at) * 16;
+  return islandsSlot(a, a.rank, phase, 1, o.rank, o.at);
 }
 
 }  // namespace dev
