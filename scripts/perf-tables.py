@@ -152,8 +152,7 @@ def grid(family, platform, chosen):
     out.append('Rows: the first number of a shape, columns: the second (shape "%s": row %s, '
                'column %s).' % ((chosen[0][1]['shape'],) + GRID_SHAPE.match(chosen[0][1]['shape'])
                                 .groups()[1:]))
-    out.append('Each cell: anyreduce (%s)%s; the run files hold the other columns (%s).' % (
-        'us' if 'us' in family else 'figure',
+    out.append('Each cell: the anyreduce figure%s; the run files hold the other columns (%s).' % (
         ''.join(', %s' % k for k in ratios),
         ', '.join(sorted({k for _, r in chosen for k in r
                           if k not in NOT_COLUMNS and k != 'anyreduce' and k not in ratios}))))
