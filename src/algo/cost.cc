@@ -120,17 +120,17 @@ double uplinkGBps(const CostInputs& in, bool write) {
 // time instead of n - 1.
 //
 // A round is a hop of the ring's shape: every rank passes data that doubles as the flag to one
-// peer and waits for one. It is charged as the model's ring hop (in.ringHopUs: the fabric's
-// measured "one flag passed to the ring neighbour, every rank at once" where the load record has
-// it, else NCCL's LL hop on that link type, 1.3 us over PCIe, what NCCL's 24 us at 8 ranks on the
-// 8 x RTX PRO 6000 box leaves each of its 14 hops), never less than the slowest pair's idle
-// one-way latency. Over PCIe that is also the model's own synchronisation round with one peer
-// (0.45 idle + 0.85 loaded, kLoadedPerPeerPcieUs). Not the idle 0.36-0.45 us of the published
-// figures: that is p2pBandwidthLatencyTest's, one GPU writing with nothing else moving, and the
-// loaded 6-7 us it is set against is another tool's (p2pmark: remote reads with all 56 flows at
-// once; its README's 8-GPU example: 4.10 us for the best pair alone, 6.14 loaded). Within one
-// tool the load costs 1.5x, not 15x, so staging does not trade a loaded round for idle hops.
-// A pull round is a read's round trip: two hops.
+// peer and waits for one. It is charged as in.hopUs: the fabric's measured one-partner round
+// (1 KB and a flag to the next rank, a wait for the previous one's, every rank at once) where the
+// load record has it, else NCCL's LL hop on that link type, 1.3 us over PCIe, what NCCL's 24 us
+// at 8 ranks on the 8 x RTX PRO 6000 box leaves each of its 14 hops, never less than the slowest
+// pair's idle one-way latency. Over PCIe that is also the model's own synchronisation round with
+// one peer (0.45 idle + 0.85 loaded, kLoadedPerPeerPcieUs). Not the idle 0.36-0.45 us of the
+// published figures: that is p2pBandwidthLatencyTest's, one GPU writing with nothing else moving,
+// and the loaded 6-7 us it is set against is another tool's (p2pmark: remote reads with all 56
+// flows at once; its README's 8-GPU example: 4.10 us for the best pair alone, 6.14 loaded). Within
+// one tool the load costs 1.5x, not 15x, so staging does not trade a loaded round for idle hops. A
+// pull round is a read's round trip: two hops.
 //
 // Bytes: each round moves B over each GPU's own link as one flow (the pair's rate x
 // kEffStaged). A PCIe switch group's uplink still carries g (n - g) of the flows over the
@@ -161,7 +161,7 @@ double stagedUs(double B, const CostInputs& in, bool push) {
   if (n <= 2) return oneShotUs(B, in, push);
   const double data = stagedBytesUs(in, B, push);
   if (data < 0) return -1;
-  const double hop = std::max(in.ringHopUs, in.latencyUs);
+  const double hop = in.hopUs;
   const double calls = launchesFor(B, push ? in.pushSlotBytes : in.chunkBytes);
   // Pull: the one-shot pull's handshake, then a read round trip per round.
   const double rounds = push ? (n - 1) * hop : 2 * in.syncUs + 2 * (n - 1) * hop;
@@ -279,7 +279,7 @@ double doublingPushUs(double B, const CostInputs& in) {
   const int n = in.nranks;
   if (n <= 2) return oneShotUs(B, in, true);
   if (in.writeGBps <= 0 || doubling::rounds(n) == 0) return -1;
-  const double hop = std::max(in.ringHopUs, in.latencyUs);
+  const double hop = in.hopUs;
   const double uplink = uplinkGBps(in, true);
   const bool groups = uplink > 0 && static_cast<int>(in.groupOf.size()) == n;
   const int R = doubling::rounds(n);
@@ -336,13 +336,13 @@ double ringUs(double B, const CostInputs& in) {
   // partials (2 B) and rank 0 only the result. NCCL's ring moves 2 (n-1)/n B (ncclUs).
   const double perGpu = (n == 2 ? 2.0 : 3.0) * B;
   // Each launch fills the pipeline: the first chunk crosses ringDepth(n) hops, each a handoff
-  // (a flag to the neighbour under load, ringHopUs) and the chunk's transfer while the other
-  // streams' chunks share the link.
+  // (a flag to the neighbour under load: our one-partner round, hopUs) and the chunk's transfer
+  // while the other streams' chunks share the link.
   const double calls = launchesFor(B, in.chunkBytes);
   const RingPlan plan =
       ringPlan(static_cast<uint64_t>(std::ceil(B / calls / 16.0)), 8, 2 * kRingMaxStreams);
   const double step =
-      in.ringHopUs + static_cast<double>(plan.streams) * static_cast<double>(kRingSlotBytes) / bw;
+      in.hopUs + static_cast<double>(plan.streams) * static_cast<double>(kRingSlotBytes) / bw;
   return calls * (kLaunchUs + ringDepth(n) * step) + perGpu / bw;
 }
 

@@ -22,11 +22,18 @@ struct CostInputs {
   // idle latency plus a per-peer term of the slowest link type (kLoadedPerPeerUs): flags queue
   // behind each other and behind data on PCIe, where an idle 0.4 us becomes 6-7 us at 8 GPUs.
   double syncUs = 2.0;
-  // NCCL's ring hop: a flag passed to the neighbour, all ranks at once (measured, else by link).
+  // NCCL's ring hop: a flag passed to the neighbour, all ranks at once (a fixture's figure, else
+  // NCCL's by link type).
   double ringHopUs = 0.75;
+  // Our kernels' round with one partner (the staged and doubling pushes' round, the ring's
+  // hand-off): 1 KB and a flag to one peer and a wait for one, every rank at once. Measured at
+  // init (Topology::load, hopUs; hopMeasured), else NCCL's hop on that link; never less than
+  // the slowest pair's idle latency.
+  double hopUs = 0.8;
+  bool hopMeasured = false;
   // Per GPU, storing into every peer at once (measured all-to-all; 0: derived from the pairs).
   double allToAllGBps = 0;
-  bool loadMeasured = false;  // syncUs / allToAllGBps / ringHopUs came from Topology::load
+  bool loadMeasured = false;  // syncUs / allToAllGBps / ringHopUs / hopUs came from Topology::load
   double writeGBps = 0;       // slowest pair, peer stores (0: no peer path)
   double readGBps = 0;        // slowest pair, peer loads
   double ringGBps = 0;        // what NCCL's ring gets per hop (better direction, or host path)

@@ -42,10 +42,10 @@ constexpr uint64_t kRingBytes = 1ull << 20;
 constexpr double kInjectedSlowWrites = 50.0;
 
 // Timing slots: per peer (write warm-up and two timed, read likewise, the round trip), then the
-// fabric under load (all-to-all twice, ring twice, synchronisation rounds).
+// fabric under load (all-to-all twice, ring twice, synchronisation rounds, one-partner rounds).
 constexpr int kPairSlots = 7;
 constexpr int kLoadSlot = kMaxLocalRanks * kPairSlots;
-constexpr int kSlots = kLoadSlot + 5;
+constexpr int kSlots = kLoadSlot + 6;
 
 struct Results {
   FabricStatus status;
@@ -80,6 +80,8 @@ const char* whatName(int32_t what) {
       return "a synchronisation round";
     case kFabricWhatRoundTrip:
       return "a flag round trip";
+    case kFabricWhatHop:
+      return "a one-partner round";
   }
   return "a wait";
 }
@@ -175,7 +177,8 @@ void measurePairs(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
 }
 
 // Every rank at once: all-to-all and ring stores (each twice, after a barrier), then the
-// synchronisation rounds. A wait that failed is recorded in `row`, naming the rank waited for.
+// synchronisation rounds and the one-partner rounds. A wait that failed is recorded in `row`,
+// naming the rank waited for.
 void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   const int n = plan.n;
   const int me = plan.me;
@@ -210,6 +213,8 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   }
   ANYR_CUDA_CHECK(launchFabricSyncRounds(fp, plan.rounds.warm, plan.rounds.timed,
                                          &d->times[kLoadSlot + 4], &d->status, plan.s));
+  ANYR_CUDA_CHECK(launchFabricHopRounds(fp, plan.rounds.warm, plan.rounds.timed,
+                                        &d->times[kLoadSlot + 5], &d->status, plan.s));
   drainAndRead(ctx, plan, "the transfers under load", hung);
   const FabricStatus& st = plan.h.status;
   if (st.code != kFabricOk) {
@@ -221,6 +226,7 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   row->allToAllGBps = std::max(gbps(t[0], allBytes), gbps(t[1], allBytes));
   row->ringGBps = std::max(gbps(t[2], ring), gbps(t[3], ring));
   row->syncUs = usPer(t[4], plan.rounds.timed, 1.0);
+  row->hopUs = usPer(t[5], plan.rounds.timed, 1.0);
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 //     bandwidth of its kernel storing into each peer's staging and loading from it, and half a
 //     flag round trip to the peer's memory (the idle one-way latency);
 //   - then, every rank at once: storing into every peer (all-to-all, per GPU), into its ring
-//     neighbour only, and synchronisation rounds (1 KB and a flag to every peer, then a wait for
-//     all of theirs: a small one-shot push);
+//     neighbour only, synchronisation rounds (1 KB and a flag to every peer, then a wait for
+//     all of theirs: a small one-shot push), and one-partner rounds (1 KB and a flag to the next
+//     rank, then a wait for the previous one's: a round of the staged and doubling pushes);
 // the rows are gathered through the bootstrap and combined on every rank alike
 // (topology/fabric.h, combineFabric: the worst rank counts), and the record fills the
 // topology's pair figures and Topology::load, which admission's slow-write rule and the seed

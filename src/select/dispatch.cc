@@ -229,12 +229,19 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   if (load.known() && load.ranks == nranks) {
     if (load.syncUs > 0) in.syncUs = load.syncUs;
     if (load.ringHopUs > 0 && !in.ncclViaHost) in.ringHopUs = load.ringHopUs;
+    if (load.hopUs > 0) {
+      in.hopUs = load.hopUs;
+      in.hopMeasured = true;
+    }
     if (load.allToAllGBps > 0 && w > 0) in.allToAllGBps = load.allToAllGBps;
     if (load.ringGBps > 0 && !in.ncclViaHost) in.ringGBps = load.ringGBps;
     // Measured with every GPU storing to its ring neighbour: the ring algorithm's own pattern.
     if (load.ringGBps > 0 && in.ringWriteGBps > 0) in.ringWriteGBps = load.ringGBps;
     in.loadMeasured = true;
   }
+  // Our one-partner round where none was measured: NCCL's hop on the link. Measured or not, a
+  // round is never charged less than the slowest pair's idle one-way latency.
+  in.hopUs = std::max(in.hopMeasured ? in.hopUs : in.ringHopUs, in.latencyUs);
   // The two-level all-reduce's islands (forced, or the topology's) and their pairs' writes.
   Islands islands;
   if (islandsCoverError(cfg.islands, nranks).empty() && n == nranks) {
@@ -312,7 +319,8 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
        << "->GPU" << slow.dst << " (pull)";
   }
   os << "; under load at " << nranks << " ranks: a synchronisation round " << in.syncUs
-     << " us, NCCL hop " << in.ringHopUs << " us";
+     << " us, one-partner round " << in.hopUs << " us" << (in.hopMeasured ? "" : " (NCCL's hop)")
+     << ", NCCL hop " << in.ringHopUs << " us";
   if (in.allToAllGBps > 0) os << ", all-to-all " << in.allToAllGBps << " GB/s per GPU";
   os << " (" << (in.loadMeasured ? (load.source.empty() ? "measured" : load.source) : "seed")
      << ")";

@@ -118,7 +118,7 @@ FabricRow emptyFabricRow() {
   for (int p = 0; p < kMaxLocalRanks; ++p) {
     row.writeGBps[p] = row.readGBps[p] = row.latencyUs[p] = -1;
   }
-  row.allToAllGBps = row.ringGBps = row.syncUs = -1;
+  row.allToAllGBps = row.ringGBps = row.syncUs = row.hopUs = -1;
   return row;
 }
 
@@ -193,9 +193,10 @@ FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string
   l.allToAllGBps = worst(rows, &FabricRow::allToAllGBps, true);
   l.ringGBps = worst(rows, &FabricRow::ringGBps, true);
   l.syncUs = worst(rows, &FabricRow::syncUs, false);
+  l.hopUs = worst(rows, &FabricRow::hopUs, false);
   // NCCL's ring hop (FabricLoad::ringHopUs) is not measured: a bare flag passed between our
-  // kernels is not NCCL's hop, which the model charges from its own calibration.
-  if (l.allToAllGBps > 0 || l.ringGBps > 0 || l.syncUs > 0) {
+  // kernels (hopUs) is not NCCL's hop, which the model charges from its own calibration.
+  if (l.allToAllGBps > 0 || l.ringGBps > 0 || l.syncUs > 0 || l.hopUs > 0) {
     l.ranks = n;
     l.source = source;
     r.load = l;
@@ -246,7 +247,7 @@ std::string fabricSummary(const FabricRecord& r) {
     auto f = [](double x, int digits) { return x > 0 ? fmt(x, digits) : std::string("-"); };
     os << "; under load at " << l.ranks << " ranks: all-to-all " << f(l.allToAllGBps, 1)
        << " GB/s per GPU, ring " << f(l.ringGBps, 1) << " GB/s, synchronisation round "
-       << f(l.syncUs, 2) << " us";
+       << f(l.syncUs, 2) << " us, one-partner round " << f(l.hopUs, 2) << " us";
   } else {
     os << "; under load not measured";
   }
@@ -276,6 +277,7 @@ std::string fabricToJson(const FabricRecord& r, int indent) {
            {"islandGBps", sane(r.load.islandGBps)},
            {"syncUs", sane(r.load.syncUs)},
            {"ringHopUs", sane(r.load.ringHopUs)},
+           {"hopUs", sane(r.load.hopUs)},
            {"source", r.load.source}};
     }
     j["load"] = l;
@@ -333,6 +335,8 @@ FabricRecord fabricFromJson(const std::string& text) {
     r.load.islandGBps = needFigure(need(l, "islandGBps", "fabric.load"), "fabric.load.islandGBps");
     r.load.syncUs = needFigure(need(l, "syncUs", "fabric.load"), "fabric.load.syncUs");
     r.load.ringHopUs = needFigure(need(l, "ringHopUs", "fabric.load"), "fabric.load.ringHopUs");
+    // A record cached before the one-partner round was measured has none: not measured.
+    if (l.contains("hopUs")) r.load.hopUs = needFigure(l["hopUs"], "fabric.load.hopUs");
     const json& ls = need(l, "source", "fabric.load");
     if (!ls.is_string()) bad("fabric.load.source", "must be a string");
     r.load.source = ls.get<std::string>();

@@ -28,10 +28,11 @@ struct FabricRow {
   double allToAllGBps;               // storing into every peer at once, every rank at once
   double ringGBps;                   // storing into the ring neighbour, every rank at once
   double syncUs;                     // one round: 1 KB and a flag to every peer, wait for all
+  double hopUs;                      // one round: 1 KB and a flag to the next rank, wait for one
   double elapsedMs;                  // this rank's time in the measurement
   char why[kWhyBytes];               // with a failure: what failed, NUL-terminated
 };
-static_assert(sizeof(FabricRow) == 8 + 3 * 8 * kMaxLocalRanks + 4 * 8 + FabricRow::kWhyBytes,
+static_assert(sizeof(FabricRow) == 8 + 3 * 8 * kMaxLocalRanks + 5 * 8 + FabricRow::kWhyBytes,
               "FabricRow layout");
 
 // An empty row: status kOk, every figure unmeasured.

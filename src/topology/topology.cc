@@ -175,6 +175,7 @@ json loadToJson(const FabricLoad& l) {
   j["islandGBps"] = measurement(l.islandGBps);
   j["syncUs"] = measurement(l.syncUs);
   j["ringHopUs"] = measurement(l.ringHopUs);
+  j["hopUs"] = measurement(l.hopUs);
   j["source"] = l.source;
   return j;
 }
@@ -433,8 +434,8 @@ PairInfo pairFromJson(const Reader& r, const json& j, size_t position, int n) {
 FabricLoad loadFromJson(const Reader& r, const json& j) {
   const std::string path = "load";
   r.requireObject(
-      j, path,
-      {"ranks", "allToAllGBps", "ringGBps", "islandGBps", "syncUs", "ringHopUs", "source"});
+      j, path, {"ranks", "allToAllGBps", "ringGBps", "islandGBps", "syncUs", "ringHopUs", "source"},
+      {"hopUs"});
   FabricLoad l;
   l.ranks = r.intAtLeast(j, path, "ranks", 1);
   l.allToAllGBps = r.measurement(j, path, "allToAllGBps");
@@ -442,6 +443,7 @@ FabricLoad loadFromJson(const Reader& r, const json& j) {
   l.islandGBps = r.measurement(j, path, "islandGBps");
   l.syncUs = r.measurement(j, path, "syncUs");
   l.ringHopUs = r.measurement(j, path, "ringHopUs");
+  if (j.contains("hopUs")) l.hopUs = r.measurement(j, path, "hopUs");
   l.source = r.string(j, path, "source");
   return l;
 }
@@ -737,7 +739,8 @@ void printTopology(const Topology& t, std::ostream& os) {
     os << "\nUnder load, " << l.ranks << " ranks at once (" << (l.source.empty() ? "-" : l.source)
        << "):\n  all-to-all " << measured(l.allToAllGBps, 1) << " GB/s per GPU, ring "
        << measured(l.ringGBps, 1) << " GB/s per GPU, island " << measured(l.islandGBps, 1)
-       << " GB/s per GPU, synchronisation round " << measured(l.syncUs, 2) << " us, ring hop "
+       << " GB/s per GPU, synchronisation round " << measured(l.syncUs, 2)
+       << " us, one-partner round " << measured(l.hopUs, 2) << " us, NCCL ring hop "
        << measured(l.ringHopUs, 2) << " us\n";
   }
   for (const std::string& src : t.sources) os << "Source: " << src << "\n";

@@ -70,8 +70,12 @@ struct FabricLoad {
   double ringGBps = -1;      // per GPU: storing into the ring neighbour only, every rank
   double islandGBps = -1;    // per GPU: storing into every peer of its own switch island
   double syncUs = -1;        // one round: every rank raises a flag at every peer, waits for all
-  double ringHopUs = -1;     // one flag passed to the ring neighbour, every rank at once
-  std::string source;        // "measured", "record", or a fixture's citation
+  double ringHopUs = -1;     // NCCL's ring hop (a fixture's figure; no measurement takes it)
+  // One round with one partner, every rank at once: 1 KB and a flag to the ring neighbour, then
+  // a wait for the other neighbour's (the round of the staged and doubling pushes, the ring's
+  // hand-off).
+  double hopUs = -1;
+  std::string source;  // "measured", "record", or a fixture's citation
   bool known() const { return ranks > 0; }
 };
 

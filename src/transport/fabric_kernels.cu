@@ -154,6 +154,42 @@ __global__ void __launch_bounds__(kRoundThreads)
   }
 }
 
+__global__ void __launch_bounds__(kSyncVectors)
+    hopRoundsKernel(FabricPeers p, int warm, int rounds, FabricTimes* times, FabricStatus* st) {
+  __shared__ int stop;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t == 0) stop = failed(st) ? 1 : 0;
+  __syncthreads();
+  if (stop) return;
+  const unsigned long long deadline = dev::globalTimerNs() + p.timeoutNs;
+  const int next = (p.rank + 1) % p.nranks;
+  const int prev = (p.rank + p.nranks - 1) % p.nranks;
+  uint4* dst = reinterpret_cast<uint4*>(p.region[next] + p.slotBytes * p.rank) + t;
+  unsigned long long t0 = 0;
+  for (int r = 1; r <= warm + rounds; ++r) {
+    if (r == warm + 1 && t == 0) t0 = dev::globalTimerNs();
+    dev::storeSys(dst, make_uint4(static_cast<uint32_t>(r), static_cast<uint32_t>(p.rank),
+                                  static_cast<uint32_t>(t), 1u));
+    __syncthreads();
+    if (t == 0) {
+      dev::storeReleaseSys(p.flags[next] + p.rank * kFabricWords + kFabricHopWord,
+                           static_cast<uint32_t>(r));
+      const int32_t rc = waitAtLeast(p.flags[p.rank] + prev * kFabricWords + kFabricHopWord,
+                                     static_cast<uint32_t>(r), deadline, st);
+      if (rc != kFabricOk) {
+        if (rc > 0) fail(p, st, rc, prev, kFabricWhatHop, static_cast<uint32_t>(r));
+        stop = 1;
+      }
+    }
+    __syncthreads();
+    if (stop) return;
+  }
+  if (t == 0) {
+    times->startNs = t0;
+    times->endNs = dev::globalTimerNs();
+  }
+}
+
 }  // namespace
 
 cudaError_t preloadFabricKernels() {
@@ -161,7 +197,8 @@ cudaError_t preloadFabricKernels() {
   for (const void* f :
        {reinterpret_cast<const void*>(copyKernel), reinterpret_cast<const void*>(roundTripKernel),
         reinterpret_cast<const void*>(barrierKernel),
-        reinterpret_cast<const void*>(syncRoundsKernel)}) {
+        reinterpret_cast<const void*>(syncRoundsKernel),
+        reinterpret_cast<const void*>(hopRoundsKernel)}) {
     const cudaError_t e = cudaFuncGetAttributes(&a, f);
     if (e != cudaSuccess) return e;
   }
@@ -192,6 +229,12 @@ cudaError_t launchFabricBarrier(const FabricPeers& p, uint32_t seq, FabricStatus
 cudaError_t launchFabricSyncRounds(const FabricPeers& p, int warm, int rounds, FabricTimes* times,
                                    FabricStatus* status, cudaStream_t stream) {
   syncRoundsKernel<<<1, kRoundThreads, 0, stream>>>(p, warm, rounds, times, status);
+  return cudaGetLastError();
+}
+
+cudaError_t launchFabricHopRounds(const FabricPeers& p, int warm, int rounds, FabricTimes* times,
+                                  FabricStatus* status, cudaStream_t stream) {
+  hopRoundsKernel<<<1, kSyncVectors, 0, stream>>>(p, warm, rounds, times, status);
   return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 // Kernels of the fabric measurement (core/fabric.h) over the mapped peer workspace: timed copies
 // into or out of peers' measurement regions (their staging), a one-sided flag round trip to a
-// peer's memory, and, every rank at once, a flag barrier and synchronisation rounds.
+// peer's memory, and, every rank at once, a flag barrier, synchronisation rounds (every peer) and
+// one-partner rounds (the next rank).
 // Every wait is bounded by the given timeout; a wait that runs out records what it waited for
 // in this rank's status and writes the abort value into every flag this rank owns at its peers,
 // so that their waits for it end at once instead of running out too. A kernel launched after a
@@ -21,6 +22,7 @@ namespace anyr {
 constexpr int kFabricBarrierWord = 0;
 constexpr int kFabricSyncWord = 1;
 constexpr int kFabricLatencyWord = 2;
+constexpr int kFabricHopWord = 3;
 // Written into a rank's flags at its peers when it gives up: any wait on them ends.
 constexpr uint32_t kFabricAbort = 0xffffffffu;
 
@@ -32,6 +34,7 @@ constexpr int32_t kFabricPeerGaveUp = 2;  // `peer` gave up and said so
 constexpr int32_t kFabricWhatBarrier = 1;
 constexpr int32_t kFabricWhatSync = 2;
 constexpr int32_t kFabricWhatRoundTrip = 3;
+constexpr int32_t kFabricWhatHop = 4;
 struct FabricStatus {
   int32_t code;
   int32_t peer;   // the rank waited for
@@ -88,5 +91,11 @@ cudaError_t launchFabricBarrier(const FabricPeers& p, uint32_t seq, FabricStatus
 // rounds.
 cudaError_t launchFabricSyncRounds(const FabricPeers& p, int warm, int rounds, FabricTimes* times,
                                    FabricStatus* status, cudaStream_t stream);
+// The same rounds with one partner: 1 KB into the next rank's slot ((rank + 1) % n), this
+// rank's hop word there raised to r; wait for the previous rank's to reach r. Every rank has
+// one flow out and one in at a time, as in a round of the staged and doubling pushes; with
+// every rank at once a round's time is the ring's mean hop.
+cudaError_t launchFabricHopRounds(const FabricPeers& p, int warm, int rounds, FabricTimes* times,
+                                  FabricStatus* status, cudaStream_t stream);
 
 }  // namespace anyr

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "algo/cost.h"
@@ -289,11 +290,12 @@ TEST(Doubling, WithTwoRanksItIsTheOneShotPushAndTheTieGoesToTheOneShot) {
 }
 
 TEST(Doubling, BehindSwitchesThreeHopsAndOneVectorAFlowAcrossTheUplink) {
-  // 8 x RTX PRO 6000 behind two switches of four: three rounds, each a ring hop (1.3 us, as the
-  // staged push's), against the one-shot push's loaded round of 6.79 us. Bytes: round 1 crosses
-  // the switches (four flows of one vector on each uplink, at the uplink's 16/7 x 24 GB/s the
-  // measured all-to-all implies; the cross pairs write 50 GB/s), rounds 2 and 3 stay inside them
-  // (two and four vectors a flow at one flow's rate of the pairs inside, 54.5 GB/s).
+  // 8 x RTX PRO 6000 behind two switches of four: three rounds, each a one-partner round
+  // (NCCL's 1.3 us where none is measured, as the staged push's), against the one-shot push's
+  // loaded round of 6.79 us. Bytes: round 1 crosses the switches (four flows of one vector on each
+  // uplink, at the uplink's 16/7 x 24 GB/s the measured all-to-all implies; the cross pairs write
+  // 50 GB/s), rounds 2 and 3 stay inside them (two and four vectors a flow at one flow's rate of
+  // the pairs inside, 54.5 GB/s).
   const Seeded s = seeded("rtxpro6000_8gpu_switches");
   ASSERT_EQ(s.in.doublingOrder, 0x102u);
   ASSERT_EQ(s.in.doublingRoundGBps, (std::vector<double>{50, 54.5, 54.5}));
@@ -327,6 +329,35 @@ TEST(Doubling, BehindSwitchesThreeHopsAndOneVectorAFlowAcrossTheUplink) {
   const CostInputs crossed = costInputs(s.t, cfg, 8);
   EXPECT_EQ(crossed.doublingOrder, 0x210u);
   EXPECT_GT(doublingPushUs(16 * KB, crossed), doublingPushUs(16 * KB, s.in) + 2.0);
+}
+
+TEST(Doubling, TheMeasuredOnePartnerRoundDecidesItBehindSwitches) {
+  // Its three rounds are what the fabric measures at init as the one-partner round
+  // (Topology::load.hopUs): where that round is slow (3 us), three of them cost more than the
+  // one-shot push's loaded all-to-all round and the seed keeps the one-shot push, then the
+  // two-level form; where it is fast (0.6 us), issue 43's 16 KB in 8 us is predicted (7.2 us).
+  // NCCL's hop stays its own (1.3 us) either way.
+  for (const auto& [hop, sixteen, small] : {std::tuple{3.0, "islands", "oneshot-push"},
+                                            std::tuple{0.6, "doubling-push", "doubling-push"}}) {
+    SCOPED_TRACE("round " + std::to_string(hop) + " us");
+    Topology t = fixture("rtxpro6000_8gpu_switches");
+    t.load.hopUs = hop;
+    const Seeded s = seededTopology(t);
+    EXPECT_DOUBLE_EQ(s.in.hopUs, hop);
+    EXPECT_DOUBLE_EQ(s.in.ringHopUs, 1.3);
+    EXPECT_NEAR(doublingPushUs(16, s.in), kLaunchUs + 3 * hop, 0.01);
+    EXPECT_EQ(pathName(Op::AllReduce, s.table.lookup(Op::AllReduce, 1 * KB)), small);
+    EXPECT_EQ(pathName(Op::AllReduce, s.table.lookup(Op::AllReduce, 16 * KB)), sixteen);
+  }
+  Topology fast = fixture("rtxpro6000_8gpu_switches");
+  fast.load.hopUs = 0.6;
+  EXPECT_NEAR(doublingPushUs(16 * KB, seededTopology(fast).in), 7.2, 0.05);
+  // A round measured on another world size is not this one's.
+  Topology other = fixture("rtxpro6000_8gpu_switches");
+  other.load.hopUs = 0.6;
+  other.load.ranks = 4;
+  EXPECT_FALSE(costInputs(other, Config{}, 8).hopMeasured);
+  EXPECT_DOUBLE_EQ(costInputs(other, Config{}, 8).hopUs, 1.3);
 }
 
 TEST(Doubling, OnTwoSocketsItIsOneAndAHalfTimesTheAllToAllOneShotFromSixteenKilobytes) {

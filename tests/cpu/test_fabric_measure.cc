@@ -59,6 +59,7 @@ std::vector<FabricRow> rowsOf(const Topology& t) {
     row.allToAllGBps = t.load.allToAllGBps;
     row.ringGBps = t.load.ringGBps;
     row.syncUs = t.load.syncUs;
+    row.hopUs = t.load.hopUs;
     row.elapsedMs = 10 + s;
     rows.push_back(row);
   }
@@ -76,9 +77,10 @@ std::vector<FabricRow> syntheticRows(int n = 4) {
       row.readGBps[d] = 50 + s + 0.1 * d;
       row.latencyUs[d] = 0.5 + 0.01 * s + 0.001 * d;
     }
-    row.allToAllGBps = 20 + s;  // rank 0 the least
-    row.ringGBps = 45 - s;      // the last rank the least
-    row.syncUs = 3 + s;         // the last rank the longest
+    row.allToAllGBps = 20 + s;   // rank 0 the least
+    row.ringGBps = 45 - s;       // the last rank the least
+    row.syncUs = 3 + s;          // the last rank the longest
+    row.hopUs = 1.5 - 0.25 * s;  // rank 0 the longest
     row.elapsedMs = 12.5 + s;
     rows.push_back(row);
   }
@@ -146,8 +148,9 @@ TEST(FabricCombine, PairsFromTheirSourceRankAndTheWorstRankUnderLoad) {
   EXPECT_EQ(r.load.ranks, 4);
   EXPECT_DOUBLE_EQ(r.load.allToAllGBps, 20);  // the least
   EXPECT_DOUBLE_EQ(r.load.ringGBps, 42);
-  EXPECT_DOUBLE_EQ(r.load.syncUs, 6);  // the longest
-  EXPECT_LT(r.load.ringHopUs, 0);      // NCCL's hop is the model's, not measured
+  EXPECT_DOUBLE_EQ(r.load.syncUs, 6);   // the longest
+  EXPECT_DOUBLE_EQ(r.load.hopUs, 1.5);  // the longest
+  EXPECT_LT(r.load.ringHopUs, 0);       // NCCL's hop is the model's, not measured
   EXPECT_LT(r.load.islandGBps, 0);
   EXPECT_EQ(r.load.source, "measured at init (4 ranks)");
   // Every rank combines the same rows into the same record; another figure, another record.
@@ -164,6 +167,7 @@ TEST(FabricCombine, FiguresThatAreNotMeasurementsAreLeftUnmeasured) {
   rows[2].latencyUs[3] = 0;
   rows[3].writeGBps[0] = INFINITY;
   rows[1].syncUs = -1;  // one rank did not time its rounds: no round is known
+  rows[2].hopUs = std::nan("");
   const FabricRecord r = combineFabric(rows, "measured at init (4 ranks)");
   ASSERT_EQ(r.state, FabricRecord::State::Measured);
   EXPECT_LT(r.at(r.writeGBps, 0, 1), 0);
@@ -171,9 +175,10 @@ TEST(FabricCombine, FiguresThatAreNotMeasurementsAreLeftUnmeasured) {
   EXPECT_LT(r.at(r.latencyUs, 2, 3), 0);
   EXPECT_LT(r.at(r.writeGBps, 3, 0), 0);
   EXPECT_LT(r.load.syncUs, 0);
+  EXPECT_LT(r.load.hopUs, 0);
   EXPECT_DOUBLE_EQ(r.load.allToAllGBps, 20);
   // Nothing under load measured on any rank: no load at all.
-  for (FabricRow& row : rows) row.allToAllGBps = row.ringGBps = row.syncUs = -1;
+  for (FabricRow& row : rows) row.allToAllGBps = row.ringGBps = row.syncUs = row.hopUs = -1;
   const FabricRecord pairsOnly = combineFabric(rows, "measured at init (4 ranks)");
   EXPECT_EQ(pairsOnly.state, FabricRecord::State::Measured);
   EXPECT_FALSE(pairsOnly.load.known());
@@ -253,7 +258,7 @@ TEST(FabricApply, SummarySaysWhatWasMeasuredWhereFromAndWhetherItIsUsed) {
   EXPECT_TRUE(mentions(s, "measured at init (4 ranks) in 15.5 ms")) << s;
   EXPECT_TRUE(mentions(s, "pairs write 40.1-43.2 GB/s, read 50.1-53.2 GB/s")) << s;
   EXPECT_TRUE(mentions(s, "all-to-all 20.0 GB/s per GPU, ring 42.0 GB/s")) << s;
-  EXPECT_TRUE(mentions(s, "synchronisation round 6.00 us")) << s;
+  EXPECT_TRUE(mentions(s, "synchronisation round 6.00 us, one-partner round 1.50 us")) << s;
   EXPECT_TRUE(mentions(s, "used by admission and the seed")) << s;
   r.applied = false;
   r.reason = "not applied: ranks share a GPU";
@@ -282,6 +287,7 @@ TEST(FabricCache, JsonRoundTripsAndRefusesBadRecordsNamingTheField) {
   EXPECT_EQ(back.readGBps, r.readGBps);
   EXPECT_EQ(back.latencyUs, r.latencyUs);
   EXPECT_EQ(back.load.syncUs, r.load.syncUs);
+  EXPECT_EQ(back.load.hopUs, r.load.hopUs);
   EXPECT_EQ(back.load.allToAllGBps, r.load.allToAllGBps);
   EXPECT_EQ(back.load.source, r.load.source);
   EXPECT_DOUBLE_EQ(back.measureMs, r.measureMs);
@@ -300,9 +306,17 @@ TEST(FabricCache, JsonRoundTripsAndRefusesBadRecordsNamingTheField) {
   refused([](nlohmann::json& j) { j["writeGBps"][0][1] = "fast"; }, "fabric.writeGBps[0][1]");
   refused([](nlohmann::json& j) { j["load"]["ranks"] = 8; }, "fabric.load.ranks");
   refused([](nlohmann::json& j) { j["load"]["syncUs"] = -0.5; }, "fabric.load.syncUs");
+  refused([](nlohmann::json& j) { j["load"]["hopUs"] = "1us"; }, "fabric.load.hopUs");
   refused([](nlohmann::json& j) { j["measureMs"] = -1; }, "fabric.measureMs");
   refused([](nlohmann::json& j) { j["speed"] = 1; }, "fabric.speed: unknown field");
   expectError([] { fabricFromJson("[1, 2"); }, anyrInvalidArgument, "fabric record", "not JSON");
+  // A record cached before the one-partner round was measured lacks it: read, that figure
+  // unmeasured (the model's NCCL hop stands in for it).
+  nlohmann::json older = good;
+  older["load"].erase("hopUs");
+  const FabricRecord old = fabricFromJson(older.dump());
+  EXPECT_LT(old.load.hopUs, 0);
+  EXPECT_EQ(old.load.syncUs, r.load.syncUs);
 }
 
 TEST(FabricCache, TheTuningTableCarriesTheRecordForTheSameMachineAndWorld) {
@@ -379,6 +393,8 @@ void expectSameSeed(const Topology& a, const Topology& b, int n, const std::stri
   EXPECT_EQ(ia.latencyUs, ib.latencyUs) << what;
   EXPECT_EQ(ia.syncUs, ib.syncUs) << what;
   EXPECT_EQ(ia.ringHopUs, ib.ringHopUs) << what;
+  EXPECT_EQ(ia.hopUs, ib.hopUs) << what;
+  EXPECT_EQ(ia.hopMeasured, ib.hopMeasured) << what;
   EXPECT_EQ(ia.allToAllGBps, ib.allToAllGBps) << what;
   EXPECT_EQ(ia.loadMeasured, ib.loadMeasured) << what;
   EXPECT_EQ(ia.writeGBps, ib.writeGBps) << what;

@@ -114,7 +114,7 @@ int checkMeasured(const json& ex, int n, bool applied, const std::string& source
   if (!load.is_object()) {
     fail("nothing under load: " + f["summary"].get<std::string>());
   } else {
-    for (const char* k : {"allToAllGBps", "ringGBps", "syncUs"}) {
+    for (const char* k : {"allToAllGBps", "ringGBps", "syncUs", "hopUs"}) {
       if (!(load[k].get<double>() > 0)) fail(std::string("load.") + k + " not measured");
     }
   }
