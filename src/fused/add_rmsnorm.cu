@@ -184,6 +184,7 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
   target.releaseEarly = l.pdl && l.releaseEarly;
   target.clusterExitBarrier = l.clusterExitBarrier;
   target.grid = l.grid;
+  target.cacheHints = l.cacheHints;
   AddRmsNormForm form = l.form;
   if (form == AddRmsNormForm::Auto) {
     form = addRmsNormAutoForm(p.hidden, p.tokens, target.sms, clusters && l.clusters);

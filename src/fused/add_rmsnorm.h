@@ -23,6 +23,7 @@ struct AddRmsNormTarget {
   bool releaseEarly = false;
   bool clusterExitBarrier = true;              // AddRmsNormLaunch::clusterExitBarrier
   AddRmsNormGrid grid = AddRmsNormGrid::Auto;  // AddRmsNormLaunch::grid
+  bool cacheHints = false;                     // AddRmsNormLaunch::cacheHints
 };
 
 // Rows with shape->threads threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu).

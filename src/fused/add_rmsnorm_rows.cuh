@@ -37,7 +37,20 @@ constexpr int kEpiFlags = dev::kEpiInputIsT | dev::kEpiNoFailure;
 
 // Registers: VPT <= 3 within 64 a thread (two blocks of 512, four of 256 or eight of 128 per
 // SM); four vectors (hidden above 12288, blocks of 512) within 128.
-template <typename T, int VPT, int Q, bool kAligned>
+// Rows `row` of x and the residual into registers: loadRowRegs, or with kHints (aligned
+// buffers only) evict-first loads (AddRmsNormLaunch::cacheHints).
+template <typename T, int VPT, bool kAligned, bool kHints>
+__device__ __forceinline__ void loadStreamed(const T* base, int row, int hidden, bool aligned,
+                                             dev::Vec (&out)[VPT]) {
+  if constexpr (kHints) {
+    static_assert(kAligned, "cache hints only for aligned buffers");
+    dev::loadRowRegsHinted<T, VPT, dev::LoadHint::Stream>(base, row, hidden, out);
+  } else {
+    dev::loadRowRegs<T, VPT, kAligned>(base, row, hidden, aligned, out);
+  }
+}
+
+template <typename T, int VPT, int Q, bool kAligned, bool kHints = false>
 __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
     addRmsNormRowsKernel(const T* x, FusedParams p, int32_t releaseEarly) {
   __shared__ float red[2][dev::kFusedGroups];  // alternating by row
@@ -51,8 +64,13 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
   const bool resAligned = kAligned || dev::isAligned(resIn, 16);
 
   dev::Vec w[VPT];
-  dev::loadRowRegs<T, VPT, kAligned>(static_cast<const T*>(p.weight), 0, hidden,
-                                     kAligned || dev::isAligned(p.weight, 16), w);
+  if constexpr (kHints) {
+    dev::loadRowRegsHinted<T, VPT, dev::LoadHint::Keep>(static_cast<const T*>(p.weight), 0, hidden,
+                                                        w);
+  } else {
+    dev::loadRowRegs<T, VPT, kAligned>(static_cast<const T*>(p.weight), 0, hidden,
+                                       kAligned || dev::isAligned(p.weight, 16), w);
+  }
   const float qscale = dev::quantScale<Q>(p);
 
   int par = 0;
@@ -60,9 +78,9 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
   for (int row = first; row < tokens; row += grid, par ^= 1) {
     dev::Vec xv[VPT];
     dev::Vec res[VPT];
-    dev::loadRowRegs<T, VPT, kAligned>(x, row, hidden, xAligned, xv);
+    loadStreamed<T, VPT, kAligned, kHints>(x, row, hidden, xAligned, xv);
     if (haveRes) {
-      dev::loadRowRegs<T, VPT, kAligned>(resIn, row, hidden, resAligned, res);
+      loadStreamed<T, VPT, kAligned, kHints>(resIn, row, hidden, resAligned, res);
     } else {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) res[k] = dev::Vec{};
@@ -108,6 +126,10 @@ inline cudaError_t launch(anyrDataType_t dtype, const void* x, const FusedParams
                             static_cast<int32_t>(target.releaseEarly ? 1 : 0));
       };
       if (!aligned) return go(addRmsNormRowsKernel<T, VPT, dev::kQuantAtRunTime, false>);
+      // The cache-hint variant is compiled for the unquantized output only (a measurement).
+      if (target.cacheHints && p.quant == anyrQuantNone) {
+        return go(addRmsNormRowsKernel<T, VPT, anyrQuantNone, true, true>);
+      }
       return dev::dispatchQuant(p.quant, [&](auto q) {
         return go(addRmsNormRowsKernel<T, VPT, decltype(q)::value, true>);
       });

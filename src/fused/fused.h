@@ -319,6 +319,12 @@ struct AddRmsNormLaunch {
   // (every store into its shared memory has landed by then: its mbarrier counted them); a
   // variant to measure (anyr_epilogue_bench's -e0).
   bool clusterExitBarrier = true;
+  // Rows, aligned buffers: x and the residual loaded evict-first (L1 and L2: each byte is read
+  // once) and the weight evict-last (every row reads it), as torch.compile's Triton kernel marks
+  // them; the same values. A variant to measure (anyr_epilogue_bench's -h1), compiled for the
+  // unquantized output: plain loads for quantized outputs, unaligned buffers and GPUs before
+  // compute capability 8.0.
+  bool cacheHints = false;
 };
 
 // The shape a launch took (launchAddRmsNormWith): form, blocks, threads, vectors a thread holds

@@ -25,13 +25,15 @@
 // against the first's. A wrong result is printed (WRONG ...), that variant is not timed, and the
 // tool exits with status 4 at the end.
 //
-// Variants: FORM[-vN][-cN][-e0][-gN][+pdl], FORM one of regs (the kernel before the forms),
+// Variants: FORM[-vN][-cN][-e0][-gN][-hN][+pdl], FORM one of regs (the kernel before the forms),
 // staged (with -tN: N threads), rows, cluster, auto (what anyrAddRmsNorm launches); -vN the Rows
 // forms' vectors a thread at most (default: addRmsNormRowsVpt); -cN the cluster size (default:
 // the automatic one, at least 2); -e0 the Cluster form without its final cluster barrier; -g0 /
 // -g1 the Rows form's grid forced to as many blocks as the GPU holds at once / one block per row
-// (default: addRmsNormRowsPerRow); +pdl launched with programmatic dependent
-// launch, releasing the next launch early. "api" is the public anyrAddRmsNorm itself.
+// (default: addRmsNormRowsPerRow); -h1 the Rows form's loads with cache eviction hints (x and
+// the residual evict-first, the weight evict-last: AddRmsNormLaunch::cacheHints; unquantized
+// output and aligned buffers only, plain loads otherwise); +pdl launched with programmatic
+// dependent launch, releasing the next launch early. "api" is the public anyrAddRmsNorm itself.
 //
 // Usage: anyr_epilogue_bench [--dtypes bf16,fp16] [--hidden 2880,4096,5120,6144,7168,8192]
 //   [--tokens 1,8,32,128,512,2048,8192] [--variants auto,...] [--quant none,fp8,nvfp4]
@@ -134,7 +136,7 @@ struct Variant {
   AddRmsNormLaunch launch;
 };
 
-// FORM[-vN][-cN][-tN][-e0][-gN][+pdl] or "api"; false for anything else.
+// FORM[-vN][-cN][-tN][-e0][-gN][-hN][+pdl] or "api"; false for anything else.
 bool parseVariant(const std::string& name, Variant* v) {
   v->name = name;
   if (name == "api") {
@@ -187,6 +189,8 @@ bool parseVariant(const std::string& name, Variant* v) {
       v->launch.clusterExitBarrier = value != 0;
     } else if (key == 'g' && (value == 0 || value == 1)) {
       v->launch.grid = value == 1 ? AddRmsNormGrid::PerRow : AddRmsNormGrid::Resident;
+    } else if (key == 'h' && (value == 0 || value == 1) && v->launch.form == AddRmsNormForm::Rows) {
+      v->launch.cacheHints = value != 0;
     } else {
       return false;
     }
@@ -649,6 +653,19 @@ int selfTest(int threads) {
     Variant v;
     expect(parseVariant(g.name, &v) && v.launch.grid == g.grid,
            std::string("variant ") + g.name + " grid");
+  }
+  const struct {
+    const char* name;
+    bool ok, hints;
+  } hints[] = {{"rows", true, false},         {"rows-h1", true, true},
+               {"rows-v2-h1-g1", true, true}, {"rows-h0", true, false},
+               {"rows-h2", false, false},     {"auto-h1", false, false},
+               {"cluster-h1", false, false}};
+  for (const auto& h : hints) {
+    Variant v;
+    const bool ok = parseVariant(h.name, &v);
+    expect(ok == h.ok && (!ok || v.launch.cacheHints == h.hints),
+           std::string("variant ") + h.name + " cache hints");
   }
   std::printf("anyr_epilogue_bench --self-test: %s\n", bad == 0 ? "passed" : "FAILED");
   return bad;

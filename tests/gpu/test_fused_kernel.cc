@@ -185,6 +185,7 @@ struct RunSpec {
   int clusterBlocks = 0;
   bool clusterExitBarrier = true;
   AddRmsNormGrid grid = AddRmsNormGrid::Auto;  // AddRmsNormLaunch::grid
+  bool cacheHints = false;                     // AddRmsNormLaunch::cacheHints
   cudaStream_t stream = nullptr;
   bool captureGraph = false;
 };
@@ -273,6 +274,7 @@ void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
       l.clusterBlocks = spec.clusterBlocks;
       l.clusterExitBarrier = spec.clusterExitBarrier;
       l.grid = spec.grid;
+      l.cacheHints = spec.cacheHints;
       return launchAddRmsNormWith(in.dtype, x, fp, s, l);
     }
     if (spec.threads == 0) {
@@ -577,7 +579,8 @@ std::string describe(const Inputs& in, const RunSpec& s) {
      << (s.grid == AddRmsNormGrid::PerRow     ? " (block per row)"
          : s.grid == AddRmsNormGrid::Resident ? " (resident blocks)"
                                               : "")
-     << " offsets=" << s.elemOffset << "/" << s.byteOffset << " graph=" << s.captureGraph;
+     << (s.cacheHints ? " (cache hints)" : "") << " offsets=" << s.elemOffset << "/" << s.byteOffset
+     << " graph=" << s.captureGraph;
   return os.str();
 }
 
@@ -737,6 +740,7 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
       int maxVpt, cluster;
       bool exitBarrier;
       AddRmsNormGrid grid = AddRmsNormGrid::Auto;
+      bool cacheHints = false;
     };
     const Form forms[] = {{AddRmsNormForm::Regs, 3, 0, true},
                           {AddRmsNormForm::Rows, 1, 0, true},
@@ -747,6 +751,8 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
                           {AddRmsNormForm::Rows, 1, 0, true, AddRmsNormGrid::PerRow},
                           {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::PerRow},
                           {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::Resident},
+                          {AddRmsNormForm::Rows, 1, 0, true, AddRmsNormGrid::Auto, true},
+                          {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::Auto, true},
                           {AddRmsNormForm::Cluster, 3, 2, true},
                           {AddRmsNormForm::Cluster, 3, 4, true},
                           {AddRmsNormForm::Cluster, 3, 8, true},
@@ -784,6 +790,7 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
                     other.clusterBlocks = f.cluster;
                     other.clusterExitBarrier = f.exitBarrier;
                     other.grid = f.grid;
+                    other.cacheHints = f.cacheHints;
                     other.xAliasesNorm = alias;
                     Outputs o;
                     if (!ran(in, other, &o)) return;
