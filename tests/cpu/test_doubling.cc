@@ -352,6 +352,14 @@ TEST(Doubling, TheMeasuredOnePartnerRoundDecidesItBehindSwitches) {
   Topology fast = fixture("rtxpro6000_8gpu_switches");
   fast.load.hopUs = 0.6;
   EXPECT_NEAR(doublingPushUs(16 * KB, seededTopology(fast).in), 7.2, 0.05);
+  // Explain says which round the model used, and whether it was measured.
+  const std::string measured = costInputs(fast, Config{}, 8).summary;
+  EXPECT_NE(measured.find("one-partner round 0.6 us, NCCL hop 1.3 us"), std::string::npos)
+      << measured;
+  const std::string assumed = seeded("rtxpro6000_8gpu_switches").in.summary;
+  EXPECT_NE(assumed.find("one-partner round 1.3 us (NCCL's hop), NCCL hop 1.3 us"),
+            std::string::npos)
+      << assumed;
   // A round measured on another world size is not this one's.
   Topology other = fixture("rtxpro6000_8gpu_switches");
   other.load.hopUs = 0.6;
