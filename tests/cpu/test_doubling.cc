@@ -335,7 +335,9 @@ TEST(Doubling, TheMeasuredOnePartnerRoundDecidesItBehindSwitches) {
   // Its three rounds are what the fabric measures at init as the one-partner round
   // (Topology::load.hopUs): where that round is slow (3 us), three of them cost more than the
   // one-shot push's loaded all-to-all round and the seed keeps the one-shot push, then the
-  // two-level form; where it is fast (0.6 us), issue 43's 16 KB in 8 us is predicted (7.2 us).
+  // two-level form; where it is fast (0.6 us), issue 43's 16 KB in 8 us is predicted (7.2 us),
+  // and its fused row of 6144 at one token in 9 us (8.0). Three rounds a call: both goals hold
+  // for a measured round up to about 0.87 us.
   // NCCL's hop stays its own (1.3 us) either way.
   for (const auto& [hop, sixteen, small] : {std::tuple{3.0, "islands", "oneshot-push"},
                                             std::tuple{0.6, "doubling-push", "doubling-push"}}) {
@@ -352,6 +354,11 @@ TEST(Doubling, TheMeasuredOnePartnerRoundDecidesItBehindSwitches) {
   Topology fast = fixture("rtxpro6000_8gpu_switches");
   fast.load.hopUs = 0.6;
   EXPECT_NEAR(doublingPushUs(16 * KB, seededTopology(fast).in), 7.2, 0.05);
+  // And its fused goal (hidden 6144, one token, <= 9 us) with the epilogue in the same kernel.
+  const uint64_t row = 6144 * 2;
+  const Seeded f = seededTopology(fast);
+  EXPECT_EQ(pathName(Op::AddRmsNorm, f.table.lookup(Op::AddRmsNorm, row)), "fused:doubling-push");
+  EXPECT_NEAR(seedTimeUs(Op::AddRmsNorm, Path{anyrAlgoDoublingPush, true}, row, f.in), 8.0, 0.05);
   // Explain says which round the model used, and whether it was measured.
   const std::string measured = costInputs(fast, Config{}, 8).summary;
   EXPECT_NE(measured.find("one-partner round 0.6 us, NCCL hop 1.3 us"), std::string::npos)
