@@ -110,8 +110,14 @@ __global__ void barrierKernel(FabricPeers p, uint32_t seq, FabricStatus* st) {
   if (rc > 0) fail(p, st, rc, t, kFabricWhatBarrier, seq);
 }
 
+// Timed rounds, every rank at once. kOnePartner false (synchronisation rounds): 1 KB and a flag
+// to every peer, then a wait for every peer's flag (thread t signals and waits for rank t).
+// kOnePartner true (one-partner rounds): 1 KB and a flag to the next rank, then a wait for the
+// previous rank's (thread 0). Each round's flag carries its number, so a flag of an earlier
+// round never satisfies a later wait.
+template <bool kOnePartner>
 __global__ void __launch_bounds__(kRoundThreads)
-    syncRoundsKernel(FabricPeers p, int warm, int rounds, FabricTimes* times, FabricStatus* st) {
+    roundsKernel(FabricPeers p, int warm, int rounds, FabricTimes* times, FabricStatus* st) {
   __shared__ int stop;
   const int t = static_cast<int>(threadIdx.x);
   // One thread reads the status for the block: a thread of this kernel may record a failure
@@ -120,64 +126,39 @@ __global__ void __launch_bounds__(kRoundThreads)
   __syncthreads();
   if (stop) return;
   const unsigned long long deadline = dev::globalTimerNs() + p.timeoutNs;
-  const int peers = p.nranks - 1;
+  const int next = (p.rank + 1) % p.nranks;
+  const int prev = (p.rank + p.nranks - 1) % p.nranks;
+  // The peers this thread's vectors go to (one, or every other rank), and the flag it signals
+  // and waits for (to / from; -1: none).
+  const int peers = kOnePartner ? 1 : p.nranks - 1;
+  int to = -1, from = -1;
+  if (kOnePartner) {
+    if (t == 0) to = next, from = prev;
+  } else if (t < p.nranks && t != p.rank) {
+    to = from = t;
+  }
+  const int word = kOnePartner ? kFabricHopWord : kFabricSyncWord;
+  const uint32_t what = kOnePartner ? kFabricWhatHop : kFabricWhatSync;
   unsigned long long t0 = 0;
   for (int r = 1; r <= warm + rounds; ++r) {
     if (r == warm + 1 && t == 0) t0 = dev::globalTimerNs();
     for (int i = t; i < peers * kSyncVectors; i += blockDim.x) {
       const int k = i / kSyncVectors;
-      const int peer = k < p.rank ? k : k + 1;
+      const int peer = kOnePartner ? next : k < p.rank ? k : k + 1;
       uint4* dst =
           reinterpret_cast<uint4*>(p.region[peer] + p.slotBytes * p.rank) + (i % kSyncVectors);
       dev::storeSys(dst, make_uint4(static_cast<uint32_t>(r), static_cast<uint32_t>(p.rank),
                                     static_cast<uint32_t>(i), 0u));
     }
     __syncthreads();
-    if (t < p.nranks && t != p.rank) {
+    if (to >= 0) {
       // A release at system scope: the block's data (ordered before it by the barrier) lands
       // before the flag, as in the peer algorithms.
-      dev::storeReleaseSys(p.flags[t] + p.rank * kFabricWords + kFabricSyncWord,
-                           static_cast<uint32_t>(r));
-      const int32_t rc = waitAtLeast(p.flags[p.rank] + t * kFabricWords + kFabricSyncWord,
+      dev::storeReleaseSys(p.flags[to] + p.rank * kFabricWords + word, static_cast<uint32_t>(r));
+      const int32_t rc = waitAtLeast(p.flags[p.rank] + from * kFabricWords + word,
                                      static_cast<uint32_t>(r), deadline, st);
       if (rc != kFabricOk) {
-        if (rc > 0) fail(p, st, rc, t, kFabricWhatSync, static_cast<uint32_t>(r));
-        stop = 1;
-      }
-    }
-    __syncthreads();
-    if (stop) return;
-  }
-  if (t == 0) {
-    times->startNs = t0;
-    times->endNs = dev::globalTimerNs();
-  }
-}
-
-__global__ void __launch_bounds__(kSyncVectors)
-    hopRoundsKernel(FabricPeers p, int warm, int rounds, FabricTimes* times, FabricStatus* st) {
-  __shared__ int stop;
-  const int t = static_cast<int>(threadIdx.x);
-  if (t == 0) stop = failed(st) ? 1 : 0;
-  __syncthreads();
-  if (stop) return;
-  const unsigned long long deadline = dev::globalTimerNs() + p.timeoutNs;
-  const int next = (p.rank + 1) % p.nranks;
-  const int prev = (p.rank + p.nranks - 1) % p.nranks;
-  uint4* dst = reinterpret_cast<uint4*>(p.region[next] + p.slotBytes * p.rank) + t;
-  unsigned long long t0 = 0;
-  for (int r = 1; r <= warm + rounds; ++r) {
-    if (r == warm + 1 && t == 0) t0 = dev::globalTimerNs();
-    dev::storeSys(dst, make_uint4(static_cast<uint32_t>(r), static_cast<uint32_t>(p.rank),
-                                  static_cast<uint32_t>(t), 1u));
-    __syncthreads();
-    if (t == 0) {
-      dev::storeReleaseSys(p.flags[next] + p.rank * kFabricWords + kFabricHopWord,
-                           static_cast<uint32_t>(r));
-      const int32_t rc = waitAtLeast(p.flags[p.rank] + prev * kFabricWords + kFabricHopWord,
-                                     static_cast<uint32_t>(r), deadline, st);
-      if (rc != kFabricOk) {
-        if (rc > 0) fail(p, st, rc, prev, kFabricWhatHop, static_cast<uint32_t>(r));
+        if (rc > 0) fail(p, st, rc, from, what, static_cast<uint32_t>(r));
         stop = 1;
       }
     }
@@ -197,8 +178,8 @@ cudaError_t preloadFabricKernels() {
   for (const void* f :
        {reinterpret_cast<const void*>(copyKernel), reinterpret_cast<const void*>(roundTripKernel),
         reinterpret_cast<const void*>(barrierKernel),
-        reinterpret_cast<const void*>(syncRoundsKernel),
-        reinterpret_cast<const void*>(hopRoundsKernel)}) {
+        reinterpret_cast<const void*>(roundsKernel<false>),
+        reinterpret_cast<const void*>(roundsKernel<true>)}) {
     const cudaError_t e = cudaFuncGetAttributes(&a, f);
     if (e != cudaSuccess) return e;
   }
@@ -228,13 +209,13 @@ cudaError_t launchFabricBarrier(const FabricPeers& p, uint32_t seq, FabricStatus
 
 cudaError_t launchFabricSyncRounds(const FabricPeers& p, int warm, int rounds, FabricTimes* times,
                                    FabricStatus* status, cudaStream_t stream) {
-  syncRoundsKernel<<<1, kRoundThreads, 0, stream>>>(p, warm, rounds, times, status);
+  roundsKernel<false><<<1, kRoundThreads, 0, stream>>>(p, warm, rounds, times, status);
   return cudaGetLastError();
 }
 
 cudaError_t launchFabricHopRounds(const FabricPeers& p, int warm, int rounds, FabricTimes* times,
                                   FabricStatus* status, cudaStream_t stream) {
-  hopRoundsKernel<<<1, kSyncVectors, 0, stream>>>(p, warm, rounds, times, status);
+  roundsKernel<true><<<1, kRoundThreads, 0, stream>>>(p, warm, rounds, times, status);
   return cudaGetLastError();
 }
 
