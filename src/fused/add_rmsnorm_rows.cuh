@@ -37,19 +37,6 @@ constexpr int kEpiFlags = dev::kEpiInputIsT | dev::kEpiNoFailure;
 
 // Registers: VPT <= 3 within 64 a thread (two blocks of 512, four of 256 or eight of 128 per
 // SM); four vectors (hidden above 12288, blocks of 512) within 128.
-// Rows `row` of x and the residual into registers: loadRowRegs, or with kHints (aligned
-// buffers only) evict-first loads (AddRmsNormLaunch::cacheHints).
-template <typename T, int VPT, bool kAligned, bool kHints>
-__device__ __forceinline__ void loadStreamed(const T* base, int row, int hidden, bool aligned,
-                                             dev::Vec (&out)[VPT]) {
-  if constexpr (kHints) {
-    static_assert(kAligned, "cache hints only for aligned buffers");
-    dev::loadRowRegsHinted<T, VPT, dev::LoadHint::Stream>(base, row, hidden, out);
-  } else {
-    dev::loadRowRegs<T, VPT, kAligned>(base, row, hidden, aligned, out);
-  }
-}
-
 template <typename T, int VPT, int Q, bool kAligned, bool kHints = false>
 __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
     addRmsNormRowsKernel(const T* x, FusedParams p, int32_t releaseEarly) {
@@ -63,14 +50,14 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
   const bool xAligned = kAligned || dev::isAligned(x, 16);
   const bool resAligned = kAligned || dev::isAligned(resIn, 16);
 
+  // kHints (AddRmsNormLaunch::cacheHints, aligned buffers only): x and the residual are read
+  // once (evict first), the weight by every row (evict last).
+  static_assert(!kHints || kAligned, "cache hints only for aligned buffers");
+  constexpr dev::LoadHint kStream = kHints ? dev::LoadHint::Stream : dev::LoadHint::Plain;
+  constexpr dev::LoadHint kKeep = kHints ? dev::LoadHint::Keep : dev::LoadHint::Plain;
   dev::Vec w[VPT];
-  if constexpr (kHints) {
-    dev::loadRowRegsHinted<T, VPT, dev::LoadHint::Keep>(static_cast<const T*>(p.weight), 0, hidden,
-                                                        w);
-  } else {
-    dev::loadRowRegs<T, VPT, kAligned>(static_cast<const T*>(p.weight), 0, hidden,
-                                       kAligned || dev::isAligned(p.weight, 16), w);
-  }
+  dev::loadRowRegs<T, VPT, kAligned, kKeep>(static_cast<const T*>(p.weight), 0, hidden,
+                                            kAligned || dev::isAligned(p.weight, 16), w);
   const float qscale = dev::quantScale<Q>(p);
 
   int par = 0;
@@ -78,9 +65,9 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
   for (int row = first; row < tokens; row += grid, par ^= 1) {
     dev::Vec xv[VPT];
     dev::Vec res[VPT];
-    loadStreamed<T, VPT, kAligned, kHints>(x, row, hidden, xAligned, xv);
+    dev::loadRowRegs<T, VPT, kAligned, kStream>(x, row, hidden, xAligned, xv);
     if (haveRes) {
-      loadStreamed<T, VPT, kAligned, kHints>(resIn, row, hidden, resAligned, res);
+      dev::loadRowRegs<T, VPT, kAligned, kStream>(resIn, row, hidden, resAligned, res);
     } else {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) res[k] = dev::Vec{};

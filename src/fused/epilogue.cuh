@@ -117,17 +117,46 @@ __device__ __forceinline__ void storeRowVec(T* row, int v, int n, bool aligned, 
   }
 }
 
+// A 16-byte load with an eviction priority: Plain (none), Stream (read once: evict first from
+// L1 and L2) or Keep (read by every row: evict last from L2). The same value either way; a plain
+// load before compute capability 8.0 (no L2 cache policies).
+enum class LoadHint : int { Plain, Stream, Keep };
+template <LoadHint H>
+__device__ __forceinline__ uint4 loadHinted(const uint4* p) {
+  if constexpr (H == LoadHint::Plain) return *p;
+  uint4 r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint64_t policy;
+  if constexpr (H == LoadHint::Stream) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p), "l"(policy));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p), "l"(policy));
+  }
+#else
+  r = *p;
+#endif
+  return r;
+}
+
 // Vector v of a row of `hidden` elements, v < hidden / 8 (a whole vector: hidden is a multiple
 // of 8). kAligned (the caller guarantees the row 16-byte aligned): one 16-byte access without
 // loadRowVec's tail test, which a kernel latency-bound on its instructions pays for every
-// vector; otherwise loadRowVec / storeRowVec with `aligned`. Same values either way.
-template <typename T, bool kAligned>
+// vector, with the eviction priority H (loadHinted); otherwise loadRowVec / storeRowVec with
+// `aligned`. Same values either way.
+template <typename T, bool kAligned, LoadHint H = LoadHint::Plain>
 __device__ __forceinline__ Vec loadWholeVec(const T* row, int v, int hidden, bool aligned) {
   if constexpr (kAligned) {
     Vec r;
-    r.u = reinterpret_cast<const uint4*>(row)[v];
+    r.u = loadHinted<H>(reinterpret_cast<const uint4*>(row) + v);
     return r;
   } else {
+    static_assert(H == LoadHint::Plain, "eviction priorities only for aligned rows");
     return loadRowVec(row, v, hidden, aligned);
   }
 }
@@ -560,47 +589,7 @@ constexpr int kFusedGroups = kFusedSlots / 32;  // butterfly groups of 32 slots
 constexpr int kEpiInputIsT = 1;
 constexpr int kEpiNoFailure = 2;
 
-// A 16-byte load with an eviction priority: Stream (read once: evict first from L1 and L2) or
-// Keep (read by every row: evict last from L2). The same value as a plain load; a plain load
-// before compute capability 8.0 (no L2 cache policies).
-enum class LoadHint : int { Stream, Keep };
-template <LoadHint H>
-__device__ __forceinline__ uint4 loadHinted(const uint4* p) {
-  uint4 r;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint64_t policy;
-  if constexpr (H == LoadHint::Stream) {
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    asm volatile("ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p), "l"(policy));
-  } else {
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-    asm volatile("ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p), "l"(policy));
-  }
-#else
-  r = *p;
-#endif
-  return r;
-}
-
-// loadRowRegs of a 16-byte aligned row with an eviction priority (loadHinted).
-template <typename T, int VPT, LoadHint H>
-__device__ __forceinline__ void loadRowRegsHinted(const T* base, int row, int hidden,
-                                                  Vec (&out)[VPT]) {
-  const uint4* r = reinterpret_cast<const uint4*>(base + static_cast<int64_t>(row) * hidden);
-  const int nvec = rowVecs(hidden);
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int v = threadIdx.x + k * blockDim.x;
-    out[k] = Vec{};
-    if (v < nvec) out[k].u = loadHinted<H>(r + v);
-  }
-}
-
-template <typename T, int VPT, bool kAligned = false>
+template <typename T, int VPT, bool kAligned = false, LoadHint H = LoadHint::Plain>
 __device__ __forceinline__ void loadRowRegs(const T* base, int row, int hidden, bool aligned,
                                             Vec (&out)[VPT]) {
   const T* r = base + static_cast<int64_t>(row) * hidden;
@@ -609,7 +598,7 @@ __device__ __forceinline__ void loadRowRegs(const T* base, int row, int hidden, 
   for (int k = 0; k < VPT; ++k) {
     const int v = threadIdx.x + k * blockDim.x;
     out[k] = Vec{};
-    if (v < nvec) out[k] = loadWholeVec<T, kAligned>(r, v, hidden, aligned);
+    if (v < nvec) out[k] = loadWholeVec<T, kAligned, H>(r, v, hidden, aligned);
   }
 }
 
