@@ -17,6 +17,7 @@
 #include "core/peer_workspace.h"
 #include "core/selftest.h"
 #include "select/tuning.h"
+#include "topology/islands.h"
 #include "transport/check.h"
 #include "transport/fabric_kernels.h"
 
@@ -42,10 +43,11 @@ constexpr uint64_t kRingBytes = 1ull << 20;
 constexpr double kInjectedSlowWrites = 50.0;
 
 // Timing slots: per peer (write warm-up and two timed, read likewise, the round trip), then the
-// fabric under load (all-to-all twice, ring twice, synchronisation rounds, one-partner rounds).
+// fabric under load (all-to-all twice, ring twice, synchronisation rounds, one-partner rounds,
+// inside the islands twice).
 constexpr int kPairSlots = 7;
 constexpr int kLoadSlot = kMaxLocalRanks * kPairSlots;
-constexpr int kSlots = kLoadSlot + 6;
+constexpr int kSlots = kLoadSlot + 8;
 
 struct Results {
   FabricStatus status;
@@ -96,6 +98,10 @@ struct Plan {
   uint64_t regionBytes = 0;
   int blocks = 0;
   Repeats rounds{};
+  // The other members of this rank's island, where the ranks form islands (every rank measures
+  // its island at once; none where there is one island).
+  bool islands = false;
+  std::vector<int> islandPeers;
   FabricPeers peers{};
   Results* d = nullptr;
   Results h{};
@@ -177,8 +183,9 @@ void measurePairs(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
 }
 
 // Every rank at once: all-to-all and ring stores (each twice, after a barrier), then the
-// synchronisation rounds and the one-partner rounds. A wait that failed is recorded in `row`,
-// naming the rank waited for.
+// synchronisation rounds and the one-partner rounds, then, where there are islands, stores into
+// every other member of the own island (twice, after a barrier; a rank alone in its island takes
+// part in the barriers only). A wait that failed is recorded in `row`, naming the rank waited for.
 void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   const int n = plan.n;
   const int me = plan.me;
@@ -215,6 +222,20 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
                                          &d->times[kLoadSlot + 4], &d->status, plan.s));
   ANYR_CUDA_CHECK(launchFabricHopRounds(fp, plan.rounds.warm, plan.rounds.timed,
                                         &d->times[kLoadSlot + 5], &d->status, plan.s));
+  FabricCopy island{};
+  island.n16 = a2a / 16;
+  for (int q : plan.islandPeers) {
+    island.dst[island.segs] = fp.region[q] + fp.slotBytes * static_cast<uint64_t>(me);
+    island.src[island.segs] = own;
+    ++island.segs;
+  }
+  for (int pass = 0; plan.islands && pass < plan.rounds.passes; ++pass) {
+    ANYR_CUDA_CHECK(launchFabricBarrier(fp, ++seq, &d->status, plan.s));
+    if (island.segs > 0) {
+      ANYR_CUDA_CHECK(launchFabricCopy(island, plan.blocks, &d->times[kLoadSlot + 6 + pass],
+                                       &d->status, plan.s));
+    }
+  }
   drainAndRead(ctx, plan, "the transfers under load", hung);
   const FabricStatus& st = plan.h.status;
   if (st.code != kFabricOk) {
@@ -227,6 +248,11 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   row->ringGBps = std::max(gbps(t[2], ring), gbps(t[3], ring));
   row->syncUs = usPer(t[4], plan.rounds.timed, 1.0);
   row->hopUs = usPer(t[5], plan.rounds.timed, 1.0);
+  if (plan.islands) {
+    const uint64_t islandBytes = plan.islandPeers.size() * a2a;
+    row->islandGBps =
+        plan.islandPeers.empty() ? 0.0 : std::max(gbps(t[6], islandBytes), gbps(t[7], islandBytes));
+  }
 }
 
 }  // namespace
@@ -376,6 +402,21 @@ FabricRecord Fabric::measure(const std::string& what) {
     for (int32_t st : ctx_.bs->allGatherValue(row.status)) skip = skip || st != FabricRow::kOk;
   };
   Plan plan;
+  // The islands of the two-level all-reduce, as dispatch derives them (the agreed topology and
+  // configuration: the same on every rank).
+  Islands islands;
+  if (islandsCoverError(ctx_.cfg.islands, n).empty()) {
+    islands = islandsOf(ctx_.topo, ctx_.cfg.islands, n);
+  }
+  if (islands.count() >= 2) {
+    plan.islands = true;
+    for (const std::vector<int>& members : islands.members) {
+      if (std::find(members.begin(), members.end(), me) == members.end()) continue;
+      for (int q : members) {
+        if (q != me) plan.islandPeers.push_back(q);
+      }
+    }
+  }
   if (hung_) failFabricRow(&row, "an earlier measurement's kernels had not finished");
   local("preparing", [&] {
     plan.n = n;
@@ -455,7 +496,8 @@ FabricRecord Fabric::measure(const std::string& what) {
     (void)cudaFreeAsync(plan.d, ctx_.internalStream);
     (void)cudaGetLastError();
   }
-  FabricRecord r = combineFabric(rows, what + " (" + std::to_string(n) + " ranks)");
+  FabricRecord r = combineFabric(rows, what + " (" + std::to_string(n) + " ranks)",
+                                 plan.islands ? islands.text() : std::string());
   if (r.hasFigures() && !pairNote.empty()) r.reason = "under load not measured: " + pairNote;
   return r;
 }

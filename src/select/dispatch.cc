@@ -281,7 +281,10 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
     in.islandCrossPeers = islandCrossPeers(islands);
     in.islandWriteGBps = inside < 1e30 ? inside : 0;
     in.islandCrossWriteGBps = between < 1e30 ? between : 0;
-    if (load.known() && load.ranks == nranks && load.islandGBps > 0) {
+    // A figure measured over other islands (ANYR_ISLANDS changed since it was cached) is not
+    // these islands'.
+    if (load.known() && load.ranks == nranks && load.islandGBps > 0 &&
+        (load.islands.empty() || load.islands == islands.text())) {
       in.islandLoadGBps = load.islandGBps;
     }
     // Slots of the two-shot push area: a chunk's n-th (the workspace rounds it up to a page).
@@ -331,6 +334,11 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   if (in.islandCount >= 2) {
     os << "; islands " << islands.text() << " (" << islands.source << "), writes inside "
        << in.islandWriteGBps << " / between " << in.islandCrossWriteGBps << " GB/s";
+    if (in.islandLoadGBps > 0) {
+      os << ", inside each island under load " << in.islandLoadGBps << " GB/s per GPU";
+    } else if (load.islandGBps > 0) {
+      os << ", inside the islands under load not used (measured over " << load.islands << ")";
+    }
   }
   if (slowGpu >= 0) {
     const GpuInfo& g = t.gpus[static_cast<size_t>(slowGpu)];

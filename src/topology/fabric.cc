@@ -36,6 +36,20 @@ double worst(const std::vector<FabricRow>& rows, double FabricRow::*field, bool 
   return w;
 }
 
+// The island figure: the least over the ranks whose island has other members (a row's 0: an
+// island of one); unmeasured where one of them did not measure it, or no rank had a peer in its
+// island.
+double worstIsland(const std::vector<FabricRow>& rows) {
+  double w = -1;
+  for (const FabricRow& row : rows) {
+    if (row.islandGBps == 0) continue;
+    const double x = sane(row.islandGBps);
+    if (x < 0) return -1;
+    if (w < 0 || x < w) w = x;
+  }
+  return w;
+}
+
 std::string fmt(double x, int digits) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
@@ -118,7 +132,7 @@ FabricRow emptyFabricRow() {
   for (int p = 0; p < kMaxLocalRanks; ++p) {
     row.writeGBps[p] = row.readGBps[p] = row.latencyUs[p] = -1;
   }
-  row.allToAllGBps = row.ringGBps = row.syncUs = row.hopUs = -1;
+  row.allToAllGBps = row.ringGBps = row.syncUs = row.hopUs = row.islandGBps = -1;
   return row;
 }
 
@@ -143,7 +157,8 @@ const char* fabricStateName(FabricRecord::State s) {
   return "?";
 }
 
-FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string& source) {
+FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string& source,
+                           const std::string& islands) {
   FabricRecord r;
   const int n = static_cast<int>(rows.size());
   r.ranks = n;
@@ -194,9 +209,11 @@ FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string
   l.ringGBps = worst(rows, &FabricRow::ringGBps, true);
   l.syncUs = worst(rows, &FabricRow::syncUs, false);
   l.hopUs = worst(rows, &FabricRow::hopUs, false);
+  l.islandGBps = worstIsland(rows);
+  if (l.islandGBps > 0) l.islands = islands;
   // NCCL's ring hop (FabricLoad::ringHopUs) is not measured: a bare flag passed between our
   // kernels (hopUs) is not NCCL's hop, which the model charges from its own calibration.
-  if (l.allToAllGBps > 0 || l.ringGBps > 0 || l.syncUs > 0 || l.hopUs > 0) {
+  if (l.allToAllGBps > 0 || l.ringGBps > 0 || l.syncUs > 0 || l.hopUs > 0 || l.islandGBps > 0) {
     l.ranks = n;
     l.source = source;
     r.load = l;
@@ -248,6 +265,10 @@ std::string fabricSummary(const FabricRecord& r) {
     os << "; under load at " << l.ranks << " ranks: all-to-all " << f(l.allToAllGBps, 1)
        << " GB/s per GPU, ring " << f(l.ringGBps, 1) << " GB/s, synchronisation round "
        << f(l.syncUs, 2) << " us, one-partner round " << f(l.hopUs, 2) << " us";
+    if (l.islandGBps > 0) {
+      os << ", inside each island " << f(l.islandGBps, 1) << " GB/s per GPU"
+         << (l.islands.empty() ? "" : " (islands " + l.islands + ")");
+    }
   } else {
     os << "; under load not measured";
   }
@@ -279,6 +300,7 @@ std::string fabricToJson(const FabricRecord& r, int indent) {
            {"ringHopUs", sane(r.load.ringHopUs)},
            {"hopUs", sane(r.load.hopUs)},
            {"source", r.load.source}};
+      if (!r.load.islands.empty()) l["islands"] = r.load.islands;
     }
     j["load"] = l;
   }
@@ -337,6 +359,11 @@ FabricRecord fabricFromJson(const std::string& text) {
     r.load.ringHopUs = needFigure(need(l, "ringHopUs", "fabric.load"), "fabric.load.ringHopUs");
     // A record cached before the one-partner round was measured has none: not measured.
     if (l.contains("hopUs")) r.load.hopUs = needFigure(l["hopUs"], "fabric.load.hopUs");
+    // The islands the island figure was measured over; a record without them measured none.
+    if (l.contains("islands")) {
+      if (!l["islands"].is_string()) bad("fabric.load.islands", "must be a string");
+      r.load.islands = l["islands"].get<std::string>();
+    }
     const json& ls = need(l, "source", "fabric.load");
     if (!ls.is_string()) bad("fabric.load.source", "must be a string");
     r.load.source = ls.get<std::string>();

@@ -29,10 +29,13 @@ struct FabricRow {
   double ringGBps;                   // storing into the ring neighbour, every rank at once
   double syncUs;                     // one round: 1 KB and a flag to every peer, wait for all
   double hopUs;                      // one round: 1 KB and a flag to the next rank, wait for one
-  double elapsedMs;                  // this rank's time in the measurement
-  char why[kWhyBytes];               // with a failure: what failed, NUL-terminated
+  // Storing into every other member of its island at once, every rank at once; 0 where its
+  // island has no other member (nothing to measure).
+  double islandGBps;
+  double elapsedMs;     // this rank's time in the measurement
+  char why[kWhyBytes];  // with a failure: what failed, NUL-terminated
 };
-static_assert(sizeof(FabricRow) == 8 + 3 * 8 * kMaxLocalRanks + 5 * 8 + FabricRow::kWhyBytes,
+static_assert(sizeof(FabricRow) == 8 + 3 * 8 * kMaxLocalRanks + 6 * 8 + FabricRow::kWhyBytes,
               "FabricRow layout");
 
 // An empty row: status kOk, every figure unmeasured.
@@ -76,8 +79,12 @@ const char* fabricStateName(FabricRecord::State s);  // "off", "not measured", .
 // own (else the first whose wait failed) and what failed. Otherwise pair (s, d) takes rank s's
 // figures; under load the worst rank counts (the least bandwidth, the longest round); a figure
 // that is not finite and positive is unmeasured, and a figure under load that some rank did not
-// measure is unmeasured. `source` names the measurement ("measured at init (N ranks)").
-FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string& source);
+// measure is unmeasured. The island figure counts only the ranks whose island has other members
+// (a row's 0 is an island of one) and was measured over `islands` (Islands::text(); "" where
+// there were no islands to measure). `source` names the measurement ("measured at init (N
+// ranks)").
+FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string& source,
+                           const std::string& islands = "");
 
 // Writes an applied record's figures into `t` (pair write/read bandwidth and latency where
 // measured, and Topology::load where measured); nothing for a record that is not applied or

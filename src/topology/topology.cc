@@ -176,6 +176,7 @@ json loadToJson(const FabricLoad& l) {
   j["syncUs"] = measurement(l.syncUs);
   j["ringHopUs"] = measurement(l.ringHopUs);
   j["hopUs"] = measurement(l.hopUs);
+  if (!l.islands.empty()) j["islands"] = l.islands;
   j["source"] = l.source;
   return j;
 }
@@ -435,7 +436,7 @@ FabricLoad loadFromJson(const Reader& r, const json& j) {
   const std::string path = "load";
   r.requireObject(
       j, path, {"ranks", "allToAllGBps", "ringGBps", "islandGBps", "syncUs", "ringHopUs", "source"},
-      {"hopUs"});
+      {"hopUs", "islands"});
   FabricLoad l;
   l.ranks = r.intAtLeast(j, path, "ranks", 1);
   l.allToAllGBps = r.measurement(j, path, "allToAllGBps");
@@ -444,6 +445,7 @@ FabricLoad loadFromJson(const Reader& r, const json& j) {
   l.syncUs = r.measurement(j, path, "syncUs");
   l.ringHopUs = r.measurement(j, path, "ringHopUs");
   if (j.contains("hopUs")) l.hopUs = r.measurement(j, path, "hopUs");
+  if (j.contains("islands")) l.islands = r.string(j, path, "islands");
   l.source = r.string(j, path, "source");
   return l;
 }
@@ -739,9 +741,9 @@ void printTopology(const Topology& t, std::ostream& os) {
     os << "\nUnder load, " << l.ranks << " ranks at once (" << (l.source.empty() ? "-" : l.source)
        << "):\n  all-to-all " << measured(l.allToAllGBps, 1) << " GB/s per GPU, ring "
        << measured(l.ringGBps, 1) << " GB/s per GPU, island " << measured(l.islandGBps, 1)
-       << " GB/s per GPU, synchronisation round " << measured(l.syncUs, 2)
-       << " us, one-partner round " << measured(l.hopUs, 2) << " us, NCCL ring hop "
-       << measured(l.ringHopUs, 2) << " us\n";
+       << " GB/s per GPU" << (l.islands.empty() ? "" : " (islands " + l.islands + ")")
+       << ", synchronisation round " << measured(l.syncUs, 2) << " us, one-partner round "
+       << measured(l.hopUs, 2) << " us, NCCL ring hop " << measured(l.ringHopUs, 2) << " us\n";
   }
   for (const std::string& src : t.sources) os << "Source: " << src << "\n";
   os.flags(flags);

@@ -68,13 +68,17 @@ struct FabricLoad {
   int ranks = 0;
   double allToAllGBps = -1;  // per GPU: storing into every peer at once, every rank
   double ringGBps = -1;      // per GPU: storing into the ring neighbour only, every rank
-  double islandGBps = -1;    // per GPU: storing into every peer of its own switch island
+  double islandGBps = -1;    // per GPU: storing into every peer of its own island, every rank
   double syncUs = -1;        // one round: every rank raises a flag at every peer, waits for all
   double ringHopUs = -1;     // NCCL's ring hop (a fixture's figure; no measurement takes it)
   // One round with one partner, every rank at once: 1 KB and a flag to the ring neighbour, then
   // a wait for the other neighbour's (the round of the staged and doubling pushes, the ring's
   // hand-off).
   double hopUs = -1;
+  // The islands islandGBps was measured over (Islands::text(), "0-3 | 4-7"); "" where a fixture
+  // gives it for the topology's own islands. A figure measured over other islands than the ones
+  // in use is not applied to them (select/dispatch.cc).
+  std::string islands;
   std::string source;  // "measured", "record", or a fixture's citation
   bool known() const { return ranks > 0; }
 };

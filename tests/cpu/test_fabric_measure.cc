@@ -185,6 +185,55 @@ TEST(FabricCombine, FiguresThatAreNotMeasurementsAreLeftUnmeasured) {
   EXPECT_TRUE(mentions(fabricSummary(pairsOnly), "under load not measured"));
 }
 
+TEST(FabricCombine, TheIslandFigureIsTheLeastOfTheRanksWithPeersInTheirIsland) {
+  // Islands 0-2 | 3: rank 3 is alone in its island (0: nothing to measure).
+  std::vector<FabricRow> rows = syntheticRows();
+  for (int s = 0; s < 3; ++s) rows[static_cast<size_t>(s)].islandGBps = 30 + s;
+  rows[3].islandGBps = 0;
+  const FabricRecord r = combineFabric(rows, "measured at init (4 ranks)", "0-2 | 3");
+  ASSERT_EQ(r.state, FabricRecord::State::Measured) << r.reason;
+  EXPECT_DOUBLE_EQ(r.load.islandGBps, 30);
+  EXPECT_EQ(r.load.islands, "0-2 | 3");
+  EXPECT_TRUE(mentions(fabricSummary(r), "inside each island 30.0 GB/s per GPU (islands 0-2 | 3)"))
+      << fabricSummary(r);
+  // Another island figure, another record (the ranks compare their records by hash).
+  std::vector<FabricRow> other = rows;
+  other[1].islandGBps = 29;
+  EXPECT_NE(fabricHash(r),
+            fabricHash(combineFabric(other, "measured at init (4 ranks)", "0-2 | 3")));
+  // A rank with island peers that did not measure: none is known, nor the islands.
+  other[1].islandGBps = -1;
+  const FabricRecord missing = combineFabric(other, "measured at init (4 ranks)", "0-2 | 3");
+  EXPECT_LT(missing.load.islandGBps, 0);
+  EXPECT_EQ(missing.load.islands, "");
+  EXPECT_DOUBLE_EQ(missing.load.allToAllGBps, 20);
+  // Every rank alone in its island: nothing measured.
+  for (FabricRow& row : other) row.islandGBps = 0;
+  EXPECT_LT(combineFabric(other, "measured at init (4 ranks)", "0 | 1 | 2 | 3").load.islandGBps, 0);
+  // No islands (the default rows): unmeasured, no islands named.
+  const FabricRecord none = combineFabric(syntheticRows(), "measured at init (4 ranks)");
+  EXPECT_LT(none.load.islandGBps, 0);
+  EXPECT_FALSE(mentions(fabricSummary(none), "inside each island"));
+  // The record keeps the islands through the tuning table, and refuses a bad one.
+  const FabricRecord back = fabricFromJson(fabricToJson(r));
+  EXPECT_DOUBLE_EQ(back.load.islandGBps, 30);
+  EXPECT_EQ(back.load.islands, "0-2 | 3");
+  nlohmann::json j = nlohmann::json::parse(fabricToJson(r));
+  j["load"]["islands"] = 3;
+  expectError([&] { fabricFromJson(j.dump()); }, anyrInvalidArgument, "fabric.load.islands",
+              "accepted islands that are not a string");
+  // Applied, the topology carries them (and its JSON round-trips them).
+  FabricRecord applied = r;
+  applied.applied = true;
+  Topology t = bareFour();
+  applyFabric(applied, &t);
+  EXPECT_DOUBLE_EQ(t.load.islandGBps, 30);
+  EXPECT_EQ(t.load.islands, "0-2 | 3");
+  const Topology parsed = topologyFromJson(topologyToJson(t));
+  EXPECT_EQ(parsed.load.islands, "0-2 | 3");
+  EXPECT_DOUBLE_EQ(parsed.load.islandGBps, 30);
+}
+
 TEST(FabricCombine, AFailureAnywhereLeavesEveryRankUnmeasuredNamingTheRank) {
   // Rank 2 failed on its own; ranks 0 and 3 then timed out waiting for it.
   std::vector<FabricRow> rows = syntheticRows();

@@ -474,6 +474,20 @@ TEST(Islands, CostInputsComeFromTheIslands) {
   t.load.islandGBps = 30;
   EXPECT_DOUBLE_EQ(costInputs(t, Config(), 8).islandLoadGBps, 30);
   EXPECT_GT(islandsUs(1 << 20, costInputs(t, Config(), 8)), islandsUs(1 << 20, s.in));
+  // Measured over these islands: used and said; over others (ANYR_ISLANDS changed since the
+  // record was cached): not used, and explain says over which it was measured.
+  t.load.islands = "0-3 | 4-7";
+  const CostInputs same = costInputs(t, Config(), 8);
+  EXPECT_DOUBLE_EQ(same.islandLoadGBps, 30);
+  EXPECT_TRUE(mentions(same.summary, "inside each island under load 30 GB/s")) << same.summary;
+  t.load.islands = "0-1 | 2-7";
+  const CostInputs other = costInputs(t, Config(), 8);
+  EXPECT_EQ(other.islandLoadGBps, 0);
+  EXPECT_DOUBLE_EQ(islandsUs(1 << 20, other), islandsUs(1 << 20, s.in));
+  EXPECT_TRUE(mentions(other.summary, "not used (measured over 0-1 | 2-7)")) << other.summary;
+  Config moved;
+  moved.islands = packed("0-1,2-7");
+  EXPECT_DOUBLE_EQ(costInputs(t, moved, 8).islandLoadGBps, 30);
   // One island: no number.
   const testfix::Seeded pair = testfix::seeded("nvlink_pair");
   EXPECT_EQ(pair.in.islandCount, 0);

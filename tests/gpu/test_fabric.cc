@@ -2,7 +2,8 @@
 // the protocol runs and every rank holds the same record (on one shared GPU the figures are
 // shown, not applied; on GPUs of their own they are applied), the peer workspace stays exact
 // for the algorithms; applied measured figures drive the slow-write rule on every rank; a rank
-// that fails the measurement leaves every rank unmeasured within a bound, naming it; the record
+// that fails the measurement leaves every rank unmeasured within a bound, naming it; forced
+// islands are measured inside each island and that figure is used; the record
 // is cached with the tuning table, reused without measuring, refreshed by tuning, and
 // ANYR_FABRIC's modes do what they say. Each rank prints the measurement's cost.
 #include <cuda_runtime_api.h>
@@ -235,6 +236,66 @@ TEST(FabricGpu, AppliedMeasuredSlowWritesPullOnEveryRank) {
         });
     unsetenv("ANYR_FAULT_INJECT");
     expectRanksPassedWithEqualHashes(results, n);
+  }
+}
+
+// ---- inside the islands ------------------------------------------------------------------------
+
+TEST(FabricGpu, IslandsAreMeasuredInsideEachIslandOverTheIslandsInUse) {
+  REQUIRE_GPU();
+  // Islands forced (ranks sharing a GPU form one island otherwise), the figures applied even on
+  // one shared GPU (tests only): every rank with peers in its island stores into them at once;
+  // a rank alone in its island takes part in the barriers only; all alone: nothing measured.
+  struct Case {
+    int n;
+    const char* islands;
+    const char* text;  // Islands::text(); "" where nothing is measured inside the islands
+  };
+  const Case cases[] = {{4, "0-1,2-3", "0-1 | 2-3"}, {5, "0-3,4", "0-3 | 4"}, {3, "0,1,2", ""}};
+  RankEnv apply("ANYR_TEST_FABRIC_APPLY", "1");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string("ANYR_ISLANDS=") + c.islands);
+    RankEnv islands("ANYR_ISLANDS", c.islands);
+    const std::string want = c.text;
+    auto results = runRanksCatching(
+        c.n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& rep) {
+          anyrComm_t comm = initRankComm(rank, nr, id, 30000);
+          const json ex = explainJson(comm);
+          int failures = checkMeasured(ex, nr, true, "measured at init", rep);
+          const json& load = ex["fabric"]["load"];
+          const double gbps = load.is_object() ? load["islandGBps"].get<double>() : -1;
+          const std::string over = load.is_object() && load.contains("islands")
+                                       ? load["islands"].get<std::string>()
+                                       : "";
+          const std::string text = ex["dispatchText"];
+          if (want.empty()) {
+            if (gbps > 0 || !over.empty()) {
+              ++failures;
+              rep("FAIL every rank alone in its island, yet " + std::to_string(gbps) +
+                  " GB/s over '" + over + "'\n");
+            }
+          } else {
+            if (!(gbps > 0) || over != want) {
+              ++failures;
+              rep("FAIL inside the islands: " + std::to_string(gbps) + " GB/s over '" + over +
+                  "', wanted a figure over '" + want + "'\n");
+            }
+            if (!has(text, "inside each island under load")) {
+              ++failures;
+              rep("FAIL the cost model's inputs do not use the island figure\n");
+            }
+          }
+          const unsigned long long wrong = wrongAfter(comm, rank, nr);
+          if (wrong != 0) {
+            ++failures;
+            rep("FAIL " + std::to_string(wrong) + " wrong elements\n");
+          }
+          rep("HASH fabric " + hashOf(ex["fabric"]) + "\n");
+          if (rank == 0) rep("INFO " + ex["fabric"]["summary"].get<std::string>() + "\n");
+          R_ANYR(anyrCommDestroy(comm), nullptr);
+          return failures ? 4 : 0;
+        });
+    expectRanksPassedWithEqualHashes(results, c.n);
   }
 }
 
