@@ -82,10 +82,10 @@ void Communicator::init(std::unique_ptr<Bootstrap> bs, const Config& cfg, ncclCo
   nccl_.init(externalNccl);
   workspace_.init();
   workspace_.checkTransport();
-  // The fabric measured over the checked workspace (or its cached record): admission's
-  // slow-write rule and the seed cost model read its figures in decide().
-  fabric_.atInit();
   host_.init();
+  // The fabric measured over the checked workspace and the host segment (or its cached record):
+  // admission's slow-write rule and the seed cost model read its figures in decide().
+  fabric_.atInit();
   caps_.probeProgrammaticLaunch();
   // Each peer, host and fused kernel then releases the next launch right after its own wait
   // (the fused two-shot's dense shape excepted: FusedPlan::launchFusedRows).

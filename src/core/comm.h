@@ -138,8 +138,8 @@ class Communicator {
   FailureState failure_{ctx_, workspace_, host_, nccl_};
   NcclPath nccl_{ctx_, failure_};
   PeerWorkspace workspace_{ctx_};
-  Fabric fabric_{ctx_, workspace_};
   HostTransport host_{ctx_};
+  Fabric fabric_{ctx_, workspace_, host_};
   Capabilities caps_{ctx_};
   Launcher launcher_{ctx_, caps_, workspace_, host_};
   FusedPlan fused_{ctx_, caps_, workspace_};

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/context.h"
+#include "core/host_transport.h"
 #include "core/peer_workspace.h"
 #include "core/selftest.h"
 #include "select/tuning.h"
@@ -39,15 +40,25 @@ constexpr uint64_t kPairBytes = 1ull << 20;
 constexpr uint64_t kWarmBytes = 256ull << 10;
 constexpr uint64_t kAllToAllBytes = 512ull << 10;
 constexpr uint64_t kRingBytes = 1ull << 20;
+// Through the host segment, in its copy area (host-copy's buffer, whose bytes no launch keeps
+// from one launch to the next): the flags of the rounds first (kFabricWords per source rank),
+// then the bytes. Each copy engine's copies: this many bytes (at most the area), kHostCopies
+// times back to back, so that the skew of the ranks' starts is small beside them.
+constexpr uint64_t kHostFlagBytes = 4096;
+constexpr uint64_t kHostCopyBytes = 4ull << 20;
+constexpr int kHostCopies = 4;
+static_assert(kHostFlagBytes >= sizeof(uint32_t) * kMaxLocalRanks * kFabricWords,
+              "the host rounds' flags fit before the bytes");
 // fabric-slow-writes:R divides rank R's write bandwidths by this (tests only).
 constexpr double kInjectedSlowWrites = 50.0;
 
 // Timing slots: per peer (write warm-up and two timed, read likewise, the round trip), then the
 // fabric under load (all-to-all twice, ring twice, synchronisation rounds, one-partner rounds,
-// inside the islands twice).
+// inside the islands twice), the synchronisation rounds through the host memory.
 constexpr int kPairSlots = 7;
 constexpr int kLoadSlot = kMaxLocalRanks * kPairSlots;
-constexpr int kSlots = kLoadSlot + 8;
+constexpr int kHostSlot = kLoadSlot + 8;
+constexpr int kSlots = kHostSlot + 1;
 
 struct Results {
   FabricStatus status;
@@ -103,6 +114,8 @@ struct Plan {
   bool islands = false;
   std::vector<int> islandPeers;
   FabricPeers peers{};
+  // The same through the host segment: each rank's flags and slots in its region's copy area.
+  FabricPeers hostPeers{};
   Results* d = nullptr;
   Results h{};
 };
@@ -255,6 +268,65 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   }
 }
 
+// Every rank at once through the host segment: after a barrier through it, this rank's copy
+// engines copy device-to-host into its own copy area and host-to-device out of the previous
+// rank's, at once (as host-copy runs them), kHostCopies times each, timed by events; then the
+// synchronisation rounds through the host memory. A wait that failed is recorded in `row`.
+void measureHost(CommContext& ctx, HostTransport& host, Plan& plan, FabricRow* row, bool* hung) {
+  const HostLayout& l = host.layout();
+  HostTransport::HostCopyResources& c = host.copy();
+  const int n = plan.n;
+  const int me = plan.me;
+  const uint64_t bytes = std::min(kHostCopyBytes, l.copyBytes - kHostFlagBytes) / 4096 * 4096;
+  auto area = [&](int r) {
+    return host.memory()->host() + static_cast<uint64_t>(r) * l.rankBytes + l.copyOffset +
+           kHostFlagBytes;
+  };
+  cudaEvent_t ev[5] = {};
+  struct Events {
+    cudaEvent_t* e;
+    ~Events() {
+      for (int i = 0; i < 5; ++i) {
+        if (e[i] != nullptr) (void)cudaEventDestroy(e[i]);
+      }
+    }
+  } owner{ev};
+  for (cudaEvent_t& e : ev) ANYR_CUDA_CHECK(cudaEventCreate(&e));
+  // ev[0]: the barrier passed; ev[1], ev[2]: the device-to-host copies; ev[3], ev[4]: the
+  // host-to-device copies.
+  ANYR_CUDA_CHECK(launchFabricBarrier(plan.hostPeers, 1, &plan.d->status, plan.s));
+  ANYR_CUDA_CHECK(cudaEventRecord(ev[0], plan.s));
+  ANYR_CUDA_CHECK(cudaStreamWaitEvent(c.d2h, ev[0], 0));
+  ANYR_CUDA_CHECK(cudaStreamWaitEvent(c.h2d, ev[0], 0));
+  ANYR_CUDA_CHECK(cudaEventRecord(ev[1], c.d2h));
+  ANYR_CUDA_CHECK(cudaEventRecord(ev[3], c.h2d));
+  for (int k = 0; k < kHostCopies; ++k) {
+    ANYR_CUDA_CHECK(cudaMemcpyAsync(area(me), c.sendStage, bytes, cudaMemcpyDeviceToHost, c.d2h));
+    ANYR_CUDA_CHECK(
+        cudaMemcpyAsync(c.recvStage, area((me + n - 1) % n), bytes, cudaMemcpyHostToDevice, c.h2d));
+  }
+  ANYR_CUDA_CHECK(cudaEventRecord(ev[2], c.d2h));
+  ANYR_CUDA_CHECK(cudaEventRecord(ev[4], c.h2d));
+  ANYR_CUDA_CHECK(cudaStreamWaitEvent(plan.s, ev[2], 0));
+  ANYR_CUDA_CHECK(cudaStreamWaitEvent(plan.s, ev[4], 0));
+  ANYR_CUDA_CHECK(launchFabricSyncRounds(plan.hostPeers, plan.rounds.warm, plan.rounds.timed,
+                                         &plan.d->times[kHostSlot], &plan.d->status, plan.s));
+  drainAndRead(ctx, plan, "the transfers through host memory", hung);
+  const FabricStatus& st = plan.h.status;
+  if (st.code != kFabricOk) {
+    failFabricRow(row, "measuring through host memory: " + describeWait(plan, st), st.peer);
+    return;
+  }
+  float d2hMs = 0, h2dMs = 0;
+  ANYR_CUDA_CHECK(cudaEventElapsedTime(&d2hMs, ev[1], ev[2]));
+  ANYR_CUDA_CHECK(cudaEventElapsedTime(&h2dMs, ev[3], ev[4]));
+  const double moved = static_cast<double>(bytes) * kHostCopies;
+  if (d2hMs > 0 && h2dMs > 0) {
+    row->hostGBps = std::min(moved / (d2hMs * 1e6), moved / (h2dMs * 1e6));  // bytes/ns
+  }
+  row->hostStepUs = usPer(plan.h.times[kHostSlot], plan.rounds.timed, 1.0);
+}
+
 }  // namespace
 
 void Fabric::atInit() {
@@ -266,8 +338,9 @@ void Fabric::atInit() {
     ANYR_LOG(Info, ctx_.rank, "fabric: " << fabricSummary(record_));
     return;
   }
-  if (!ctx_.facts.peerMemory) {
-    record_.reason = "not measured: no peer workspace (" + ctx_.facts.peerMemoryReason + ")";
+  if (!ctx_.facts.peerMemory && !ctx_.facts.hostMemory) {
+    record_.reason = "not measured: no peer workspace (" + ctx_.facts.peerMemoryReason +
+                     ") and no host segment (" + ctx_.facts.hostMemoryReason + ")";
     return;
   }
   FabricRecord cached;
@@ -302,7 +375,8 @@ void Fabric::atInit() {
 }
 
 bool Fabric::refreshForTuning(std::mutex& topoMu) {
-  if (ctx_.cfg.fabric != FabricMode::Measure || !ctx_.facts.peerMemory || failedBefore_ ||
+  if (ctx_.cfg.fabric != FabricMode::Measure ||
+      (!ctx_.facts.peerMemory && !ctx_.facts.hostMemory) || failedBefore_ ||
       record_.state == FabricRecord::State::Measured) {
     return false;
   }
@@ -408,7 +482,7 @@ FabricRecord Fabric::measure(const std::string& what) {
   if (islandsCoverError(ctx_.cfg.islands, n).empty()) {
     islands = islandsOf(ctx_.topo, ctx_.cfg.islands, n);
   }
-  if (islands.count() >= 2) {
+  if (ctx_.facts.peerMemory && islands.count() >= 2) {
     plan.islands = true;
     for (const std::vector<int>& members : islands.members) {
       if (std::find(members.begin(), members.end(), me) == members.end()) continue;
@@ -424,21 +498,36 @@ FabricRecord Fabric::measure(const std::string& what) {
     plan.s = ctx_.internalStream;
     plan.waitMs = std::max(1, std::min(kMaxWaitMs, ctx_.cfg.timeoutMs / 4));
     plan.drainMs = plan.waitMs + std::max(1, std::min(2000, ctx_.cfg.timeoutMs / 4));
-    const WorkspaceLayout& l = ws_.layout();
-    plan.regionBytes = (l.tsOffset - l.stagingOffset) / 4096 * 4096;
     plan.blocks = 2 * std::max(1, ctx_.topo.gpus[static_cast<size_t>(me)].smCount);
     plan.rounds = ctx_.facts.distinctDevices ? kDistinctRepeats : kSharedRepeats;
     FabricPeers& fp = plan.peers;
-    for (int r = 0; r < n; ++r) {
-      char* base = r == me ? ws_.memory()->local() : ws_.memory()->peer(r);
-      if (base == nullptr) continue;
-      fp.flags[r] = reinterpret_cast<uint32_t*>(base + l.checkOffset + offsetof(CheckArea, fabric));
-      fp.region[r] = base + l.stagingOffset;
-    }
-    fp.slotBytes = plan.regionBytes / static_cast<uint64_t>(n) / 4096 * 4096;
     fp.rank = me;
     fp.nranks = n;
     fp.timeoutNs = static_cast<unsigned long long>(plan.waitMs) * 1000000ull;
+    plan.hostPeers = fp;
+    if (ctx_.facts.peerMemory) {
+      const WorkspaceLayout& l = ws_.layout();
+      plan.regionBytes = (l.tsOffset - l.stagingOffset) / 4096 * 4096;
+      for (int r = 0; r < n; ++r) {
+        char* base = r == me ? ws_.memory()->local() : ws_.memory()->peer(r);
+        if (base == nullptr) continue;
+        fp.flags[r] =
+            reinterpret_cast<uint32_t*>(base + l.checkOffset + offsetof(CheckArea, fabric));
+        fp.region[r] = base + l.stagingOffset;
+      }
+      fp.slotBytes = plan.regionBytes / static_cast<uint64_t>(n) / 4096 * 4096;
+    }
+    if (ctx_.facts.hostMemory) {
+      const HostLayout& hl = host_.layout();
+      FabricPeers& hp = plan.hostPeers;
+      for (int r = 0; r < n; ++r) {
+        char* area =
+            host_.memory()->device() + static_cast<uint64_t>(r) * hl.rankBytes + hl.copyOffset;
+        hp.flags[r] = reinterpret_cast<uint32_t*>(area);
+        hp.region[r] = area + kHostFlagBytes;
+      }
+      hp.slotBytes = (hl.copyBytes - kHostFlagBytes) / static_cast<uint64_t>(n) / 16 * 16;
+    }
     // The timing slots, and this rank's flags zeroed before any peer writes them (the exchange
     // below comes after the stream drained).
     ANYR_CUDA_CHECK(preloadFabricKernels());
@@ -447,7 +536,12 @@ FabricRecord Fabric::measure(const std::string& what) {
     ANYR_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&plan.d), sizeof(Results), plan.s));
     ANYR_CUDA_CHECK(
         cudaMemcpyAsync(plan.d, &plan.h, sizeof(Results), cudaMemcpyHostToDevice, plan.s));
-    ANYR_CUDA_CHECK(cudaMemsetAsync(fp.flags[me], 0, sizeof(CheckArea::fabric), plan.s));
+    if (ctx_.facts.peerMemory) {
+      ANYR_CUDA_CHECK(cudaMemsetAsync(fp.flags[me], 0, sizeof(CheckArea::fabric), plan.s));
+    }
+    if (ctx_.facts.hostMemory) {
+      ANYR_CUDA_CHECK(cudaMemsetAsync(plan.hostPeers.flags[me], 0, kHostFlagBytes, plan.s));
+    }
     if (!ctx_.streamIdleWithin(plan.s, plan.drainMs)) {
       hung_ = true;
       throwError(anyrTimeout, "the communicator's stream did not drain within " +
@@ -456,7 +550,8 @@ FabricRecord Fabric::measure(const std::string& what) {
   });
   exchange();
   // The pairs: one rank at a time, the others idle.
-  for (int t = 0; t < n; ++t) {
+  const bool peers = ctx_.facts.peerMemory;
+  for (int t = 0; peers && t < n; ++t) {
     if (t == me && !skip)
       local("measuring its pairs", [&] { measurePairs(ctx_, plan, &row, &hung_); });
     exchange();
@@ -464,7 +559,7 @@ FabricRecord Fabric::measure(const std::string& what) {
   // The fabric under load needs every ordered pair: the same answer on every rank (the
   // transfer checks' results were gathered).
   std::string pairNote;
-  for (int s = 0; s < n && pairNote.empty(); ++s) {
+  for (int s = 0; peers && s < n && pairNote.empty(); ++s) {
     for (int d = 0; d < n && pairNote.empty(); ++d) {
       const PairInfo& p = ctx_.topo.pair(s, d);
       if (s != d && !(p.peerWriteOk && p.peerReadOk)) {
@@ -474,7 +569,7 @@ FabricRecord Fabric::measure(const std::string& what) {
     }
   }
   const FaultInjection fault = parseFaultInjection(env::getString("ANYR_FAULT_INJECT"));
-  if (!skip && pairNote.empty()) {
+  if (peers && !skip && pairNote.empty()) {
     if (fault.kind == FaultInjection::FabricFails && fault.rank == me) {
       // Silently: the peers' device waits for this rank must run out on their own.
       failFabricRow(&row, "measuring under load: failed by ANYR_FAULT_INJECT=fabric-fail:" +
@@ -482,6 +577,10 @@ FabricRecord Fabric::measure(const std::string& what) {
     } else {
       local("measuring under load", [&] { measureLoad(ctx_, plan, &row, &hung_); });
     }
+  }
+  exchange();
+  if (ctx_.facts.hostMemory && !skip) {
+    local("measuring through host memory", [&] { measureHost(ctx_, host_, plan, &row, &hung_); });
   }
   if (fault.kind == FaultInjection::FabricSlowWrites && fault.rank == me) {
     for (double& w : row.writeGBps) {
@@ -499,6 +598,10 @@ FabricRecord Fabric::measure(const std::string& what) {
   FabricRecord r = combineFabric(rows, what + " (" + std::to_string(n) + " ranks)",
                                  plan.islands ? islands.text() : std::string());
   if (r.hasFigures() && !pairNote.empty()) r.reason = "under load not measured: " + pairNote;
+  if (r.hasFigures() && !peers) {
+    r.reason = "pairs and peer transfers not measured: no peer workspace (" +
+               ctx_.facts.peerMemoryReason + ")";
+  }
   return r;
 }
 

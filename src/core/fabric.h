@@ -1,6 +1,6 @@
 // The fabric a communicator runs on, measured live (ANYR_FABRIC, config.fabric): at init, after
-// the peer workspace is mapped and its transfer checks passed, and before admission, every rank
-// measures over the workspace
+// the peer workspace is mapped and its transfer checks passed and the host transport is set up,
+// and before admission, every rank measures, over the workspace where there is one,
 //   - its own ordered pairs, one rank at a time (no other rank moves data meanwhile): the
 //     bandwidth of its kernel storing into each peer's staging and loading from it, and half a
 //     flag round trip to the peer's memory (the idle one-way latency);
@@ -8,6 +8,10 @@
 //     neighbour only, synchronisation rounds (1 KB and a flag to every peer, then a wait for
 //     all of theirs: a small one-shot push), and one-partner rounds (1 KB and a flag to the next
 //     rank, then a wait for the previous one's: a round of the staged and doubling pushes);
+//   - where the host transport is set up (with or without the peer workspace), every rank at
+//     once through the host memory: the copy engines both ways at once (a device-to-host copy
+//     into its own region beside a host-to-device copy out of the previous rank's) and
+//     synchronisation rounds through it (a step of the host algorithms);
 // the rows are gathered through the bootstrap and combined on every rank alike
 // (topology/fabric.h, combineFabric: the worst rank counts), and the record fills the
 // topology's pair figures and Topology::load, which admission's slow-write rule and the seed
@@ -37,9 +41,12 @@ namespace anyr {
 struct CommContext;
 class PeerWorkspace;
 
+class HostTransport;
+
 class Fabric : private CommPart {
  public:
-  Fabric(CommContext& ctx, const PeerWorkspace& workspace) : CommPart(ctx), ws_(workspace) {}
+  Fabric(CommContext& ctx, const PeerWorkspace& workspace, HostTransport& host)
+      : CommPart(ctx), ws_(workspace), host_(host) {}
 
   // Collective, at init after the transport check and before admission: the record by the
   // agreed config.fabric (cached, measured, or neither), applied to the context's topology where
@@ -63,6 +70,7 @@ class Fabric : private CommPart {
   void install(FabricRecord r, std::mutex* topoMu);
 
   const PeerWorkspace& ws_;
+  HostTransport& host_;  // its segment's copy area and copy streams, at init and before tuning
   FabricRecord record_;
   bool failedBefore_ = false;  // a measurement failed (agreed: from its combined record)
   bool hung_ = false;          // this rank's kernels did not drain: nothing more is launched

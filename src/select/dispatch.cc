@@ -303,6 +303,12 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   // A step's flags in host memory queue like peer flags under load: beyond two ranks each
   // further rank adds the PCIe per-peer term.
   in.hostLatencyUs = kHostStepUs + kLoadedPerPeerPcieUs * std::max(0, nranks - 2);
+  // Measured at this world size (the copy engines both ways at once, every rank; a
+  // synchronisation round through the host memory): those replace the nominal link and step.
+  const bool hostRate = load.known() && load.ranks == nranks && load.hostGBps > 0;
+  const bool hostStep = load.known() && load.ranks == nranks && load.hostStepUs > 0;
+  if (hostRate) in.hostGBps = load.hostGBps;
+  if (hostStep) in.hostLatencyUs = load.hostStepUs;
   // The host transport's own launch size (ANYR_HOST_LAUNCH_BYTES, not ANYR_CHUNK_BYTES): the
   // agreed value once the transport set it, else the registered default.
   in.hostLaunchBytes = cfg.hostLaunchBytes != 0 ? cfg.hostLaunchBytes : kHostDefaultLaunchBytes;
@@ -342,13 +348,18 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   }
   if (slowGpu >= 0) {
     const GpuInfo& g = t.gpus[static_cast<size_t>(slowGpu)];
-    os << "; host memory " << in.hostGBps << " GB/s per direction (GPU " << g.index << " PCIe ";
-    if (pcieGenOf(g) > 0 && pcieWidthOf(g) > 0) {
-      os << "gen" << pcieGenOf(g) << " x" << pcieWidthOf(g);
+    os << "; host memory " << in.hostGBps << " GB/s per direction (";
+    if (hostRate) {
+      os << "measured: the copy engines of every GPU both ways at once";
     } else {
-      os << "link unknown";
+      os << "GPU " << g.index << " PCIe ";
+      if (pcieGenOf(g) > 0 && pcieWidthOf(g) > 0) {
+        os << "gen" << pcieGenOf(g) << " x" << pcieWidthOf(g);
+      } else {
+        os << "link unknown";
+      }
     }
-    os << "), " << in.hostLatencyUs << " us per step";
+    os << "), " << in.hostLatencyUs << " us per step" << (hostStep ? " (measured)" : "");
   }
   in.summary = os.str();
   return in;

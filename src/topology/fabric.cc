@@ -133,6 +133,7 @@ FabricRow emptyFabricRow() {
     row.writeGBps[p] = row.readGBps[p] = row.latencyUs[p] = -1;
   }
   row.allToAllGBps = row.ringGBps = row.syncUs = row.hopUs = row.islandGBps = -1;
+  row.hostGBps = row.hostStepUs = -1;
   return row;
 }
 
@@ -211,9 +212,12 @@ FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string
   l.hopUs = worst(rows, &FabricRow::hopUs, false);
   l.islandGBps = worstIsland(rows);
   if (l.islandGBps > 0) l.islands = islands;
+  l.hostGBps = worst(rows, &FabricRow::hostGBps, true);
+  l.hostStepUs = worst(rows, &FabricRow::hostStepUs, false);
   // NCCL's ring hop (FabricLoad::ringHopUs) is not measured: a bare flag passed between our
   // kernels (hopUs) is not NCCL's hop, which the model charges from its own calibration.
-  if (l.allToAllGBps > 0 || l.ringGBps > 0 || l.syncUs > 0 || l.hopUs > 0 || l.islandGBps > 0) {
+  if (l.allToAllGBps > 0 || l.ringGBps > 0 || l.syncUs > 0 || l.hopUs > 0 || l.islandGBps > 0 ||
+      l.hostGBps > 0 || l.hostStepUs > 0) {
     l.ranks = n;
     l.source = source;
     r.load = l;
@@ -269,6 +273,10 @@ std::string fabricSummary(const FabricRecord& r) {
       os << ", inside each island " << f(l.islandGBps, 1) << " GB/s per GPU"
          << (l.islands.empty() ? "" : " (islands " + l.islands + ")");
     }
+    if (l.hostGBps > 0 || l.hostStepUs > 0) {
+      os << ", through host memory " << f(l.hostGBps, 1) << " GB/s per GPU and direction, a step "
+         << f(l.hostStepUs, 2) << " us";
+    }
   } else {
     os << "; under load not measured";
   }
@@ -301,6 +309,8 @@ std::string fabricToJson(const FabricRecord& r, int indent) {
            {"hopUs", sane(r.load.hopUs)},
            {"source", r.load.source}};
       if (!r.load.islands.empty()) l["islands"] = r.load.islands;
+      if (r.load.hostGBps > 0) l["hostGBps"] = r.load.hostGBps;
+      if (r.load.hostStepUs > 0) l["hostStepUs"] = r.load.hostStepUs;
     }
     j["load"] = l;
   }
@@ -363,6 +373,11 @@ FabricRecord fabricFromJson(const std::string& text) {
     if (l.contains("islands")) {
       if (!l["islands"].is_string()) bad("fabric.load.islands", "must be a string");
       r.load.islands = l["islands"].get<std::string>();
+    }
+    // A record cached before the host memory was measured has neither: not measured.
+    if (l.contains("hostGBps")) r.load.hostGBps = needFigure(l["hostGBps"], "fabric.load.hostGBps");
+    if (l.contains("hostStepUs")) {
+      r.load.hostStepUs = needFigure(l["hostStepUs"], "fabric.load.hostStepUs");
     }
     const json& ls = need(l, "source", "fabric.load");
     if (!ls.is_string()) bad("fabric.load.source", "must be a string");

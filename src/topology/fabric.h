@@ -32,10 +32,14 @@ struct FabricRow {
   // Storing into every other member of its island at once, every rank at once; 0 where its
   // island has no other member (nothing to measure).
   double islandGBps;
+  // Through the host memory: the copy engines both ways at once (the slower direction), and a
+  // synchronisation round (topology.h, FabricLoad::hostGBps / hostStepUs).
+  double hostGBps;
+  double hostStepUs;
   double elapsedMs;     // this rank's time in the measurement
   char why[kWhyBytes];  // with a failure: what failed, NUL-terminated
 };
-static_assert(sizeof(FabricRow) == 8 + 3 * 8 * kMaxLocalRanks + 6 * 8 + FabricRow::kWhyBytes,
+static_assert(sizeof(FabricRow) == 8 + 3 * 8 * kMaxLocalRanks + 8 * 8 + FabricRow::kWhyBytes,
               "FabricRow layout");
 
 // An empty row: status kOk, every figure unmeasured.

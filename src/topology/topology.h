@@ -79,6 +79,13 @@ struct FabricLoad {
   // gives it for the topology's own islands. A figure measured over other islands than the ones
   // in use is not applied to them (select/dispatch.cc).
   std::string islands;
+  // Through the shared host memory (the host transport), every rank at once: the copy engines'
+  // rate per GPU and direction, both directions at once (a device-to-host copy into the own
+  // region beside a host-to-device copy out of a peer's), and one synchronisation round through
+  // it (1 KB and a flag into every peer's region, then a wait for all of theirs: a step of the
+  // host algorithms).
+  double hostGBps = -1;
+  double hostStepUs = -1;
   std::string source;  // "measured", "record", or a fixture's citation
   bool known() const { return ranks > 0; }
 };

@@ -234,6 +234,74 @@ TEST(FabricCombine, TheIslandFigureIsTheLeastOfTheRanksWithPeersInTheirIsland) {
   EXPECT_DOUBLE_EQ(parsed.load.islandGBps, 30);
 }
 
+TEST(FabricCombine, TheHostMemoryFiguresAreTheWorstRanksAndTravelWithTheRecord) {
+  std::vector<FabricRow> rows = syntheticRows();
+  for (int s = 0; s < 4; ++s) {
+    rows[static_cast<size_t>(s)].hostGBps = 50 - s;           // the last rank the least
+    rows[static_cast<size_t>(s)].hostStepUs = 2.0 + 0.5 * s;  // the last rank the longest
+  }
+  const FabricRecord r = combineFabric(rows, "measured at init (4 ranks)");
+  ASSERT_EQ(r.state, FabricRecord::State::Measured) << r.reason;
+  EXPECT_DOUBLE_EQ(r.load.hostGBps, 47);
+  EXPECT_DOUBLE_EQ(r.load.hostStepUs, 3.5);
+  EXPECT_TRUE(mentions(fabricSummary(r),
+                       "through host memory 47.0 GB/s per GPU and direction, a step 3.50 us"))
+      << fabricSummary(r);
+  // Through the tuning table and back; a record cached before they were measured lacks them
+  // (read, unmeasured); a bad one is refused naming the field.
+  const FabricRecord back = fabricFromJson(fabricToJson(r));
+  EXPECT_DOUBLE_EQ(back.load.hostGBps, 47);
+  EXPECT_DOUBLE_EQ(back.load.hostStepUs, 3.5);
+  nlohmann::json older = nlohmann::json::parse(fabricToJson(r));
+  older["load"].erase("hostGBps");
+  older["load"].erase("hostStepUs");
+  const FabricRecord old = fabricFromJson(older.dump());
+  EXPECT_LT(old.load.hostGBps, 0);
+  EXPECT_LT(old.load.hostStepUs, 0);
+  nlohmann::json spoiled = nlohmann::json::parse(fabricToJson(r));
+  spoiled["load"]["hostStepUs"] = 0;
+  expectError([&] { fabricFromJson(spoiled.dump()); }, anyrInvalidArgument,
+              "fabric.load.hostStepUs", "accepted a step of 0 us");
+  // One rank that did not measure: neither is known.
+  rows[2].hostGBps = -1;
+  rows[1].hostStepUs = std::nan("");
+  const FabricRecord partial = combineFabric(rows, "measured at init (4 ranks)");
+  EXPECT_LT(partial.load.hostGBps, 0);
+  EXPECT_LT(partial.load.hostStepUs, 0);
+  // Only the host memory measured (no peer workspace): a record with a load and no pairs.
+  std::vector<FabricRow> hostOnly;
+  for (int s = 0; s < 4; ++s) {
+    FabricRow row = emptyFabricRow();
+    row.hostGBps = 40;
+    row.hostStepUs = 3;
+    hostOnly.push_back(row);
+  }
+  FabricRecord h = combineFabric(hostOnly, "measured at init (4 ranks)");
+  ASSERT_EQ(h.state, FabricRecord::State::Measured);
+  ASSERT_TRUE(h.load.known());
+  EXPECT_LT(h.load.allToAllGBps, 0);
+  EXPECT_LT(h.at(h.writeGBps, 0, 1), 0);
+  // Applied: the topology carries them, its JSON round-trips them, and the model uses them in
+  // place of the nominal link and step, at this world size only.
+  h.applied = true;
+  Topology t = bareFour();
+  const CostInputs nominal = costInputs(t, Config(), 4);
+  applyFabric(h, &t);
+  EXPECT_DOUBLE_EQ(t.load.hostGBps, 40);
+  const Topology parsed = topologyFromJson(topologyToJson(t));
+  EXPECT_DOUBLE_EQ(parsed.load.hostGBps, 40);
+  EXPECT_DOUBLE_EQ(parsed.load.hostStepUs, 3);
+  const CostInputs in = costInputs(t, Config(), 4);
+  EXPECT_DOUBLE_EQ(in.hostGBps, 40);
+  EXPECT_DOUBLE_EQ(in.hostLatencyUs, 3);
+  EXPECT_NE(nominal.hostGBps, 40);
+  EXPECT_TRUE(mentions(in.summary, "host memory 40 GB/s per direction (measured")) << in.summary;
+  EXPECT_TRUE(mentions(in.summary, "3 us per step (measured)")) << in.summary;
+  EXPECT_FALSE(mentions(nominal.summary, "(measured")) << nominal.summary;
+  const CostInputs three = costInputs(firstGpus(t, 3), Config(), 3);
+  EXPECT_NE(three.hostGBps, 40);
+}
+
 TEST(FabricCombine, AFailureAnywhereLeavesEveryRankUnmeasuredNamingTheRank) {
   // Rank 2 failed on its own; ranks 0 and 3 then timed out waiting for it.
   std::vector<FabricRow> rows = syntheticRows();

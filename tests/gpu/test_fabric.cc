@@ -3,7 +3,8 @@
 // shown, not applied; on GPUs of their own they are applied), the peer workspace stays exact
 // for the algorithms; applied measured figures drive the slow-write rule on every rank; a rank
 // that fails the measurement leaves every rank unmeasured within a bound, naming it; forced
-// islands are measured inside each island and that figure is used; the record
+// islands are measured inside each island and that figure is used; without a peer workspace the
+// host memory alone is measured and used; the record
 // is cached with the tuning table, reused without measuring, refreshed by tuning, and
 // ANYR_FABRIC's modes do what they say. Each rank prints the measurement's cost.
 #include <cuda_runtime_api.h>
@@ -117,6 +118,14 @@ int checkMeasured(const json& ex, int n, bool applied, const std::string& source
   } else {
     for (const char* k : {"allToAllGBps", "ringGBps", "syncUs", "hopUs"}) {
       if (!(load[k].get<double>() > 0)) fail(std::string("load.") + k + " not measured");
+    }
+    // Through the host segment, wherever the host transport is set up.
+    if (ex["hostTransport"]["available"].get<bool>()) {
+      for (const char* k : {"hostGBps", "hostStepUs"}) {
+        if (!load.contains(k) || !(load[k].get<double>() > 0)) {
+          fail(std::string("load.") + k + " not measured though the host transport is set up");
+        }
+      }
     }
   }
   if (f["applied"].get<bool>() != applied) {
@@ -235,6 +244,53 @@ TEST(FabricGpu, AppliedMeasuredSlowWritesPullOnEveryRank) {
           return failures ? 4 : 0;
         });
     unsetenv("ANYR_FAULT_INJECT");
+    expectRanksPassedWithEqualHashes(results, n);
+  }
+}
+
+// ---- through host memory only -------------------------------------------------------------------
+
+TEST(FabricGpu, WithoutAPeerWorkspaceTheHostMemoryIsMeasuredAndUsed) {
+  REQUIRE_GPU();
+  // No peer workspace (ANYR_PEER_MEMORY=none): no pair and no peer transfer is measured, the host
+  // segment is, every rank agrees, and with the figures applied (tests only, on one shared GPU)
+  // the model's host memory is the measured one; the host algorithms then stay exact.
+  RankEnv none("ANYR_PEER_MEMORY", "none");
+  RankEnv apply("ANYR_TEST_FABRIC_APPLY", "1");
+  for (int n : {2, 3, 5}) {
+    SCOPED_TRACE("ranks " + std::to_string(n));
+    auto results =
+        runRanksCatching(n, 300, [&](int rank, int nr, const anyrUniqueId& id, const Report& rep) {
+          anyrComm_t comm = initRankComm(rank, nr, id, 30000);
+          const json ex = explainJson(comm);
+          int failures = 0;
+          auto fail = [&](const std::string& what) {
+            ++failures;
+            rep("FAIL " + what + "\n");
+          };
+          const json& f = ex["fabric"];
+          const std::string summary = f["summary"];
+          if (f["state"] != "measured") fail("state " + f["state"].dump() + ": " + summary);
+          if (!has(f["reason"].get<std::string>(), "no peer workspace")) {
+            fail("no reason why the pairs are not measured: " + f["reason"].dump());
+          }
+          const json& load = f["load"];
+          if (!load.is_object() || !load.contains("hostGBps") || !load.contains("hostStepUs") ||
+              !(load["hostGBps"].get<double>() > 0) || !(load["hostStepUs"].get<double>() > 0)) {
+            fail("the host memory not measured: " + summary);
+          } else if (load["allToAllGBps"].get<double>() > 0 || f["writeGBps"][0][1] != -1) {
+            fail("peer figures without a peer workspace: " + summary);
+          }
+          if (!has(ex["dispatchText"].get<std::string>(), "GB/s per direction (measured")) {
+            fail("the cost model's inputs do not use the measured host memory");
+          }
+          const unsigned long long wrong = wrongAfter(comm, rank, nr);
+          if (wrong != 0) fail(std::to_string(wrong) + " wrong elements");
+          rep("HASH fabric " + hashOf(f) + "\n");
+          if (rank == 0) rep("INFO " + summary + "\n");
+          R_ANYR(anyrCommDestroy(comm), nullptr);
+          return failures ? 4 : 0;
+        });
     expectRanksPassedWithEqualHashes(results, n);
   }
 }
