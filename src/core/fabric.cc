@@ -271,8 +271,10 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
 // Every rank at once through the host segment: after a barrier through it, this rank's copy
 // engines copy device-to-host into its own copy area and host-to-device out of the previous
 // rank's, at once (as host-copy runs them), kHostCopies times each, timed by events; then the
-// synchronisation rounds through the host memory. A wait that failed is recorded in `row`.
-void measureHost(CommContext& ctx, HostTransport& host, Plan& plan, FabricRow* row, bool* hung) {
+// synchronisation rounds through the host memory. A wait that failed is recorded in `row`: as
+// the host step's own failure where `alone` is false (the peer figures stand), else as the row's.
+void measureHost(CommContext& ctx, HostTransport& host, Plan& plan, FabricRow* row, bool alone,
+                 bool* hung) {
   const HostLayout& l = host.layout();
   HostTransport::HostCopyResources& c = host.copy();
   const int n = plan.n;
@@ -314,7 +316,12 @@ void measureHost(CommContext& ctx, HostTransport& host, Plan& plan, FabricRow* r
   drainAndRead(ctx, plan, "the transfers through host memory", hung);
   const FabricStatus& st = plan.h.status;
   if (st.code != kFabricOk) {
-    failFabricRow(row, "measuring through host memory: " + describeWait(plan, st), st.peer);
+    const std::string why = "measuring through host memory: " + describeWait(plan, st);
+    if (alone) {
+      failFabricRow(row, why, st.peer);
+    } else {
+      failFabricHost(row, why, st.peer);
+    }
     return;
   }
   float d2hMs = 0, h2dMs = 0;
@@ -579,8 +586,20 @@ FabricRecord Fabric::measure(const std::string& what) {
     }
   }
   exchange();
-  if (ctx_.facts.hostMemory && !skip) {
-    local("measuring through host memory", [&] { measureHost(ctx_, host_, plan, &row, &hung_); });
+  // Through the host memory. Where the peers were measured too, a failure of this step leaves
+  // only its own figures unmeasured; alone, it is the measurement's failure.
+  if (ctx_.facts.hostMemory && !skip && !hung_) {
+    if (!peers) {
+      local("measuring through host memory",
+            [&] { measureHost(ctx_, host_, plan, &row, true, &hung_); });
+    } else if (row.status == FabricRow::kOk) {
+      try {
+        measureHost(ctx_, host_, plan, &row, false, &hung_);
+      } catch (const Error& e) {
+        failFabricHost(&row, std::string("measuring through host memory: ") + e.what());
+        (void)cudaGetLastError();
+      }
+    }
   }
   if (fault.kind == FaultInjection::FabricSlowWrites && fault.rank == me) {
     for (double& w : row.writeGBps) {
@@ -597,10 +616,13 @@ FabricRecord Fabric::measure(const std::string& what) {
   }
   FabricRecord r = combineFabric(rows, what + " (" + std::to_string(n) + " ranks)",
                                  plan.islands ? islands.text() : std::string());
-  if (r.hasFigures() && !pairNote.empty()) r.reason = "under load not measured: " + pairNote;
+  auto note = [&](const std::string& text) {
+    r.reason = text + (r.reason.empty() ? "" : "; " + r.reason);
+  };
+  if (r.hasFigures() && !pairNote.empty()) note("under load not measured: " + pairNote);
   if (r.hasFigures() && !peers) {
-    r.reason = "pairs and peer transfers not measured: no peer workspace (" +
-               ctx_.facts.peerMemoryReason + ")";
+    note("pairs and peer transfers not measured: no peer workspace (" +
+         ctx_.facts.peerMemoryReason + ")");
   }
   return r;
 }

@@ -134,6 +134,8 @@ FabricRow emptyFabricRow() {
   }
   row.allToAllGBps = row.ringGBps = row.syncUs = row.hopUs = row.islandGBps = -1;
   row.hostGBps = row.hostStepUs = -1;
+  row.hostStatus = FabricRow::kOk;
+  row.hostPeer = -1;
   return row;
 }
 
@@ -142,6 +144,14 @@ void failFabricRow(FabricRow* row, const std::string& why, int peer) {
   row->status = peer >= 0 ? FabricRow::kWaitFailed : FabricRow::kFailed;
   row->peer = peer;
   std::snprintf(row->why, sizeof(row->why), "%s", why.c_str());
+}
+
+void failFabricHost(FabricRow* row, const std::string& why, int peer) {
+  if (row->hostStatus != FabricRow::kOk) return;
+  row->hostStatus = peer >= 0 ? FabricRow::kWaitFailed : FabricRow::kFailed;
+  row->hostPeer = peer;
+  row->hostGBps = row->hostStepUs = -1;
+  std::snprintf(row->hostWhy, sizeof(row->hostWhy), "%s", why.c_str());
 }
 
 const char* fabricStateName(FabricRecord::State s) {
@@ -214,6 +224,25 @@ FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string
   if (l.islandGBps > 0) l.islands = islands;
   l.hostGBps = worst(rows, &FabricRow::hostGBps, true);
   l.hostStepUs = worst(rows, &FabricRow::hostStepUs, false);
+  // The step through the host memory failed somewhere: its figures only are unmeasured, and
+  // the reason names the first rank that failed on its own (else the first whose wait failed).
+  int hostOwn = -1, hostWaited = -1;
+  for (int i = 0; i < n; ++i) {
+    const int32_t st = rows[static_cast<size_t>(i)].hostStatus;
+    if (st == FabricRow::kOk) continue;
+    if (st == FabricRow::kWaitFailed) {
+      if (hostWaited < 0) hostWaited = i;
+    } else if (hostOwn < 0) {
+      hostOwn = i;
+    }
+  }
+  if (hostOwn >= 0 || hostWaited >= 0) {
+    const int first = hostOwn >= 0 ? hostOwn : hostWaited;
+    const FabricRow& fr = rows[static_cast<size_t>(first)];
+    l.hostGBps = l.hostStepUs = -1;
+    r.reason = "through host memory not measured: rank " + std::to_string(first) + ": " +
+               std::string(fr.hostWhy, strnlen(fr.hostWhy, FabricRow::kHostWhyBytes));
+  }
   // NCCL's ring hop (FabricLoad::ringHopUs) is not measured: a bare flag passed between our
   // kernels (hopUs) is not NCCL's hop, which the model charges from its own calibration.
   if (l.allToAllGBps > 0 || l.ringGBps > 0 || l.syncUs > 0 || l.hopUs > 0 || l.islandGBps > 0 ||

@@ -19,9 +19,14 @@ namespace anyr {
 // A figure that was not measured is < 0.
 struct FabricRow {
   static constexpr int kWhyBytes = 192;
+  static constexpr int kHostWhyBytes = 128;
   enum : int32_t { kOk = 0, kFailed = 1, kWaitFailed = 2 };
   int32_t status;  // kOk; kFailed: this rank failed on its own; kWaitFailed: a wait for `peer`
   int32_t peer;    // with kWaitFailed: the rank waited for; else -1
+  // The step through the host memory where a peer workspace was measured too: its failure
+  // leaves only the host figures unmeasured (the same codes; hostWhy says what failed).
+  int32_t hostStatus;
+  int32_t hostPeer;
   double writeGBps[kMaxLocalRanks];  // this rank's kernel storing into each peer's staging
   double readGBps[kMaxLocalRanks];   // this rank's kernel loading from each peer's staging
   double latencyUs[kMaxLocalRanks];  // half a flag round trip to each peer's memory
@@ -38,8 +43,10 @@ struct FabricRow {
   double hostStepUs;
   double elapsedMs;     // this rank's time in the measurement
   char why[kWhyBytes];  // with a failure: what failed, NUL-terminated
+  char hostWhy[kHostWhyBytes];
 };
-static_assert(sizeof(FabricRow) == 8 + 3 * 8 * kMaxLocalRanks + 8 * 8 + FabricRow::kWhyBytes,
+static_assert(sizeof(FabricRow) == 16 + 3 * 8 * kMaxLocalRanks + 8 * 8 + FabricRow::kWhyBytes +
+                                       FabricRow::kHostWhyBytes,
               "FabricRow layout");
 
 // An empty row: status kOk, every figure unmeasured.
@@ -47,6 +54,8 @@ FabricRow emptyFabricRow();
 // Records a failure in `row` (the first one recorded stays): kFailed, or kWaitFailed naming
 // the rank waited for (`peer` >= 0).
 void failFabricRow(FabricRow* row, const std::string& why, int peer = -1);
+// The same for the step through the host memory alone (hostStatus, hostPeer, hostWhy).
+void failFabricHost(FabricRow* row, const std::string& why, int peer = -1);
 
 struct FabricRecord {
   enum class State {

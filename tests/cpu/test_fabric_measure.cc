@@ -268,6 +268,22 @@ TEST(FabricCombine, TheHostMemoryFiguresAreTheWorstRanksAndTravelWithTheRecord) 
   const FabricRecord partial = combineFabric(rows, "measured at init (4 ranks)");
   EXPECT_LT(partial.load.hostGBps, 0);
   EXPECT_LT(partial.load.hostStepUs, 0);
+  // The host step failed on rank 1 (and rank 3 then waited for it in vain): the peer figures
+  // stand, the host ones are unmeasured, and the reason names rank 1 and what failed.
+  std::vector<FabricRow> hostFailed = syntheticRows();
+  for (FabricRow& row : hostFailed) row.hostGBps = row.hostStepUs = 40;
+  failFabricHost(&hostFailed[3], "measuring through host memory: timed out waiting for rank 1", 1);
+  failFabricHost(&hostFailed[1], "measuring through host memory: cudaErrorInvalidValue");
+  failFabricHost(&hostFailed[1], "a second failure is not recorded");
+  const FabricRecord hf = combineFabric(hostFailed, "measured at init (4 ranks)");
+  ASSERT_EQ(hf.state, FabricRecord::State::Measured) << hf.reason;
+  EXPECT_DOUBLE_EQ(hf.load.allToAllGBps, 20);
+  EXPECT_DOUBLE_EQ(hf.at(hf.writeGBps, 0, 1), 40.1);
+  EXPECT_LT(hf.load.hostGBps, 0);
+  EXPECT_LT(hf.load.hostStepUs, 0);
+  EXPECT_EQ(hf.reason,
+            "through host memory not measured: rank 1: measuring through host memory: "
+            "cudaErrorInvalidValue");
   // Only the host memory measured (no peer workspace): a record with a load and no pairs.
   std::vector<FabricRow> hostOnly;
   for (int s = 0; s < 4; ++s) {
