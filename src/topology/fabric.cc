@@ -50,6 +50,25 @@ double worstIsland(const std::vector<FabricRow>& rows) {
   return w;
 }
 
+// The ranks whose step failed (status or hostStatus): the first that failed on its own (kFailed,
+// or a status no rank writes), the first whose wait failed; -1 where none did.
+struct Failures {
+  int own = -1, waited = -1;
+};
+Failures failuresOf(const std::vector<FabricRow>& rows, int32_t FabricRow::*status) {
+  Failures f;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int32_t st = rows[i].*status;
+    if (st == FabricRow::kOk) continue;
+    if (st == FabricRow::kWaitFailed) {
+      if (f.waited < 0) f.waited = static_cast<int>(i);
+    } else if (f.own < 0) {
+      f.own = static_cast<int>(i);
+    }
+  }
+  return f;
+}
+
 std::string fmt(double x, int digits) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
@@ -178,16 +197,8 @@ FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string
                std::to_string(kMaxLocalRanks) + " ranks measure a fabric)";
     return r;
   }
-  int own = -1, waited = -1;
-  for (int i = 0; i < n; ++i) {
-    const int32_t st = rows[static_cast<size_t>(i)].status;
-    if (st == FabricRow::kOk) continue;
-    if (st == FabricRow::kWaitFailed) {
-      if (waited < 0) waited = i;
-    } else if (own < 0) {
-      own = i;  // kFailed, or a status no rank writes: a failure of its own
-    }
-  }
+  const Failures failed = failuresOf(rows, &FabricRow::status);
+  const int own = failed.own, waited = failed.waited;
   if (own >= 0 || waited >= 0) {
     const int first = own >= 0 ? own : waited;
     r.reason = "not measured: rank " + std::to_string(first) + ": " +
@@ -226,18 +237,9 @@ FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string
   l.hostStepUs = worst(rows, &FabricRow::hostStepUs, false);
   // The step through the host memory failed somewhere: its figures only are unmeasured, and
   // the reason names the first rank that failed on its own (else the first whose wait failed).
-  int hostOwn = -1, hostWaited = -1;
-  for (int i = 0; i < n; ++i) {
-    const int32_t st = rows[static_cast<size_t>(i)].hostStatus;
-    if (st == FabricRow::kOk) continue;
-    if (st == FabricRow::kWaitFailed) {
-      if (hostWaited < 0) hostWaited = i;
-    } else if (hostOwn < 0) {
-      hostOwn = i;
-    }
-  }
-  if (hostOwn >= 0 || hostWaited >= 0) {
-    const int first = hostOwn >= 0 ? hostOwn : hostWaited;
+  const Failures host = failuresOf(rows, &FabricRow::hostStatus);
+  if (host.own >= 0 || host.waited >= 0) {
+    const int first = host.own >= 0 ? host.own : host.waited;
     const FabricRow& fr = rows[static_cast<size_t>(first)];
     l.hostGBps = l.hostStepUs = -1;
     r.reason = "through host memory not measured: rank " + std::to_string(first) + ": " +
