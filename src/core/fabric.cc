@@ -484,11 +484,8 @@ FabricRecord Fabric::measure(const std::string& what) {
   };
   Plan plan;
   // The islands of the two-level all-reduce, as dispatch derives them (the agreed topology and
-  // configuration: the same on every rank).
-  Islands islands;
-  if (islandsCoverError(ctx_.cfg.islands, n).empty()) {
-    islands = islandsOf(ctx_.topo, ctx_.cfg.islands, n);
-  }
+  // configuration, whose ANYR_ISLANDS init checked: the same on every rank).
+  const Islands islands = islandsOf(ctx_.topo, ctx_.cfg.islands, n);
   if (ctx_.facts.peerMemory && islands.count() >= 2) {
     plan.islands = true;
     for (const std::vector<int>& members : islands.members) {
@@ -592,7 +589,7 @@ FabricRecord Fabric::measure(const std::string& what) {
     if (!peers) {
       local("measuring through host memory",
             [&] { measureHost(ctx_, host_, plan, &row, true, &hung_); });
-    } else if (row.status == FabricRow::kOk) {
+    } else {
       try {
         measureHost(ctx_, host_, plan, &row, false, &hung_);
       } catch (const Error& e) {

@@ -40,7 +40,6 @@ namespace anyr {
 
 struct CommContext;
 class PeerWorkspace;
-
 class HostTransport;
 
 class Fabric : private CommPart {

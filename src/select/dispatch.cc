@@ -226,7 +226,8 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
               (viaPcie ? kLoadedPerPeerPcieUs : kLoadedPerPeerNvlinkUs) * std::max(0, nranks - 1);
   in.ringHopUs = in.ncclViaHost ? kNcclHopHostUs : anyPeerPcie ? kNcclHopPcieUs : kNcclHopNvlinkUs;
   const FabricLoad& load = t.load;
-  if (load.known() && load.ranks == nranks) {
+  const bool loadHere = load.known() && load.ranks == nranks;  // figures for this world size
+  if (loadHere) {
     if (load.syncUs > 0) in.syncUs = load.syncUs;
     if (load.ringHopUs > 0 && !in.ncclViaHost) in.ringHopUs = load.ringHopUs;
     if (load.hopUs > 0) {
@@ -283,7 +284,7 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
     in.islandCrossWriteGBps = between < 1e30 ? between : 0;
     // A figure measured over other islands (ANYR_ISLANDS changed since it was cached) is not
     // these islands'.
-    if (load.known() && load.ranks == nranks && load.islandGBps > 0 &&
+    if (loadHere && load.islandGBps > 0 &&
         (load.islands.empty() || load.islands == islands.text())) {
       in.islandLoadGBps = load.islandGBps;
     }
@@ -305,8 +306,8 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   in.hostLatencyUs = kHostStepUs + kLoadedPerPeerPcieUs * std::max(0, nranks - 2);
   // Measured at this world size (the copy engines both ways at once, every rank; a
   // synchronisation round through the host memory): those replace the nominal link and step.
-  const bool hostRate = load.known() && load.ranks == nranks && load.hostGBps > 0;
-  const bool hostStep = load.known() && load.ranks == nranks && load.hostStepUs > 0;
+  const bool hostRate = loadHere && load.hostGBps > 0;
+  const bool hostStep = loadHere && load.hostStepUs > 0;
   if (hostRate) in.hostGBps = load.hostGBps;
   if (hostStep) in.hostLatencyUs = load.hostStepUs;
   // The host transport's own launch size (ANYR_HOST_LAUNCH_BYTES, not ANYR_CHUNK_BYTES): the

@@ -25,27 +25,16 @@ std::string whyOf(const FabricRow& row) {
 }
 
 // The worst rank's figure under load: the least (bandwidth) or the greatest (time); unmeasured
-// where any rank did not measure it.
-double worst(const std::vector<FabricRow>& rows, double FabricRow::*field, bool least) {
+// where any rank did not measure it. With `zeroIsNone` a rank's 0 means it had nothing to
+// measure (the island figure of an island of one): that rank does not count.
+double worst(const std::vector<FabricRow>& rows, double FabricRow::*field, bool least,
+             bool zeroIsNone = false) {
   double w = -1;
   for (const FabricRow& row : rows) {
+    if (zeroIsNone && row.*field == 0) continue;
     const double x = sane(row.*field);
     if (x < 0) return -1;
     if (w < 0 || (least ? x < w : x > w)) w = x;
-  }
-  return w;
-}
-
-// The island figure: the least over the ranks whose island has other members (a row's 0: an
-// island of one); unmeasured where one of them did not measure it, or no rank had a peer in its
-// island.
-double worstIsland(const std::vector<FabricRow>& rows) {
-  double w = -1;
-  for (const FabricRow& row : rows) {
-    if (row.islandGBps == 0) continue;
-    const double x = sane(row.islandGBps);
-    if (x < 0) return -1;
-    if (w < 0 || x < w) w = x;
   }
   return w;
 }
@@ -231,7 +220,7 @@ FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string
   l.ringGBps = worst(rows, &FabricRow::ringGBps, true);
   l.syncUs = worst(rows, &FabricRow::syncUs, false);
   l.hopUs = worst(rows, &FabricRow::hopUs, false);
-  l.islandGBps = worstIsland(rows);
+  l.islandGBps = worst(rows, &FabricRow::islandGBps, true, true);
   if (l.islandGBps > 0) l.islands = islands;
   l.hostGBps = worst(rows, &FabricRow::hostGBps, true);
   l.hostStepUs = worst(rows, &FabricRow::hostStepUs, false);
