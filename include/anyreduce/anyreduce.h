@@ -109,7 +109,9 @@ typedef enum {
   anyrAlgoDoublingPush = 13, /* "doubling-push": the one-shot push relayed in ceil(log2 n)
                                 rounds, each rank writing to one partner a round (peer writes;
                                 few hops for small messages where all-to-all rounds queue) */
-  anyrNumAlgos = 14
+  anyrAlgoRingCopy = 14,     /* "ring-copy": the ring's chain with its bytes pulled from the ring
+                                neighbours by the copy engines (for large messages over PCIe) */
+  anyrNumAlgos = 15
 } anyrAlgo_t;
 
 /* Wire format of the data the host-memory algorithms and one-shot pull exchange (opt-in; never

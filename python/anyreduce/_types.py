@@ -140,6 +140,7 @@ class Algo(_CEnum):
     ISLANDS = 11, "islands"
     RING = 12, "ring"
     DOUBLING_PUSH = 13, "doubling-push"
+    RING_COPY = 14, "ring-copy"
 
     @property
     def short_name(self) -> str:

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "algo/ring_plan.h"
 #include "anyreduce/anyreduce.h"
 #include "device/handles.h"
 #include "device/host_handles.h"
@@ -78,6 +79,15 @@ struct HostCopyStreams {
   cudaEvent_t* recv;     // [chunk]: every peer's chunk is in device staging (recorded on h2d)
   cudaEvent_t* packed;   // [chunk]: compressed wire: the own chunk quantized (caller's stream)
   uint32_t events;       // entries of copied, arrived, recv and packed
+};
+
+// ring_copy.cu: the copy-engine ring's streams and events (owned by the peer workspace); every
+// call forks from the caller's stream and joins back into it.
+struct RingCopyStreams {
+  cudaStream_t fold[kRingCopyStreams];    // per pipeline: waits, pulls of partials, folds
+  cudaStream_t result[kRingCopyStreams];  // per pipeline: waits, pulls of results
+  cudaEvent_t fork;
+  cudaEvent_t joined[2 * kRingCopyStreams];  // each side stream's end (fold, then result)
 };
 
 }  // namespace anyr

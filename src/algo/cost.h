@@ -134,6 +134,7 @@ double hostOneShotUs(double bytes, const CostInputs& in);
 double hostTwoShotUs(double bytes, const CostInputs& in);
 double hostCopyUs(double bytes, const CostInputs& in);
 double ringUs(double bytes, const CostInputs& in);
+double ringCopyUs(double bytes, const CostInputs& in);
 double ncclUs(double bytes, const CostInputs& in);
 
 // A fused kernel (all-reduce and epilogue in one kernel) from its all-reduce's time and the

@@ -60,6 +60,9 @@ cudaError_t islandsResidentPerSm(int* least);
 cudaError_t launchRing(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
                        cudaStream_t stream);
 cudaError_t ringResidentPerSm(int* least);
+// ring_copy.cu
+cudaError_t launchRingCopy(anyrDataType_t dtype, const AllReduceArgs& a, const LaunchShape& shape,
+                           const RingCopyStreams& s, cudaStream_t stream);
 // host_oneshot.cu, and host_oneshot_ll.cu: its low-latency protocol (native wire, small
 // launches); a.wire selects the wire format.
 cudaError_t launchHostOneShot(anyrDataType_t dtype, const HostArgs& a, const LaunchShape& shape,
@@ -205,6 +208,33 @@ AlgoAdmission admitRingWrites(const Topology& t, const CommFacts& f) {
   return x;
 }
 
+// Ring-copy (ring_copy.cu) pulls partial sums and results from its ring neighbours' workspaces
+// and stores only its chunk flags into theirs, both ways: those pairs need their peer-read and
+// peer-write checks, no others.
+AlgoAdmission admitRingPulls(const Topology& t, const CommFacts& f) {
+  AlgoAdmission x = admitPeer(t, f, false, false);
+  if (!x.admitted) return x;
+  const int n = t.size();
+  for (int r = 0; r < n; ++r) {
+    const int next = (r + 1) % n;
+    for (const auto& [s, d] : {std::pair<int, int>{r, next}, std::pair<int, int>{next, r}}) {
+      if (s == d) continue;
+      const PairInfo& p = t.pair(s, d);
+      if (!p.peerReadOk || !p.peerWriteOk) {
+        x.admitted = false;
+        x.reason = std::string("peer ") + (p.peerReadOk ? "write" : "read") + " rank " +
+                   std::to_string(s) + " -> rank " + std::to_string(d) +
+                   " (ring neighbours) failed its transfer check or is not mapped";
+        return x;
+      }
+    }
+  }
+  x.reason =
+      "every ring-neighbour pair passed its peer-read and peer-write checks, both ways (no "
+      "other pair is used)";
+  return x;
+}
+
 // The doubling push stores only into its rounds' partners (algo/doubling_schedule.h, with the
 // islands' order): those pairs need their peer-write check, no others.
 AlgoAdmission admitDoublingWrites(const Topology& t, const CommFacts& f) {
@@ -337,6 +367,11 @@ constexpr AlgoInfo kAlgos[] = {
         .peer(ANYR_KERNEL_FN(launchRing), ANYR_KERNEL_FN(ringResidentPerSm), LaunchCapacity::Chunk)
         .admission(admitRingWrites)
         .cost(ringUs),
+    // The ring's chain with its bytes pulled by the copy engines: after the ring, which wins ties.
+    AlgoInfo(anyrAlgoRingCopy, "ring-copy", AlgoKind::PeerMemory)
+        .peerCopy(ANYR_KERNEL_FN(launchRingCopy))
+        .admission(admitRingPulls)
+        .cost(ringCopyUs),
     // The one-shot push relayed in ceil(log2 n) rounds: after the staged forms and the
     // islands (with two ranks it is the one-shot push's kernel and cost, and the tie goes to it).
     AlgoInfo(anyrAlgoDoublingPush, "doubling-push", AlgoKind::PeerMemory)

@@ -48,6 +48,8 @@ enum class LaunchCapacity : uint8_t {
   Chunk,        // a staging chunk of the peer workspace (WorkspaceLayout::chunkBytes)
   HostLaunch,   // a launch buffer of the host segment (HostLayout::launchBytes)
   IslandSlots,  // islands: the busiest owner's share in a two-shot push slot (islandLaunchBytes)
+  RingCopy,     // ring-copy: kRingCopyLaunchBytes (algo/ring_plan.h), each launch filling its
+                // pipeline once
 };
 
 // Facts about the communicator that are not per-pair topology: the admission rules' inputs
@@ -85,6 +87,9 @@ using HostLaunchFn = cudaError_t (*)(anyrDataType_t, const HostArgs&, const Laun
 // host-copy forks side streams off the caller's and joins them back (HostCopyStreams).
 using HostCopyLaunchFn = cudaError_t (*)(anyrDataType_t, const HostCopyArgs&, const LaunchShape&,
                                          const HostCopyStreams&, cudaStream_t);
+// ring-copy forks side streams off the caller's and joins them back (RingCopyStreams).
+using PeerCopyLaunchFn = cudaError_t (*)(anyrDataType_t, const AllReduceArgs&, const LaunchShape&,
+                                         const RingCopyStreams&, cudaStream_t);
 // Lowers *least to the fewest blocks of kAlgoThreads threads of the algorithm's kernel (every
 // dtype, alignment and wire variant) that one SM of the current device holds.
 using ResidentPerSmFn = cudaError_t (*)(int* least);
@@ -114,14 +119,17 @@ struct AlgoInfo {
   // tuning tables accept.
   const char* name = nullptr;
   AlgoKind kind = AlgoKind::PeerMemory;
-  // Launchers, those of its kind: a peer-memory row has `launch` and `residentPerSm`; a
-  // host-memory row `launchHost` (optionally `launchHostLowLatency`, for native-wire messages
-  // up to the host layout's llMaxBytes) or `launchHostCopy` instead; an NCCL row none.
+  // Launchers, those of its kind: a peer-memory row has `launch` and `residentPerSm` (its
+  // kernels' blocks must be resident together), or `launchPeerCopy` (copies and kernels on side
+  // streams, none waiting for another block); a host-memory row `launchHost` (optionally
+  // `launchHostLowLatency`, for native-wire messages up to the host layout's llMaxBytes) or
+  // `launchHostCopy` instead; an NCCL row none.
   PeerLaunchFn launch = nullptr;
   ResidentPerSmFn residentPerSm = nullptr;
   HostLaunchFn launchHost = nullptr;
   HostLaunchFn launchHostLowLatency = nullptr;
   HostCopyLaunchFn launchHostCopy = nullptr;
+  PeerCopyLaunchFn launchPeerCopy = nullptr;
   LaunchCapacity capacity = LaunchCapacity::None;
   // A launch's grid covers 1/nranks of the message's vectors (the reduce-scatter forms);
   // otherwise all of them (Launcher::shapeFor, core/launch.cc).
@@ -136,6 +144,12 @@ struct AlgoInfo {
     x.launch = l;
     x.residentPerSm = r;
     x.capacity = c;
+    return x;
+  }
+  constexpr AlgoInfo peerCopy(PeerCopyLaunchFn l) const {
+    AlgoInfo x = *this;
+    x.launchPeerCopy = l;
+    x.capacity = LaunchCapacity::RingCopy;
     return x;
   }
   constexpr AlgoInfo host(HostLaunchFn l, HostLaunchFn lowLatency = nullptr) const {

@@ -49,6 +49,55 @@ __host__ __device__ inline RingPlan ringPlan(uint64_t numVecs, int elemsPerVec, 
   return p;
 }
 
+// ---- ring-copy (algo/ring_copy.cu): the same chain, its bytes pulled by the copy engines ----
+// Pipelines of a launch; each has its own fold and result stream. They use the ring's flags and
+// chunk counts of the same stream index (RingFlags, LocalState::ringUse), so a ring launch and a
+// ring-copy launch continue each other's counts (algo/ring_copy.cu says why that is safe).
+constexpr int kRingCopyStreams = 2;
+static_assert(kRingCopyStreams <= kRingMaxStreams, "ring-copy streams share the ring's flags");
+// Slots per pipeline of the outgoing partial sums and of the results: a rank runs at most this
+// many chunks ahead of the neighbour that pulls them.
+constexpr uint32_t kRingCopySlots = 2;
+// Elements per chunk: one copy of 1 MiB of fp32 partial sums, long next to the launches and
+// flags around it (a few microseconds each).
+constexpr uint64_t kRingCopyChunkElems = 256 * 1024;
+constexpr uint64_t kRingCopySlotBytes = kRingCopyChunkElems * 4;
+// A workspace's ring-copy area (WorkspaceLayout::ringCopyOffset): the partial-sum slots
+// [stream][slot], the result slots [stream][slot] (a chunk in the call's type, at most fp32) and
+// the inbox [stream] the fold pulls into (read only by its own rank).
+constexpr uint64_t kRingCopyPartOffset = 0;
+constexpr uint64_t kRingCopyResultOffset =
+    kRingCopyPartOffset + kRingCopyStreams * kRingCopySlots * kRingCopySlotBytes;
+constexpr uint64_t kRingCopyInboxOffset =
+    kRingCopyResultOffset + kRingCopyStreams * kRingCopySlots * kRingCopySlotBytes;
+constexpr uint64_t kRingCopyAreaBytes =
+    kRingCopyInboxOffset + kRingCopyStreams * kRingCopySlotBytes;
+// Bytes of a message one launch carries (larger messages are several launches): each launch
+// fills the pipeline once (ringDepth hops of a whole chunk), so launches are large.
+constexpr uint64_t kRingCopyLaunchBytes = 1ull << 30;
+
+struct RingCopyPlan {
+  uint64_t chunkVecs;  // 16-byte input vectors per chunk
+  uint64_t chunks;     // chunks of the launch; chunk c belongs to stream c % streams
+  int streams;         // pipelines (1 .. kRingCopyStreams)
+};
+
+__host__ __device__ inline RingCopyPlan ringCopyPlan(uint64_t numVecs, int elemsPerVec) {
+  RingCopyPlan p;
+  p.chunkVecs = kRingCopyChunkElems / static_cast<uint64_t>(elemsPerVec);
+  p.chunks = (numVecs + p.chunkVecs - 1) / p.chunkVecs;
+  p.streams = p.chunks < static_cast<uint64_t>(kRingCopyStreams) ? static_cast<int>(p.chunks)
+                                                                 : kRingCopyStreams;
+  if (p.streams < 1) p.streams = 1;
+  return p;
+}
+
+// Chunks of a launch that stream b carries: b, b + streams, ...
+__host__ __device__ inline uint64_t ringCopyChunksOf(const RingCopyPlan& p, int b) {
+  const uint64_t ub = static_cast<uint64_t>(b);
+  return p.chunks > ub ? (p.chunks - 1 - ub) / static_cast<uint64_t>(p.streams) + 1 : 0;
+}
+
 // The ranks 0 .. m-1 get the result on the wrap arm, m .. n-2 on the backward arm.
 __host__ __device__ constexpr int ringSplit(int n) { return n / 2; }
 

@@ -62,6 +62,15 @@ void Launcher::launchPeerAlgo(anyrAlgo_t algo, const void* in, void* out, size_t
     launchHostAlgo(algo, in, out, count, dtype, stream);
     return;
   }
+  if (row != nullptr && row->launchPeerCopy != nullptr) {
+    // The copy engines' form (ring-copy): side streams of the workspace, large launches.
+    const RingCopyStreams& streams = workspace_.ringCopyStreams();
+    launchInPieces(algo, workspace_.args(), in, out, count, dtype, kRingCopyLaunchBytes,
+                   [&](const AllReduceArgs& a, const LaunchShape& shape) {
+                     return row->launchPeerCopy(dtype, a, shape, streams, stream);
+                   });
+    return;
+  }
   // Per-launch capacity: one push slot, the islands' share of a two-shot push slot, or one
   // staging chunk (the row's LaunchCapacity).
   const LaunchCapacity kind = row != nullptr ? row->capacity : LaunchCapacity::Chunk;

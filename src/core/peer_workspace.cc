@@ -23,9 +23,9 @@
 namespace anyr {
 
 uint64_t WorkspaceLayout::hash() const {
-  const uint64_t fields[] = {headerOffset,  flagsOffset,   checkOffset,  checkBytes, pushOffset,
-                             pushSlotBytes, stagingOffset, resultOffset, chunkBytes, tsOffset,
-                             tsSlotBytes,   ringOffset,    totalBytes};
+  const uint64_t fields[] = {headerOffset,  flagsOffset,   checkOffset,    checkBytes, pushOffset,
+                             pushSlotBytes, stagingOffset, resultOffset,   chunkBytes, tsOffset,
+                             tsSlotBytes,   ringOffset,    ringCopyOffset, totalBytes};
   uint64_t h = 1469598103934665603ull;
   for (uint64_t f : fields) {
     h ^= f;
@@ -52,7 +52,8 @@ WorkspaceLayout computeLayout(const Config& cfg, int nranks) {
   const uint64_t n = static_cast<uint64_t>(nranks);
   l.tsSlotBytes = roundUp((l.chunkBytes / 16 + n - 1) / n * 16, page);
   l.ringOffset = l.tsOffset + 3 * 2 * n * l.tsSlotBytes;
-  l.totalBytes = l.ringOffset + kRingAreaBytes;
+  l.ringCopyOffset = roundUp(l.ringOffset + kRingAreaBytes, page);
+  l.totalBytes = l.ringCopyOffset + kRingCopyAreaBytes;
   return l;
 }
 
@@ -81,6 +82,15 @@ void PeerWorkspace::init() {
   ANYR_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dState_), sizeof(LocalState)));
   ANYR_CUDA_CHECK(cudaMemsetAsync(dState_, 0, sizeof(LocalState), ctx_.internalStream));
   ctx_.waitStreamIdle(ctx_.internalStream, "clearing the workspace");
+  for (int b = 0; b < kRingCopyStreams; ++b) {
+    for (cudaStream_t* st : {&ringCopy_.fold[b], &ringCopy_.result[b]}) {
+      ANYR_CUDA_CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+    }
+  }
+  ANYR_CUDA_CHECK(cudaEventCreateWithFlags(&ringCopy_.fork, cudaEventDisableTiming));
+  for (cudaEvent_t& e : ringCopy_.joined) {
+    ANYR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   ctx_.facts.peerMemory = true;
 
   // Kernel argument template.
@@ -318,6 +328,16 @@ void PeerWorkspace::freeState() {
   if (dWait_ != nullptr) (void)cudaFree(dWait_);
   dState_ = nullptr;
   dWait_ = nullptr;
+  for (int b = 0; b < kRingCopyStreams; ++b) {
+    for (cudaStream_t st : {ringCopy_.fold[b], ringCopy_.result[b]}) {
+      if (st != nullptr) (void)cudaStreamDestroy(st);
+    }
+  }
+  if (ringCopy_.fork != nullptr) (void)cudaEventDestroy(ringCopy_.fork);
+  for (cudaEvent_t e : ringCopy_.joined) {
+    if (e != nullptr) (void)cudaEventDestroy(e);
+  }
+  ringCopy_ = RingCopyStreams{};
 }
 
 }  // namespace anyr

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "algo/algo.h"
 #include "base/config.h"
 #include "core/comm_part.h"
 #include "device/handles.h"
@@ -44,6 +45,8 @@ class PeerWorkspace : private CommPart {
   const WorkspaceLayout& layout() const { return layout_; }
   const AllReduceArgs& args() const { return argsTemplate_; }
   LocalState* state() const { return dState_; }
+  // ring-copy's side streams and events (algo/ring_copy.cu), made with the workspace.
+  const RingCopyStreams& ringCopyStreams() const { return ringCopy_; }
   // Programmatic dependent launch: each peer and fused kernel releases the next launch right
   // after its own wait (Capabilities::releaseEarly).
   void setReleaseEarly(int32_t on) { argsTemplate_.releaseEarly = on; }
@@ -75,6 +78,7 @@ class PeerWorkspace : private CommPart {
   LocalState* dState_ = nullptr;
   WaitControl* dWait_ = nullptr;
   AllReduceArgs argsTemplate_{};
+  RingCopyStreams ringCopy_{};
 };
 
 }  // namespace anyr

@@ -77,13 +77,14 @@ struct WorkspaceLayout {
   uint64_t stagingOffset;  // pull / two-shot: 2 buffers x chunkBytes
   uint64_t resultOffset;   // two-shot reduced segments: 2 buffers x chunkBytes
   uint64_t chunkBytes;
-  uint64_t tsOffset;     // two-shot push: 3 phases x {scatter, gather} x nranks slots
-  uint64_t tsSlotBytes;  //   x tsSlotBytes (one segment of a chunkBytes message)
-  uint64_t ringOffset;   // ring: its fold and result inboxes (algo/ring_plan.h, kRingAreaBytes)
+  uint64_t tsOffset;        // two-shot push: 3 phases x {scatter, gather} x nranks slots
+  uint64_t tsSlotBytes;     //   x tsSlotBytes (one segment of a chunkBytes message)
+  uint64_t ringOffset;      // ring: its fold and result inboxes (algo/ring_plan.h, kRingAreaBytes)
+  uint64_t ringCopyOffset;  // ring-copy: its slots and inboxes (algo/ring_plan.h)
   uint64_t totalBytes;
   uint64_t hash() const;
 };
-static_assert(sizeof(WorkspaceLayout) == 104, "WorkspaceLayout layout");
+static_assert(sizeof(WorkspaceLayout) == 112, "WorkspaceLayout layout");
 
 // Why a device wait gave up; written to host-visible memory by the first thread that fails.
 enum WaitWhat : int32_t {

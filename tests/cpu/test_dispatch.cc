@@ -130,8 +130,8 @@ TEST(Dispatch, FusedKernelPathsCarryAClusterSize) {
 
 TEST(Dispatch, FusedOperationsHaveKernelAndCompositionCandidates) {
   Machine s = setup("nvlink_pair");
-  EXPECT_EQ(s.cands[0].size(), 13u);  // thirteen all-reduce algorithms (three through host memory)
-  EXPECT_EQ(s.cands[1].size(), 19u);  // + fused kernels of the six peer algorithms that have one
+  EXPECT_EQ(s.cands[0].size(), 14u);  // fourteen all-reduce algorithms (three through host memory)
+  EXPECT_EQ(s.cands[1].size(), 20u);  // + fused kernels of the six peer algorithms that have one
   for (const auto& ops : s.cands) {
     for (const Candidate& c : ops) {
       // Two GPUs over NVLink are one island: nothing for the two-level form to exchange.
@@ -149,15 +149,15 @@ TEST(Dispatch, HostAlgorithmsComeLastInTheFixedOrderAndOnlyAsComposition) {
   // The order breaks ties, so it is part of the agreement: the host algorithms are appended.
   Machine s = setup("no_p2p");
   const std::vector<std::string> allReduce = {
-      "oneshot-push", "oneshot-pull", "twoshot-push", "twoshot",       "staged-push",
-      "staged-pull",  "islands",      "ring",         "doubling-push", "nccl",
-      "host-oneshot", "host-twoshot", "host-copy"};
+      "oneshot-push", "oneshot-pull", "twoshot-push", "twoshot",   "staged-push",
+      "staged-pull",  "islands",      "ring",         "ring-copy", "doubling-push",
+      "nccl",         "host-oneshot", "host-twoshot", "host-copy"};
   ASSERT_EQ(s.cands[0].size(), allReduce.size());
   for (size_t i = 0; i < allReduce.size(); ++i)
     EXPECT_EQ(pathName(Op::AllReduce, s.cands[0][i].path), allReduce[i]) << i;
   for (int o = 1; o < kNumOps; ++o) {
     const auto& c = s.cands[static_cast<size_t>(o)];
-    ASSERT_EQ(c.size(), 19u);  // the thirteen compositions and six fused kernels
+    ASSERT_EQ(c.size(), 20u);  // the fourteen compositions and six fused kernels
     const size_t last = c.size() - 1;
     EXPECT_EQ(pathName(static_cast<Op>(o), c[last - 2].path), "host-oneshot+epilogue");
     EXPECT_EQ(pathName(static_cast<Op>(o), c[last - 1].path), "host-twoshot+epilogue");
@@ -196,8 +196,8 @@ TEST(Dispatch, RejectedCandidatesCarryReasonsWithoutArchitectureNames) {
       }
     }
   }
-  EXPECT_EQ(rejected, 9 + 15 + 15);  // the peer algorithms, and per fused operation their
-                                     // compositions and fused kernels
+  EXPECT_EQ(rejected, 10 + 16 + 16);  // the peer algorithms, and per fused operation their
+                                      // compositions and fused kernels
 }
 
 TEST(Dispatch, AFusedKernelThatFailedTheSelfTestIsRejectedWithItsReason) {

@@ -7,6 +7,7 @@
 // maximum, not its idle generation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -390,6 +391,41 @@ TEST(FabricModel, WithoutNcclTheRingTakesLargeMessagesWhereAllToAllCollapses) {
   // neighbour pair's stores derated.
   EXPECT_DOUBLE_EQ(sw.in.ringWriteGBps, 49.6);
   EXPECT_NEAR(dual.in.ringWriteGBps, 45 * kEffRing, 1e-9);
+}
+
+// ring-copy moves the ring's bytes through the copy engines at the peer-read figure: where reads
+// and stores run alike it is slower than the ring (the copy engines' share of the link, a larger
+// chunk to fill the pipeline with), so the seed keeps the ring; where the ring's stores collapse
+// and reads do not (hosts that serve peer reads far faster than peer writes), it is the faster
+// of the two at large sizes, and where NCCL is predicted faster still, NCCL stays.
+TEST(FabricModel, RingCopyWinsOverTheRingOnlyWherePeerReadsOutrunItsStores) {
+  const Seeded sw = seeded("rtxpro6000_8gpu_switches", 0, false);
+  for (uint64_t bytes : {4 * MB, 16 * MB, 256 * MB}) {
+    const double B = static_cast<double>(bytes);
+    EXPECT_GT(ringCopyUs(B, sw.in), ringUs(B, sw.in)) << bytes;
+    EXPECT_NE(chosen(sw, Op::AllReduce, bytes), "ring-copy") << bytes;
+    // Never below its bytes at the link rate it is charged.
+    const double load = std::min(1.0, sw.in.ringWriteGBps / sw.in.writeGBps);
+    EXPECT_GT(ringCopyUs(B, sw.in), 3.0 * B / (sw.in.readGBps * load * 0.85 * 1e3)) << bytes;
+  }
+  // Stores at a twentieth of the reads, the ring's under load too.
+  CostInputs slow = sw.in;
+  slow.writeGBps = sw.in.readGBps / 20;
+  slow.ringWriteGBps = slow.writeGBps;
+  const double B = 256.0 * MB;
+  EXPECT_LT(ringCopyUs(B, slow), ringUs(B, slow));
+  EXPECT_LT(ringCopyUs(B, slow), 0.2 * ringUs(B, slow));
+  // A small message pays the pipeline's fill: ring-copy's hops carry whole chunks.
+  EXPECT_GT(ringCopyUs(64.0 * KB, sw.in), ringUs(64.0 * KB, sw.in));
+  // No figure, no number.
+  CostInputs none = sw.in;
+  none.readGBps = 0;
+  EXPECT_LT(ringCopyUs(B, none), 0);
+  none = sw.in;
+  none.ringWriteGBps = 0;
+  EXPECT_LT(ringCopyUs(B, none), 0);
+  const Seeded withNccl = seeded("rtxpro6000_8gpu_switches");
+  EXPECT_EQ(chosen(withNccl, Op::AllReduce, 256 * MB), "nccl");
 }
 
 // ---- inputs ----------------------------------------------------------------------------------

@@ -77,17 +77,27 @@ TEST(Registry, EveryRowHasTheLaunchersItsKindNeeds) {
     EXPECT_NE(r->seedUs, nullptr);
     switch (r->kind) {
       case AlgoKind::PeerMemory:
-        EXPECT_NE(r->launch, nullptr);
-        EXPECT_NE(r->residentPerSm, nullptr);
         EXPECT_EQ(r->launchHost, nullptr);
         EXPECT_EQ(r->launchHostLowLatency, nullptr);
         EXPECT_EQ(r->launchHostCopy, nullptr);
+        if (r->launchPeerCopy != nullptr) {
+          // Copies and kernels on side streams: no blocks that must be resident together, no
+          // fused kernel.
+          EXPECT_EQ(r->launch, nullptr);
+          EXPECT_EQ(r->residentPerSm, nullptr);
+          EXPECT_EQ(r->capacity, LaunchCapacity::RingCopy);
+          EXPECT_EQ(r->fused, nullptr);
+          break;
+        }
+        EXPECT_NE(r->launch, nullptr);
+        EXPECT_NE(r->residentPerSm, nullptr);
         EXPECT_TRUE(r->capacity == LaunchCapacity::PushSlot ||
                     r->capacity == LaunchCapacity::Chunk ||
                     r->capacity == LaunchCapacity::IslandSlots);
         break;
       case AlgoKind::HostMemory:
         EXPECT_EQ(r->launch, nullptr);
+        EXPECT_EQ(r->launchPeerCopy, nullptr);
         EXPECT_EQ(r->residentPerSm, nullptr);
         // Kernels (optionally with a low-latency form) or the copy engines, not both.
         EXPECT_NE(r->launchHost == nullptr, r->launchHostCopy == nullptr);
@@ -99,6 +109,7 @@ TEST(Registry, EveryRowHasTheLaunchersItsKindNeeds) {
         break;
       case AlgoKind::Nccl:
         EXPECT_EQ(r->launch, nullptr);
+        EXPECT_EQ(r->launchPeerCopy, nullptr);
         EXPECT_EQ(r->residentPerSm, nullptr);
         EXPECT_EQ(r->launchHost, nullptr);
         EXPECT_EQ(r->launchHostCopy, nullptr);

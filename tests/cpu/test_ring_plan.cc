@@ -1,6 +1,7 @@
 // The ring's host-side schedule (src/algo/ring_plan.h) and its admission: how a launch is cut
-// into chunks and streams, the two arms that carry the result back from rank n-1, which pairs
-// the ring stores across, and that only those pairs' peer-write checks admit or reject it.
+// into chunks and streams (the ring's and ring-copy's), the two arms that carry the result back
+// from rank n-1, which pairs the ring stores across, and that only those pairs' checks admit or
+// reject the ring and ring-copy.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,6 +53,45 @@ TEST(RingPlan, ChunksCoverTheLaunchAndStreamsStayWithinTheirCaps) {
   // The inboxes hold kRingSlots slots of every stream.
   EXPECT_EQ(kRingInboxBytes, kRingMaxStreams * kRingSlots * kRingSlotBytes);
   EXPECT_EQ(kRingAreaBytes, 2 * kRingInboxBytes);
+}
+
+// ring-copy's plan: chunks of kRingCopyChunkElems elements over at most kRingCopyStreams
+// pipelines, chunk c on pipeline c % streams, every chunk on exactly one pipeline; its area
+// holds every pipeline's slots and inbox.
+TEST(RingPlan, RingCopyChunksCoverTheLaunchOnEveryPipelineOnce) {
+  for (int elems : {4, 8}) {
+    for (uint64_t vecs : {1ull, 7ull, 32767ull, 32768ull, 32769ull, 65536ull * 3 + 1, 1ull << 26}) {
+      SCOPED_TRACE(std::to_string(elems) + " elements a vector, " + std::to_string(vecs) +
+                   " vectors");
+      const RingCopyPlan p = ringCopyPlan(vecs, elems);
+      EXPECT_EQ(p.chunkVecs * static_cast<uint64_t>(elems), kRingCopyChunkElems);
+      // A chunk's fp32 partial sums fill one slot; its result in the call's type fits one.
+      EXPECT_EQ(p.chunkVecs * static_cast<uint64_t>(elems) * 4, kRingCopySlotBytes);
+      EXPECT_LE(p.chunkVecs * 16, kRingCopySlotBytes);
+      EXPECT_GE(p.chunks * p.chunkVecs, vecs);
+      EXPECT_LT((p.chunks - 1) * p.chunkVecs, vecs);
+      EXPECT_GE(p.streams, 1);
+      EXPECT_LE(p.streams, kRingCopyStreams);
+      EXPECT_LE(static_cast<uint64_t>(p.streams), p.chunks);
+      uint64_t total = 0;
+      for (int b = 0; b < p.streams; ++b) {
+        const uint64_t mine = ringCopyChunksOf(p, b);
+        total += mine;
+        // Its chunks are b, b + streams, ..., the last one below chunks.
+        EXPECT_GE(mine, 1u);
+        EXPECT_LT(static_cast<uint64_t>(b) + (mine - 1) * static_cast<uint64_t>(p.streams),
+                  p.chunks);
+        EXPECT_GE(static_cast<uint64_t>(b) + mine * static_cast<uint64_t>(p.streams), p.chunks);
+      }
+      EXPECT_EQ(total, p.chunks);
+    }
+  }
+  EXPECT_EQ(ringCopyPlan(1ull << 20, 8).streams, kRingCopyStreams);
+  EXPECT_EQ(ringCopyPlan(1, 8).streams, 1);
+  EXPECT_EQ(kRingCopyAreaBytes,
+            (2 * kRingCopyStreams * kRingCopySlots + kRingCopyStreams) * kRingCopySlotBytes);
+  // A launch's chunk counts fit the flags' 32-bit counts many times over.
+  EXPECT_LT(kRingCopyLaunchBytes / 2 / kRingCopyChunkElems, 1ull << 20);
 }
 
 TEST(RingPlan, TheResultReachesEveryRankOnceAlongTheRingWithinItsDepth) {
@@ -171,6 +211,39 @@ TEST(RingAdmission, OnlyTheRingNeighboursPeerWritesDecide) {
   const Admission none = admit(t, f);
   EXPECT_FALSE(none[anyrAlgoRing].admitted);
   EXPECT_NE(none[anyrAlgoRing].reason.find("no mapping for the test"), std::string::npos);
+}
+
+// ring-copy pulls from its neighbours (partial sums from the rank before, results from its
+// source on its arm) and stores its flags into them: every ring-neighbour pair needs both its
+// peer-read and its peer-write check, both ways; no other pair matters.
+TEST(RingAdmission, RingCopyNeedsTheNeighboursPeerReadsAndWrites) {
+  Topology t = testfix::fixture("pcie_8gpu_two_switches");
+  Admission adm;
+  EXPECT_TRUE(admitted(t, anyrAlgoRingCopy, &adm).admitted) << adm[anyrAlgoRingCopy].reason;
+  EXPECT_NE(adm[anyrAlgoRingCopy].reason.find("peer-read and peer-write"), std::string::npos);
+  t.pair(0, 2).peerReadOk = false;
+  t.pair(5, 1).peerWriteOk = false;
+  EXPECT_TRUE(admitted(t, anyrAlgoRingCopy, &adm).admitted) << adm[anyrAlgoRingCopy].reason;
+  EXPECT_FALSE(adm[anyrAlgoOneShotPull].admitted);
+  for (const bool read : {true, false}) {
+    for (const auto& [s, d] : {std::pair<int, int>{3, 2}, {4, 5}, {7, 0}, {0, 7}}) {
+      Topology u = testfix::fixture("pcie_8gpu_two_switches");
+      (read ? u.pair(s, d).peerReadOk : u.pair(s, d).peerWriteOk) = false;
+      const AlgoAdmission& x = admitted(u, anyrAlgoRingCopy, &adm);
+      EXPECT_FALSE(x.admitted) << s << " -> " << d;
+      EXPECT_NE(
+          x.reason.find(std::string("peer ") + (read ? "read" : "write") + " rank " +
+                        std::to_string(s) + " -> rank " + std::to_string(d) + " (ring neighbours)"),
+          std::string::npos)
+          << x.reason;
+    }
+  }
+  CommFacts f = testfix::facts(t, true, false, "");
+  f.peerMemory = false;
+  f.peerMemoryReason = "no mapping for the test";
+  const Admission none = admit(t, f);
+  EXPECT_FALSE(none[anyrAlgoRingCopy].admitted);
+  EXPECT_NE(none[anyrAlgoRingCopy].reason.find("no mapping for the test"), std::string::npos);
 }
 
 }  // namespace

@@ -192,8 +192,8 @@ TEST(AllReduceGpu, FlagsLongUnusedAreNotTakenAsRaised) {
 // allocations whose POSIX file descriptors pass over a Unix-domain socket): every peer
 // algorithm exact and bit-identical on both ranks, as over legacy CUDA IPC.
 const std::vector<anyrAlgo_t> kPeerAlgos = {
-    anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,     anyrAlgoTwoShotPush,
-    anyrAlgoStagedPush,  anyrAlgoStagedPull,  anyrAlgoDoublingPush};
+    anyrAlgoOneShotPush, anyrAlgoOneShotPull, anyrAlgoTwoShot,      anyrAlgoTwoShotPush,
+    anyrAlgoStagedPush,  anyrAlgoStagedPull,  anyrAlgoDoublingPush, anyrAlgoRingCopy};
 TEST(AllReduceGpu, VmmPeerMemoryCarriesEveryPeerAlgorithm) {
   REQUIRE_GPU();
   const auto results = sweepTwoRanksWith("ANYR_PEER_MEMORY", "vmm", kPeerAlgos);
@@ -326,16 +326,16 @@ TEST(AllReduceGpu, StagedSchedulesTimedBesideTheAllToAllForms) {
 // equal and the rank-order fp32 sum's. Counts: one element, a partial vector, one chunk less
 // one vector (1023 fp32 vectors), several chunks with a partial last one, and enough chunks for
 // every stream (65536 + 5). Every dtype at sizes 2 and 3, bf16 beyond.
-void sweepRing(const std::vector<int>& sizes, const std::vector<uint64_t>& counts) {
+void sweepRing(const std::vector<int>& sizes, const std::vector<uint64_t>& counts,
+               anyrAlgo_t algo = anyrAlgoRing) {
   for (int n : sizes) {
     SCOPED_TRACE("world size " + std::to_string(n));
-    auto results =
-        runRanksWith(n, 600, sweepRank, counts, n <= 3, std::vector<anyrAlgo_t>{anyrAlgoRing});
+    auto results = runRanksWith(n, 600, sweepRank, counts, n <= 3, std::vector<anyrAlgo_t>{algo});
     expectRanksPassedWithEqualHashes(results, n);
     // Not admitted because the startup self-test failed it is a failure, not a skip.
-    const std::string notRun = subjectsNotRun(results, {anyrAlgoRing});
+    const std::string notRun = subjectsNotRun(results, {algo});
     EXPECT_EQ(notRun.find("self-test"), std::string::npos) << notRun;
-    SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoRing});
+    SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {algo});
   }
 }
 const std::vector<uint64_t> kRingCounts = {1, 7, 4095, 4096 * 5 + 3, 65536 + 5};
@@ -380,6 +380,96 @@ TEST(AllReduceGpu, RingChunkCountWrapIsSeamless) {
   REQUIRE_GPU();
   const auto results = sweepTwoRanksWith("ANYR_TEST_RING_USE", "4294967290", {anyrAlgoRing});
   SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoRing});
+}
+
+// ---- ring-copy ----------------------------------------------------------------------------------
+
+// ring-copy (algo/ring_copy.cu) forced at world sizes 2..8, ranks sharing the GPU, through
+// sweepRing's checks. Counts: one element, a partial vector, one chunk less one element (bf16:
+// 262143), three chunks with a partial last one (both pipelines), and eight chunks (four a
+// pipeline: each slot filled twice in one launch, and, over the sweep's calls, the first chunks'
+// wait for every earlier chunk's pull).
+const std::vector<uint64_t> kRingCopyCounts = {1, 7, (1u << 18) - 1, 2 * (1u << 18) + 5,
+                                               7 * (1u << 18) + 3};
+
+TEST(AllReduceGpu, RingCopyWorldSizes2And3SharingGpus) {
+  REQUIRE_GPU();
+  sweepRing({2, 3}, kRingCopyCounts, anyrAlgoRingCopy);
+}
+TEST(AllReduceGpu, RingCopyWorldSizes4And5SharingGpus) {
+  REQUIRE_GPU();
+  sweepRing({4, 5}, kRingCopyCounts, anyrAlgoRingCopy);
+}
+TEST(AllReduceGpu, RingCopyWorldSizes6To8SharingGpus) {
+  REQUIRE_GPU();
+  sweepRing({6, 7, 8}, {1, 2 * (1u << 18) + 5, 5 * (1u << 18) + 3}, anyrAlgoRingCopy);
+}
+
+// The ring and ring-copy share their flags and chunk counts: calls alternating between them
+// (and several launches of the ring, ANYR_CHUNK_BYTES at 64 KiB) stay exact and bit-identical,
+// at world sizes 3 and 4.
+TEST(AllReduceGpu, RingAndRingCopyContinueEachOthersCounts) {
+  REQUIRE_GPU();
+  setenv("ANYR_CHUNK_BYTES", "65536", 1);
+  std::vector<launch::RankResult> last;
+  for (int n : {3, 4}) {
+    SCOPED_TRACE("world size " + std::to_string(n));
+    auto results = runRanksCatching(
+        n, 600, [&](int rank, int nranks, const anyrUniqueId& id, const Report& report) {
+          anyrComm_t comm = initComm(rank, nranks, id, 20000);
+          cudaStream_t s = nonBlockingStream();
+          const uint64_t most = 3 * (1u << 18) + 1;
+          char* buf = deviceAlloc<char>(most * 2);
+          std::vector<unsigned char> host(most * 2);
+          int failures = 0;
+          uint32_t seed = 77;
+          const uint64_t counts[] = {3 * (1u << 18) + 1, 300001, 1u << 18, 5, 2 * (1u << 18) + 9};
+          for (int call = 0; call < 10; ++call) {
+            const anyrAlgo_t algo = call % 2 == 0 ? anyrAlgoRingCopy : anyrAlgoRing;
+            const uint64_t count = counts[call % 5];
+            if (!forceOrSkip(comm, algo, report)) continue;
+            ++seed;
+            R_CUDA(data::fillInput(anyrBfloat16, buf, count, rank, seed, data::kRandom, s));
+            R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);
+            R_CUDA(cudaMemcpyAsync(host.data(), buf, count * 2, cudaMemcpyDeviceToHost, s));
+            R_CUDA(cudaStreamSynchronize(s));
+            const std::vector<unsigned char> want =
+                data::hostExpected(anyrBfloat16, count, nranks, seed, data::kRandom);
+            if (std::memcmp(host.data(), want.data(), count * 2) != 0) {
+              ++failures;
+              report("FAIL call " + std::to_string(call) + " (" + anyrAlgoName(algo) + ", " +
+                     std::to_string(count) + " elements) differs from the rank-order sum\n");
+            }
+            report("HASH call" + std::to_string(call) + " 0 " +
+                   std::to_string(data::fnv1a(host.data(), count * 2)) + "\n");
+          }
+          return finishRank(comm, s, {buf}, failures, report);
+        });
+    expectRanksPassedWithEqualHashes(results, n);
+    last = results;
+  }
+  unsetenv("ANYR_CHUNK_BYTES");
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(last, {anyrAlgoRing, anyrAlgoRingCopy});
+}
+
+// ring-copy's chunk counts wrap at 2^32 without a seam (ANYR_TEST_RING_USE, as the ring's).
+TEST(AllReduceGpu, RingCopyChunkCountWrapIsSeamless) {
+  REQUIRE_GPU();
+  const auto results = sweepTwoRanksWith("ANYR_TEST_RING_USE", "4294967290", {anyrAlgoRingCopy});
+  SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoRingCopy});
+}
+
+// A rank that skips a ring-copy call: rank 0's wait kernels give up after the timeout and name
+// rank 1 and the ring's wait; the side streams end and the caller's stream finishes.
+TEST(AllReduceGpu, RingCopyMissingPeerGivesTimeoutNamingIt) {
+  REQUIRE_GPU();
+  auto results =
+      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
+        return missingPeerRank(rank, n, id, report, anyrAlgoRingCopy, 1u << 18, "ring-copy", "ring",
+                               1.5 + 5.0);
+      });
+  expectRanksExitedZero(results);
+  std::printf("[ info ] %s", results[0].message.c_str());
 }
 
 // A rank that skips a ring call: rank 0's blocks wait for rank 1's chunks and for slots it frees,
@@ -862,6 +952,7 @@ TEST(AllReduceGpu, LaterRoundWaitsNameTheMissingRankNotAHealthyOneHeldUp) {
                          Form{anyrAlgoStagedPush, false, nullptr, nullptr},
                          Form{anyrAlgoIslands, false, "0-2,3", "0-3,4-7"},
                          Form{anyrAlgoRing, false, nullptr, nullptr},
+                         Form{anyrAlgoRingCopy, false, nullptr, nullptr},
                          Form{anyrAlgoTwoShot, false, nullptr, nullptr},
                          Form{anyrAlgoTwoShot, true, nullptr, nullptr},
                          Form{anyrAlgoTwoShotPush, false, nullptr, nullptr},
