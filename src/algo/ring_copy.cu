@@ -32,6 +32,15 @@
 // flags mean the same in both (its data ready for the next rank; the slot it came in free), each
 // chunk is one algorithm's on every rank, and neither writes the other's slots.
 //
+// No deadlock however the side streams share the GPU's hardware queues (more streams than queues
+// alias, and a queue runs its commands in the order they were issued, so a spinning wait kernel
+// holds up whatever follows it there): every rank issues the same operations in the same order,
+// chunk by chunk, a chunk's fold before its result, and every wait of a chunk is for operations
+// of the same or earlier chunks on other ranks (the partial sums of this chunk from upstream;
+// room, freed by the pull of an earlier chunk; the result of this chunk, made by the fold of
+// rank n-1, which waits for nothing of a later chunk). Even one queue per rank, running them one
+// by one in that order, completes.
+//
 // Waits are bounded and name the rank they wait for, with the ring's chain grace (a later wait
 // of the chain gives up after the earlier ones: algo/ring_flags.cuh), so the first to give up
 // names the missing rank. A stopped communicator's signal kernels raise nothing, and its waits
