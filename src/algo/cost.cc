@@ -347,20 +347,25 @@ double ringUs(double B, const CostInputs& in) {
 }
 
 // ring-copy (ring_copy.cu): the ring's bytes per GPU, pulled by the copy engines. Its link rate:
-// the slowest pair's peer-read figure, times the load the ring's own pattern costs a link (the
-// ring figure over the slowest pair's stores, at most 1: measured neighbour stores under ring
-// load, else their derated pair figure), times the copy engines' share of a link that host-copy
-// was calibrated at (kEffHostCopy). Each launch fills the pipeline once: ringDepth(n) hops of a
-// whole chunk (1 MiB of partial sums, less for a small message) plus the handoff, four stream
-// operations a hop (the wait, the copy's start, the fold and the signal kernels), not yet
-// calibrated on a PCIe machine.
+// its own pattern measured under load where known (ringCopyGBps); else the slowest pair's
+// peer-read figure, times the load the ring's own pattern costs a link (the ring figure over the
+// slowest pair's stores, at most 1: measured neighbour stores under ring load, else their
+// derated pair figure), times the copy engines' share of a link that host-copy was calibrated
+// at (kEffHostCopy). Each launch fills the pipeline once: ringDepth(n) hops of a whole chunk
+// (1 MiB of partial sums, less for a small message) plus the handoff, four stream operations a
+// hop (the wait, the copy's start, the fold and the signal kernels), not yet calibrated on a
+// PCIe machine.
 constexpr double kRingCopyHopUs = 4 * kLaunchUs;
 
 double ringCopyUs(double B, const CostInputs& in) {
   const int n = in.nranks;
-  if (n < 2 || in.ringWriteGBps <= 0 || in.writeGBps <= 0 || in.readGBps <= 0) return -1;
-  const double load = std::min(1.0, in.ringWriteGBps / in.writeGBps);
-  const double bw = in.readGBps * load * kEffHostCopy * 1e3;  // bytes per us
+  if (n < 2) return -1;
+  double gbps = in.ringCopyGBps;
+  if (gbps <= 0) {
+    if (in.ringWriteGBps <= 0 || in.writeGBps <= 0 || in.readGBps <= 0) return -1;
+    gbps = in.readGBps * std::min(1.0, in.ringWriteGBps / in.writeGBps) * kEffHostCopy;
+  }
+  const double bw = gbps * 1e3;  // bytes per us
   const double perGpu = (n == 2 ? 2.0 : 3.0) * B;
   const double calls = launchesFor(B, kRingCopyLaunchBytes);
   const double chunk = std::min(static_cast<double>(kRingCopySlotBytes), 2.0 * B / calls);

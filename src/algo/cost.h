@@ -40,6 +40,9 @@ struct CostInputs {
   // The ring algorithm's: per GPU, storing to its ring neighbours with every GPU doing so (the
   // ring measured under load, else the slowest neighbour pair's stores x kEffRing).
   double ringWriteGBps = 0;
+  // ring-copy's: per GPU, its copy engine pulling from the ring neighbour with every GPU doing
+  // so (measured under load; 0: not measured, derived from the peer reads).
+  double ringCopyGBps = 0;
   bool ncclViaHost = false;  // some pair has no peer path: NCCL's ring goes through host memory
   double crossWriteGBps = 0, crossReadGBps = 0;  // slowest pair between groups (0: one group)
   int largestGroup = 0;                          // GPUs in the largest switch group

@@ -40,6 +40,9 @@ constexpr uint64_t kPairBytes = 1ull << 20;
 constexpr uint64_t kWarmBytes = 256ull << 10;
 constexpr uint64_t kAllToAllBytes = 512ull << 10;
 constexpr uint64_t kRingBytes = 1ull << 20;
+// The copy engines' pulls from the ring neighbour: kRingBytes each, back to back, so that the
+// skew of the ranks' starts is small beside them.
+constexpr int kRingCopyPulls = 4;
 // Through the host segment, in its copy area (host-copy's buffer, whose bytes no launch keeps
 // from one launch to the next): the flags of the rounds first (kFabricWords per source rank),
 // then the bytes. Each copy engine's copies: this many bytes (at most the area), kHostCopies
@@ -198,7 +201,8 @@ void measurePairs(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
 // Every rank at once: all-to-all and ring stores (each twice, after a barrier), then the
 // synchronisation rounds and the one-partner rounds, then, where there are islands, stores into
 // every other member of the own island (twice, after a barrier; a rank alone in its island takes
-// part in the barriers only). A wait that failed is recorded in `row`, naming the rank waited for.
+// part in the barriers only), then the copy engines pulling from the previous rank (after a
+// barrier). A wait that failed is recorded in `row`, naming the rank waited for.
 void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   const int n = plan.n;
   const int me = plan.me;
@@ -249,11 +253,39 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
                                        &d->status, plan.s));
     }
   }
+  // ring-copy's pattern: after a barrier, this rank's copy engine pulls kRingCopyPulls times
+  // from the previous rank's own slot of its region (no rank writes there in this step) into
+  // its own region's slot of that rank (no rank reads there), every rank at once, timed by
+  // events around the copies.
+  const int prev = (me + n - 1) % n;
+  const uint64_t slotOfPrev = fp.slotBytes * static_cast<uint64_t>(prev);
+  cudaEvent_t ev[2] = {};
+  struct Events {
+    cudaEvent_t* e;
+    ~Events() {
+      for (int i = 0; i < 2; ++i) {
+        if (e[i] != nullptr) (void)cudaEventDestroy(e[i]);
+      }
+    }
+  } owner{ev};
+  for (cudaEvent_t& e : ev) ANYR_CUDA_CHECK(cudaEventCreate(&e));
+  ANYR_CUDA_CHECK(launchFabricBarrier(fp, ++seq, &d->status, plan.s));
+  ANYR_CUDA_CHECK(cudaEventRecord(ev[0], plan.s));
+  for (int k = 0; k < kRingCopyPulls; ++k) {
+    ANYR_CUDA_CHECK(cudaMemcpyAsync(fp.region[me] + slotOfPrev, fp.region[prev] + slotOfPrev, ring,
+                                    cudaMemcpyDeviceToDevice, plan.s));
+  }
+  ANYR_CUDA_CHECK(cudaEventRecord(ev[1], plan.s));
   drainAndRead(ctx, plan, "the transfers under load", hung);
   const FabricStatus& st = plan.h.status;
   if (st.code != kFabricOk) {
     failFabricRow(row, "measuring under load: " + describeWait(plan, st), st.peer);
     return;
+  }
+  float pullMs = 0;
+  ANYR_CUDA_CHECK(cudaEventElapsedTime(&pullMs, ev[0], ev[1]));
+  if (pullMs > 0) {
+    row->ringCopyGBps = static_cast<double>(ring) * kRingCopyPulls / (pullMs * 1e6);  // bytes/ns
   }
   const FabricTimes* t = &plan.h.times[kLoadSlot];
   const uint64_t allBytes = static_cast<uint64_t>(n - 1) * a2a;

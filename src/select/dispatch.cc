@@ -238,6 +238,8 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
     if (load.ringGBps > 0 && !in.ncclViaHost) in.ringGBps = load.ringGBps;
     // Measured with every GPU storing to its ring neighbour: the ring algorithm's own pattern.
     if (load.ringGBps > 0 && in.ringWriteGBps > 0) in.ringWriteGBps = load.ringGBps;
+    // ring-copy's own pattern: every GPU's copy engine pulling from its ring neighbour.
+    if (load.ringCopyGBps > 0 && r > 0) in.ringCopyGBps = load.ringCopyGBps;
     in.loadMeasured = true;
   }
   // Our one-partner round where none was measured: NCCL's hop on the link. Measured or not, a
@@ -323,6 +325,9 @@ CostInputs costInputs(const Topology& t, const Config& cfg, int nranks) {
   os << "slowest pair: write " << in.writeGBps << " GB/s, read " << in.readGBps << " GB/s, latency "
      << in.latencyUs << " us; NCCL ring " << in.ringGBps << " GB/s, ring neighbours' stores "
      << in.ringWriteGBps << " GB/s";
+  if (in.ringCopyGBps > 0) {
+    os << ", the copy engines pulling from the ring neighbour " << in.ringCopyGBps << " GB/s";
+  }
   const SlowWrites slow = slowestWrites(t);
   if (slow.ratio > kSlowWritesRatio) {
     os << "; writes " << std::lround(slow.ratio) << "x slower than reads on GPU" << slow.src

@@ -141,6 +141,7 @@ FabricRow emptyFabricRow() {
     row.writeGBps[p] = row.readGBps[p] = row.latencyUs[p] = -1;
   }
   row.allToAllGBps = row.ringGBps = row.syncUs = row.hopUs = row.islandGBps = -1;
+  row.ringCopyGBps = -1;
   row.hostGBps = row.hostStepUs = -1;
   row.hostStatus = FabricRow::kOk;
   row.hostPeer = -1;
@@ -222,6 +223,7 @@ FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string
   l.hopUs = worst(rows, &FabricRow::hopUs, false);
   l.islandGBps = worst(rows, &FabricRow::islandGBps, true, true);
   if (l.islandGBps > 0) l.islands = islands;
+  l.ringCopyGBps = worst(rows, &FabricRow::ringCopyGBps, true);
   l.hostGBps = worst(rows, &FabricRow::hostGBps, true);
   l.hostStepUs = worst(rows, &FabricRow::hostStepUs, false);
   // The step through the host memory failed somewhere: its figures only are unmeasured, and
@@ -237,7 +239,7 @@ FabricRecord combineFabric(const std::vector<FabricRow>& rows, const std::string
   // NCCL's ring hop (FabricLoad::ringHopUs) is not measured: a bare flag passed between our
   // kernels (hopUs) is not NCCL's hop, which the model charges from its own calibration.
   if (l.allToAllGBps > 0 || l.ringGBps > 0 || l.syncUs > 0 || l.hopUs > 0 || l.islandGBps > 0 ||
-      l.hostGBps > 0 || l.hostStepUs > 0) {
+      l.ringCopyGBps > 0 || l.hostGBps > 0 || l.hostStepUs > 0) {
     l.ranks = n;
     l.source = source;
     r.load = l;
@@ -293,6 +295,10 @@ std::string fabricSummary(const FabricRecord& r) {
       os << ", inside each island " << f(l.islandGBps, 1) << " GB/s per GPU"
          << (l.islands.empty() ? "" : " (islands " + l.islands + ")");
     }
+    if (l.ringCopyGBps > 0) {
+      os << ", the copy engines pulling from the ring neighbour " << f(l.ringCopyGBps, 1)
+         << " GB/s per GPU";
+    }
     if (l.hostGBps > 0 || l.hostStepUs > 0) {
       os << ", through host memory " << f(l.hostGBps, 1) << " GB/s per GPU and direction, a step "
          << f(l.hostStepUs, 2) << " us";
@@ -329,6 +335,7 @@ std::string fabricToJson(const FabricRecord& r, int indent) {
            {"hopUs", sane(r.load.hopUs)},
            {"source", r.load.source}};
       if (!r.load.islands.empty()) l["islands"] = r.load.islands;
+      if (r.load.ringCopyGBps > 0) l["ringCopyGBps"] = r.load.ringCopyGBps;
       if (r.load.hostGBps > 0) l["hostGBps"] = r.load.hostGBps;
       if (r.load.hostStepUs > 0) l["hostStepUs"] = r.load.hostStepUs;
     }
@@ -393,6 +400,10 @@ FabricRecord fabricFromJson(const std::string& text) {
     if (l.contains("islands")) {
       if (!l["islands"].is_string()) bad("fabric.load.islands", "must be a string");
       r.load.islands = l["islands"].get<std::string>();
+    }
+    // A record cached before the copy engines' pull was measured has none: not measured.
+    if (l.contains("ringCopyGBps")) {
+      r.load.ringCopyGBps = needFigure(l["ringCopyGBps"], "fabric.load.ringCopyGBps");
     }
     // A record cached before the host memory was measured has neither: not measured.
     if (l.contains("hostGBps")) r.load.hostGBps = needFigure(l["hostGBps"], "fabric.load.hostGBps");

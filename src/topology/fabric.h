@@ -37,6 +37,9 @@ struct FabricRow {
   // Storing into every other member of its island at once, every rank at once; 0 where its
   // island has no other member (nothing to measure).
   double islandGBps;
+  // This rank's copy engine pulling from the previous rank's memory, every rank at once (what
+  // ring-copy's pulls do).
+  double ringCopyGBps;
   // Through the host memory: the copy engines both ways at once (the slower direction), and a
   // synchronisation round (topology.h, FabricLoad::hostGBps / hostStepUs).
   double hostGBps;
@@ -45,7 +48,7 @@ struct FabricRow {
   char why[kWhyBytes];  // with a failure: what failed, NUL-terminated
   char hostWhy[kHostWhyBytes];
 };
-static_assert(sizeof(FabricRow) == 16 + 3 * 8 * kMaxLocalRanks + 8 * 8 + FabricRow::kWhyBytes +
+static_assert(sizeof(FabricRow) == 16 + 3 * 8 * kMaxLocalRanks + 9 * 8 + FabricRow::kWhyBytes +
                                        FabricRow::kHostWhyBytes,
               "FabricRow layout");
 

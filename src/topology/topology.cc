@@ -177,6 +177,7 @@ json loadToJson(const FabricLoad& l) {
   j["ringHopUs"] = measurement(l.ringHopUs);
   j["hopUs"] = measurement(l.hopUs);
   if (!l.islands.empty()) j["islands"] = l.islands;
+  if (l.ringCopyGBps > 0) j["ringCopyGBps"] = l.ringCopyGBps;
   if (l.hostGBps > 0) j["hostGBps"] = l.hostGBps;
   if (l.hostStepUs > 0) j["hostStepUs"] = l.hostStepUs;
   j["source"] = l.source;
@@ -438,7 +439,7 @@ FabricLoad loadFromJson(const Reader& r, const json& j) {
   const std::string path = "load";
   r.requireObject(
       j, path, {"ranks", "allToAllGBps", "ringGBps", "islandGBps", "syncUs", "ringHopUs", "source"},
-      {"hopUs", "islands", "hostGBps", "hostStepUs"});
+      {"hopUs", "islands", "ringCopyGBps", "hostGBps", "hostStepUs"});
   FabricLoad l;
   l.ranks = r.intAtLeast(j, path, "ranks", 1);
   l.allToAllGBps = r.measurement(j, path, "allToAllGBps");
@@ -448,6 +449,7 @@ FabricLoad loadFromJson(const Reader& r, const json& j) {
   l.ringHopUs = r.measurement(j, path, "ringHopUs");
   if (j.contains("hopUs")) l.hopUs = r.measurement(j, path, "hopUs");
   if (j.contains("islands")) l.islands = r.string(j, path, "islands");
+  if (j.contains("ringCopyGBps")) l.ringCopyGBps = r.measurement(j, path, "ringCopyGBps");
   if (j.contains("hostGBps")) l.hostGBps = r.measurement(j, path, "hostGBps");
   if (j.contains("hostStepUs")) l.hostStepUs = r.measurement(j, path, "hostStepUs");
   l.source = r.string(j, path, "source");
@@ -748,6 +750,10 @@ void printTopology(const Topology& t, std::ostream& os) {
        << " GB/s per GPU" << (l.islands.empty() ? "" : " (islands " + l.islands + ")")
        << ", synchronisation round " << measured(l.syncUs, 2) << " us, one-partner round "
        << measured(l.hopUs, 2) << " us, NCCL ring hop " << measured(l.ringHopUs, 2) << " us\n";
+    if (l.ringCopyGBps > 0) {
+      os << "  the copy engines pulling from the ring neighbour " << measured(l.ringCopyGBps, 1)
+         << " GB/s per GPU\n";
+    }
     if (l.hostGBps > 0 || l.hostStepUs > 0) {
       os << "  through host memory " << measured(l.hostGBps, 1)
          << " GB/s per GPU and direction, a step " << measured(l.hostStepUs, 2) << " us\n";

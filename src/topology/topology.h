@@ -69,6 +69,7 @@ struct FabricLoad {
   double allToAllGBps = -1;  // per GPU: storing into every peer at once, every rank
   double ringGBps = -1;      // per GPU: storing into the ring neighbour only, every rank
   double islandGBps = -1;    // per GPU: storing into every peer of its own island, every rank
+  double ringCopyGBps = -1;  // per GPU: its copy engine pulling from the ring neighbour, every rank
   double syncUs = -1;        // one round: every rank raises a flag at every peer, waits for all
   double ringHopUs = -1;     // NCCL's ring hop (a fixture's figure; no measurement takes it)
   // One round with one partner, every rank at once: 1 KB and a flag to the ring neighbour, then

@@ -318,6 +318,53 @@ TEST(FabricCombine, TheHostMemoryFiguresAreTheWorstRanksAndTravelWithTheRecord) 
   EXPECT_NE(three.hostGBps, 40);
 }
 
+// The copy engines pulling from the ring neighbour (ring-copy's pattern): the least of the ranks,
+// in the summary, the record's JSON (absent from a record cached before it was measured) and the
+// topology's; applied, the model charges ring-copy at it, at this world size only.
+TEST(FabricCombine, TheRingPullFigureIsTheLeastRankAndChargesRingCopy) {
+  std::vector<FabricRow> rows = syntheticRows();
+  for (int s = 0; s < 4; ++s) rows[static_cast<size_t>(s)].ringCopyGBps = 30 - s;
+  FabricRecord r = combineFabric(rows, "measured at init (4 ranks)");
+  ASSERT_EQ(r.state, FabricRecord::State::Measured) << r.reason;
+  EXPECT_DOUBLE_EQ(r.load.ringCopyGBps, 27);
+  EXPECT_TRUE(mentions(fabricSummary(r),
+                       "the copy engines pulling from the ring neighbour 27.0 GB/s per GPU"))
+      << fabricSummary(r);
+  std::vector<FabricRow> other = rows;
+  other[1].ringCopyGBps = 26;
+  EXPECT_NE(fabricHash(r), fabricHash(combineFabric(other, "measured at init (4 ranks)")));
+  EXPECT_DOUBLE_EQ(fabricFromJson(fabricToJson(r)).load.ringCopyGBps, 27);
+  nlohmann::json older = nlohmann::json::parse(fabricToJson(r));
+  older["load"].erase("ringCopyGBps");
+  EXPECT_LT(fabricFromJson(older.dump()).load.ringCopyGBps, 0);
+  nlohmann::json spoiled = nlohmann::json::parse(fabricToJson(r));
+  spoiled["load"]["ringCopyGBps"] = "fast";
+  expectError([&] { fabricFromJson(spoiled.dump()); }, anyrInvalidArgument,
+              "fabric.load.ringCopyGBps", "accepted a string");
+  // One rank without the figure: not known.
+  other[2].ringCopyGBps = -1;
+  EXPECT_LT(combineFabric(other, "measured at init (4 ranks)").load.ringCopyGBps, 0);
+
+  r.applied = true;
+  Topology t = bareFour();
+  const CostInputs before = costInputs(t, Config(), 4);
+  applyFabric(r, &t);
+  EXPECT_DOUBLE_EQ(topologyFromJson(topologyToJson(t)).load.ringCopyGBps, 27);
+  const CostInputs in = costInputs(t, Config(), 4);
+  EXPECT_DOUBLE_EQ(in.ringCopyGBps, 27);
+  EXPECT_LE(before.ringCopyGBps, 0);
+  EXPECT_TRUE(mentions(in.summary, "the copy engines pulling from the ring neighbour 27 GB/s"))
+      << in.summary;
+  // 256 MiB at 8 ranks' worth of bytes: 3 B per GPU at the measured rate, plus the fill.
+  const double B = 256.0 * 1024 * 1024;
+  EXPECT_GT(ringCopyUs(B, in), 3.0 * B / (27 * 1e3));
+  EXPECT_LT(ringCopyUs(B, in), 1.1 * 3.0 * B / (27 * 1e3));
+  CostInputs faster = in;
+  faster.ringCopyGBps = 54;
+  EXPECT_LT(ringCopyUs(B, faster), 0.55 * ringCopyUs(B, in));
+  EXPECT_LE(costInputs(firstGpus(t, 3), Config(), 3).ringCopyGBps, 0);
+}
+
 TEST(FabricCombine, AFailureAnywhereLeavesEveryRankUnmeasuredNamingTheRank) {
   // Rank 2 failed on its own; ranks 0 and 3 then timed out waiting for it.
   std::vector<FabricRow> rows = syntheticRows();

@@ -119,6 +119,10 @@ int checkMeasured(const json& ex, int n, bool applied, const std::string& source
     for (const char* k : {"allToAllGBps", "ringGBps", "syncUs", "hopUs"}) {
       if (!(load[k].get<double>() > 0)) fail(std::string("load.") + k + " not measured");
     }
+    // The copy engines pulling from the ring neighbour (ring-copy's pattern).
+    if (!load.contains("ringCopyGBps") || !(load["ringCopyGBps"].get<double>() > 0)) {
+      fail("load.ringCopyGBps not measured");
+    }
     // Through the host segment, wherever the host transport is set up.
     if (ex["hostTransport"]["available"].get<bool>()) {
       for (const char* k : {"hostGBps", "hostStepUs"}) {
