@@ -186,32 +186,10 @@ AlgoAdmission admitIslands(const Topology& t, const CommFacts& f) {
 }
 
 // The ring (ring.cu) stores only into its ring neighbours' workspaces, both ways (partial sums
-// and results one way, freed slots back): those pairs need their peer-write check, no others.
-AlgoAdmission admitRingWrites(const Topology& t, const CommFacts& f) {
-  AlgoAdmission x = admitPeer(t, f, false, false);
-  if (!x.admitted) return x;
-  const int n = t.size();
-  for (int r = 0; r < n; ++r) {
-    const int next = (r + 1) % n;
-    for (const auto& [s, d] : {std::pair<int, int>{r, next}, std::pair<int, int>{next, r}}) {
-      if (s != d && !t.pair(s, d).peerWriteOk) {
-        x.admitted = false;
-        x.reason = "peer write rank " + std::to_string(s) + " -> rank " + std::to_string(d) +
-                   " (ring neighbours) failed its transfer check or is not mapped";
-        return x;
-      }
-    }
-  }
-  x.reason =
-      "every ring-neighbour pair passed its peer-write check, both ways (no other pair "
-      "is used)";
-  return x;
-}
-
-// Ring-copy (ring_copy.cu) pulls partial sums and results from its ring neighbours' workspaces
-// and stores only its chunk flags into theirs, both ways: those pairs need their peer-read and
-// peer-write checks, no others.
-AlgoAdmission admitRingPulls(const Topology& t, const CommFacts& f) {
+// and results one way, freed slots back); ring-copy (ring_copy.cu) pulls partial sums and
+// results from them and stores only its chunk flags into them. Those pairs need their
+// peer-write check (and, for the pulls, their peer-read check), both ways; no others.
+AlgoAdmission admitRingNeighbours(const Topology& t, const CommFacts& f, bool needsRead) {
   AlgoAdmission x = admitPeer(t, f, false, false);
   if (!x.admitted) return x;
   const int n = t.size();
@@ -220,19 +198,26 @@ AlgoAdmission admitRingPulls(const Topology& t, const CommFacts& f) {
     for (const auto& [s, d] : {std::pair<int, int>{r, next}, std::pair<int, int>{next, r}}) {
       if (s == d) continue;
       const PairInfo& p = t.pair(s, d);
-      if (!p.peerReadOk || !p.peerWriteOk) {
+      const char* failed = needsRead && !p.peerReadOk ? "read" : !p.peerWriteOk ? "write" : nullptr;
+      if (failed != nullptr) {
         x.admitted = false;
-        x.reason = std::string("peer ") + (p.peerReadOk ? "write" : "read") + " rank " +
-                   std::to_string(s) + " -> rank " + std::to_string(d) +
+        x.reason = std::string("peer ") + failed + " rank " + std::to_string(s) + " -> rank " +
+                   std::to_string(d) +
                    " (ring neighbours) failed its transfer check or is not mapped";
         return x;
       }
     }
   }
-  x.reason =
-      "every ring-neighbour pair passed its peer-read and peer-write checks, both ways (no "
-      "other pair is used)";
+  x.reason = std::string("every ring-neighbour pair passed its ") +
+             (needsRead ? "peer-read and peer-write checks" : "peer-write check") +
+             ", both ways (no other pair is used)";
   return x;
+}
+AlgoAdmission admitRingWrites(const Topology& t, const CommFacts& f) {
+  return admitRingNeighbours(t, f, false);
+}
+AlgoAdmission admitRingPulls(const Topology& t, const CommFacts& f) {
+  return admitRingNeighbours(t, f, true);
 }
 
 // The doubling push stores only into its rounds' partners (algo/doubling_schedule.h, with the

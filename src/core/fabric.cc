@@ -78,6 +78,32 @@ struct Repeats {
 constexpr Repeats kDistinctRepeats{2, 16, 2};
 constexpr Repeats kSharedRepeats{0, 1, 1};
 
+// N timing events, destroyed with it; where one cannot be made, those made are destroyed and
+// the error is thrown.
+template <int N>
+struct TimingEvents {
+  cudaEvent_t e[N] = {};
+  TimingEvents() {
+    for (cudaEvent_t& x : e) {
+      const cudaError_t r = cudaEventCreate(&x);
+      if (r != cudaSuccess) {
+        x = nullptr;
+        release();
+        ANYR_CUDA_CHECK(r);
+      }
+    }
+  }
+  ~TimingEvents() { release(); }
+  TimingEvents(const TimingEvents&) = delete;
+  TimingEvents& operator=(const TimingEvents&) = delete;
+  void release() {
+    for (cudaEvent_t& x : e) {
+      if (x != nullptr) (void)cudaEventDestroy(x);
+      x = nullptr;
+    }
+  }
+};
+
 double gbps(const FabricTimes& t, uint64_t bytes) {
   if (t.startNs == ~0ull || t.endNs <= t.startNs) return -1;
   return static_cast<double>(bytes) / static_cast<double>(t.endNs - t.startNs);  // bytes/ns
@@ -259,16 +285,8 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   // events around the copies.
   const int prev = (me + n - 1) % n;
   const uint64_t slotOfPrev = fp.slotBytes * static_cast<uint64_t>(prev);
-  cudaEvent_t ev[2] = {};
-  struct Events {
-    cudaEvent_t* e;
-    ~Events() {
-      for (int i = 0; i < 2; ++i) {
-        if (e[i] != nullptr) (void)cudaEventDestroy(e[i]);
-      }
-    }
-  } owner{ev};
-  for (cudaEvent_t& e : ev) ANYR_CUDA_CHECK(cudaEventCreate(&e));
+  TimingEvents<2> timers;
+  cudaEvent_t* ev = timers.e;
   ANYR_CUDA_CHECK(launchFabricBarrier(fp, ++seq, &d->status, plan.s));
   ANYR_CUDA_CHECK(cudaEventRecord(ev[0], plan.s));
   for (int k = 0; k < kRingCopyPulls; ++k) {
@@ -316,16 +334,8 @@ void measureHost(CommContext& ctx, HostTransport& host, Plan& plan, FabricRow* r
     return host.memory()->host() + static_cast<uint64_t>(r) * l.rankBytes + l.copyOffset +
            kHostFlagBytes;
   };
-  cudaEvent_t ev[5] = {};
-  struct Events {
-    cudaEvent_t* e;
-    ~Events() {
-      for (int i = 0; i < 5; ++i) {
-        if (e[i] != nullptr) (void)cudaEventDestroy(e[i]);
-      }
-    }
-  } owner{ev};
-  for (cudaEvent_t& e : ev) ANYR_CUDA_CHECK(cudaEventCreate(&e));
+  TimingEvents<5> timers;
+  cudaEvent_t* ev = timers.e;
   // ev[0]: the barrier passed; ev[1], ev[2]: the device-to-host copies; ev[3], ev[4]: the
   // host-to-device copies.
   ANYR_CUDA_CHECK(launchFabricBarrier(plan.hostPeers, 1, &plan.d->status, plan.s));

@@ -181,6 +181,16 @@ const AlgoAdmission& admitted(const Topology& t, anyrAlgo_t a, Admission* keep) 
   return (*keep)[a];
 }
 
+// Without a peer workspace `a` is refused, with the workspace's reason.
+void expectRefusedWithoutPeerMemory(const Topology& t, anyrAlgo_t a) {
+  CommFacts f = testfix::facts(t, true, false, "");
+  f.peerMemory = false;
+  f.peerMemoryReason = "no mapping for the test";
+  const Admission none = admit(t, f);
+  EXPECT_FALSE(none[a].admitted);
+  EXPECT_NE(none[a].reason.find("no mapping for the test"), std::string::npos);
+}
+
 TEST(RingAdmission, OnlyTheRingNeighboursPeerWritesDecide) {
   Topology t = testfix::fixture("pcie_8gpu_two_switches");
   ASSERT_EQ(t.size(), 8);
@@ -205,12 +215,7 @@ TEST(RingAdmission, OnlyTheRingNeighboursPeerWritesDecide) {
         << x.reason;
   }
   // The structural conditions of every peer algorithm hold for it too.
-  CommFacts f = testfix::facts(t, true, false, "");
-  f.peerMemory = false;
-  f.peerMemoryReason = "no mapping for the test";
-  const Admission none = admit(t, f);
-  EXPECT_FALSE(none[anyrAlgoRing].admitted);
-  EXPECT_NE(none[anyrAlgoRing].reason.find("no mapping for the test"), std::string::npos);
+  expectRefusedWithoutPeerMemory(t, anyrAlgoRing);
 }
 
 // ring-copy pulls from its neighbours (partial sums from the rank before, results from its
@@ -238,12 +243,7 @@ TEST(RingAdmission, RingCopyNeedsTheNeighboursPeerReadsAndWrites) {
           << x.reason;
     }
   }
-  CommFacts f = testfix::facts(t, true, false, "");
-  f.peerMemory = false;
-  f.peerMemoryReason = "no mapping for the test";
-  const Admission none = admit(t, f);
-  EXPECT_FALSE(none[anyrAlgoRingCopy].admitted);
-  EXPECT_NE(none[anyrAlgoRingCopy].reason.find("no mapping for the test"), std::string::npos);
+  expectRefusedWithoutPeerMemory(t, anyrAlgoRingCopy);
 }
 
 }  // namespace
