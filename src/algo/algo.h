@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "algo/ring_plan.h"
@@ -17,6 +18,9 @@
 namespace anyr {
 
 constexpr int kAlgoThreads = 512;
+
+// Bytes of one element of a call's type (fp32 4, the 16-bit types 2), for the launchers' copies.
+inline size_t elemBytes(anyrDataType_t dtype) { return dtype == anyrFloat32 ? 4 : 2; }
 // Blocks of kAlgoThreads threads per SM the peer all-reduce kernels (one-shot push and pull,
 // two-shot and two-shot push) are built for (__launch_bounds__: at most 64 registers a thread)
 // and launched with where every variant's occupancy allows it on every rank

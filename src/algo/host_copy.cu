@@ -199,8 +199,6 @@ __global__ void __launch_bounds__(kAlgoThreads)
   }
 }
 
-size_t elemBytes(anyrDataType_t dtype) { return dtype == anyrFloat32 ? 4 : 2; }
-
 }  // namespace
 
 cudaError_t launchHostCopy(anyrDataType_t dtype, const HostCopyArgs& a, const LaunchShape& shape,

@@ -59,18 +59,15 @@ namespace {
 using dev::Elem;
 using dev::Vec;
 
-// A rank's ring area: its inboxes (WorkspaceLayout::ringOffset) and flags (FlagArea::ring).
+// A rank's ring area: its inboxes (WorkspaceLayout::ringOffset); its flags: ringFlagsOf.
 struct RingArea {
   char* fold;
   char* result;
-  RingFlags* flags;
 };
 
 __device__ __forceinline__ RingArea ringArea(const AllReduceArgs& a, int r) {
-  char* base = a.peerWorkspace[r];
-  char* area = base + a.layout.ringOffset;
-  return RingArea{area, area + kRingInboxBytes,
-                  &reinterpret_cast<FlagArea*>(base + a.layout.flagsOffset)->ring};
+  char* area = a.peerWorkspace[r] + a.layout.ringOffset;
+  return RingArea{area, area + kRingInboxBytes};
 }
 
 // Slot g % kRingSlots of stream b in an inbox.
@@ -113,23 +110,7 @@ __device__ __forceinline__ bool foldChunk(const AllReduceArgs& a, const RingArea
   const int n = a.nranks;
   const bool last = k == n - 1;
   FlagWait waits[3];
-  int count = 0;
-  if (k > 0) {
-    waits[count++] =
-        FlagWait{&own.flags->foldReady[b], g + 1, k - 1, kWaitRingData, ringFoldDataSteps(k)};
-  }
-  if (!last) {
-    waits[count++] = FlagWait{&own.flags->foldFree[b], g + 1 - kRingSlots, k + 1, kWaitRingRoom,
-                              ringFoldRoomSteps(k, n)};
-  } else {
-    for (int side = 0; side < 2; ++side) {
-      const int d = ringResultDest(k, n, side);
-      if (d >= 0) {
-        waits[count++] = FlagWait{&own.flags->resultFree[side][b], g + 1 - kRingSlots, d,
-                                  kWaitRingRoom, ringResultRoomSteps(n)};
-      }
-    }
-  }
+  const int count = ringStepWaits(a, 0, b, g + 1, g + 1 - kRingSlots, waits);
   if (!waitFlags(waits, count, a.wait, g + 1)) return false;
 
   const char* in = ringSlot(own.fold, b, g);
@@ -163,16 +144,7 @@ __device__ __forceinline__ bool foldChunk(const AllReduceArgs& a, const RingArea
   }
   __syncthreads();
   uint32_t* raise[3];
-  int raised = 0;
-  if (k > 0) raise[raised++] = &ringArea(a, k - 1).flags->foldFree[b];
-  if (!last) {
-    raise[raised++] = &ringArea(a, k + 1).flags->foldReady[b];
-  } else {
-    for (int side = 0; side < 2; ++side) {
-      const int d = ringResultDest(k, n, side);
-      if (d >= 0) raise[raised++] = &ringArea(a, d).flags->resultReady[b];
-    }
-  }
+  const int raised = ringStepRaises(a, 0, b, raise);
   raiseFlags(raise, raised, g + 1, stopped);
   return true;
 }
@@ -184,17 +156,9 @@ __device__ __forceinline__ bool resultChunk(const AllReduceArgs& a, const RingAr
                                             uint32_t g, uint64_t v0, uint64_t v1, bool stopped) {
   const int k = a.rank;
   const int n = a.nranks;
-  const int src = ringResultSource(k, n);
-  const int side = ringResultSide(k, n);
-  const int dest = ringResultDest(k, n, side);
+  const int dest = ringResultDest(k, n, ringResultSide(k, n));
   FlagWait waits[3];
-  int count = 0;
-  waits[count++] =
-      FlagWait{&own.flags->resultReady[b], g + 1, src, kWaitRingData, ringResultSteps(k, n)};
-  if (dest >= 0) {
-    waits[count++] = FlagWait{&own.flags->resultFree[side][b], g + 1 - kRingSlots, dest,
-                              kWaitRingRoom, ringResultRoomSteps(n)};
-  }
+  const int count = ringStepWaits(a, 1, b, g + 1, g + 1 - kRingSlots, waits);
   if (!waitFlags(waits, count, a.wait, g + 1)) return false;
 
   const char* in = ringSlot(own.result, b, g);
@@ -209,9 +173,7 @@ __device__ __forceinline__ bool resultChunk(const AllReduceArgs& a, const RingAr
   }
   __syncthreads();
   uint32_t* raise[3];
-  int raised = 0;
-  raise[raised++] = &ringArea(a, src).flags->resultFree[side][b];
-  if (dest >= 0) raise[raised++] = &ringArea(a, dest).flags->resultReady[b];
+  const int raised = ringStepRaises(a, 1, b, raise);
   raiseFlags(raise, raised, g + 1, stopped);
   return true;
 }

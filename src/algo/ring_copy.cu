@@ -97,67 +97,19 @@ __device__ __forceinline__ ChunkCount chunkCount(const AllReduceArgs& a, int rol
 // has been recorded (naming the rank) and stopped the communicator: the later kernels' waits
 // give up at their first check and its signals raise nothing.
 __global__ void ringCopyWaitKernel(AllReduceArgs a, int role, int b, uint32_t i) {
-  const int k = a.rank;
-  const int n = a.nranks;
   const ChunkCount c = chunkCount(a, role, b, i);
-  const RingFlags* own = ringFlagsOf(a, k);
   FlagWait waits[3];
-  int count = 0;
-  if (role == 0) {
-    if (k > 0) {
-      waits[count++] =
-          FlagWait{&own->foldReady[b], c.g + 1, k - 1, kWaitRingData, ringFoldDataSteps(k)};
-    }
-    if (k < n - 1) {
-      waits[count++] =
-          FlagWait{&own->foldFree[b], c.room, k + 1, kWaitRingRoom, ringFoldRoomSteps(k, n)};
-    } else {
-      for (int side = 0; side < 2; ++side) {
-        const int d = ringResultDest(k, n, side);
-        if (d >= 0) {
-          waits[count++] =
-              FlagWait{&own->resultFree[side][b], c.room, d, kWaitRingRoom, ringResultRoomSteps(n)};
-        }
-      }
-    }
-  } else {
-    const int side = ringResultSide(k, n);
-    const int dest = ringResultDest(k, n, side);
-    waits[count++] = FlagWait{&own->resultReady[b], c.g + 1, ringResultSource(k, n), kWaitRingData,
-                              ringResultSteps(k, n)};
-    if (dest >= 0) {
-      waits[count++] =
-          FlagWait{&own->resultFree[side][b], c.room, dest, kWaitRingRoom, ringResultRoomSteps(n)};
-    }
-  }
+  const int count = ringStepWaits(a, role, b, c.g + 1, c.room, waits);
   (void)waitFlags(waits, count, a.wait, c.g + 1);
 }
 
 // One block of 32 threads: the flags after pipeline b's i-th chunk in `role`, raised to g + 1
 // (release, system scope; every copy and kernel before it in the stream has completed).
 __global__ void ringCopySignalKernel(AllReduceArgs a, int role, int b, uint32_t i) {
-  const int k = a.rank;
-  const int n = a.nranks;
   const bool stopped = dev::stopRequested(a.state);
   const ChunkCount c = chunkCount(a, role, b, i);
   uint32_t* raise[3];
-  int count = 0;
-  if (role == 0) {
-    if (k > 0) raise[count++] = &ringFlagsOf(a, k - 1)->foldFree[b];
-    if (k < n - 1) {
-      raise[count++] = &ringFlagsOf(a, k + 1)->foldReady[b];
-    } else {
-      for (int side = 0; side < 2; ++side) {
-        const int d = ringResultDest(k, n, side);
-        if (d >= 0) raise[count++] = &ringFlagsOf(a, d)->resultReady[b];
-      }
-    }
-  } else {
-    const int side = ringResultSide(k, n);
-    const int dest = ringResultDest(k, n, side);
-    raise[count++] = &ringFlagsOf(a, ringResultSource(k, n))->resultFree[side][b];
-    if (dest >= 0) raise[count++] = &ringFlagsOf(a, dest)->resultReady[b];
-  }
+  const int count = ringStepRaises(a, role, b, raise);
   __threadfence_system();
   raiseFlags(raise, count, c.g + 1, stopped);
 }
@@ -216,8 +168,6 @@ __global__ void ringCopyAdvanceKernel(LocalState* st, RingCopyPlan plan) {
   st->ringUse[0][b] += mine;
   st->ringUse[1][b] += mine;
 }
-
-size_t elemBytes(anyrDataType_t dtype) { return dtype == anyrFloat32 ? 4 : 2; }
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "algo/ring_plan.h"
 #include "device/common.cuh"
 #include "device/handles.h"
 
@@ -66,6 +67,74 @@ __device__ __forceinline__ void raiseFlags(uint32_t* const (&flags)[3], int coun
 // Rank r's ring flags (FlagArea::ring in its workspace).
 __device__ __forceinline__ RingFlags* ringFlagsOf(const AllReduceArgs& a, int r) {
   return &reinterpret_cast<FlagArea*>(a.peerWorkspace[r] + a.layout.flagsOffset)->ring;
+}
+
+// This rank's step of stream b's chunk in `role` (0: its fold, 1: its result; rank n-1 has no
+// result step), the ring's and ring-copy's alike. Its waits, in `waits` (returns how many): the
+// data it takes (the flag reaching `data`: from rank k-1, or from its result source) and room
+// where it sends (the flag reaching `room`: freed by rank k+1, by both arms' first ranks from
+// rank n-1, or by the next rank on its arm), each naming the rank waited for with its chain
+// steps.
+__device__ __forceinline__ int ringStepWaits(const AllReduceArgs& a, int role, int b, uint32_t data,
+                                             uint32_t room, FlagWait (&waits)[3]) {
+  const int k = a.rank;
+  const int n = a.nranks;
+  const RingFlags* own = ringFlagsOf(a, k);
+  int count = 0;
+  if (role == 0) {
+    if (k > 0) {
+      waits[count++] =
+          FlagWait{&own->foldReady[b], data, k - 1, kWaitRingData, ringFoldDataSteps(k)};
+    }
+    if (k < n - 1) {
+      waits[count++] =
+          FlagWait{&own->foldFree[b], room, k + 1, kWaitRingRoom, ringFoldRoomSteps(k, n)};
+    } else {
+      for (int side = 0; side < 2; ++side) {
+        const int d = ringResultDest(k, n, side);
+        if (d >= 0) {
+          waits[count++] =
+              FlagWait{&own->resultFree[side][b], room, d, kWaitRingRoom, ringResultRoomSteps(n)};
+        }
+      }
+    }
+  } else {
+    const int side = ringResultSide(k, n);
+    const int dest = ringResultDest(k, n, side);
+    waits[count++] = FlagWait{&own->resultReady[b], data, ringResultSource(k, n), kWaitRingData,
+                              ringResultSteps(k, n)};
+    if (dest >= 0) {
+      waits[count++] =
+          FlagWait{&own->resultFree[side][b], room, dest, kWaitRingRoom, ringResultRoomSteps(n)};
+    }
+  }
+  return count;
+}
+
+// The flags that step raises, in `raise` (returns how many): freed where its data came from,
+// ready where it sent.
+__device__ __forceinline__ int ringStepRaises(const AllReduceArgs& a, int role, int b,
+                                              uint32_t* (&raise)[3]) {
+  const int k = a.rank;
+  const int n = a.nranks;
+  int count = 0;
+  if (role == 0) {
+    if (k > 0) raise[count++] = &ringFlagsOf(a, k - 1)->foldFree[b];
+    if (k < n - 1) {
+      raise[count++] = &ringFlagsOf(a, k + 1)->foldReady[b];
+    } else {
+      for (int side = 0; side < 2; ++side) {
+        const int d = ringResultDest(k, n, side);
+        if (d >= 0) raise[count++] = &ringFlagsOf(a, d)->resultReady[b];
+      }
+    }
+  } else {
+    const int side = ringResultSide(k, n);
+    const int dest = ringResultDest(k, n, side);
+    raise[count++] = &ringFlagsOf(a, ringResultSource(k, n))->resultFree[side][b];
+    if (dest >= 0) raise[count++] = &ringFlagsOf(a, dest)->resultReady[b];
+  }
+  return count;
 }
 
 }  // namespace anyr
