@@ -317,6 +317,45 @@ TEST(AllReduceGpu, StagedSchedulesTimedBesideTheAllToAllForms) {
   }
 }
 
+// Calls alternating the algorithms of `turns` (call c forces turns[c % 3]), 30 of them over
+// `counts` (call c: counts[c % counts.size()]), bf16 random data, out of place into a poisoned
+// output or in place, each checked against the rank-order fp32 sum and reported as a hash.
+int rotationRankOf(int rank, int n, const anyrUniqueId& id, const Report& report,
+                   const anyrAlgo_t (&turns)[3],
+                   const std::vector<uint64_t>& counts = {65536 + 5, 1, 40000 + 3, 1023,
+                                                          300000 + 1},
+                   bool inPlace = false) {
+  anyrComm_t comm = initComm(rank, n, id, 20000);
+  cudaStream_t s = nonBlockingStream();
+  const uint64_t maxCount = *std::max_element(counts.begin(), counts.end());
+  char* in = deviceAlloc<char>(maxCount * 2 + 64);
+  char* out = inPlace ? in : deviceAlloc<char>(maxCount * 2 + 64);
+  std::vector<unsigned char> host(maxCount * 2);
+  int failures = 0;
+  for (int call = 0; call < 30; ++call) {
+    const anyrAlgo_t algo = turns[call % 3];
+    const uint64_t count = counts[static_cast<size_t>(call) % counts.size()];
+    if (!forceOrSkip(comm, algo, report)) continue;
+    const uint32_t seed = 500 + static_cast<uint32_t>(call);
+    R_CUDA(data::fillInput(anyrBfloat16, in, count, rank, seed, data::kRandom, s));
+    if (!inPlace) R_CUDA(cudaMemsetAsync(out, 0xff, count * 2, s));
+    R_ANYR(anyrAllReduce(in, out, count, anyrBfloat16, anyrSum, comm, s), comm);
+    R_CUDA(cudaMemcpyAsync(host.data(), out, count * 2, cudaMemcpyDeviceToHost, s));
+    R_CUDA(cudaStreamSynchronize(s));
+    const std::vector<unsigned char> want =
+        data::hostExpected(anyrBfloat16, count, n, seed, data::kRandom);
+    if (std::memcmp(host.data(), want.data(), count * 2) != 0) {
+      ++failures;
+      report("FAIL call " + std::to_string(call) + " (" + anyrAlgoName(algo) + ", " +
+             std::to_string(count) + " elements) is not the rank-order sum\n");
+    }
+    report("HASH rotation " + std::to_string(call) + " " +
+           std::to_string(data::fnv1a(host.data(), count * 2)) + "\n");
+  }
+  if (inPlace) return finishRank(comm, s, {in}, failures, report);
+  return finishRank(comm, s, {in, out}, failures, report);
+}
+
 // ---- the ring ---------------------------------------------------------------------------------
 
 // The ring (algo/ring.cu) forced at world sizes `sizes` on the visible GPUs, ranks sharing them
@@ -405,45 +444,20 @@ TEST(AllReduceGpu, RingCopyWorldSizes6To8SharingGpus) {
   sweepRing({6, 7, 8}, {1, 2 * (1u << 18) + 5, 5 * (1u << 18) + 3}, anyrAlgoRingCopy);
 }
 
-// The ring and ring-copy share their flags and chunk counts: calls alternating between them
-// (and several launches of the ring, ANYR_CHUNK_BYTES at 64 KiB) stay exact and bit-identical,
-// at world sizes 3 and 4.
+// The ring and ring-copy share their flags and chunk counts: in-place calls alternating between
+// them (rotationRankOf; several launches of the ring, ANYR_CHUNK_BYTES at 64 KiB; ring-copy in
+// up to four chunks) stay exact and bit-identical, at world sizes 3 and 4.
 TEST(AllReduceGpu, RingAndRingCopyContinueEachOthersCounts) {
   REQUIRE_GPU();
   setenv("ANYR_CHUNK_BYTES", "65536", 1);
   std::vector<launch::RankResult> last;
   for (int n : {3, 4}) {
     SCOPED_TRACE("world size " + std::to_string(n));
-    auto results = runRanksCatching(
-        n, 600, [&](int rank, int nranks, const anyrUniqueId& id, const Report& report) {
-          anyrComm_t comm = initComm(rank, nranks, id, 20000);
-          cudaStream_t s = nonBlockingStream();
-          const uint64_t most = 3 * (1u << 18) + 1;
-          char* buf = deviceAlloc<char>(most * 2);
-          std::vector<unsigned char> host(most * 2);
-          int failures = 0;
-          uint32_t seed = 77;
-          const uint64_t counts[] = {3 * (1u << 18) + 1, 300001, 1u << 18, 5, 2 * (1u << 18) + 9};
-          for (int call = 0; call < 10; ++call) {
-            const anyrAlgo_t algo = call % 2 == 0 ? anyrAlgoRingCopy : anyrAlgoRing;
-            const uint64_t count = counts[call % 5];
-            if (!forceOrSkip(comm, algo, report)) continue;
-            ++seed;
-            R_CUDA(data::fillInput(anyrBfloat16, buf, count, rank, seed, data::kRandom, s));
-            R_ANYR(anyrAllReduce(buf, buf, count, anyrBfloat16, anyrSum, comm, s), comm);
-            R_CUDA(cudaMemcpyAsync(host.data(), buf, count * 2, cudaMemcpyDeviceToHost, s));
-            R_CUDA(cudaStreamSynchronize(s));
-            const std::vector<unsigned char> want =
-                data::hostExpected(anyrBfloat16, count, nranks, seed, data::kRandom);
-            if (std::memcmp(host.data(), want.data(), count * 2) != 0) {
-              ++failures;
-              report("FAIL call " + std::to_string(call) + " (" + anyrAlgoName(algo) + ", " +
-                     std::to_string(count) + " elements) differs from the rank-order sum\n");
-            }
-            report("HASH call" + std::to_string(call) + " 0 " +
-                   std::to_string(data::fnv1a(host.data(), count * 2)) + "\n");
-          }
-          return finishRank(comm, s, {buf}, failures, report);
+    auto results =
+        runRanksCatching(n, 600, [](int rank, int nr, const anyrUniqueId& id, const Report& rep) {
+          return rotationRankOf(
+              rank, nr, id, rep, {anyrAlgoRingCopy, anyrAlgoRing, anyrAlgoRingCopy},
+              {3 * (1u << 18) + 1, 300001, 1u << 18, 5, 2 * (1u << 18) + 9}, true);
         });
     expectRanksPassedWithEqualHashes(results, n);
     last = results;
@@ -459,30 +473,30 @@ TEST(AllReduceGpu, RingCopyChunkCountWrapIsSeamless) {
   SKIP_UNLESS_EVERY_SUBJECT_RAN(results, {anyrAlgoRingCopy});
 }
 
-// A rank that skips a ring-copy call: rank 0's wait kernels give up after the timeout and name
-// rank 1 and the ring's wait; the side streams end and the caller's stream finishes.
-TEST(AllReduceGpu, RingCopyMissingPeerGivesTimeoutNamingIt) {
-  REQUIRE_GPU();
+// Two ranks with `algo` forced, rank 1 skipping a call of 2^18 bf16 elements: rank 0 gives up
+// within the bound and names rank 1 and the ring's wait (missingPeerRank).
+void expectRingMissingPeerNamed(anyrAlgo_t algo) {
   auto results =
       runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        return missingPeerRank(rank, n, id, report, anyrAlgoRingCopy, 1u << 18, "ring-copy", "ring",
+        return missingPeerRank(rank, n, id, report, algo, 1u << 18, anyrAlgoName(algo), "ring",
                                1.5 + 5.0);
       });
   expectRanksExitedZero(results);
   std::printf("[ info ] %s", results[0].message.c_str());
 }
 
+// A rank that skips a ring-copy call: rank 0's wait kernels give up after the timeout and name
+// rank 1 and the ring's wait; the side streams end and the caller's stream finishes.
+TEST(AllReduceGpu, RingCopyMissingPeerGivesTimeoutNamingIt) {
+  REQUIRE_GPU();
+  expectRingMissingPeerNamed(anyrAlgoRingCopy);
+}
+
 // A rank that skips a ring call: rank 0's blocks wait for rank 1's chunks and for slots it frees,
 // give up after the timeout and name rank 1 and the ring's wait.
 TEST(AllReduceGpu, RingMissingPeerGivesTimeoutNamingIt) {
   REQUIRE_GPU();
-  auto results =
-      runRanksCatching(2, 120, [&](int rank, int n, const anyrUniqueId& id, const Report& report) {
-        return missingPeerRank(rank, n, id, report, anyrAlgoRing, 1u << 18, "ring", "ring",
-                               1.5 + 5.0);
-      });
-  expectRanksExitedZero(results);
-  std::printf("[ info ] %s", results[0].message.c_str());
+  expectRingMissingPeerNamed(anyrAlgoRing);
 }
 
 // ---- bad input --------------------------------------------------------------------------------
@@ -858,39 +872,6 @@ TEST(AllReduceGpu, DoublingPushOrdersFromIslandsSharingGpus) {
 // extents differ from call to call and in several launches, each exact on every rank. A
 // member of the family that cleared less than the one before it wrote would leave vectors that
 // read as arrived.
-int rotationRankOf(int rank, int n, const anyrUniqueId& id, const Report& report,
-                   const anyrAlgo_t (&turns)[3]) {
-  anyrComm_t comm = initComm(rank, n, id, 20000);
-  cudaStream_t s = nonBlockingStream();
-  const uint64_t counts[] = {65536 + 5, 1, 40000 + 3, 1023, 300000 + 1};
-  const uint64_t maxCount = 300000 + 1;
-  char* in = deviceAlloc<char>(maxCount * 2 + 64);
-  char* out = deviceAlloc<char>(maxCount * 2 + 64);
-  std::vector<unsigned char> host(maxCount * 2);
-  int failures = 0;
-  for (int call = 0; call < 30; ++call) {
-    const anyrAlgo_t algo = turns[call % 3];
-    const uint64_t count = counts[call % 5];
-    if (!forceOrSkip(comm, algo, report)) continue;
-    const uint32_t seed = 500 + static_cast<uint32_t>(call);
-    R_CUDA(data::fillInput(anyrBfloat16, in, count, rank, seed, data::kRandom, s));
-    R_CUDA(cudaMemsetAsync(out, 0xff, count * 2, s));
-    R_ANYR(anyrAllReduce(in, out, count, anyrBfloat16, anyrSum, comm, s), comm);
-    R_CUDA(cudaMemcpyAsync(host.data(), out, count * 2, cudaMemcpyDeviceToHost, s));
-    R_CUDA(cudaStreamSynchronize(s));
-    const std::vector<unsigned char> want =
-        data::hostExpected(anyrBfloat16, count, n, seed, data::kRandom);
-    if (std::memcmp(host.data(), want.data(), count * 2) != 0) {
-      ++failures;
-      report("FAIL call " + std::to_string(call) + " (" + anyrAlgoName(algo) + ", " +
-             std::to_string(count) + " elements) is not the rank-order sum\n");
-    }
-    report("HASH rotation " + std::to_string(call) + " " +
-           std::to_string(data::fnv1a(host.data(), count * 2)) + "\n");
-  }
-  return finishRank(comm, s, {in, out}, failures, report);
-}
-
 int rotationRank(int rank, int n, const anyrUniqueId& id, const Report& report) {
   return rotationRankOf(rank, n, id, report,
                         {anyrAlgoIslands, anyrAlgoTwoShotPush, anyrAlgoOneShotPush});
