@@ -29,8 +29,16 @@
 // all-gather together (2 (n - m)/n of the message per rank), but to one partner a slice instead
 // of n - m; with k islands k/2 times the two-shot's. The one-shot sends (n - 1) x the message,
 // n - m of them across. Three dependent hops (gather, exchange, all-gather) instead of the
-// one-shot's one. Reducing inside the island first would cut what crosses to 1/m of that (2/m
-// for 16-bit data, whose partials need fp32), but the bits would not be the rank-order sum's.
+// one-shot's one. Summing each island apart and adding the islands' sums would cut what
+// crosses to 1/m of that (2/m for 16-bit data, whose partials need fp32), but in another order
+// than the rank-order sum's. The order is kept only by a chain: with islands of consecutive
+// ranks, the owner in island c continues the fp32 partial of its slice that the owner in island
+// c - 1 passed on, and the last island's owner rounds and sends the result back. That form is
+// not built: its k - 1 hops across (the islands' partials in turn) and the result's way back
+// replace the exchange's one hop, k - 1 more dependent hops; ranks must be numbered island by
+// island; and by islandsUs's terms on the switches fixture (8 ranks, 4 + 4) it would be ahead
+// of the best of this form, the doubling push and NCCL only at 64-128 KB, by less than a tenth
+// (20.3 us at 128 KB against NCCL's 22.2).
 // src/algo/cost.cc (islandsUs) charges what this file does. The steps are algo/islands.cuh's
 // (the fused kernel, fused/fused_islands.cu, runs them too); the index arithmetic is
 // algo/islands_schedule.h's, which tests/cpu/test_islands.cc walks for every layout of 2..6
