@@ -17,6 +17,7 @@
 #include "core/host_transport.h"
 #include "core/peer_workspace.h"
 #include "core/selftest.h"
+#include "core/timing_events.h"
 #include "select/tuning.h"
 #include "topology/islands.h"
 #include "transport/check.h"
@@ -77,32 +78,6 @@ struct Repeats {
 };
 constexpr Repeats kDistinctRepeats{2, 16, 2};
 constexpr Repeats kSharedRepeats{0, 1, 1};
-
-// N timing events, destroyed with it; where one cannot be made, those made are destroyed and
-// the error is thrown.
-template <int N>
-struct TimingEvents {
-  cudaEvent_t e[N] = {};
-  TimingEvents() {
-    for (cudaEvent_t& x : e) {
-      const cudaError_t r = cudaEventCreate(&x);
-      if (r != cudaSuccess) {
-        x = nullptr;
-        release();
-        ANYR_CUDA_CHECK(r);
-      }
-    }
-  }
-  ~TimingEvents() { release(); }
-  TimingEvents(const TimingEvents&) = delete;
-  TimingEvents& operator=(const TimingEvents&) = delete;
-  void release() {
-    for (cudaEvent_t& x : e) {
-      if (x != nullptr) (void)cudaEventDestroy(x);
-      x = nullptr;
-    }
-  }
-};
 
 double gbps(const FabricTimes& t, uint64_t bytes) {
   if (t.startNs == ~0ull || t.endNs <= t.startNs) return -1;
@@ -285,8 +260,7 @@ void measureLoad(CommContext& ctx, Plan& plan, FabricRow* row, bool* hung) {
   // events around the copies.
   const int prev = (me + n - 1) % n;
   const uint64_t slotOfPrev = fp.slotBytes * static_cast<uint64_t>(prev);
-  TimingEvents<2> timers;
-  cudaEvent_t* ev = timers.e;
+  const TimingEvents ev(2);
   ANYR_CUDA_CHECK(launchFabricBarrier(fp, ++seq, &d->status, plan.s));
   ANYR_CUDA_CHECK(cudaEventRecord(ev[0], plan.s));
   for (int k = 0; k < kRingCopyPulls; ++k) {
@@ -334,8 +308,7 @@ void measureHost(CommContext& ctx, HostTransport& host, Plan& plan, FabricRow* r
     return host.memory()->host() + static_cast<uint64_t>(r) * l.rankBytes + l.copyOffset +
            kHostFlagBytes;
   };
-  TimingEvents<5> timers;
-  cudaEvent_t* ev = timers.e;
+  const TimingEvents ev(5);
   // ev[0]: the barrier passed; ev[1], ev[2]: the device-to-host copies; ev[3], ev[4]: the
   // host-to-device copies.
   ANYR_CUDA_CHECK(launchFabricBarrier(plan.hostPeers, 1, &plan.d->status, plan.s));

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/names.h"
 #include "core/comm.h"
+#include "core/timing_events.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
 
@@ -153,15 +154,9 @@ double Tuner::timePath(Op op, uint64_t bytes, int tokens, int hidden, void* cons
   // Samples are replayed back to back and read after one wait: a host wait between samples
   // would let the ranks start each sample at a different time, and the first calls of every
   // sample would then time the other rank's lateness, not the path.
-  std::vector<cudaEvent_t> ev(static_cast<size_t>(samples) + 1, nullptr);
-  auto destroyEvents = [&] {
-    for (cudaEvent_t e : ev) {
-      if (e != nullptr) (void)cudaEventDestroy(e);
-    }
-  };
   std::vector<float> ms;
   try {
-    for (cudaEvent_t& e : ev) ANYR_CUDA_CHECK(cudaEventCreate(&e));
+    const TimingEvents ev(static_cast<size_t>(samples) + 1);
     ANYR_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm-up
     ANYR_CUDA_CHECK(cudaGraphLaunch(exec, s));
     ANYR_CUDA_CHECK(cudaEventRecord(ev[0], s));
@@ -177,11 +172,9 @@ double Tuner::timePath(Op op, uint64_t bytes, int tokens, int hidden, void* cons
       ms.push_back(t);
     }
   } catch (...) {
-    destroyEvents();
     (void)cudaGraphExecDestroy(exec);
     throw;
   }
-  destroyEvents();
   (void)cudaGraphExecDestroy(exec);
   c_.failure_.throwIfFailed();
   std::sort(ms.begin(), ms.end());
