@@ -194,6 +194,37 @@ __device__ __forceinline__ uint32_t packPair(float a, float b) {
   }
 }
 
+// Two packed pairs of T added elementwise, each sum rounded once (RNE) to T: the bits of
+// packPair<T>(float(a) + float(b)) for each pair, which rounds the exact sum twice, to fp32 and
+// then to T. The second rounding of a sum of two values of p bits changes nothing when the
+// first keeps at least 2p + 2 bits (S. A. Figueroa, "When is double rounding innocuous?",
+// SIGNUM Newsletter 30(3), 1995): fp32 keeps 24, fp16 has 11 and bf16 8. Subnormals and
+// signed zeros are kept (no flush to zero on either path), an overflow is infinity on both, and
+// a NaN the canonical NaN on both. One add instruction per pair instead of four conversions,
+// two adds and a pack.
+template <typename T>
+__device__ __forceinline__ uint32_t addPair(uint32_t a, uint32_t b) {
+  static_assert(Elem<T>::kPerVec == 8, "16-bit types only");
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 s = __hadd2_rn(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                                        *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&s);
+  } else {
+    const __half2 s =
+        __hadd2_rn(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&s);
+  }
+}
+
+// Two vectors of a 16-bit T added elementwise (addPair: each sum rounded once to T).
+template <typename T>
+__device__ __forceinline__ Vec addVec(const Vec& a, const Vec& b) {
+  Vec r;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r.w[i] = addPair<T>(a.w[i], b.w[i]);
+  return r;
+}
+
 // Fixed-order accumulation: acc += vector x, elementwise in fp32.
 template <typename T>
 __device__ __forceinline__ void accumulate(float (&acc)[Elem<T>::kPerVec], const Vec& x) {

@@ -7,6 +7,7 @@
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -232,6 +233,57 @@ TEST(FusedReference, DtypeRoundingMatchesCuda) {
   EXPECT_EQ(ref::dtypeUlp(1.0, anyrBfloat16), 1.0 / 128);
   EXPECT_EQ(ref::dtypeUlp(1.0, anyrFloat16), 1.0 / 1024);
   EXPECT_EQ(ref::dtypeUlp(0.0, anyrFloat16), std::ldexp(1.0, -24));
+}
+
+// The residual add (epilogue step 2) runs on packed pairs (addPair, device/common.cuh): one
+// rounding of the exact sum to T. It gives the spec's bits, the fp32 sum rounded to T, because
+// fp32 keeps 2p + 2 bits of T's p: checked here for every value a of T against the sums that
+// sit near T's rounding boundaries (b = a's neighbours, its negation, and the T values within two
+// of a x 2^-k for k = 1..24, both signs) and random b. The reference rounds the double sum, exact
+// wherever the two could differ (fp16 always; bf16 while the exponents are within 45 of each
+// other, beyond which b is far below half an ulp of a). The same probes with an intermediate of
+// 2p - 2 bits in place of fp32's 24 must find sums rounded differently: the probes reach the
+// cases where double rounding can go wrong.
+double roundToBits(double v, int p) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  int e = 0;
+  std::frexp(v, &e);  // |v| in [2^(e-1), 2^e)
+  const int exp = std::max(e - 1, -126);
+  return std::ldexp(std::nearbyint(std::ldexp(v, p - 1 - exp)), exp - (p - 1));
+}
+
+TEST(FusedReference, ResidualAddRoundsTheSumOnce) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<uint32_t> bits16(0, 0xFFFF);
+  for (const anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
+    uint64_t checked = 0, coarseDiffers = 0;
+    const int coarse = 2 * (t == anyrFloat16 ? 11 : 8) - 2;
+    for (uint32_t ab = 0; ab < 65536; ++ab) {
+      const double a = ref::dtypeValue(static_cast<uint16_t>(ab), t);
+      if (std::isnan(a)) continue;
+      std::vector<uint16_t> bs = {static_cast<uint16_t>(ab), static_cast<uint16_t>(ab ^ 0x8000),
+                                  static_cast<uint16_t>(ab + 1), static_cast<uint16_t>(ab - 1)};
+      for (int k = 1; k <= 24; ++k) {
+        const uint16_t near = ref::dtypeBits(std::ldexp(a, -k), t);
+        for (int d = -2; d <= 2; ++d) {
+          bs.push_back(static_cast<uint16_t>(near + d));
+          bs.push_back(static_cast<uint16_t>((near + d) ^ 0x8000));
+        }
+      }
+      for (int i = 0; i < 32; ++i) bs.push_back(static_cast<uint16_t>(bits16(rng)));
+      for (const uint16_t bb : bs) {
+        const double b = ref::dtypeValue(bb, t);
+        if (std::isnan(b)) continue;
+        const float viaFp32 = static_cast<float>(a) + static_cast<float>(b);
+        const uint16_t once = ref::dtypeBits(a + b, t);
+        ASSERT_EQ(ref::dtypeBits(viaFp32, t), once) << "dtype " << t << ": " << a << " + " << b;
+        if (ref::dtypeBits(roundToBits(a + b, coarse), t) != once) ++coarseDiffers;
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 65536u * 200u) << "dtype " << t;
+    EXPECT_GT(coarseDiffers, 0u) << "dtype " << t;
+  }
 }
 
 // ---- 128x4 layout -------------------------------------------------------------------------

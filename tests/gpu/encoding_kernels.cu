@@ -48,6 +48,34 @@ __global__ void e2m1Kernel(unsigned long long* count, uint32_t* firstBad) {
   if (local) atomicAdd(count, local);
 }
 
+template <typename T>
+__device__ float widen(uint32_t bits16) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits16)));
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
+  }
+}
+
+template <typename T>
+__global__ void packedAddKernel(unsigned long long* count, uint32_t* firstBad) {
+  unsigned long long local = 0;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < (1ull << 32);
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const uint32_t a = static_cast<uint32_t>(i >> 16);
+    const uint32_t b = static_cast<uint32_t>(i & 0xFFFFu);
+    const uint32_t got = dev::addPair<T>(a | (b << 16), b | (a << 16));
+    const float fa = widen<T>(a);
+    const float fb = widen<T>(b);
+    const uint32_t want = dev::packPair<T>(fa + fb, fb + fa);
+    if (got != want) {
+      ++local;
+      atomicMin(firstBad, static_cast<uint32_t>(i));
+    }
+  }
+  if (local) atomicAdd(count, local);
+}
+
 struct Out {
   unsigned long long count;
   uint32_t firstBad;
@@ -78,6 +106,18 @@ cudaError_t e2m1Mismatches(unsigned long long* mismatches, uint32_t* firstBad) {
   return countMismatches(
       [](unsigned long long* c, uint32_t* f) { e2m1Kernel<<<4096, 256>>>(c, f); }, mismatches,
       firstBad);
+}
+
+cudaError_t packedAddMismatches(bool bf16, unsigned long long* mismatches, uint32_t* firstBad) {
+  return countMismatches(
+      [&](unsigned long long* c, uint32_t* f) {
+        if (bf16) {
+          packedAddKernel<__nv_bfloat16><<<4096, 256>>>(c, f);
+        } else {
+          packedAddKernel<__half><<<4096, 256>>>(c, f);
+        }
+      },
+      mismatches, firstBad);
 }
 
 cudaError_t reciprocalMismatches(uint32_t firstBits, uint32_t lastBits,

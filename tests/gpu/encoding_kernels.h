@@ -23,5 +23,13 @@ cudaError_t reciprocalMismatches(uint32_t firstBits, uint32_t lastBits,
 // (0xffffffff when none). Synchronous.
 cudaError_t e2m1Mismatches(unsigned long long* mismatches, uint32_t* firstBad);
 
+// For every pair (a, b) of 16-bit patterns of bf16 (bf16 true) or fp16, compares
+// dev::addPair (one packed add, the sum rounded once) with the sum taken in fp32 and rounded
+// to the type (dev::packPair of the two widened values added), bit for bit, in both halves of
+// the packed pair (a + b in the low half, b + a in the high one). *mismatches: how many pairs
+// differ (either half); *firstBad: the smallest (a << 16 | b) that differs (0xffffffff when
+// none). Synchronous.
+cudaError_t packedAddMismatches(bool bf16, unsigned long long* mismatches, uint32_t* firstBad);
+
 }  // namespace enctest
 }  // namespace anyr

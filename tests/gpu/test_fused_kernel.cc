@@ -1136,6 +1136,23 @@ TEST(FusedKernel, FloatingPointE2m1EncoderMatchesOnEveryFloat) {
   });
 }
 
+// The residual add's packed form (dev::addPair: one add per pair of 16-bit values, the sum
+// rounded once) gives the bits of the sum taken in fp32 and rounded to the type, for every pair
+// of bf16 and of fp16 patterns, subnormals, signed zeros, infinities and NaNs included, on this
+// GPU's own add instruction.
+TEST(FusedKernel, PackedResidualAddMatchesTheFp32SumOnEveryPair) {
+  REQUIRE_GPU();
+  inChild([&] {
+    for (const bool bf16 : {true, false}) {
+      unsigned long long bad = 0;
+      uint32_t first = 0;
+      ASSERT_EQ(enctest::packedAddMismatches(bf16, &bad, &first), cudaSuccess);
+      EXPECT_EQ(bad, 0u) << (bf16 ? "bf16" : "fp16") << ": first mismatch at a << 16 | b = 0x"
+                         << std::hex << first;
+    }
+  });
+}
+
 // Invalid arguments come back as anyrInvalidArgument without a launch.
 TEST(FusedKernel, RejectsInvalidArguments) {
   REQUIRE_GPU();
