@@ -11,8 +11,9 @@
 // memory, bound it. Here:
 //  - the quantization mode and the alignment are template parameters (aligned buffers: whole
 //    16-byte vectors with no tail test);
-//  - x is read as T (round_T(x) = x: kEpiInputIsT) and residualOut leaves with the packed r as
-//    soon as it is known (kEpiNoFailure);
+//  - x is read as T (round_T(x) = x: kEpiInputIsT), for bf16 with the unquantized output the
+//    residual added to it on the packed vectors, one instruction per pair (packedAdd: the fp32
+//    add's bits), and residualOut leaves with the packed r as soon as it is known (kEpiNoFailure);
 //  - the weight and the quantization scale are loaded once per block, which then takes rows
 //    blockIdx.x, blockIdx.x + gridDim.x, ... (as many blocks as the GPU holds at once: a launch
 //    of 8192 rows pays neither 8192 block launches nor 8192 weight reads);
@@ -34,6 +35,15 @@ namespace rowsform {
 constexpr int kMaxThreads = kAddRmsNormRowThreads;
 constexpr int kMaxVpt = dev::kFusedRegsMaxVpt;
 constexpr int kEpiFlags = dev::kEpiInputIsT | dev::kEpiNoFailure;
+
+// Where the residual is added on the packed vectors (dev::addVec, kEpiXIsR) instead of in fp32:
+// bf16 with the unquantized output, where it measured no slower at any shape and up to 6% faster
+// at 128 and 512 tokens (docs/PERFORMANCE.md, "Fused shapes"). For fp16 and the quantized
+// outputs the same bits measured slower at some shapes, so those keep the fp32 add.
+template <typename T, int Q>
+__host__ __device__ constexpr bool packedAdd() {
+  return Q == anyrQuantNone && std::is_same_v<T, __nv_bfloat16>;
+}
 
 // Registers: VPT <= 3 within 64 a thread (two blocks of 512, four of 256 or eight of 128 per
 // SM); four vectors (hidden above 12288, blocks of 512) within 128.
@@ -73,13 +83,17 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
       for (int k = 0; k < VPT; ++k) res[k] = dev::Vec{};
     }
     const dev::RowOutputs<T, Q, kAligned> o(p, row, qscale);
+    // packedAdd: r = round_T(x + residual) on the packed vectors (kEpiXIsR), and res becomes r.
+    constexpr bool kPacked = packedAdd<T, Q>();
     float acc[VPT][8];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
+      if constexpr (kPacked) res[k] = haveRes ? dev::addVec<T>(xv[k], res[k]) : xv[k];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[k][i] = dev::vecElem<T>(xv[k], i);
+      for (int i = 0; i < 8; ++i) acc[k][i] = dev::vecElem<T>(kPacked ? res[k] : xv[k], i);
     }
-    dev::fusedRowEpilogueRegs<T, VPT, Q, kAligned, kEpiFlags>(p, o, acc, res, w, red[par], true);
+    constexpr int kFlags = kEpiFlags | (kPacked ? dev::kEpiXIsR : 0);
+    dev::fusedRowEpilogueRegs<T, VPT, Q, kAligned, kFlags>(p, o, acc, res, w, red[par], true);
   }
 }
 

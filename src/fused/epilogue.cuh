@@ -586,8 +586,12 @@ constexpr int kFusedGroups = kFusedSlots / 32;  // butterfly groups of 32 slots
 //                residualOut of a vector is written in phase 1, as soon as r is known (from the
 //                packed r: one conversion less, and the store leaves before the reduction), and
 //                the barrier need not tell whether any thread failed.
+//  kEpiXIsR:    the caller added the residual itself (addVec: r = round_T(x + residual), x of
+//                T, kEpiInputIsT): x holds float(r) and the residual argument r packed, which
+//                phase 1 stores as residualOut without packing x again.
 constexpr int kEpiInputIsT = 1;
 constexpr int kEpiNoFailure = 2;
+constexpr int kEpiXIsR = 4;
 
 template <typename T, int VPT, bool kAligned = false, LoadHint H = LoadHint::Plain>
 __device__ __forceinline__ void loadRowRegs(const T* base, int row, int hidden, bool aligned,
@@ -608,7 +612,10 @@ template <int kFlags, typename T, int kQuant, bool kAligned>
 __device__ __forceinline__ void phase1Vec(const RowOutputs<T, kQuant, kAligned>& o, int v,
                                           float (&x)[8], bool haveRes, const Vec& res) {
   Vec r = {};
-  if constexpr ((kFlags & kEpiInputIsT) != 0) {
+  if constexpr ((kFlags & kEpiXIsR) != 0) {
+    static_assert((kFlags & kEpiInputIsT) != 0, "r from an input of T");
+    r = res;
+  } else if constexpr ((kFlags & kEpiInputIsT) != 0) {
     if (haveRes) {
       r = addResidual<T>(x, res);
     } else if constexpr ((kFlags & kEpiNoFailure) != 0) {
