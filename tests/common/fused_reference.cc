@@ -64,6 +64,10 @@ int nearestEven(const double (&table)[N], double a) {
 
 double roundToDtype(double v, anyrDataType_t t) { return roundTo(v, formatOf(t)); }
 
+double roundToPrecision(double v, int precision, int minExponent) {
+  return roundTo(v, {precision, minExponent, std::numeric_limits<double>::infinity()});
+}
+
 uint16_t dtypeBits(double v, anyrDataType_t t) {
   const double r = roundToDtype(v, t);
   const uint16_t sign = std::signbit(r) ? 0x8000 : 0;

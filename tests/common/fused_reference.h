@@ -21,6 +21,9 @@ uint16_t dtypeBits(double v, anyrDataType_t t);  // bits of roundToDtype(v)
 double dtypeValue(uint16_t bits, anyrDataType_t t);
 // Spacing of the dtype's values at |v| (the subnormal spacing below the smallest normal).
 double dtypeUlp(double v, anyrDataType_t t);
+// Round to nearest even into `precision` significant bits with exponents clamped at
+// minExponent (gradual underflow) and no overflow: an intermediate format of the tests' own.
+double roundToPrecision(double v, int precision, int minExponent);
 
 // ---- FP8 e4m3 (e4m3fn: no infinity, 0x7F / 0xFF NaN, max 448) ------------------------------
 // Round to nearest even, |v| > 448 saturates to +-448 (0x7E / 0xFE), NaN -> 0x7F, the sign bit

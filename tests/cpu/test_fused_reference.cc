@@ -7,7 +7,6 @@
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -242,16 +241,8 @@ TEST(FusedReference, DtypeRoundingMatchesCuda) {
 // of a x 2^-k for k = 1..24, both signs) and random b. The reference rounds the double sum, exact
 // wherever the two could differ (fp16 always; bf16 while the exponents are within 45 of each
 // other, beyond which b is far below half an ulp of a). The same probes with an intermediate of
-// 2p - 2 bits in place of fp32's 24 must find sums rounded differently: the probes reach the
-// cases where double rounding can go wrong.
-double roundToBits(double v, int p) {
-  if (v == 0 || !std::isfinite(v)) return v;
-  int e = 0;
-  std::frexp(v, &e);  // |v| in [2^(e-1), 2^e)
-  const int exp = std::max(e - 1, -126);
-  return std::ldexp(std::nearbyint(std::ldexp(v, p - 1 - exp)), exp - (p - 1));
-}
-
+// 2p - 2 bits in place of fp32's 24 (ref::roundToPrecision, fp32's exponent range) must find
+// sums rounded differently: the probes reach the cases where double rounding can go wrong.
 TEST(FusedReference, ResidualAddRoundsTheSumOnce) {
   std::mt19937 rng(11);
   std::uniform_int_distribution<uint32_t> bits16(0, 0xFFFF);
@@ -277,7 +268,9 @@ TEST(FusedReference, ResidualAddRoundsTheSumOnce) {
         const float viaFp32 = static_cast<float>(a) + static_cast<float>(b);
         const uint16_t once = ref::dtypeBits(a + b, t);
         ASSERT_EQ(ref::dtypeBits(viaFp32, t), once) << "dtype " << t << ": " << a << " + " << b;
-        if (ref::dtypeBits(roundToBits(a + b, coarse), t) != once) ++coarseDiffers;
+        if (ref::dtypeBits(ref::roundToPrecision(a + b, coarse, -126), t) != once) {
+          ++coarseDiffers;
+        }
         ++checked;
       }
     }

@@ -49,25 +49,19 @@ __global__ void e2m1Kernel(unsigned long long* count, uint32_t* firstBad) {
 }
 
 template <typename T>
-__device__ float widen(uint32_t bits16) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits16)));
-  } else {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
-  }
-}
-
-template <typename T>
 __global__ void packedAddKernel(unsigned long long* count, uint32_t* firstBad) {
   unsigned long long local = 0;
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < (1ull << 32);
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
     const uint32_t a = static_cast<uint32_t>(i >> 16);
     const uint32_t b = static_cast<uint32_t>(i & 0xFFFFu);
-    const uint32_t got = dev::addPair<T>(a | (b << 16), b | (a << 16));
-    const float fa = widen<T>(a);
-    const float fb = widen<T>(b);
-    const uint32_t want = dev::packPair<T>(fa + fb, fb + fa);
+    dev::Vec x{}, y{};
+    x.w[0] = a | (b << 16);
+    y.w[0] = b | (a << 16);
+    const uint32_t got = dev::addPair<T>(x.w[0], y.w[0]);
+    // The fp32 path the packed add replaces: widen (vecElem), add, round the pair (packPair).
+    const uint32_t want = dev::packPair<T>(dev::vecElem<T>(x, 0) + dev::vecElem<T>(y, 0),
+                                           dev::vecElem<T>(x, 1) + dev::vecElem<T>(y, 1));
     if (got != want) {
       ++local;
       atomicMin(firstBad, static_cast<uint32_t>(i));
