@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(kFusedClusterMaxThreads, 1)
       xv = dev::loadWholeVec<T, kAligned>(x + static_cast<int64_t>(row) * p.hidden, me.v, p.hidden,
                                           xAligned);
     }
-    const dev::RowOutputs<T, Q, kAligned> o(p, row, me.qscale);
+    dev::RowOutputs<T, Q, kAligned> o(p, row, dev::afterIssuedLoads(me.qscale));
+    o.pinScale();
     float acc[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = dev::vecElem<T>(xv, i);

@@ -294,6 +294,19 @@ __device__ __forceinline__ void pinPointer(P*& p) {
   p = reinterpret_cast<P*>(u);
 }
 
+// v itself, used only after every load issued before this point: an empty asm that v passes
+// through and that the compiler must keep after those loads (it may read memory). The
+// standalone Cluster form passes the quantization scale through it after issuing a row's
+// loads, so that RowOutputs' IEEE division by the scale, hoisted out of the row loop, does not
+// sit between the scale's load and the row's (the division waited for the scale's load, and
+// only then were the row's loads issued: two trips to memory, one after the other, before a
+// row's first add; docs/FUSED.md, "The standalone kernel"). The Rows form does not: there the
+// same change measured faster at some shapes and slower at others.
+__device__ __forceinline__ float afterIssuedLoads(float v) {
+  asm volatile("" : "+f"(v) : : "memory");
+  return v;
+}
+
 template <typename T, int kQuant = kQuantAtRunTime, bool kAligned = false>
 struct RowOutputs {
   const FusedParams& p;
@@ -347,6 +360,11 @@ struct RowOutputs {
     pinPointer(linear);
     pinPointer(swizzled);
   }
+
+  // qinv computed here, not next to its first use after the row's reduction, where the
+  // compiler would otherwise sink the division (the standalone Cluster form calls it once a
+  // row's loads are issued: the division then runs during their latency).
+  __device__ __forceinline__ void pinScale() { asm volatile("" : "+f"(qinv)); }
 
   // Vector v's residualOut (when the caller asked for it): r, rounded to T.
   __device__ __forceinline__ void writeResidual(int v, bool active, const float (&r)[8]) const {
