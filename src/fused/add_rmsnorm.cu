@@ -209,7 +209,9 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
     form = AddRmsNormForm::Rows;
   }
   shape = AddRmsNormShape{};
-  const int maxVpt = l.maxVpt != 0 ? l.maxVpt : addRmsNormRowsVpt(p.tokens, target.sms);
+  const int maxVpt =
+      l.maxVpt != 0 ? l.maxVpt
+                    : addRmsNormRowsVpt(p.tokens, target.sms, p.hidden, p.quant != anyrQuantNone);
   shape.threads = addRmsNormRowThreads(p.hidden, maxVpt);
   shape.vpt = rowVecsPerThread(p.hidden, shape.threads);
   shape.form = AddRmsNormForm::Rows;

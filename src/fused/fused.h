@@ -352,13 +352,20 @@ inline int addRmsNormRowThreads(int hidden, int maxVpt) {
 }
 
 // The vectors a thread of the Rows form holds at most where the launch leaves it open, for
-// `tokens` rows on `sms` SMs: where every row has an SM of its own, one (each row spread over
-// the most threads: the row's latency is the kernel's); up to four rows an SM, two; beyond,
-// three (fewer, larger blocks, the weight read by fewer of them). Measured on one H100 at hidden
-// 2880 and 6144 (docs/FUSED.md, "The standalone kernel").
-inline int addRmsNormRowsVpt(int tokens, int sms) {
-  if (static_cast<int64_t>(tokens) <= sms) return 1;
-  if (static_cast<int64_t>(tokens) <= 4 * static_cast<int64_t>(sms)) return 2;
+// `tokens` rows of `hidden` on `sms` SMs, `quantized` for an FP8 or NVFP4 output: where every
+// row has an SM of its own, one (each row spread over the most threads: the row's latency is
+// the kernel's); up to four rows an SM, two; beyond, three (fewer, larger blocks, the weight read
+// by fewer of them). A quantizing epilogue issues about twice the instructions a vector and
+// gains from more rows in flight, so from two rows an SM on, where two blocks of 512 threads an
+// SM no longer hold every row at once, a quantized output takes three where that still leaves
+// blocks of 256 threads or more (hidden 5120 and 6144: four blocks of 256 an SM, every row at
+// once, instead of two rounds of two blocks of 512 whose second vectors are half idle; at
+// fewer rows the two-vector blocks measured as fast or faster for FP8). Measured on one H100
+// (docs/FUSED.md, "The standalone kernel").
+inline int addRmsNormRowsVpt(int tokens, int sms, int hidden, bool quantized) {
+  const int64_t t = tokens, s = sms;
+  if (t <= s) return 1;
+  if (t <= 4 * s) return quantized && t > 2 * s && addRmsNormRowThreads(hidden, 3) >= 256 ? 3 : 2;
   return 3;
 }
 

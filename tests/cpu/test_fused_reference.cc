@@ -898,17 +898,41 @@ TEST(FusedLaunchShape, StandaloneFormsFollowRowsAndHidden) {
   EXPECT_EQ(addRmsNormAutoForm(5120, 1, 132, true), AddRmsNormForm::Cluster);
 
   // The Rows form's vectors a thread where the launch leaves them open: one up to a row an SM,
-  // two up to four rows an SM, then three; and the block that follows from it.
-  EXPECT_EQ(addRmsNormRowsVpt(1, 132), 1);
-  EXPECT_EQ(addRmsNormRowsVpt(132, 132), 1);
-  EXPECT_EQ(addRmsNormRowsVpt(133, 132), 2);
-  EXPECT_EQ(addRmsNormRowsVpt(528, 132), 2);
-  EXPECT_EQ(addRmsNormRowsVpt(529, 132), 3);
-  EXPECT_EQ(addRmsNormRowsVpt(1 << 30, 1 << 27), 3);  // 4 x sms beyond int
-  EXPECT_EQ(addRmsNormRowThreads(2880, addRmsNormRowsVpt(1, 132)), 512);
-  EXPECT_EQ(addRmsNormRowThreads(2880, addRmsNormRowsVpt(512, 132)), 256);
-  EXPECT_EQ(addRmsNormRowThreads(2880, addRmsNormRowsVpt(8192, 132)), 128);
-  EXPECT_EQ(rowVecsPerThread(6144, addRmsNormRowThreads(6144, addRmsNormRowsVpt(1, 132))), 2);
+  // two up to four rows an SM (three for a quantized output from two rows an SM on, where that
+  // leaves blocks of 256 threads or more), then three; and the block that follows from it.
+  for (bool q : {false, true}) {
+    EXPECT_EQ(addRmsNormRowsVpt(1, 132, 6144, q), 1);
+    EXPECT_EQ(addRmsNormRowsVpt(132, 132, 6144, q), 1);
+    EXPECT_EQ(addRmsNormRowsVpt(529, 132, 6144, q), 3);
+    EXPECT_EQ(addRmsNormRowsVpt(1 << 30, 1 << 27, 6144, q), 3);  // 4 x sms beyond int
+    EXPECT_EQ(addRmsNormRowsVpt(133, 132, 2880, q), 2);          // three: blocks of 128
+    EXPECT_EQ(addRmsNormRowsVpt(528, 132, 2880, q), 2);
+  }
+  EXPECT_EQ(addRmsNormRowsVpt(133, 132, 6144, false), 2);
+  EXPECT_EQ(addRmsNormRowsVpt(528, 132, 6144, false), 2);
+  EXPECT_EQ(addRmsNormRowsVpt(133, 132, 6144, true), 2);
+  EXPECT_EQ(addRmsNormRowsVpt(264, 132, 6144, true), 2);
+  EXPECT_EQ(addRmsNormRowsVpt(265, 132, 6144, true), 3);
+  EXPECT_EQ(addRmsNormRowsVpt(528, 132, 6144, true), 3);
+  EXPECT_EQ(addRmsNormRowsVpt(512, 132, 5120, true), 3);
+  EXPECT_EQ(addRmsNormRowsVpt(1 << 29, 1 << 27, 6144, true), 3);  // 2 x sms beyond int
+  EXPECT_EQ(addRmsNormRowThreads(2880, addRmsNormRowsVpt(1, 132, 2880, false)), 512);
+  EXPECT_EQ(addRmsNormRowThreads(2880, addRmsNormRowsVpt(512, 132, 2880, false)), 256);
+  EXPECT_EQ(addRmsNormRowThreads(2880, addRmsNormRowsVpt(512, 132, 2880, true)), 256);
+  EXPECT_EQ(addRmsNormRowThreads(2880, addRmsNormRowsVpt(8192, 132, 2880, false)), 128);
+  EXPECT_EQ(
+      rowVecsPerThread(6144, addRmsNormRowThreads(6144, addRmsNormRowsVpt(1, 132, 6144, false))),
+      2);
+  // At 512 rows of 6144: blocks of 512 threads holding one or two vectors unquantized, of 256
+  // threads holding three with a quantized output; at 4096, 7168 and 8192 both rules give the
+  // same block.
+  EXPECT_EQ(addRmsNormRowThreads(6144, addRmsNormRowsVpt(512, 132, 6144, false)), 512);
+  EXPECT_EQ(addRmsNormRowThreads(6144, addRmsNormRowsVpt(512, 132, 6144, true)), 256);
+  EXPECT_EQ(addRmsNormRowThreads(5120, addRmsNormRowsVpt(512, 132, 5120, true)), 256);
+  for (int h : {4096, 7168, 8192}) {
+    EXPECT_EQ(addRmsNormRowThreads(h, addRmsNormRowsVpt(512, 132, h, true)),
+              addRmsNormRowThreads(h, addRmsNormRowsVpt(512, 132, h, false)));
+  }
 
   // The Rows form's automatic grid: one block per row from three rows a resident block.
   EXPECT_FALSE(addRmsNormRowsPerRow(512, 264));  // hidden 8192 at 512 tokens on 132 SMs
