@@ -14,6 +14,7 @@
 #include "core/context.h"
 #include "fused/fused.h"
 #include "fused/fused_algo.h"
+#include "topology/probe.h"
 #include "topology/probe_kernels.h"
 
 namespace anyr {
@@ -244,15 +245,7 @@ void Capabilities::probeProgrammaticLaunch() {
       "the programmatic-launch probe", sizeof(int), &got, [](void* word, cudaStream_t s) {
         return probekernels::launchDependentPair(static_cast<int*>(word), s);
       });
-  pdlOn_ = e == cudaSuccess && got == 2;
-  if (e != cudaSuccess) {
-    pdlReason_ = std::string("the probe launch was refused: ") + cudaGetErrorString(e);
-  } else if (got != 2) {
-    pdlReason_ = "the probe's second kernel read " + std::to_string(got - 1) +
-                 " where the first had written 1";
-  } else {
-    pdlReason_ = "the probe launch worked";
-  }
+  pdlOn_ = dependentLaunchWorks(e, got, &pdlReason_);
   // Each peer, host and fused kernel then releases the next launch right after its own wait
   // (the fused two-shot's dense shape excepted: launchFusedRows).
   releaseEarly_ = pdlOn_ && env::getInt("ANYR_PDL_EARLY") != 0 ? 1 : 0;

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -711,6 +713,99 @@ Topology probeLocal(const ProbeOptions& options) {
   }
   if (prev >= 0) ANYR_CUDA_CHECK(cudaSetDevice(prev));
   return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+bool dependentLaunchWorks(cudaError_t launched, int word, std::string* reason) {
+  if (launched != cudaSuccess) {
+    *reason = std::string("the probe launch was refused: ") + cudaGetErrorString(launched);
+    return false;
+  }
+  if (word == pk::kDependentNoWait) {
+    *reason =
+        "this build's device code for the GPU has no wait instruction (compiled for a target "
+        "below 9.0)";
+    return false;
+  }
+  if (word != 2) {
+    *reason = "the probe's second kernel read " + std::to_string(word - 1) +
+              " where the first had written 1";
+    return false;
+  }
+  *reason = "the probe launch worked";
+  return true;
+}
+
+namespace {
+
+// launchDependentPair on a stream of its own on the current device. The calls touch only that
+// stream and its memory, so they run in the relaxed capture mode: another thread capturing a
+// graph in the global mode is neither disturbed nor a reason to refuse. A wait past
+// ANYR_TIMEOUT_MS throws anyrTimeout (the stream and its memory are then left behind).
+DependentLaunch probeDependentLaunch(int device) {
+  struct RestoreCaptureMode {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    ~RestoreCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode); }
+  } restore;
+  ANYR_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&restore.mode));
+  cudaStream_t s = nullptr;
+  ANYR_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int timeoutMs = hostTimeoutMs();
+  auto drain = [&](const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(s);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) throwCuda(e, what, __FILE__, __LINE__);
+      if (std::chrono::steady_clock::now() > deadline) {
+        throwError(anyrTimeout, "GPU " + std::to_string(device) + ": " + what +
+                                    " did not finish within " + std::to_string(timeoutMs) +
+                                    " ms (ANYR_TIMEOUT_MS)");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  };
+  DependentLaunch out;
+  out.probed = true;
+  void* word = nullptr;
+  cudaError_t e = cudaMallocAsync(&word, sizeof(int), s);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaStreamDestroy(s);
+    out.reason = std::string("no stream-ordered memory for the probe: ") + cudaGetErrorString(e);
+    return out;
+  }
+  ANYR_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(int), s));
+  const cudaError_t launched = pk::launchDependentPair(static_cast<int*>(word), s);
+  if (launched != cudaSuccess) (void)cudaGetLastError();
+  drain("the programmatic-launch probe");
+  // The stream is idle: this copy (to pageable memory, so it returns when done) waits for
+  // nothing else.
+  int got = 0;
+  ANYR_CUDA_CHECK(cudaMemcpyAsync(&got, word, sizeof(int), cudaMemcpyDeviceToHost, s));
+  ANYR_CUDA_CHECK(cudaFreeAsync(word, s));
+  drain("the programmatic-launch probe's release");
+  ANYR_CUDA_CHECK(cudaStreamDestroy(s));
+  out.works = dependentLaunchWorks(launched, got, &out.reason);
+  return out;
+}
+
+}  // namespace
+
+DependentLaunch dependentLaunchOn(int device, bool mayProbe) {
+  static std::mutex mu;
+  static std::map<int, DependentLaunch> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  if (!mayProbe) return DependentLaunch{};
+  DependentLaunch d = probeDependentLaunch(device);
+  ANYR_LOG(Info, -1,
+           "GPU " << device << ": programmatic launch for kernels launched without a "
+                  << "communicator " << (d.works ? "on" : "off") << " (" << d.reason << ")");
+  known.emplace(device, d);
+  return d;
 }
 
 }  // namespace anyr

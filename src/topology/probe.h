@@ -4,6 +4,8 @@
 // work, work in one direction only, lack atomics, or write far slower than they read.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -37,6 +39,23 @@ GpuInfo probeGpu(int cudaDevice);
 //    atomics status (a peer hidden by CUDA_VISIBLE_DEVICES can still be reached through IPC).
 // myCudaDevice is the CUDA ordinal of `me`; me.index / peer.index become src / dst.
 PairInfo describePair(int myCudaDevice, const GpuInfo& me, const GpuInfo& peer);
+
+// The verdict on probekernels::launchDependentPair (`launched`: its launch's error, `word`: what
+// it left): whether programmatic dependent launch works for this build's kernels on the GPU,
+// and why (a sentence, into *reason).
+bool dependentLaunchWorks(cudaError_t launched, int word, std::string* reason);
+
+// Programmatic dependent launch for kernels launched without a communicator (anyrAddRmsNorm) on
+// CUDA device `device`: probed once per process and device (launchDependentPair on a stream of
+// its own; every wait bounded by ANYR_TIMEOUT_MS, anyrTimeout past it), then remembered. With
+// mayProbe false (the caller's stream is capturing a graph, where the probe cannot wait) an
+// unprobed device answers probed = false, works = false, and stays unprobed.
+struct DependentLaunch {
+  bool probed = false;
+  bool works = false;
+  std::string reason;
+};
+DependentLaunch dependentLaunchOn(int device, bool mayProbe);
 
 struct ProbeOptions {
   bool measure = true;                // false: confirmations only, no bandwidth or latency

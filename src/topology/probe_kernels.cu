@@ -184,17 +184,28 @@ cudaError_t launchCopy16(void* dst, const void* src, size_t n16, int blocks, cud
 }
 
 namespace {
-// The programmatic-launch probe: the first kernel writes 1 after a short delay; the second,
-// launched with the attribute, waits for it (dev::waitForPrevious) and then adds 1.
+// The programmatic-launch probe: the first kernel releases its dependents at once, then writes
+// 1 after a short delay; the second, launched with the attribute, is therefore running during
+// that delay, waits for the first (dev::waitForPrevious) and then adds 1. Device code compiled
+// for a target without the two instructions (PTX of a target below 9.0, run by JIT on a newer
+// GPU) would neither release nor wait: its second kernel writes kDependentNoWait instead, so
+// the probe fails there even where the plain stream order happens to give the right sum.
 __global__ void dependentFirstKernel(int* word) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   const uint64_t until = dev::globalTimerNs() + 20000;  // 20 us: the second kernel is in flight
   while (dev::globalTimerNs() < until) {
   }
   *reinterpret_cast<volatile int*>(word) = 1;
 }
 __global__ void dependentSecondKernel(int* word) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   dev::waitForPrevious();
   *word = *reinterpret_cast<volatile int*>(word) + 1;
+#else
+  *word = kDependentNoWait;
+#endif
 }
 }  // namespace
 

@@ -58,11 +58,15 @@ cudaError_t launchPingPongInitiator(unsigned int* ping, const unsigned int* pong
 cudaError_t launchPingPongResponder(const unsigned int* ping, unsigned int* pong, int totalRounds,
                                     unsigned long long timeoutNs, int* status, cudaStream_t stream);
 
-// Programmatic dependent launch: a kernel that writes *word = 1 (after about 20 us), then one
-// launched with programmatic stream serialization that waits for it and adds 1. The host
-// zeroes *word first; 2 after the stream completes means the launch attribute is accepted and
-// the wait orders the second kernel's memory accesses after the first. Returns a launch error
-// (cudaErrorNotSupported and the like where the GPU or driver has no such launch).
+// Programmatic dependent launch: a kernel that releases its dependents at once and writes
+// *word = 1 after about 20 us, then one launched with programmatic stream serialization (so
+// running during that delay) that waits for it and adds 1. The host zeroes *word first; 2
+// after the stream completes means the launch attribute is accepted and the wait orders the
+// second kernel's memory accesses after the first; 1, that it read before the write landed;
+// kDependentNoWait, that this build's device code for the GPU has no wait instruction (PTX of
+// a target below 9.0). Returns a launch error (cudaErrorNotSupported and the like where the GPU
+// or driver has no such launch).
+constexpr int kDependentNoWait = -1000;
 cudaError_t launchDependentPair(int* word, cudaStream_t stream);
 
 // Thread-block clusters with distributed shared memory: one cluster of two blocks; block b
