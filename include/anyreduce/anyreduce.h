@@ -302,7 +302,10 @@ ANYR_API anyrResult_t anyrAllReduceAddRmsNorm(const void* partial, const void* r
  * tensor `x` (no communication): what an unfused pipeline runs after its all-reduce. Same
  * arguments and rules as anyrAllReduceAddRmsNorm (x in place of partial). Aliasing, for both:
  * partial/x may be normOut or residualOut, residualIn may be residualOut or normOut, as the
- * same buffer, never a partial overlap; the quantized outputs overlap nothing. */
+ * same buffer, never a partial overlap; the quantized outputs overlap nothing. Launched with
+ * programmatic dependent launch where a probe launch, run once per process and device on the
+ * first call whose stream is not capturing a graph, works (ANYR_PDL=0: never): the kernel waits
+ * for the work before it on the stream ahead of any memory access, so only timing changes. */
 ANYR_API anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residualOut,
                                      const void* weight, float epsilon, void* normOut,
                                      size_t tokens, size_t hidden, anyrDataType_t datatype,

@@ -10,9 +10,11 @@
 
 #include "anyreduce/anyreduce.h"
 #include "api/boundary.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/validate.h"
+#include "topology/probe.h"
 
 namespace anyr {
 namespace {
@@ -214,6 +216,26 @@ bool fusedBuffersAligned(const void* input, const FusedParams& p) {
          aligned(p.weight, 16) && aligned(p.normOut, 16) && aligned(p.quantOut, quantBytes);
 }
 
+namespace {
+
+// How anyrAddRmsNorm launches: the automatic form, and programmatic dependent launch where the
+// device's probe passed (topology/probe.h, dependentLaunchOn) and ANYR_PDL allows it, both read
+// once per process. The probe runs on the first call whose stream is not capturing a graph;
+// calls before it launch plainly. The kernel waits for the work before it ahead of any memory
+// access, so only the launch's timing changes: a chain of calls overlaps each launch with the
+// tail of the kernel before it (docs/DESIGN.md, "Programmatic dependent launch").
+AddRmsNormLaunch standaloneLaunch(int device, bool capturing) {
+  static const bool allowed = env::getInt("ANYR_PDL") != 0;
+  static const bool early = env::getInt("ANYR_PDL_EARLY") != 0;
+  AddRmsNormLaunch l;
+  if (allowed && dependentLaunchOn(device, !capturing).works) {
+    l.pdl = true;
+    l.release = early ? AddRmsNormRelease::Auto : AddRmsNormRelease::AtExit;
+  }
+  return l;
+}
+
+}  // namespace
 }  // namespace anyr
 
 // ---- C boundary -----------------------------------------------------------------------------
@@ -241,7 +263,8 @@ anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residua
     for (const anyr::FusedBuffer& b : anyr::fusedBuffers(x, "x", p)) {
       anyr::requireDevicePointer(b.ptr, b.name, device, "the stream's device");
     }
-    ANYR_CUDA_CHECK(anyr::launchAddRmsNorm(datatype, x, p, stream));
+    ANYR_CUDA_CHECK(anyr::launchAddRmsNormWith(
+        datatype, x, p, stream, anyr::standaloneLaunch(device, anyr::streamCapturing(stream))));
   });
 }
 

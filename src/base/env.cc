@@ -47,12 +47,14 @@ const std::vector<Param>& params() {
       {"ANYR_PDL", "1",
        "1: launch the communicator's kernels (every peer and host algorithm, the fused kernels, "
        "the add + RMSNorm epilogue) with programmatic dependent launch where the communicator's "
-       "probe launch works; 0: plain launches, no probe (timing only, ranks may differ)"},
+       "probe launch works, and anyrAddRmsNorm's where the same probe, run once per process and "
+       "device, works; 0: plain launches, no probe (timing only, ranks may differ)"},
       {"ANYR_PDL_EARLY", "1",
        "with programmatic launch on: 1 = each peer, host and fused kernel lets the next launch "
        "on the stream be scheduled once all of its blocks started (it still waits for the kernel "
-       "to complete), except the fused two-shot's dense shape; 0 = only once its blocks exited "
-       "(timing only, ranks may differ)"},
+       "to complete), except the fused two-shot's dense shape, and anyrAddRmsNorm's kernel where "
+       "its grid holds at most one block per SM; 0 = only once its blocks exited (timing only, "
+       "ranks may differ)"},
       {"ANYR_PUSH_FENCE", "0",
        "diagnostic: 1 = every thread of the push kernels (one-shot push, two-shot push and their "
        "fused kernels) issues a system-scope fence (__threadfence_system) once it pushed its own "

@@ -181,7 +181,7 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
   cudaError_t e = currentDeviceFacts(&target.device, &target.sms, &clusters);
   if (e != cudaSuccess) return e;
   target.pdl = l.pdl;
-  target.releaseEarly = l.pdl && l.releaseEarly;
+  target.release = l.release;
   target.clusterExitBarrier = l.clusterExitBarrier;
   target.grid = l.grid;
   target.cacheHints = l.cacheHints;

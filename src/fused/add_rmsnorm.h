@@ -20,10 +20,10 @@ struct AddRmsNormTarget {
   int device = 0;
   int sms = 1;
   bool pdl = false;
-  bool releaseEarly = false;
-  bool clusterExitBarrier = true;              // AddRmsNormLaunch::clusterExitBarrier
-  AddRmsNormGrid grid = AddRmsNormGrid::Auto;  // AddRmsNormLaunch::grid
-  bool cacheHints = false;                     // AddRmsNormLaunch::cacheHints
+  AddRmsNormRelease release = AddRmsNormRelease::AtExit;  // with pdl
+  bool clusterExitBarrier = true;                         // AddRmsNormLaunch::clusterExitBarrier
+  AddRmsNormGrid grid = AddRmsNormGrid::Auto;             // AddRmsNormLaunch::grid
+  bool cacheHints = false;                                // AddRmsNormLaunch::cacheHints
 };
 
 // Rows with shape->threads threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu).

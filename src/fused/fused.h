@@ -301,6 +301,26 @@ enum class AddRmsNormForm : int { Auto = 0, Staged, Regs, Rows, Cluster };
 // The Rows form's grid (AddRmsNormLaunch::grid).
 enum class AddRmsNormGrid : int { Auto = 0, Resident, PerRow };
 
+// With programmatic launch, when the kernel lets the next launch on the stream be scheduled
+// (AddRmsNormLaunch::release). The next launch still waits for this kernel to complete before
+// it touches memory; only where its blocks wait moves.
+enum class AddRmsNormRelease : int {
+  AtExit = 0,  // once every block of this grid exited
+  Early,       // once every block passed its own wait (dev::waitForPrevious(releaseEarly))
+  Auto,        // addRmsNormReleasesEarly
+};
+
+// Auto's rule: early where the grid holds at most one block an SM (the standalone kernel's
+// grids up to 128 tokens), so the next launch's waiting blocks find SM slots beside this grid's
+// blocks; a larger grid's successor fills whatever slots its blocks left, in places unevenly.
+// Against the release at exit, in a chain of calls on one H100: 1.00-1.14x at 1-32 tokens
+// (median 1.09-1.12), 0.98-1.06x at 128; 0.86-0.93x at some shapes of 512 and 2048 tokens
+// (docs/PERFORMANCE.md, "Fused shapes").
+inline bool addRmsNormReleasesEarly(AddRmsNormRelease release, int blocks, int sms) {
+  return release == AddRmsNormRelease::Early ||
+         (release == AddRmsNormRelease::Auto && blocks <= sms);
+}
+
 // How to launch the standalone kernel.
 struct AddRmsNormLaunch {
   AddRmsNormForm form = AddRmsNormForm::Auto;
@@ -311,10 +331,10 @@ struct AddRmsNormLaunch {
   // finishes makes room for the next row's loads while the others reduce, at the cost of a
   // weight read per block (from L2). Auto: addRmsNormRowsPerRow.
   AddRmsNormGrid grid = AddRmsNormGrid::Auto;
-  int clusterBlocks = 0;      // Cluster: 2, 4 or 8; 0: addRmsNormClusterBlocks, at least 2
-  bool clusters = true;       // Auto may choose Cluster (the caller knows clusters launch here)
-  bool pdl = false;           // programmatic dependent launch (device/launch.cuh)
-  bool releaseEarly = false;  // with pdl: let the next launch be scheduled after the wait
+  int clusterBlocks = 0;  // Cluster: 2, 4 or 8; 0: addRmsNormClusterBlocks, at least 2
+  bool clusters = true;   // Auto may choose Cluster (the caller knows clusters launch here)
+  bool pdl = false;       // programmatic dependent launch (device/launch.cuh)
+  AddRmsNormRelease release = AddRmsNormRelease::AtExit;  // with pdl
   // Cluster: false lets a block leave after its last row without the final cluster barrier
   // (every store into its shared memory has landed by then: its mbarrier counted them); a
   // variant to measure (anyr_epilogue_bench's -e0).

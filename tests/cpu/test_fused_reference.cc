@@ -834,6 +834,18 @@ TEST(FusedLaunchShape, ClusterSizeFollowsRowsHiddenAndSetting) {
 // four vectors at most at hidden 16384); the Cluster form gives every row a cluster of the
 // largest size within one block per SM that leaves a block a warp's vectors; Auto takes it
 // where it fits, else Rows.
+// With programmatic launch the standalone kernel releases the next launch early only where its
+// grid holds at most one block an SM (Auto); Early and AtExit are what they say at any grid.
+TEST(FusedLaunchShape, StandaloneReleasesEarlyOnlyAtOneBlockAnSm) {
+  EXPECT_TRUE(addRmsNormReleasesEarly(AddRmsNormRelease::Auto, 1, 132));
+  EXPECT_TRUE(addRmsNormReleasesEarly(AddRmsNormRelease::Auto, 132, 132));
+  EXPECT_FALSE(addRmsNormReleasesEarly(AddRmsNormRelease::Auto, 133, 132));
+  EXPECT_FALSE(addRmsNormReleasesEarly(AddRmsNormRelease::Auto, 512, 132));
+  EXPECT_TRUE(addRmsNormReleasesEarly(AddRmsNormRelease::Auto, 188, 188));
+  EXPECT_TRUE(addRmsNormReleasesEarly(AddRmsNormRelease::Early, 2048, 132));
+  EXPECT_FALSE(addRmsNormReleasesEarly(AddRmsNormRelease::AtExit, 1, 132));
+}
+
 TEST(FusedLaunchShape, StandaloneFormsFollowRowsAndHidden) {
   EXPECT_EQ(addRmsNormRowThreads(2880, 3), 128);  // 360 vectors: 3 a thread
   EXPECT_EQ(addRmsNormRowThreads(4096, 3), 256);

@@ -25,15 +25,16 @@
 // against the first's. A wrong result is printed (WRONG ...), that variant is not timed, and the
 // tool exits with status 4 at the end.
 //
-// Variants: FORM[-vN][-cN][-e0][-gN][-hN][+pdl], FORM one of regs (the kernel before the forms),
-// staged (with -tN: N threads), rows, cluster, auto (what anyrAddRmsNorm launches); -vN the Rows
-// forms' vectors a thread at most (default: addRmsNormRowsVpt); -cN the cluster size (default:
-// the automatic one, at least 2); -e0 the Cluster form without its final cluster barrier; -g0 /
-// -g1 the Rows form's grid forced to as many blocks as the GPU holds at once / one block per row
-// (default: addRmsNormRowsPerRow); -h1 the Rows form's loads with cache eviction hints (x and
+// Variants: FORM[-vN][-cN][-e0][-gN][-hN][+pdl|+pdlx|+pdla], FORM one of regs (the kernel before
+// the forms), staged (with -tN: N threads), rows, cluster, auto (what anyrAddRmsNorm launches); -vN
+// the Rows forms' vectors a thread at most (default: addRmsNormRowsVpt); -cN the cluster size
+// (default: the automatic one, at least 2); -e0 the Cluster form without its final cluster barrier;
+// -g0 / -g1 the Rows form's grid forced to as many blocks as the GPU holds at once / one block per
+// row (default: addRmsNormRowsPerRow); -h1 the Rows form's loads with cache eviction hints (x and
 // the residual evict-first, the weight evict-last: AddRmsNormLaunch::cacheHints; unquantized
 // output and aligned buffers only, plain loads otherwise); +pdl launched with programmatic
-// dependent launch, releasing the next launch early. "api" is the public anyrAddRmsNorm itself.
+// dependent launch, releasing the next launch early, +pdlx the same releasing it only at exit,
+// +pdla as AddRmsNormRelease::Auto decides. "api" is the public anyrAddRmsNorm itself.
 //
 // Usage: anyr_epilogue_bench [--dtypes bf16,fp16] [--hidden 2880,4096,5120,6144,7168,8192]
 //   [--tokens 1,8,32,128,512,2048,8192] [--variants auto,...] [--quant none,fp8,nvfp4]
@@ -71,6 +72,7 @@ namespace {
 using anyr::AddRmsNormForm;
 using anyr::AddRmsNormGrid;
 using anyr::AddRmsNormLaunch;
+using anyr::AddRmsNormRelease;
 using anyr::AddRmsNormShape;
 using anyr::FusedParams;
 
@@ -136,7 +138,7 @@ struct Variant {
   AddRmsNormLaunch launch;
 };
 
-// FORM[-vN][-cN][-tN][-e0][-gN][-hN][+pdl] or "api"; false for anything else.
+// FORM[-vN][-cN][-tN][-e0][-gN][-hN][+pdl|+pdlx|+pdla] or "api"; false for anything else.
 bool parseVariant(const std::string& name, Variant* v) {
   v->name = name;
   if (name == "api") {
@@ -146,9 +148,12 @@ bool parseVariant(const std::string& name, Variant* v) {
   std::string rest = name;
   const size_t plus = rest.find('+');
   if (plus != std::string::npos) {
-    if (rest.substr(plus) != "+pdl") return false;
+    const std::string suffix = rest.substr(plus);
+    if (suffix != "+pdl" && suffix != "+pdlx" && suffix != "+pdla") return false;
     v->launch.pdl = true;
-    v->launch.releaseEarly = true;
+    v->launch.release = suffix == "+pdl"    ? AddRmsNormRelease::Early
+                        : suffix == "+pdlx" ? AddRmsNormRelease::AtExit
+                                            : AddRmsNormRelease::Auto;
     rest = rest.substr(0, plus);
   }
   struct Form {

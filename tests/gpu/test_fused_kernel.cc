@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <sstream>
@@ -33,8 +34,11 @@
 #include "anyreduce/anyreduce.h"
 #include "common/fused_reference.h"
 #include "fused/fused.h"
+#include "gpu/code_arch.h"
 #include "gpu/encoding_kernels.h"
 #include "gpu/gpu_test_util.h"
+#include "gpu/stream_order_kernels.h"
+#include "topology/probe.h"
 
 namespace anyr {
 namespace {
@@ -188,6 +192,11 @@ struct RunSpec {
   bool cacheHints = false;                     // AddRmsNormLaunch::cacheHints
   cudaStream_t stream = nullptr;
   bool captureGraph = false;
+  // Non-zero (a separate residual only): x and residualIn are fresh poisoned buffers that a
+  // kernel launched just before the call, on the same stream, fills only after this many ns
+  // (ordertest::copyLate, which lets the call's launch start at once); that kernel also copies
+  // normOut and residualOut as it finds them then, which must still be the poison.
+  uint64_t lateInputsNs = 0;
 };
 
 struct Outputs {
@@ -215,6 +224,22 @@ void upload(const Inputs& in, const RunSpec& spec) {
             cudaSuccess);
   ASSERT_EQ(cudaMemcpy(p.scale, &spec.scale, sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
 }
+
+bool allBytesAre(const uint8_t* p, size_t n, uint8_t v) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != v) return false;
+  }
+  return true;
+}
+
+// A device allocation freed with its scope.
+struct DeviceBuffer {
+  uint8_t* ptr = nullptr;
+  bool allocate(size_t bytes) { return cudaMalloc(&ptr, bytes) == cudaSuccess; }
+  ~DeviceBuffer() {
+    if (ptr != nullptr) (void)cudaFree(ptr);
+  }
+};
 
 // Poisons the outputs, runs the kernel, copies every output (with its guard) back.
 void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
@@ -260,9 +285,31 @@ void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
     o.blockScales = spec.linearScales ? p.scales + bo : nullptr;
     o.blockScalesSwizzled = spec.swizzledScales ? p.swz + bo : nullptr;
   }
+  // The late inputs: the poisoned buffers x and residualIn point to, and the witnesses of what
+  // normOut and residualOut held when the kernel before the call copied them.
+  DeviceBuffer lateX, lateRes, witnessNorm, witnessRes;
+  if (spec.lateInputsNs != 0) {
+    ASSERT_EQ(spec.residual, kSeparate) << "late inputs take a separate residual";
+    ASSERT_FALSE(spec.xAliasesNorm);
+    for (DeviceBuffer* b : {&lateX, &lateRes, &witnessNorm, &witnessRes}) {
+      ASSERT_TRUE(b->allocate(bytes));
+      CUDA_OK(cudaMemset(b->ptr, kPoison, bytes));
+    }
+    x = lateX.ptr;
+    residualIn = lateRes.ptr;
+  }
   CUDA_OK(cudaDeviceSynchronize());
 
   auto launch = [&](cudaStream_t s) {
+    if (spec.lateInputsNs != 0) {
+      const ordertest::Copy copies[4] = {{witnessNorm.ptr, normOut},
+                                         {witnessRes.ptr, residualOut},
+                                         {lateX.ptr, p.x + eo},
+                                         {lateRes.ptr, p.res + eo}};
+      const cudaError_t e =
+          ordertest::copyLate(copies, normOut != nullptr ? 4 : 3, bytes, spec.lateInputsNs, s);
+      if (e != cudaSuccess) return e;
+    }
     if (spec.form >= 0) {
       const FusedParams fp =
           makeFusedParams(x, "x", residualIn, residualOut, p.weight + eo, spec.epsilon, normOut,
@@ -301,11 +348,21 @@ void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
     CUDA_OK(launched);
     CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
     CUDA_OK(cudaGraphLaunch(exec, s));  // replayed twice: the second must give the same bits
-    CUDA_OK(cudaGraphLaunch(exec, s));
+    // (once with late inputs: its witnesses must find the poison, not the first replay's bits)
+    if (spec.lateInputsNs == 0) {
+      CUDA_OK(cudaGraphLaunch(exec, s));
+    }
     CUDA_OK(cudaStreamSynchronize(s));
     CUDA_OK(cudaGraphExecDestroy(exec));
     CUDA_OK(cudaGraphDestroy(graph));
     CUDA_OK(cudaStreamDestroy(s));
+  } else if (spec.lateInputsNs != 0 && spec.stream == nullptr) {
+    cudaStream_t s = nullptr;  // a stream of its own, as a serving framework's
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const cudaError_t launched = launch(s);
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaStreamDestroy(s));
+    CUDA_OK(launched);
   } else {
     CUDA_OK(launch(spec.stream));
   }
@@ -322,6 +379,16 @@ void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
     v->resize(count + kGuard);
     ASSERT_EQ(cudaMemcpy(v->data(), dev + bo, count + kGuard, cudaMemcpyDeviceToHost), cudaSuccess);
   };
+  if (spec.lateInputsNs != 0) {
+    std::vector<uint8_t> seen(bytes);
+    for (DeviceBuffer* b : {&witnessNorm, &witnessRes}) {
+      if (b == &witnessNorm && normOut == nullptr) continue;
+      ASSERT_EQ(cudaMemcpy(seen.data(), b->ptr, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_TRUE(allBytesAre(seen.data(), bytes, kPoison))
+          << (b == &witnessNorm ? "normOut" : "residualOut")
+          << " was written before the kernel ahead of the call on its stream had finished";
+    }
+  }
   fetch16(p.resOut, &out->resOut, &out->resOutGuard);
   fetch16(p.norm, &out->norm, &out->normGuard);
   fetch8(p.quant, out->quantBytes, &out->quant);
@@ -359,13 +426,6 @@ std::vector<int> rowsToCheck(int tokens) {
   for (int r = 0; r < 32; ++r) rows.push_back(32 + r * (tokens - 64) / 32);
   for (int r = tokens - 32; r < tokens; ++r) rows.push_back(r);
   return rows;
-}
-
-bool allBytesAre(const uint8_t* p, size_t n, uint8_t v) {
-  for (size_t i = 0; i < n; ++i) {
-    if (p[i] != v) return false;
-  }
-  return true;
 }
 
 double halfE2m1Step(double u) { return u < 2.0 ? 0.25 : (u < 4.0 ? 0.5 : 1.0); }
@@ -848,6 +908,54 @@ TEST(FusedKernel, GraphCaptureAndReplay) {
     Outputs replayed;
     if (!ran(in, graph, &replayed)) return;
     expectSameOutputs(eager, replayed, describe(in, graph));
+  });
+}
+
+// anyrAddRmsNorm launches with programmatic dependent launch where the device's probe passed
+// (which it must where this build's device code has the wait instruction): it must still wait
+// for the kernel before it on the stream before it reads its inputs or writes its outputs. That
+// kernel (ordertest::copyLate) lets the call's launch start at once and fills x and residualIn
+// only 200 us later, so a call that read early would take the poison, and one that wrote early
+// would show in that kernel's copies of normOut and residualOut. Shapes of each form of the
+// kernel (Rows one block a row, Rows resident, Cluster) and each output, eager and replayed from
+// a graph, against the same call without the late kernel bit for bit, and the reference.
+TEST(FusedKernel, WaitsForTheKernelBeforeIt) {
+  REQUIRE_GPU();
+  inChild([&] {
+    int arch = -1;
+    CUDA_OK(codearch::deviceCodeArch(&arch));
+    const DependentLaunch d = dependentLaunchOn(0, true);
+    std::printf("device code %d, programmatic launch for anyrAddRmsNorm: %s (%s)\n", arch,
+                d.works ? "on" : "off", d.reason.c_str());
+    if (arch >= 900) {
+      EXPECT_TRUE(d.works) << d.reason;
+    }
+    struct Case {
+      anyrDataType_t dtype;
+      int hidden, tokens, quant;
+    };
+    const Case cases[] = {
+        {anyrBfloat16, 2880, 1, anyrQuantNone},    {anyrBfloat16, 6144, 1, anyrQuantNvfp4},
+        {anyrFloat16, 8192, 32, anyrQuantFp8},     {anyrBfloat16, 4096, 512, anyrQuantNone},
+        {anyrFloat16, 7168, 2048, anyrQuantNvfp4}, {anyrBfloat16, 16384, 3, anyrQuantNone}};
+    uint64_t seed = 300;
+    for (const Case& c : cases) {
+      Inputs in = makeInputs(c.dtype, c.tokens, c.hidden, seed++);
+      setWeights(&in, false, seed++);
+      RunSpec spec = separateResidualSpec(in, c.quant);
+      Outputs plain;
+      if (!ran(in, spec, &plain)) return;
+      for (bool graph : {false, true}) {
+        RunSpec late = spec;
+        late.lateInputsNs = 200000;
+        late.captureGraph = graph;
+        Outputs out;
+        if (!ran(in, late, &out)) return;
+        const std::string where = describe(in, late) + (graph ? " (graph)" : " (eager)");
+        checkRun(in, late, out, where);
+        expectSameOutputs(plain, out, where);
+      }
+    }
   });
 }
 
