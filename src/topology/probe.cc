@@ -742,7 +742,8 @@ namespace {
 // launchDependentPair on a stream of its own on the current device. The calls touch only that
 // stream and its memory, so they run in the relaxed capture mode: another thread capturing a
 // graph in the global mode is neither disturbed nor a reason to refuse. A wait past
-// ANYR_TIMEOUT_MS throws anyrTimeout (the stream and its memory are then left behind).
+// ANYR_TIMEOUT_MS ends the probe as failed (its stream and memory are then left behind), so a
+// busy or hung GPU costs that wait once per process, not once per call.
 DependentLaunch probeDependentLaunch(int device) {
   struct RestoreCaptureMode {
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -752,22 +753,24 @@ DependentLaunch probeDependentLaunch(int device) {
   cudaStream_t s = nullptr;
   ANYR_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const int timeoutMs = hostTimeoutMs();
-  auto drain = [&](const char* what) {
+  DependentLaunch out;
+  out.probed = true;
+  // True once the stream drained; false (out.reason set) past the deadline.
+  auto drained = [&](const char* what) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
     for (;;) {
       const cudaError_t e = cudaStreamQuery(s);
-      if (e == cudaSuccess) return;
+      if (e == cudaSuccess) return true;
       if (e != cudaErrorNotReady) throwCuda(e, what, __FILE__, __LINE__);
       if (std::chrono::steady_clock::now() > deadline) {
-        throwError(anyrTimeout, "GPU " + std::to_string(device) + ": " + what +
-                                    " did not finish within " + std::to_string(timeoutMs) +
-                                    " ms (ANYR_TIMEOUT_MS)");
+        out.reason = std::string(what) + " did not finish within " + std::to_string(timeoutMs) +
+                     " ms (ANYR_TIMEOUT_MS)";
+        ANYR_LOG(Warn, -1, "GPU " << device << ": " << out.reason);
+        return false;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   };
-  DependentLaunch out;
-  out.probed = true;
   void* word = nullptr;
   cudaError_t e = cudaMallocAsync(&word, sizeof(int), s);
   if (e != cudaSuccess) {
@@ -779,13 +782,13 @@ DependentLaunch probeDependentLaunch(int device) {
   ANYR_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(int), s));
   const cudaError_t launched = pk::launchDependentPair(static_cast<int*>(word), s);
   if (launched != cudaSuccess) (void)cudaGetLastError();
-  drain("the programmatic-launch probe");
+  if (!drained("the programmatic-launch probe")) return out;
   // The stream is idle: this copy (to pageable memory, so it returns when done) waits for
   // nothing else.
   int got = 0;
   ANYR_CUDA_CHECK(cudaMemcpyAsync(&got, word, sizeof(int), cudaMemcpyDeviceToHost, s));
   ANYR_CUDA_CHECK(cudaFreeAsync(word, s));
-  drain("the programmatic-launch probe's release");
+  if (!drained("the programmatic-launch probe's release")) return out;
   ANYR_CUDA_CHECK(cudaStreamDestroy(s));
   out.works = dependentLaunchWorks(launched, got, &out.reason);
   return out;

@@ -47,7 +47,8 @@ bool dependentLaunchWorks(cudaError_t launched, int word, std::string* reason);
 
 // Programmatic dependent launch for kernels launched without a communicator (anyrAddRmsNorm) on
 // CUDA device `device`: probed once per process and device (launchDependentPair on a stream of
-// its own; every wait bounded by ANYR_TIMEOUT_MS, anyrTimeout past it), then remembered. With
+// its own; every wait bounded by ANYR_TIMEOUT_MS, past which the probe counts as failed), then
+// remembered. With
 // mayProbe false (the caller's stream is capturing a graph, where the probe cannot wait) an
 // unprobed device answers probed = false, works = false, and stays unprobed.
 struct DependentLaunch {
