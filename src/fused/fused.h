@@ -375,18 +375,26 @@ inline int addRmsNormRowThreads(int hidden, int maxVpt) {
 // `tokens` rows of `hidden` on `sms` SMs, `quantized` for an FP8 or NVFP4 output: where every
 // row has an SM of its own, one (each row spread over the most threads: the row's latency is
 // the kernel's); up to four rows an SM, two; beyond, three (fewer, larger blocks, the weight read
-// by fewer of them). A quantizing epilogue issues about twice the instructions a vector and
-// gains from more rows in flight, so from two rows an SM on, where two blocks of 512 threads an
-// SM no longer hold every row at once, a quantized output takes three where that still leaves
-// blocks of 256 threads or more (hidden 5120 and 6144: four blocks of 256 an SM, every row at
-// once, instead of two rounds of two blocks of 512 whose second vectors are half idle; at
-// fewer rows the two-vector blocks measured as fast or faster for FP8). Measured on one H100
-// (docs/FUSED.md, "The standalone kernel").
+// by fewer of them). Above two rows an SM, two blocks of 512 threads an SM no longer hold every
+// row at once: the rows beyond run in a second round. Where three vectors still leave blocks of
+// 256 threads or more (hidden 5120 and 6144: four blocks an SM, every row of up to four an SM at
+// once), they take three:
+//  - a quantized output up to four rows an SM: it issues about twice the instructions a vector
+//    and gains from every row in flight (384 tokens 1.23-1.39x, 512 tokens 1.09-1.24x);
+//  - the unquantized output up to 3.5 rows an SM, while the second round would be at most three
+//    quarters full and so run on a GPU at least a quarter idle (300-450 tokens 1.04-1.19x);
+//    nearer four rows an SM the two rounds measured as fast or faster at 6144 (512 and 528
+//    tokens 0.96-0.98x; 5120 1.02-1.06x).
+// At two rows an SM or fewer the two-vector blocks measured as fast or faster (FP8 0.98-0.99x,
+// unquantized 0.87-0.96x with three). Measured on one H100 (docs/FUSED.md, "The standalone
+// kernel"; docs/PERFORMANCE.md, "Fused shapes").
 inline int addRmsNormRowsVpt(int tokens, int sms, int hidden, bool quantized) {
   const int64_t t = tokens, s = sms;
   if (t <= s) return 1;
-  if (t <= 4 * s) return quantized && t > 2 * s && addRmsNormRowThreads(hidden, 3) >= 256 ? 3 : 2;
-  return 3;
+  if (t > 4 * s) return 3;
+  const bool threeFill = t > 2 * s && addRmsNormRowThreads(hidden, 3) >= 256;
+  const bool inRange = quantized ? true : 2 * t <= 7 * s;  // unquantized: t <= 3.5 s
+  return threeFill && inRange ? 3 : 2;
 }
 
 // Whether the Rows form's Auto grid takes one block per row: where there are at least three

@@ -910,8 +910,9 @@ TEST(FusedLaunchShape, StandaloneFormsFollowRowsAndHidden) {
   EXPECT_EQ(addRmsNormAutoForm(5120, 1, 132, true), AddRmsNormForm::Cluster);
 
   // The Rows form's vectors a thread where the launch leaves them open: one up to a row an SM,
-  // two up to four rows an SM (three for a quantized output from two rows an SM on, where that
-  // leaves blocks of 256 threads or more), then three; and the block that follows from it.
+  // two up to four rows an SM (three above two rows an SM where that leaves blocks of 256
+  // threads or more: for a quantized output up to four rows an SM, for the unquantized one up
+  // to 3.5), then three; and the block that follows from it.
   for (bool q : {false, true}) {
     EXPECT_EQ(addRmsNormRowsVpt(1, 132, 6144, q), 1);
     EXPECT_EQ(addRmsNormRowsVpt(132, 132, 6144, q), 1);
@@ -921,7 +922,14 @@ TEST(FusedLaunchShape, StandaloneFormsFollowRowsAndHidden) {
     EXPECT_EQ(addRmsNormRowsVpt(528, 132, 2880, q), 2);
   }
   EXPECT_EQ(addRmsNormRowsVpt(133, 132, 6144, false), 2);
+  EXPECT_EQ(addRmsNormRowsVpt(264, 132, 6144, false), 2);
+  EXPECT_EQ(addRmsNormRowsVpt(265, 132, 6144, false), 3);
+  EXPECT_EQ(addRmsNormRowsVpt(462, 132, 6144, false), 3);  // 3.5 rows an SM
+  EXPECT_EQ(addRmsNormRowsVpt(463, 132, 6144, false), 2);
   EXPECT_EQ(addRmsNormRowsVpt(528, 132, 6144, false), 2);
+  EXPECT_EQ(addRmsNormRowsVpt(300, 132, 5120, false), 3);
+  EXPECT_EQ(addRmsNormRowsVpt(300, 132, 2880, false), 2);          // three: blocks of 128
+  EXPECT_EQ(addRmsNormRowsVpt(3 << 29, 1 << 29, 6144, false), 3);  // 2 x tokens beyond int
   EXPECT_EQ(addRmsNormRowsVpt(133, 132, 6144, true), 2);
   EXPECT_EQ(addRmsNormRowsVpt(264, 132, 6144, true), 2);
   EXPECT_EQ(addRmsNormRowsVpt(265, 132, 6144, true), 3);
