@@ -295,6 +295,15 @@ __device__ __forceinline__ void waitForPrevious() {
 #endif
 }
 
+// Lets the launch after this one on the stream be scheduled once every block of this grid has
+// executed this (griddepcontrol.launch_dependents); without programmatic launch, and on GPUs
+// without the instruction, nothing.
+__device__ __forceinline__ void releaseDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // waitForPrevious, then, where `releaseEarly` (AllReduceArgs or HostArgs, uniform over the
 // grid), lets the launch after this one on the stream be scheduled as soon as every block of
 // this grid has passed this point (griddepcontrol.launch_dependents). That launch still waits
@@ -304,9 +313,7 @@ __device__ __forceinline__ void waitForPrevious() {
 // effect, so a waiting block never holds an SM this grid still needs.
 __device__ __forceinline__ void waitForPrevious(int32_t releaseEarly) {
   waitForPrevious();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (releaseEarly != 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  if (releaseEarly != 0) releaseDependents();
 }
 
 // ---- thread-block clusters ------------------------------------------------------------------

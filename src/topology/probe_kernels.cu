@@ -191,9 +191,7 @@ namespace {
 // GPU) would neither release nor wait: its second kernel writes kDependentNoWait instead, so
 // the probe fails there even where the plain stream order happens to give the right sum.
 __global__ void dependentFirstKernel(int* word) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  dev::releaseDependents();
   const uint64_t until = dev::globalTimerNs() + 20000;  // 20 us: the second kernel is in flight
   while (dev::globalTimerNs() < until) {
   }

@@ -82,12 +82,7 @@ constexpr uint32_t kSeedBase = 0x5eed0000u;
 
 __global__ void emptyKernel() {}
 
-__global__ void emptyPdlKernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+__global__ void emptyPdlKernel() { anyr::dev::waitForPrevious(1); }
 
 __global__ void copyKernel(const uint4* in, uint4* out, uint64_t n) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;

@@ -1,3 +1,4 @@
+#include "device/common.cuh"
 #include "gpu/stream_order_kernels.h"
 
 namespace anyr {
@@ -10,15 +11,9 @@ struct Copies {
 };
 
 __global__ void copyLateKernel(Copies copies, int n, size_t n16, uint64_t delayNs) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-  uint64_t t0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (;;) {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (t - t0 >= delayNs) break;
+  dev::releaseDependents();
+  const uint64_t t0 = dev::globalTimerNs();
+  while (dev::globalTimerNs() - t0 < delayNs) {
   }
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (int k = 0; k < n; ++k) {
