@@ -254,7 +254,8 @@ anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residua
     // The stream decides the device (the current one during capture, when CUDA cannot say);
     // every buffer must live there.
     int device = -1;
-    if (!anyr::streamCapturing(stream)) {
+    const bool capturing = anyr::streamCapturing(stream);
+    if (!capturing) {
       device = anyr::streamDevice(stream);
     } else {
       ANYR_CUDA_CHECK(cudaGetDevice(&device));
@@ -263,8 +264,8 @@ anyrResult_t anyrAddRmsNorm(const void* x, const void* residualIn, void* residua
     for (const anyr::FusedBuffer& b : anyr::fusedBuffers(x, "x", p)) {
       anyr::requireDevicePointer(b.ptr, b.name, device, "the stream's device");
     }
-    ANYR_CUDA_CHECK(anyr::launchAddRmsNormWith(
-        datatype, x, p, stream, anyr::standaloneLaunch(device, anyr::streamCapturing(stream))));
+    ANYR_CUDA_CHECK(anyr::launchAddRmsNormWith(datatype, x, p, stream,
+                                               anyr::standaloneLaunch(device, capturing)));
   });
 }
 

@@ -26,6 +26,12 @@ struct AddRmsNormTarget {
   bool cacheHints = false;                                // AddRmsNormLaunch::cacheHints
 };
 
+// The kernels' releaseEarly argument for a grid of `blocks` (dev::waitForPrevious): 1 where the
+// launch is programmatic and its release rule lets the next launch go early at that grid.
+inline int32_t addRmsNormReleaseArg(const AddRmsNormTarget& t, int blocks) {
+  return t.pdl && addRmsNormReleasesEarly(t.release, blocks, t.sms) ? 1 : 0;
+}
+
 // Rows with shape->threads threads of shape->vpt vectors (fused/add_rmsnorm_rows.cu).
 cudaError_t launchAddRmsNormRows(anyrDataType_t dtype, const void* x, const FusedParams& p,
                                  cudaStream_t stream, const AddRmsNormTarget& t,

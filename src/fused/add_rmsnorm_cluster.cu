@@ -92,13 +92,10 @@ cudaError_t launchAddRmsNormCluster(anyrDataType_t dtype, const void* x, const F
     using T = typename decltype(tag)::T;
     const T* xt = static_cast<const T*>(x);
     auto go = [&](auto kernel) {
-      return launchClusterKernel(
-          kernel, dim3(static_cast<unsigned>(shape->blocks)), dim3(static_cast<unsigned>(threads)),
-          static_cast<unsigned>(c), 0, stream, target.pdl, xt, p,
-          static_cast<int32_t>(
-              target.pdl && addRmsNormReleasesEarly(target.release, shape->blocks, target.sms)
-                  ? 1
-                  : 0));
+      return launchClusterKernel(kernel, dim3(static_cast<unsigned>(shape->blocks)),
+                                 dim3(static_cast<unsigned>(threads)), static_cast<unsigned>(c), 0,
+                                 stream, target.pdl, xt, p,
+                                 addRmsNormReleaseArg(target, shape->blocks));
     };
     auto pick = [&](auto exitBarrier) {
       constexpr bool kExit = decltype(exitBarrier)::value;

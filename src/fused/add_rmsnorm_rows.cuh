@@ -122,13 +122,9 @@ inline cudaError_t launch(anyrDataType_t dtype, const void* x, const FusedParams
         const int64_t most = perRow ? kAddRmsNormMaxGrid : resident;
         shape->blocks = static_cast<int>(p.tokens < most ? p.tokens : most);
         shape->smem = 0;
-        return launchKernel(
-            kernel, dim3(static_cast<unsigned>(shape->blocks)),
-            dim3(static_cast<unsigned>(threads)), 0, stream, target.pdl, xt, p,
-            static_cast<int32_t>(
-                target.pdl && addRmsNormReleasesEarly(target.release, shape->blocks, target.sms)
-                    ? 1
-                    : 0));
+        return launchKernel(kernel, dim3(static_cast<unsigned>(shape->blocks)),
+                            dim3(static_cast<unsigned>(threads)), 0, stream, target.pdl, xt, p,
+                            addRmsNormReleaseArg(target, shape->blocks));
       };
       if (!aligned) return go(addRmsNormRowsKernel<T, VPT, dev::kQuantAtRunTime, false>);
       // The cache-hint variant is compiled for the unquantized output only (a measurement).

@@ -393,7 +393,7 @@ inline int addRmsNormRowsVpt(int tokens, int sms, int hidden, bool quantized) {
   if (t <= s) return 1;
   if (t > 4 * s) return 3;
   const bool threeFill = t > 2 * s && addRmsNormRowThreads(hidden, 3) >= 256;
-  const bool inRange = quantized ? true : 2 * t <= 7 * s;  // unquantized: t <= 3.5 s
+  const bool inRange = quantized || 2 * t <= 7 * s;  // unquantized: t <= 3.5 s
   return threeFill && inRange ? 3 : 2;
 }
 

@@ -106,6 +106,17 @@ int hostTimeoutMs() {
   return ms > 0 && ms < (1ll << 30) ? static_cast<int>(ms) : 30000;
 }
 
+// cudaSuccess when stream s drained within `ms`, cudaErrorNotReady past it, else its error.
+cudaError_t streamDrainedWithin(cudaStream_t s, int ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(s);
+    if (e != cudaErrorNotReady) return e;
+    if (std::chrono::steady_clock::now() > deadline) return cudaErrorNotReady;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return -1;
   std::sort(v.begin(), v.end());
@@ -232,13 +243,7 @@ class Session {
 
   // cudaSuccess when r's stream drained, cudaErrorNotReady on timeout, else the error.
   cudaError_t pollStream(const GpuRes& r) const {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs_);
-    for (;;) {
-      cudaError_t e = cudaStreamQuery(r.stream);
-      if (e != cudaErrorNotReady) return e;
-      if (std::chrono::steady_clock::now() > deadline) return cudaErrorNotReady;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    return streamDrainedWithin(r.stream, timeoutMs_);
   }
 
   // True when the device's context still works after an error in a pair's checks.
@@ -757,19 +762,13 @@ DependentLaunch probeDependentLaunch(int device) {
   out.probed = true;
   // True once the stream drained; false (out.reason set) past the deadline.
   auto drained = [&](const char* what) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
-    for (;;) {
-      const cudaError_t e = cudaStreamQuery(s);
-      if (e == cudaSuccess) return true;
-      if (e != cudaErrorNotReady) throwCuda(e, what, __FILE__, __LINE__);
-      if (std::chrono::steady_clock::now() > deadline) {
-        out.reason = std::string(what) + " did not finish within " + std::to_string(timeoutMs) +
-                     " ms (ANYR_TIMEOUT_MS)";
-        ANYR_LOG(Warn, -1, "GPU " << device << ": " << out.reason);
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    const cudaError_t e = streamDrainedWithin(s, timeoutMs);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) throwCuda(e, what, __FILE__, __LINE__);
+    out.reason = std::string(what) + " did not finish within " + std::to_string(timeoutMs) +
+                 " ms (ANYR_TIMEOUT_MS)";
+    ANYR_LOG(Warn, -1, "GPU " << device << ": " << out.reason);
+    return false;
   };
   void* word = nullptr;
   cudaError_t e = cudaMallocAsync(&word, sizeof(int), s);
