@@ -228,6 +228,9 @@ AddRmsNormLaunch standaloneLaunch(int device, bool capturing) {
   static const bool allowed = env::getInt("ANYR_PDL") != 0;
   static const bool early = env::getInt("ANYR_PDL_EARLY") != 0;
   AddRmsNormLaunch l;
+  // Read once (a value that throws is read again by the next call, which throws too).
+  static const HintsMode hints = epilogueHintsFromEnv();
+  l.hints = static_cast<AddRmsNormHints>(hints);
   if (allowed && dependentLaunchOn(device, !capturing).works) {
     l.pdl = true;
     l.release = early ? AddRmsNormRelease::Auto : AddRmsNormRelease::AtExit;

@@ -41,7 +41,30 @@ constexpr Named<anyrPeerMemory_t> kPeerMemoryNames[] = {{anyrPeerMemoryNone, "no
 constexpr Named<FabricMode> kFabricModeNames[] = {
     {FabricMode::Measure, "measure"}, {FabricMode::Cached, "cached"}, {FabricMode::Off, "off"}};
 
+constexpr Named<HintsMode> kHintsModeNames[] = {
+    {HintsMode::Auto, "auto"}, {HintsMode::Off, "off"}, {HintsMode::On, "on"}};
+
 }  // namespace
+
+const char* hintsModeName(HintsMode m) { return nameOf(kHintsModeNames, m, "invalid"); }
+
+bool parseHintsMode(const std::string& name, HintsMode* out) {
+  if (name == "0" || name == "1") {
+    *out = name == "0" ? HintsMode::Off : HintsMode::On;
+    return true;
+  }
+  return parseName(kHintsModeNames, name, out);
+}
+
+HintsMode epilogueHintsFromEnv() {
+  const std::string name = env::getString("ANYR_EPILOGUE_HINTS");
+  HintsMode m = HintsMode::Auto;
+  if (!parseHintsMode(name, &m)) {
+    throwError(anyrInvalidArgument, "environment variable ANYR_EPILOGUE_HINTS='" + name +
+                                        "': must be auto, off or on (or 0 = off, 1 = on)");
+  }
+  return m;
+}
 
 const char* fabricModeName(FabricMode m) { return nameOf(kFabricModeNames, m, "invalid"); }
 
@@ -118,7 +141,7 @@ std::string Config::describe() const {
      << " chunkBytes=" << chunkBytes << " useNccl=" << useNccl << " maxBlocks=" << maxBlocks
      << " wire=" << wireName(wire) << " fusedCluster=" << fusedCluster
      << " peerMemory=" << peerMemoryName(peerMemory) << " islands=" << islandsText(islands)
-     << " fabric=" << fabricModeName(fabric);
+     << " fabric=" << fabricModeName(fabric) << " epilogueHints=" << hintsModeName(epilogueHints);
   return os.str();
 }
 
@@ -398,6 +421,7 @@ Config resolveConfig(const anyrConfig_t* user) {
     throwError(anyrInvalidArgument, "environment variable ANYR_ISLANDS='" + islands + "': " + why +
                                         " (" + kIslandsRule + ")");
   }
+  c.epilogueHints = epilogueHintsFromEnv();
   // the fabric measurement at init (environment only)
   const std::string fabric = env::getString("ANYR_FABRIC");
   if (!parseFabricMode(fabric, &c.fabric)) {

@@ -13,6 +13,11 @@ namespace anyr {
 // table (Measure), use a cached record only (Cached), or neither (Off).
 enum class FabricMode : int32_t { Measure = 0, Cached = 1, Off = 2 };
 
+// ANYR_EPILOGUE_HINTS: whether the standalone add + RMSNorm kernel's loads carry cache eviction
+// hints: by its rule (Auto), never (Off) or always (On; where the kernel has them). The values of
+// fused.h's AddRmsNormHints. A per-process timing choice: the bits are the same either way.
+enum class HintsMode : int32_t { Auto = 0, Off = 1, On = 2 };
+
 struct Config {
   anyrAlgo_t algorithm = anyrAlgoAuto;
   int timeoutMs = 30000;
@@ -49,6 +54,9 @@ struct Config {
   // The islands of the two-level all-reduce ("islands") forced by ANYR_ISLANDS, packed
   // (parseIslands); 0: derived from the topology (topology/islands.h). Rank 0's, so agreed.
   uint32_t islands = 0;
+  // The standalone epilogue's cache hints (ANYR_EPILOGUE_HINTS; each rank its own: the bits do
+  // not depend on them). Not part of Wire.
+  HintsMode epilogueHints = HintsMode::Auto;
 
   // Crosses process boundaries (rank 0's resolved config is broadcast): fixed layout.
   struct Wire {
@@ -111,5 +119,10 @@ const char* peerMemoryName(anyrPeerMemory_t k);
 // (off). False for anything else.
 bool parseFabricMode(const std::string& name, FabricMode* out);
 const char* fabricModeName(FabricMode m);
+// "auto", "off", "on" <-> HintsMode; parseHintsMode also takes "0" (off) and "1" (on).
+bool parseHintsMode(const std::string& name, HintsMode* out);
+const char* hintsModeName(HintsMode m);
+// ANYR_EPILOGUE_HINTS, parsed; throws anyrInvalidArgument naming the variable and its values.
+HintsMode epilogueHintsFromEnv();
 
 }  // namespace anyr

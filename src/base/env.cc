@@ -49,6 +49,12 @@ const std::vector<Param>& params() {
        "the add + RMSNorm epilogue) with programmatic dependent launch where the communicator's "
        "probe launch works, and anyrAddRmsNorm's where the same probe, run once per process and "
        "device, works; 0: plain launches, no probe (timing only, ranks may differ)"},
+      {"ANYR_EPILOGUE_HINTS", "auto",
+       "cache eviction hints on the standalone add + RMSNorm kernel's loads (anyrAddRmsNorm and "
+       "the epilogue after an all-reduce; unquantized output, 16-byte aligned buffers): auto = "
+       "where the bytes a launch moves are 5/6 to 3/2 of the GPU's L2 cache, off (0) = never, on "
+       "(1) = always; x and the residual evict-first, the weight evict-last (timing only, ranks "
+       "may differ)"},
       {"ANYR_PDL_EARLY", "1",
        "with programmatic launch on: 1 = each peer, host and fused kernel lets the next launch "
        "on the stream be scheduled once all of its blocks started (it still waits for the kernel "

@@ -64,6 +64,7 @@ void CommContext::agreeConfig(const Config& local) {
   // Rank-local: only rank 0's are used, and the tuning step broadcasts what it decides.
   cfg.tuningFile = local.tuningFile;
   cfg.tuneBudgetMs = local.tuneBudgetMs;
+  cfg.epilogueHints = local.epilogueHints;  // timing only: each rank's own
   if (!(cfg == local)) {
     ANYR_LOG(Warn, rank,
              "this rank's configuration (" << local.describe()

@@ -177,14 +177,20 @@ cudaError_t launchAddRmsNormWith(anyrDataType_t datatype, const void* x, const F
   const int c0 = l.clusterBlocks;
   if (c0 != 0 && c0 != 2 && c0 != 4 && c0 != 8) return cudaErrorInvalidValue;
   AddRmsNormTarget target;
-  bool clusters = false;
-  cudaError_t e = currentDeviceFacts(&target.device, &target.sms, &clusters);
+  DeviceFacts facts;
+  cudaError_t e = currentDeviceFacts(&facts);
   if (e != cudaSuccess) return e;
+  const bool clusters = facts.clusters;
+  target.device = facts.device;
+  target.sms = facts.sms;
   target.pdl = l.pdl;
   target.release = l.release;
   target.clusterExitBarrier = l.clusterExitBarrier;
   target.grid = l.grid;
-  target.cacheHints = l.cacheHints;
+  // The kernel's dtypes (bf16, fp16) are two bytes an element.
+  target.cacheHints = l.hints == AddRmsNormHints::On ||
+                      (l.hints == AddRmsNormHints::Auto &&
+                       addRmsNormHintsAt(addRmsNormBytes(x, p, 2), facts.l2Bytes));
   AddRmsNormForm form = l.form;
   if (form == AddRmsNormForm::Auto) {
     form = addRmsNormAutoForm(p.hidden, p.tokens, target.sms, clusters && l.clusters);

@@ -23,7 +23,7 @@ struct AddRmsNormTarget {
   AddRmsNormRelease release = AddRmsNormRelease::AtExit;  // with pdl
   bool clusterExitBarrier = true;                         // AddRmsNormLaunch::clusterExitBarrier
   AddRmsNormGrid grid = AddRmsNormGrid::Auto;             // AddRmsNormLaunch::grid
-  bool cacheHints = false;                                // AddRmsNormLaunch::cacheHints
+  bool cacheHints = false;  // AddRmsNormLaunch::hints, decided (On, or Auto's rule held)
 };
 
 // The kernels' releaseEarly argument for a grid of `blocks` (dev::waitForPrevious): 1 where the

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kMaxThreads, VPT <= 3 ? 2 : 1)
   const bool xAligned = kAligned || dev::isAligned(x, 16);
   const bool resAligned = kAligned || dev::isAligned(resIn, 16);
 
-  // kHints (AddRmsNormLaunch::cacheHints, aligned buffers only): x and the residual are read
+  // kHints (AddRmsNormLaunch::hints, aligned buffers only): x and the residual are read
   // once (evict first), the weight by every row (evict last).
   static_assert(!kHints || kAligned, "cache hints only for aligned buffers");
   constexpr dev::LoadHint kStream = kHints ? dev::LoadHint::Stream : dev::LoadHint::Plain;
@@ -129,6 +129,7 @@ inline cudaError_t launch(anyrDataType_t dtype, const void* x, const FusedParams
       if (!aligned) return go(addRmsNormRowsKernel<T, VPT, dev::kQuantAtRunTime, false>);
       // The cache-hint variant is compiled for the unquantized output only (a measurement).
       if (target.cacheHints && p.quant == anyrQuantNone) {
+        shape->cacheHints = true;
         return go(addRmsNormRowsKernel<T, VPT, anyrQuantNone, true, true>);
       }
       return dev::dispatchQuant(p.quant, [&](auto q) {

@@ -15,6 +15,7 @@
 #include <array>
 
 #include "anyreduce/anyreduce.h"
+#include "base/config.h"
 #include "device/vectors.h"
 
 namespace anyr {
@@ -321,6 +322,45 @@ inline bool addRmsNormReleasesEarly(AddRmsNormRelease release, int blocks, int s
          (release == AddRmsNormRelease::Auto && blocks <= sms);
 }
 
+// Whether the Rows form's loads carry cache eviction hints (AddRmsNormLaunch::hints).
+enum class AddRmsNormHints : int { Auto = 0, Off, On };
+static_assert(static_cast<int>(AddRmsNormHints::Off) == static_cast<int>(HintsMode::Off) &&
+                  static_cast<int>(AddRmsNormHints::On) == static_cast<int>(HintsMode::On),
+              "AddRmsNormHints takes HintsMode's values (ANYR_EPILOGUE_HINTS)");
+
+// Auto's rule for the hints, from the bytes a launch reads and writes (addRmsNormBytes) and the
+// GPU's L2 cache size: on where those bytes are 5/6 to 3/2 of the L2. Measured in a chain of
+// calls on the same buffers on one H100, hinted against plain (median time ratio, range):
+// below 5/6 of the L2 the data stays in it from one call to the next either way and the hints
+// gain nothing (0.997, 0.95-1.04; 1.02-1.03 at 0.72-0.80); from 5/6 to 1.3 the plain calls fall
+// off that cliff and the hinted ones do not as far (0.92, 0.86-0.98; the likely reason: reads
+// marked evict-first leave the written lines resident, where the next kernel's loads or the next
+// call's stores find them); from 1.3 to 1.5 even (0.997); beyond, where the written lines alone
+// no longer fit, the hints' extra instructions cost (1.012, 0.99-1.03). Not measured on other
+// GPUs. docs/FUSED.md, "The standalone kernel".
+inline bool addRmsNormHintsAt(int64_t bytes, int64_t l2Bytes) {
+  return l2Bytes > 0 && 6 * bytes >= 5 * l2Bytes && 2 * bytes <= 3 * l2Bytes;
+}
+
+// The bytes one launch of the standalone kernel on `x` moves: each distinct buffer of tokens x
+// hidden elements of `elemBytes` (x, residualIn, residualOut, normOut; a buffer given twice, as
+// the residual in place, counted once), the quantized output and its block scales.
+inline int64_t addRmsNormBytes(const void* x, const FusedParams& p, int elemBytes) {
+  const int64_t elems = static_cast<int64_t>(p.tokens) * p.hidden;
+  const void* rows[] = {x, p.residualIn, p.residualOut, p.normOut};
+  int64_t bytes = 0;
+  for (int i = 0; i < 4; ++i) {
+    bool seen = rows[i] == nullptr;
+    for (int j = 0; j < i && !seen; ++j) seen = rows[j] == rows[i];
+    if (!seen) bytes += elems * elemBytes;
+  }
+  if (p.quantOut != nullptr) bytes += p.quant == anyrQuantNvfp4 ? elems / 2 : elems;
+  const int64_t scales = elems / kNvfp4BlockElems;
+  if (p.blockScales != nullptr) bytes += scales;
+  if (p.blockScalesSwizzled != nullptr) bytes += scales;
+  return bytes;
+}
+
 // How to launch the standalone kernel.
 struct AddRmsNormLaunch {
   AddRmsNormForm form = AddRmsNormForm::Auto;
@@ -341,10 +381,10 @@ struct AddRmsNormLaunch {
   bool clusterExitBarrier = true;
   // Rows, aligned buffers: x and the residual loaded evict-first (L1 and L2: each byte is read
   // once) and the weight evict-last (every row reads it), as torch.compile's Triton kernel marks
-  // them; the same values. A variant to measure (anyr_epilogue_bench's -h1), compiled for the
-  // unquantized output: plain loads for quantized outputs, unaligned buffers and GPUs before
-  // compute capability 8.0.
-  bool cacheHints = false;
+  // them; the same values. Compiled for the unquantized output: plain loads for quantized
+  // outputs, unaligned buffers and GPUs before compute capability 8.0. Auto:
+  // addRmsNormHintsAt (anyr_epilogue_bench's -h0 / -h1 force Off / On).
+  AddRmsNormHints hints = AddRmsNormHints::Auto;
 };
 
 // The shape a launch took (launchAddRmsNormWith): form, blocks, threads, vectors a thread holds
@@ -355,7 +395,8 @@ struct AddRmsNormShape {
   int threads = 0;
   int vpt = 0;
   int clusterBlocks = 1;
-  size_t smem = 0;  // dynamic shared memory per block
+  size_t smem = 0;          // dynamic shared memory per block
+  bool cacheHints = false;  // Rows: its loads carry the cache eviction hints
 };
 
 // The Rows form's largest block.

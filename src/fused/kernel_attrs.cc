@@ -97,27 +97,30 @@ cudaError_t residentBlocksPerSm(const void* kernel, int threads, size_t smem, in
   return cudaSuccess;
 }
 
-cudaError_t currentDeviceFacts(int* device, int* sms, bool* clusters) {
-  struct Facts {
-    int sms;
-    bool clusters;
-  };
+cudaError_t currentDeviceFacts(DeviceFacts* facts) {
   static std::mutex mu;
-  static std::map<int, Facts> known;
-  cudaError_t err = cudaGetDevice(device);
+  static std::map<int, DeviceFacts> known;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(*device);
+  auto it = known.find(device);
   if (it == known.end()) {
-    int n = 0, c = 0;
-    err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, *device);
+    int n = 0, c = 0, l2 = 0;
+    err = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
     if (err != cudaSuccess) return err;
-    err = cudaDeviceGetAttribute(&c, cudaDevAttrClusterLaunch, *device);
+    err = cudaDeviceGetAttribute(&c, cudaDevAttrClusterLaunch, device);
     if (err != cudaSuccess) return err;
-    it = known.emplace(*device, Facts{n > 0 ? n : 1, c != 0}).first;
+    err = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
+    if (err != cudaSuccess) return err;
+    DeviceFacts f;
+    f.device = device;
+    f.sms = n > 0 ? n : 1;
+    f.clusters = c != 0;
+    f.l2Bytes = l2 > 0 ? l2 : 0;
+    it = known.emplace(device, f).first;
   }
-  *sms = it->second.sms;
-  *clusters = it->second.clusters;
+  *facts = it->second;
   return cudaSuccess;
 }
 

@@ -1,12 +1,13 @@
 // Per-(kernel, device) facts asked of the runtime once and kept: raising a kernel's dynamic
 // shared-memory limit, how many clusters of a shape or blocks are resident at once, a device's
-// SM count and cluster support. Function
+// SM count, cluster support and L2 size. Function
 // attributes and occupancy queries, not stream operations: allowed during graph capture.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace anyr {
 
@@ -25,8 +26,14 @@ cudaError_t residentClusters(const void* kernel, int clusterBlocks, int threads,
 // 1, into *blocks.
 cudaError_t residentBlocksPerSm(const void* kernel, int threads, size_t smem, int* blocks);
 
-// The current device (*device), its SM count (*sms) and whether it launches thread-block
-// clusters (cudaDevAttrClusterLaunch, *clusters).
-cudaError_t currentDeviceFacts(int* device, int* sms, bool* clusters);
+// The current device, its SM count, whether it launches thread-block clusters
+// (cudaDevAttrClusterLaunch) and its L2 cache size in bytes (cudaDevAttrL2CacheSize).
+struct DeviceFacts {
+  int device = 0;
+  int sms = 1;
+  bool clusters = false;
+  int64_t l2Bytes = 0;
+};
+cudaError_t currentDeviceFacts(DeviceFacts* facts);
 
 }  // namespace anyr

@@ -244,6 +244,32 @@ TEST(Config, PeerMemoryBadValuesNameTheArgumentAndRule) {
   }
 }
 
+// ANYR_EPILOGUE_HINTS: auto by default, off / on (0 / 1); anything else refused, naming the
+// variable and its values. Each rank's own: not part of what rank 0 broadcasts.
+TEST(Config, EpilogueHintsParseAndStayRankLocal) {
+  EXPECT_EQ(resolveConfig(nullptr).epilogueHints, HintsMode::Auto);
+  const struct {
+    const char* text;
+    HintsMode mode;
+  } cases[] = {{"auto", HintsMode::Auto}, {"off", HintsMode::Off}, {"0", HintsMode::Off},
+               {"on", HintsMode::On},     {"1", HintsMode::On},    {"", HintsMode::Auto}};
+  for (const auto& c : cases) {
+    EnvGuard g("ANYR_EPILOGUE_HINTS", c.text);
+    const Config cfg = resolveConfig(nullptr);
+    EXPECT_EQ(cfg.epilogueHints, c.mode) << c.text;
+    EXPECT_EQ(epilogueHintsFromEnv(), c.mode) << c.text;
+    EXPECT_NE(cfg.describe().find(std::string("epilogueHints=") + hintsModeName(c.mode)),
+              std::string::npos)
+        << cfg.describe();
+    EXPECT_EQ(Config::fromWire(cfg.toWire()).epilogueHints, HintsMode::Auto) << c.text;
+  }
+  for (const char* text : {"2", "yes", "On", " on", "auto "}) {
+    EnvGuard g("ANYR_EPILOGUE_HINTS", text);
+    expectInvalid(nullptr, std::string("ANYR_EPILOGUE_HINTS='") + text + "'");
+    expectInvalid(nullptr, "must be auto, off or on");
+  }
+}
+
 TEST(Config, AlgoNames) {
   for (int i = 0; i < anyrNumAlgos; ++i) {
     anyrAlgo_t a;

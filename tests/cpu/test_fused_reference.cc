@@ -846,6 +846,51 @@ TEST(FusedLaunchShape, StandaloneReleasesEarlyOnlyAtOneBlockAnSm) {
   EXPECT_FALSE(addRmsNormReleasesEarly(AddRmsNormRelease::AtExit, 1, 132));
 }
 
+// The Rows form's cache hints (Auto): on where the bytes a launch moves are 5/6 to 3/2 of the
+// L2, counted over the distinct buffers (a residual in place once; x as normOut once).
+TEST(FusedLaunchShape, StandaloneHintsWhereTheBytesAboutFillTheL2) {
+  const int64_t l2 = 50 << 20;                      // an H100's L2
+  EXPECT_FALSE(addRmsNormHintsAt(l2 * 5 / 6, l2));  // 5/6 of 50 MiB is not a whole byte
+  EXPECT_TRUE(addRmsNormHintsAt(l2 * 5 / 6 + 1, l2));
+  EXPECT_TRUE(addRmsNormHintsAt(l2, l2));
+  EXPECT_TRUE(addRmsNormHintsAt(l2 * 3 / 2, l2));
+  EXPECT_FALSE(addRmsNormHintsAt(l2 * 3 / 2 + 1, l2));
+  EXPECT_FALSE(addRmsNormHintsAt(l2, 0));                         // L2 size unknown: no hints
+  EXPECT_TRUE(addRmsNormHintsAt(int64_t{7168} * 768 * 8, l2));    // 0.84 of the L2
+  EXPECT_FALSE(addRmsNormHintsAt(int64_t{5120} * 1024 * 8, l2));  // 0.80
+  EXPECT_FALSE(addRmsNormHintsAt(int64_t{5120} * 2048 * 8, l2));  // 1.60
+
+  alignas(16) static char buf[5][16];
+  FusedParams p{};
+  p.tokens = 2048;
+  p.hidden = 2880;
+  p.residualIn = buf[1];
+  p.residualOut = buf[2];
+  p.normOut = buf[3];
+  const int64_t tensor = int64_t{2048} * 2880 * 2;
+  EXPECT_EQ(addRmsNormBytes(buf[0], p, 2), 4 * tensor);
+  EXPECT_TRUE(addRmsNormHintsAt(addRmsNormBytes(buf[0], p, 2), l2));  // 2880 x 2048: 0.90 L2
+  p.residualOut = buf[1];                                             // in place
+  EXPECT_EQ(addRmsNormBytes(buf[0], p, 2), 3 * tensor);
+  p.normOut = buf[0];  // x as normOut too
+  EXPECT_EQ(addRmsNormBytes(buf[0], p, 2), 2 * tensor);
+  p.residualIn = nullptr;
+  p.residualOut = buf[2];
+  p.normOut = nullptr;
+  p.quant = anyrQuantNvfp4;
+  p.quantOut = buf[3];
+  p.blockScales = buf[4];
+  EXPECT_EQ(addRmsNormBytes(buf[0], p, 2), 2 * tensor + tensor / 4 + tensor / 32);
+  p.tokens = 8192;
+  p.hidden = 6144;
+  p.residualIn = buf[1];
+  p.normOut = buf[3];
+  p.quant = anyrQuantNone;
+  p.quantOut = nullptr;
+  p.blockScales = nullptr;
+  EXPECT_FALSE(addRmsNormHintsAt(addRmsNormBytes(buf[0], p, 2), l2));  // 6144 x 8192: 7.7 L2
+}
+
 TEST(FusedLaunchShape, StandaloneFormsFollowRowsAndHidden) {
   EXPECT_EQ(addRmsNormRowThreads(2880, 3), 128);  // 360 vectors: 3 a thread
   EXPECT_EQ(addRmsNormRowThreads(4096, 3), 256);

@@ -30,9 +30,10 @@
 // the Rows forms' vectors a thread at most (default: addRmsNormRowsVpt); -cN the cluster size
 // (default: the automatic one, at least 2); -e0 the Cluster form without its final cluster barrier;
 // -g0 / -g1 the Rows form's grid forced to as many blocks as the GPU holds at once / one block per
-// row (default: addRmsNormRowsPerRow); -h1 the Rows form's loads with cache eviction hints (x and
-// the residual evict-first, the weight evict-last: AddRmsNormLaunch::cacheHints; unquantized
-// output and aligned buffers only, plain loads otherwise); +pdl launched with programmatic
+// row (default: addRmsNormRowsPerRow); -h1 / -h0 the Rows form's loads (rows, or auto where it
+// takes Rows) with / without cache eviction hints (x and the residual evict-first, the weight
+// evict-last: AddRmsNormLaunch::hints; unquantized output and aligned buffers only, plain loads
+// otherwise; default: addRmsNormHintsAt); +pdl launched with programmatic
 // dependent launch, releasing the next launch early, +pdlx the same releasing it only at exit,
 // +pdla as AddRmsNormRelease::Auto decides. "api" is the public anyrAddRmsNorm itself.
 //
@@ -71,6 +72,7 @@ namespace {
 
 using anyr::AddRmsNormForm;
 using anyr::AddRmsNormGrid;
+using anyr::AddRmsNormHints;
 using anyr::AddRmsNormLaunch;
 using anyr::AddRmsNormRelease;
 using anyr::AddRmsNormShape;
@@ -189,8 +191,9 @@ bool parseVariant(const std::string& name, Variant* v) {
       v->launch.clusterExitBarrier = value != 0;
     } else if (key == 'g' && (value == 0 || value == 1)) {
       v->launch.grid = value == 1 ? AddRmsNormGrid::PerRow : AddRmsNormGrid::Resident;
-    } else if (key == 'h' && (value == 0 || value == 1) && v->launch.form == AddRmsNormForm::Rows) {
-      v->launch.cacheHints = value != 0;
+    } else if (key == 'h' && (value == 0 || value == 1) &&
+               (v->launch.form == AddRmsNormForm::Rows || v->launch.form == AddRmsNormForm::Auto)) {
+      v->launch.hints = value != 0 ? AddRmsNormHints::On : AddRmsNormHints::Off;
     } else {
       return false;
     }
@@ -211,6 +214,7 @@ std::string shapeText(const AddRmsNormShape& s) {
   if (s.vpt > 0) os << " vpt" << s.vpt;
   if (s.clusterBlocks > 1) os << " c" << s.clusterBlocks;
   if (s.smem > 0) os << " smem" << s.smem;
+  if (s.cacheHints) os << " hints";
   return os.str();
 }
 
@@ -656,15 +660,17 @@ int selfTest(int threads) {
   }
   const struct {
     const char* name;
-    bool ok, hints;
-  } hints[] = {{"rows", true, false},         {"rows-h1", true, true},
-               {"rows-v2-h1-g1", true, true}, {"rows-h0", true, false},
-               {"rows-h2", false, false},     {"auto-h1", false, false},
-               {"cluster-h1", false, false}};
+    bool ok;
+    AddRmsNormHints hints;
+  } hints[] = {
+      {"rows", true, AddRmsNormHints::Auto},        {"rows-h1", true, AddRmsNormHints::On},
+      {"rows-v2-h1-g1", true, AddRmsNormHints::On}, {"rows-h0", true, AddRmsNormHints::Off},
+      {"rows-h2", false, AddRmsNormHints::Auto},    {"auto-h1+pdla", true, AddRmsNormHints::On},
+      {"auto-h0", true, AddRmsNormHints::Off},      {"cluster-h1", false, AddRmsNormHints::Auto}};
   for (const auto& h : hints) {
     Variant v;
     const bool ok = parseVariant(h.name, &v);
-    expect(ok == h.ok && (!ok || v.launch.cacheHints == h.hints),
+    expect(ok == h.ok && (!ok || v.launch.hints == h.hints),
            std::string("variant ") + h.name + " cache hints");
   }
   std::printf("anyr_epilogue_bench --self-test: %s\n", bad == 0 ? "passed" : "FAILED");

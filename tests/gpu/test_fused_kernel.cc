@@ -188,8 +188,8 @@ struct RunSpec {
   int maxVpt = 3;
   int clusterBlocks = 0;
   bool clusterExitBarrier = true;
-  AddRmsNormGrid grid = AddRmsNormGrid::Auto;  // AddRmsNormLaunch::grid
-  bool cacheHints = false;                     // AddRmsNormLaunch::cacheHints
+  AddRmsNormGrid grid = AddRmsNormGrid::Auto;     // AddRmsNormLaunch::grid
+  AddRmsNormHints hints = AddRmsNormHints::Auto;  // AddRmsNormLaunch::hints
   cudaStream_t stream = nullptr;
   bool captureGraph = false;
   // Non-zero (a separate residual only): x and residualIn are fresh poisoned buffers that a
@@ -321,7 +321,7 @@ void run(const Inputs& in, const RunSpec& spec, Outputs* out) {
       l.clusterBlocks = spec.clusterBlocks;
       l.clusterExitBarrier = spec.clusterExitBarrier;
       l.grid = spec.grid;
-      l.cacheHints = spec.cacheHints;
+      l.hints = spec.hints;
       return launchAddRmsNormWith(in.dtype, x, fp, s, l);
     }
     if (spec.threads == 0) {
@@ -639,8 +639,8 @@ std::string describe(const Inputs& in, const RunSpec& s) {
      << (s.grid == AddRmsNormGrid::PerRow     ? " (block per row)"
          : s.grid == AddRmsNormGrid::Resident ? " (resident blocks)"
                                               : "")
-     << (s.cacheHints ? " (cache hints)" : "") << " offsets=" << s.elemOffset << "/" << s.byteOffset
-     << " graph=" << s.captureGraph;
+     << (s.hints == AddRmsNormHints::On ? " (cache hints)" : "") << " offsets=" << s.elemOffset
+     << "/" << s.byteOffset << " graph=" << s.captureGraph;
   return os.str();
 }
 
@@ -800,25 +800,26 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
       int maxVpt, cluster;
       bool exitBarrier;
       AddRmsNormGrid grid = AddRmsNormGrid::Auto;
-      bool cacheHints = false;
+      AddRmsNormHints hints = AddRmsNormHints::Off;
     };
-    const Form forms[] = {{AddRmsNormForm::Regs, 3, 0, true},
-                          {AddRmsNormForm::Rows, 1, 0, true},
-                          {AddRmsNormForm::Rows, 2, 0, true},
-                          {AddRmsNormForm::Rows, 3, 0, true},
-                          {AddRmsNormForm::Rows, 4, 0, true},
-                          {AddRmsNormForm::Rows, 0, 0, true},
-                          {AddRmsNormForm::Rows, 1, 0, true, AddRmsNormGrid::PerRow},
-                          {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::PerRow},
-                          {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::Resident},
-                          {AddRmsNormForm::Rows, 1, 0, true, AddRmsNormGrid::Auto, true},
-                          {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::Auto, true},
-                          {AddRmsNormForm::Cluster, 3, 2, true},
-                          {AddRmsNormForm::Cluster, 3, 4, true},
-                          {AddRmsNormForm::Cluster, 3, 8, true},
-                          {AddRmsNormForm::Cluster, 3, 2, false},
-                          {AddRmsNormForm::Cluster, 3, 8, false},
-                          {AddRmsNormForm::Auto, 3, 0, true}};
+    const Form forms[] = {
+        {AddRmsNormForm::Regs, 3, 0, true},
+        {AddRmsNormForm::Rows, 1, 0, true},
+        {AddRmsNormForm::Rows, 2, 0, true},
+        {AddRmsNormForm::Rows, 3, 0, true},
+        {AddRmsNormForm::Rows, 4, 0, true},
+        {AddRmsNormForm::Rows, 0, 0, true},
+        {AddRmsNormForm::Rows, 1, 0, true, AddRmsNormGrid::PerRow},
+        {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::PerRow},
+        {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::Resident},
+        {AddRmsNormForm::Rows, 1, 0, true, AddRmsNormGrid::Auto, AddRmsNormHints::On},
+        {AddRmsNormForm::Rows, 3, 0, true, AddRmsNormGrid::Auto, AddRmsNormHints::On},
+        {AddRmsNormForm::Cluster, 3, 2, true},
+        {AddRmsNormForm::Cluster, 3, 4, true},
+        {AddRmsNormForm::Cluster, 3, 8, true},
+        {AddRmsNormForm::Cluster, 3, 2, false},
+        {AddRmsNormForm::Cluster, 3, 8, false},
+        {AddRmsNormForm::Auto, 3, 0, true, AddRmsNormGrid::Auto, AddRmsNormHints::Auto}};
     int compared = 0;
     for (anyrDataType_t t : {anyrBfloat16, anyrFloat16}) {
       for (int hidden : {128, 2880, 6144, 7168, 8192, 12288, 16384}) {
@@ -850,7 +851,7 @@ TEST(FusedKernel, EveryFormGivesTheSameBits) {
                     other.clusterBlocks = f.cluster;
                     other.clusterExitBarrier = f.exitBarrier;
                     other.grid = f.grid;
-                    other.cacheHints = f.cacheHints;
+                    other.hints = f.hints;
                     other.xAliasesNorm = alias;
                     Outputs o;
                     if (!ran(in, other, &o)) return;
