@@ -230,7 +230,7 @@ AddRmsNormLaunch standaloneLaunch(int device, bool capturing) {
   AddRmsNormLaunch l;
   // Read once (a value that throws is read again by the next call, which throws too).
   static const HintsMode hints = epilogueHintsFromEnv();
-  l.hints = static_cast<AddRmsNormHints>(hints);
+  l.hints = hints;
   if (allowed && dependentLaunchOn(device, !capturing).works) {
     l.pdl = true;
     l.release = early ? AddRmsNormRelease::Auto : AddRmsNormRelease::AtExit;

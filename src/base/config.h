@@ -14,8 +14,8 @@ namespace anyr {
 enum class FabricMode : int32_t { Measure = 0, Cached = 1, Off = 2 };
 
 // ANYR_EPILOGUE_HINTS: whether the standalone add + RMSNorm kernel's loads carry cache eviction
-// hints: by its rule (Auto), never (Off) or always (On; where the kernel has them). The values of
-// fused.h's AddRmsNormHints. A per-process timing choice: the bits are the same either way.
+// hints: by its rule (Auto), never (Off) or always (On; where the kernel has them); fused.h's
+// AddRmsNormHints. A per-process timing choice: the bits are the same either way.
 enum class HintsMode : int32_t { Auto = 0, Off = 1, On = 2 };
 
 struct Config {

@@ -317,7 +317,7 @@ void Communicator::fusedCall(const void* partial, const void* residualIn, void* 
     AddRmsNormLaunch l;
     l.clusters = caps_.clusterOn();
     l.pdl = caps_.pdlOn();
-    l.hints = static_cast<AddRmsNormHints>(ctx_.cfg.epilogueHints);
+    l.hints = ctx_.cfg.epilogueHints;
     ANYR_CUDA_CHECK(launchAddRmsNormWith(dtype, x, q, stream, l));
   };
   if (ctx_.nranks == 1) {

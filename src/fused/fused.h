@@ -322,11 +322,9 @@ inline bool addRmsNormReleasesEarly(AddRmsNormRelease release, int blocks, int s
          (release == AddRmsNormRelease::Auto && blocks <= sms);
 }
 
-// Whether the Rows form's loads carry cache eviction hints (AddRmsNormLaunch::hints).
-enum class AddRmsNormHints : int { Auto = 0, Off, On };
-static_assert(static_cast<int>(AddRmsNormHints::Off) == static_cast<int>(HintsMode::Off) &&
-                  static_cast<int>(AddRmsNormHints::On) == static_cast<int>(HintsMode::On),
-              "AddRmsNormHints takes HintsMode's values (ANYR_EPILOGUE_HINTS)");
+// Whether the Rows form's loads carry cache eviction hints (AddRmsNormLaunch::hints): Auto
+// (addRmsNormHintsAt), Off, On; ANYR_EPILOGUE_HINTS's mode (base/config.h).
+using AddRmsNormHints = HintsMode;
 
 // Auto's rule for the hints, from the bytes a launch reads and writes (addRmsNormBytes) and the
 // GPU's L2 cache size: on where those bytes are 5/6 to 3/2 of the L2. Measured in a chain of
