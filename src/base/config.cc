@@ -33,26 +33,28 @@ namespace {
 constexpr Named<anyrWire_t> kWireNames[] = {
     {anyrWireNative, "native"}, {anyrWireFp8, "fp8"}, {anyrWireInt8, "int8"}};
 
-constexpr Named<anyrPeerMemory_t> kPeerMemoryNames[] = {{anyrPeerMemoryNone, "none"},
-                                                        {anyrPeerMemoryAuto, "auto"},
-                                                        {anyrPeerMemoryCudaIpc, "cuda-ipc"},
-                                                        {anyrPeerMemoryVmm, "vmm"}};
+// The switches also take 0 (off) and 1 (on): rows after the names, so nameOf keeps the names.
+constexpr Named<anyrPeerMemory_t> kPeerMemoryNames[] = {
+    {anyrPeerMemoryNone, "none"}, {anyrPeerMemoryAuto, "auto"}, {anyrPeerMemoryCudaIpc, "cuda-ipc"},
+    {anyrPeerMemoryVmm, "vmm"},   {anyrPeerMemoryNone, "0"},    {anyrPeerMemoryAuto, "1"}};
 
-constexpr Named<FabricMode> kFabricModeNames[] = {
-    {FabricMode::Measure, "measure"}, {FabricMode::Cached, "cached"}, {FabricMode::Off, "off"}};
+constexpr Named<FabricMode> kFabricModeNames[] = {{FabricMode::Measure, "measure"},
+                                                  {FabricMode::Cached, "cached"},
+                                                  {FabricMode::Off, "off"},
+                                                  {FabricMode::Off, "0"},
+                                                  {FabricMode::Measure, "1"}};
 
-constexpr Named<HintsMode> kHintsModeNames[] = {
-    {HintsMode::Auto, "auto"}, {HintsMode::Off, "off"}, {HintsMode::On, "on"}};
+constexpr Named<HintsMode> kHintsModeNames[] = {{HintsMode::Auto, "auto"},
+                                                {HintsMode::Off, "off"},
+                                                {HintsMode::On, "on"},
+                                                {HintsMode::Off, "0"},
+                                                {HintsMode::On, "1"}};
 
 }  // namespace
 
 const char* hintsModeName(HintsMode m) { return nameOf(kHintsModeNames, m, "invalid"); }
 
 bool parseHintsMode(const std::string& name, HintsMode* out) {
-  if (name == "0" || name == "1") {
-    *out = name == "0" ? HintsMode::Off : HintsMode::On;
-    return true;
-  }
   return parseName(kHintsModeNames, name, out);
 }
 
@@ -69,10 +71,6 @@ HintsMode epilogueHintsFromEnv() {
 const char* fabricModeName(FabricMode m) { return nameOf(kFabricModeNames, m, "invalid"); }
 
 bool parseFabricMode(const std::string& name, FabricMode* out) {
-  if (name == "0" || name == "1") {
-    *out = name == "0" ? FabricMode::Off : FabricMode::Measure;
-    return true;
-  }
   return parseName(kFabricModeNames, name, out);
 }
 
@@ -85,10 +83,6 @@ bool parseWire(const std::string& name, anyrWire_t* out) {
 const char* peerMemoryName(anyrPeerMemory_t k) { return nameOf(kPeerMemoryNames, k, "invalid"); }
 
 bool parsePeerMemory(const std::string& name, anyrPeerMemory_t* out) {
-  if (name == "0" || name == "1") {
-    *out = name == "0" ? anyrPeerMemoryNone : anyrPeerMemoryAuto;
-    return true;
-  }
   return parseName(kPeerMemoryNames, name, out);
 }
 
