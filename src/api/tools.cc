@@ -12,6 +12,7 @@
 #include "base/config.h"
 #include "base/env.h"
 #include "base/error.h"
+#include "base/json_text.h"
 #include "core/capabilities.h"
 #include "core/comm.h"
 #include "fused/fused.h"
@@ -60,7 +61,7 @@ std::string describeJson(const Topology& t) {
   std::ostringstream text;
   printTopology(t, text);
   nlohmann::json j = {{"gpus", t.size()}, {"source", t.source}, {"text", text.str()}};
-  return j.dump();
+  return anyr::jsonText(j);
 }
 
 }  // namespace
@@ -133,7 +134,7 @@ anyrResult_t anyrGetEnvParams(char* buf, size_t len, size_t* needed) {
       if (anyr::env::isSet(p.name)) e["value"] = anyr::env::getString(p.name);
       j.push_back(e);
     }
-    anyr::copyText(j.dump(), buf, len, needed);
+    anyr::copyText(anyr::jsonText(j), buf, len, needed);
   });
 }
 
@@ -192,7 +193,7 @@ anyrResult_t anyrCommDescribePaths(const anyrComm_t comm, char* buf, size_t len,
       ops.push_back({{"op", anyr::opName(op)}, {"candidates", cands}});
     }
     nlohmann::json j = {{"tuned", c.selector().tuned() != nullptr}, {"ops", ops}};
-    anyr::copyText(j.dump(), buf, len, needed);
+    anyr::copyText(anyr::jsonText(j), buf, len, needed);
   });
 }
 

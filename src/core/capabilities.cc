@@ -10,6 +10,7 @@
 #include "algo/algo.h"
 #include "base/env.h"
 #include "base/error.h"
+#include "base/json_text.h"
 #include "base/names.h"
 #include "core/context.h"
 #include "fused/fused.h"
@@ -336,7 +337,7 @@ std::string Capabilities::clusterPairThreadsJson() const {
     }
     j[anyrAlgoName(algo)] = byType;
   }
-  return j.dump();
+  return jsonText(j);
 }
 
 int Capabilities::clusterPairVariant(anyrAlgo_t algo, anyrDataType_t dtype, int quant) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "algo/algo.h"
+#include "base/json_text.h"
 #include "base/names.h"
 #include "core/capabilities.h"
 #include "core/context.h"
@@ -113,7 +114,7 @@ std::string Explainer::explainJson() const {
   j["fabric"] = nlohmann::json::parse(fabricToJson(fabric_.record(), -1));
   j["fabric"]["mode"] = fabricModeName(ctx_.cfg.fabric);
   host_.explainHost(&j);
-  return j.dump(2);
+  return jsonText(j, 2);
 }
 
 std::string Explainer::explainText() const {

@@ -17,6 +17,7 @@
 #include "algo/selftest_kernels.h"
 #include "base/env.h"
 #include "base/error.h"
+#include "base/json_text.h"
 #include "base/log.h"
 #include "base/names.h"
 #include "core/comm.h"
@@ -140,7 +141,7 @@ void SelfTest::run() {
   if (on == 0) {
     rep["ran"] = false;
     rep["why"] = "disabled by ANYR_SELFTEST=0 (rank 0's environment)";
-    c.selfTestJson_ = rep.dump();
+    c.selfTestJson_ = jsonText(rep);
     ANYR_LOG(Info, c.ctx_.rank, "self-test skipped (ANYR_SELFTEST=0)");
     return;
   }
@@ -208,8 +209,8 @@ void SelfTest::run() {
   rep["timeoutMs"] = timeoutMs;
   rep["ms"] = ms;
   rep["results"] = results;
-  c.selfTestJson_ = rep.dump();
-  ANYR_LOG(Info, c.ctx_.rank, "self-test (" << ms << " ms): " << results.dump());
+  c.selfTestJson_ = jsonText(rep);
+  ANYR_LOG(Info, c.ctx_.rank, "self-test (" << ms << " ms): " << jsonText(results));
 }
 
 SelfCheckResult* SelfTest::clearResults() {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/json_text.h"
 #include "device/handles.h"
 #include "select/admission.h"
 #include "select/dispatch.h"
@@ -113,7 +114,7 @@ std::string explainTopologyJson(const TopologyExplainOptions& o, const anyrConfi
       cfg.algorithm != anyrAlgoAuto ? overrideError(adm, cfg.algorithm) : "";
   j["forcedError"] = forcedError;
   j["dispatchText"] = forcedError.empty() ? explainDispatch(in) : "";
-  return j.dump();
+  return jsonText(j);
 }
 
 }  // namespace anyr

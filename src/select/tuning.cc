@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json_text.h"
 
 #ifndef ANYR_VERSION_STRING
 #define ANYR_VERSION_STRING "unknown"
@@ -140,7 +141,7 @@ std::string tuningToJson(const TuningTable& t) {
   }
   j["ops"] = ops;
   if (t.hasFabric) j["fabric"] = json::parse(fabricToJson(t.fabric, -1));
-  return j.dump(2);
+  return jsonText(j, 2);
 }
 
 TuningTable tuningFromJson(const std::string& text) {

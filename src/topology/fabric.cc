@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json_text.h"
 
 namespace anyr {
 
@@ -342,7 +343,7 @@ std::string fabricToJson(const FabricRecord& r, int indent) {
     j["load"] = l;
   }
   j["summary"] = fabricSummary(r);
-  return j.dump(indent < 0 ? -1 : indent, ' ', false, json::error_handler_t::replace);
+  return jsonText(j, indent);
 }
 
 FabricRecord fabricFromJson(const std::string& text) {

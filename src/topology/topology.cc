@@ -39,6 +39,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json_text.h"
 #include "base/names.h"
 
 namespace anyr {
@@ -203,8 +204,7 @@ std::string topologyToJson(const Topology& t, int indent) {
   j["pairs"] = std::move(pairs);
   if (t.load.known()) j["load"] = loadToJson(t.load);
   if (!t.sources.empty()) j["sources"] = t.sources;
-  // Names come from the driver; replace invalid UTF-8 rather than throwing.
-  std::string out = j.dump(indent < 0 ? -1 : indent, ' ', false, json::error_handler_t::replace);
+  std::string out = jsonText(j, indent);
   out += '\n';
   return out;
 }

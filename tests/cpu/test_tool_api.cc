@@ -10,6 +10,7 @@
 #include "anyreduce/anyreduce.h"
 #include "base/config.h"
 #include "core/comm.h"
+#include "processes.h"
 
 namespace {
 
@@ -159,6 +160,35 @@ TEST(ToolApi, EnvParamsListTheRegistryAndTruncate) {
   ASSERT_EQ(anyrGetEnvParams(small, sizeof(small), &needed), anyrSuccess);
   EXPECT_EQ(std::strlen(small), 3u);  // truncated, NUL-terminated
   expectRefused(anyrGetEnvParams(nullptr, 8, &needed), "argument 'buf'");
+}
+
+// Strings that reach the JSON documents from outside (an environment variable, a path) need not
+// be UTF-8: the document is still made, with U+FFFD for the stray byte, not an internal error.
+TEST(ToolApi, BytesThatAreNotUtf8InAnswers) {
+  anyr::proctest::ScopedEnv ifname("ANYR_SOCKET_IFNAME", "eth\xff");
+  size_t needed = 0;
+  ASSERT_EQ(anyrGetEnvParams(nullptr, 0, &needed), anyrSuccess) << anyrGetLastError(nullptr);
+  std::vector<char> buf(needed);
+  ASSERT_EQ(anyrGetEnvParams(buf.data(), buf.size(), &needed), anyrSuccess);
+  bool saw = false;
+  for (const auto& p : nlohmann::json::parse(buf.data())) {
+    if (p["name"] != "ANYR_SOCKET_IFNAME") continue;
+    saw = true;
+    EXPECT_EQ(p["value"], "eth\xef\xbf\xbd");  // U+FFFD
+  }
+  EXPECT_TRUE(saw);
+
+  const std::string pair = fixture("nvlink_pair.json");
+  const std::string tuning = "/nonexistent/\xff.json";
+  ASSERT_EQ(anyrExplainTopology(pair.c_str(), 0, 1, tuning.c_str(), nullptr, nullptr, 0, &needed),
+            anyrSuccess)
+      << anyrGetLastError(nullptr);
+  std::vector<char> ex(needed);
+  ASSERT_EQ(anyrExplainTopology(pair.c_str(), 0, 1, tuning.c_str(), nullptr, ex.data(), ex.size(),
+                                &needed),
+            anyrSuccess);
+  const std::string text = nlohmann::json::parse(ex.data()).dump();
+  EXPECT_NE(text.find("/nonexistent/\xef\xbf\xbd.json"), std::string::npos) << text;
 }
 
 TEST(ToolApi, DescribeTopologyFile) {
