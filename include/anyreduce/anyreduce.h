@@ -214,7 +214,9 @@ ANYR_API anyrResult_t anyrCommInitRankConfig(anyrComm_t* comm, int nranks, anyrU
  * it with more), and since an enqueued NCCL all-gather cannot be withdrawn, the NCCL
  * communicator is then stopped: revoked (ncclCommRevoke, NCCL 2.28.7 and newer: destroy it
  * yourself) or, with an older NCCL, aborted and freed (do not use or destroy it); the message
- * says which. The same holds when the NCCL path's watchdog stops a call on it. The bounds hold
+ * says which. The same holds when the NCCL path's watchdog stops a call on it, and when this
+ * rank refuses a collective call (the peers' matching call may be an NCCL all-reduce, which the
+ * application's next collective on the NCCL communicator would otherwise join). The bounds hold
  * for a non-blocking NCCL communicator, or a blocking one whose connections already exist. */
 ANYR_API anyrResult_t anyrCommInitFromNccl(anyrComm_t* comm, void* ncclComm,
                                            const anyrConfig_t* config);

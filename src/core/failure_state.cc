@@ -169,6 +169,16 @@ void FailureState::applyPendingStop() {
   }
   setFailed(anyrInvalidUsage, msg);
   stopEverywhere(kCauseRefused, what, true);
+  // On the caller's NCCL communicator (anyrCommInitFromNccl) the peers' matching call may be an
+  // NCCL all-reduce, which nothing above reaches: were the application to make its next
+  // collective on that communicator, it would pair with the peers' pending one. So it is stopped
+  // here too, after this rank's own last call (stopEverywhere waited for it), and the failure
+  // says so.
+  const std::string done = nccl_.stopCallers(anyrInvalidUsage, msg);
+  if (!done.empty()) {
+    std::lock_guard<std::mutex> lock(failMu_);
+    if (failMsg_ == msg) failMsg_ += done;
+  }
 }
 
 void FailureState::stopEverywhere(int32_t cause, const std::string& what, bool afterOwnWork,

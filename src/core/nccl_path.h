@@ -31,6 +31,10 @@ class NcclPath {
   }
   ncclResult_t asyncError() const { return nccl_.asyncError(); }
   void release(bool ok) { nccl_.release(ok); }
+  // A refusal: the caller's NCCL communicator stopped (NcclHandle::stopCallers).
+  std::string stopCallers(anyrResult_t code, const std::string& msg) {
+    return nccl_.stopCallers(code, msg);
+  }
 
   // destroy() found this rank's work unfinished at its deadline, or the peers not at teardown:
   // the NCCL communicator is then aborted, not destroyed (ncclCommDestroy would wait for it).

@@ -398,6 +398,18 @@ ncclResult_t NcclHandle::asyncError() const {
   return ncclCommGetAsyncError(comm, &state) == ncclSuccess ? state : ncclSuccess;
 }
 
+std::string NcclHandle::stopCallers(anyrResult_t code, const std::string& msg) {
+  if (!comm_ || !comm_->external()) return "";
+  std::string done;
+  {
+    std::lock_guard<std::mutex> lock(comm_->mutex());
+    if (released_ || comm_->get() == nullptr) return "";
+    done = comm_->stop(code, msg).substr(msg.size());
+  }
+  ANYR_LOG(Warn, rank_, "a refused call: stopping the NCCL communicator you passed" << done);
+  return done;
+}
+
 void NcclHandle::release(bool ok) {
   // The watchdog first, without the communicator's mutex: its hooks take that mutex.
   const size_t pending = watchdog_ ? watchdog_->stop() : 0;

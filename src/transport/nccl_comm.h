@@ -131,6 +131,13 @@ class NcclHandle {
   // call on it had not completed and ok is false: then it is stopped (NcclComm::stop), since
   // nothing else would release that call's kernels. Never throws.
   void release(bool ok);
+  // The caller's communicator (adopted with owned false) is stopped (NcclComm::stop, `msg` with
+  // `code`) and forgotten, so that no collective the application makes on it later can pair with
+  // a peer's NCCL all-reduce that this rank will never join (a call refused on this rank after
+  // its peers may have made it). Returns what was done ("; the NCCL communicator you passed was
+  // revoked ..."), or "" where there is nothing to stop: no communicator, ours (its NCCL kernels
+  // serve only anyreduce's calls, which have stopped), or one released or stopped already.
+  std::string stopCallers(anyrResult_t code, const std::string& msg);
 
   // Tests only: runs on each call's stream before the NCCL enqueue, after the call's first event
   // (a GPU test stalls the stream there to make a call overrun its deadline on one GPU).

@@ -208,6 +208,100 @@ TEST(NcclWatchdogGpu, OneGpuAStalledCallStopsTheCallersNcclCommunicator) {
   expectStalledCallOnOneGpu(true);
 }
 
+// One GPU, one rank: a refused call (FailureState::applyPendingStop) stops the caller's NCCL
+// communicator, so that the application's next collective on it cannot join a peer's pending
+// NCCL all-reduce, and leaves one of ours alone (only anyreduce's calls use it).
+int refusalOnOneGpu(bool external, const Report& report) {
+  R_CUDA(cudaSetDevice(0));
+  int failures = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      ++failures;
+      report("FAIL " + what + "\n");
+    }
+  };
+  ncclComm_t nccl = makeNcclComm(0, 1, /*blocking=*/false);
+  Sink sink;
+  auto handle = std::make_unique<NcclHandle>();
+  handle->adopt(nccl, !external, 0, 0, sink.fn());
+  cudaStream_t s = nonBlockingStream();
+  const uint64_t n = 1 << 16;
+  void* in = deviceAlloc<void>(n * 4);
+  void* out = deviceAlloc<void>(n * 4);
+  unsigned long long* scratch = deviceAlloc<unsigned long long>();
+  auto exactCall = [&](uint32_t seed, const std::string& what) {
+    R_CUDA(data::fillInput(anyrFloat32, in, n, 0, seed, data::kSmallInts, s));
+    handle->allReduceSum(in, out, n, anyrFloat32, s, 5000);
+    unsigned long long wrong = ~0ull;
+    R_CUDA(data::mismatchesNow(anyrFloat32, out, n, 1, seed, data::kSmallInts, scratch, s, &wrong));
+    expect(wrong == 0, what + ": " + std::to_string(wrong) + " wrong elements");
+  };
+  exactCall(1, "the call before the refusal");
+  expect(waitStream(s, 10) == cudaSuccess, "the first call did not complete");
+
+  const std::string refused = "rank 0 refused its call #2 (test)";
+  const std::string done = handle->stopCallers(anyrInvalidUsage, refused);
+  bool revoked = false;
+  if (!external) {
+    expect(done.empty(), "our NCCL communicator was stopped: " + done);
+    expect(handle->get() != nullptr, "our NCCL communicator was forgotten");
+    exactCall(3, "a call on our communicator after the refusal");
+  } else {
+    if (ncclHasRevoke()) {
+      revoked = true;
+      expect(contains(done, "the NCCL communicator you passed was revoked (ncclCommRevoke)"),
+             "note: " + done);
+    } else {
+      expect(contains(done, "the NCCL communicator you passed was aborted and freed"),
+             "note: " + done);
+    }
+    expect(handle->get() == nullptr, "the handle still offers the stopped communicator");
+    try {
+      handle->allReduceSum(in, out, n, anyrFloat32, s, 5000);
+      expect(false, "a call after the refusal succeeded");
+    } catch (const Error& e) {
+      expect(e.code() == anyrInvalidUsage && std::string(e.what()) == refused + done,
+             std::string("next call: ") + anyrGetErrorString(e.code()) + ": " + e.what());
+    }
+    expect(handle->stopCallers(anyrInvalidUsage, refused).empty(), "stopped twice");
+    if (revoked) {
+      waitRevokeSettled(nccl);
+      const ncclResult_t r = ncclAllReduce(in, out, n, ncclFloat32, ncclSum, nccl, s);
+      expect(r != ncclSuccess && r != ncclInProgress,
+             std::string("ncclAllReduce on the revoked communicator: ") + ncclGetErrorString(r));
+    }
+    report("NOTE " + done + "\n");
+  }
+  expect(waitStream(s, 10) == cudaSuccess, "the stream did not drain");
+  handle->release(true);
+  handle.reset();
+  expect(sink.calls() == 0, "the watchdog reported: " + sink.msg);
+  if (revoked) R_NCCL(ncclCommAbort(nccl));  // ours: release(true) destroyed it
+  for (void* p : {in, out, static_cast<void*>(scratch)}) R_CUDA(cudaFree(p));
+  R_CUDA(cudaStreamDestroy(s));
+  report("CHECKED\n");
+  return failures ? 4 : 0;
+}
+
+void expectRefusalOnOneGpu(bool external) {
+  resetShared();
+  auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& r) {
+    return refusalOnOneGpu(external, r);
+  });
+  expectRanksPassed(results);
+  std::printf("[ info ] %s", results[0].message.c_str());
+}
+
+TEST(NcclWatchdogGpu, OneGpuARefusalLeavesOurNcclCommunicatorAlone) {
+  REQUIRE_GPU();
+  expectRefusalOnOneGpu(false);
+}
+
+TEST(NcclWatchdogGpu, OneGpuARefusalStopsTheCallersNcclCommunicator) {
+  REQUIRE_GPU();
+  expectRefusalOnOneGpu(true);
+}
+
 TEST(NcclWatchdogGpu, TwoGpusAPeerThatStopsCallingGivesTheNcclPathATimeout) {
   REQUIRE_GPU();
   if (gpuCount() < 2) {
