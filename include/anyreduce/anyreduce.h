@@ -490,8 +490,10 @@ ANYR_API anyrResult_t anyrCommQueryPath(const anyrComm_t comm, const char* op, s
  * maxTokens (1..65536) tokens, `calls` calls per timed sample and the median of `samples`
  * samples (both >= 1), budgetMs as anyrCommTune's. Rank 0's options hold for every
  * rank. progress (may be NULL) is called on rank 0 after every measured point with the points
- * done, their total, a short description and progressArg. Initialize with
- * ANYR_TUNE_OPTIONS_INITIALIZER (anyrCommTune's defaults). */
+ * done, their total, a short description and progressArg. It may not call in: a collective call
+ * it makes on the communicator being tuned is refused (anyrInvalidUsage) and stops the
+ * communicator like any refused call; anyrCommDestroy from it is refused and frees nothing.
+ * Initialize with ANYR_TUNE_OPTIONS_INITIALIZER (anyrCommTune's defaults). */
 typedef void (*anyrTuneProgress_t)(int done, int total, const char* what, void* progressArg);
 typedef struct {
   size_t size;                 /* sizeof(anyrTuneOptions_t) */

@@ -140,6 +140,14 @@ void CallGuard::init(Bootstrap& bs, bool wantValidation) {
 
 CallGuard::Scope::Scope(CallGuard& g, const char* fn) : g_(g) {
   if (g.owner_.load() == std::this_thread::get_id()) {
+    if (g.inCallback_.load()) {
+      const char* holder = g.holder_.load();
+      throwError(anyrInvalidUsage,
+                 std::string(fn) + " called from the progress callback of " +
+                     (holder != nullptr ? holder : "a call") +
+                     " on the same communicator; the callback may report progress, not make "
+                     "calls on the communicator that is calling it");
+    }
     nested_ = true;
     return;
   }

@@ -95,6 +95,21 @@ class CallGuard {
     bool nested_ = false;
   };
 
+  // While it lives, the holding thread runs the application's code (anyrCommTune's progress
+  // callback): a Scope that thread takes meanwhile is refused with anyrInvalidUsage, not nested.
+  // Nested, a destroy from the callback would free the communicator under the tuning, and a
+  // collective would be made on this rank alone. Taken by the holder only; not nested itself.
+  class CallbackScope {
+   public:
+    explicit CallbackScope(CallGuard& g) : g_(g) { g_.inCallback_.store(true); }
+    ~CallbackScope() { g_.inCallback_.store(false); }
+    CallbackScope(const CallbackScope&) = delete;
+    CallbackScope& operator=(const CallbackScope&) = delete;
+
+   private:
+    CallGuard& g_;
+  };
+
   // Runs the local argument check `check` (throws anyr::Error on bad arguments). Without
   // validation mode, that is all. With it, exchanges {sig, check result} with every rank and
   // throws judgeVotes' verdict; `settled` becomes true once every rank's vote is in, so that
@@ -118,6 +133,7 @@ class CallGuard {
   std::mutex mu_;
   std::atomic<const char*> holder_{nullptr};
   std::atomic<std::thread::id> owner_{};  // the holding thread (default id: none)
+  std::atomic<bool> inCallback_{false};   // the holder is in the application's callback
   bool validating_ = false;
   uint64_t seq_ = 0;
 };

@@ -446,7 +446,14 @@ TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& pro
     settled = ctx_.nranks <= 1;
     ANYR_REQUIRE_ARG(ctx_.nranks > 1, "comm", "tuning needs 2 ranks or more");
     failure_.requireHealthy(settled);
-    result = Tuner(*this).tuneHealthy(local, progress);
+    TuneProgress report;
+    if (progress) {
+      report = [this, &progress](int done, int total, const std::string& what) {
+        CallGuard::CallbackScope inCallback(calls_);
+        progress(done, total, what);
+      };
+    }
+    result = Tuner(*this).tuneHealthy(local, report);
   });
   return result;
 }

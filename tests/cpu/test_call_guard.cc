@@ -326,6 +326,29 @@ TEST(CallGuard, TheHoldingThreadNestsAndOthersStayRefused) {
   after.join();
 }
 
+// anyrCommTune's progress callback runs on the holding thread: a call it makes is refused, not
+// nested (a destroy would free the communicator under the tuning; a collective would run on
+// this rank alone); once the callback returned, the tuning's own calls nest again.
+TEST(CallGuard, TheProgressCallbackCannotCallIn) {
+  CallGuard g;
+  CallGuard::Scope tune(g, "anyrCommTune");
+  {
+    CallGuard::CallbackScope callback(g);
+    for (const char* fn : {"anyrAllReduce", "anyrCommDestroy"}) {
+      try {
+        CallGuard::Scope s(g, fn);
+        ADD_FAILURE() << fn << " from the progress callback was let in";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), anyrInvalidUsage);
+        EXPECT_TRUE(contains(
+            e.what(), std::string(fn) + " called from the progress callback of anyrCommTune"))
+            << e.what();
+      }
+    }
+  }
+  CallGuard::Scope inner(g, "anyrAllReduce");  // nested again
+}
+
 TEST(CallGuard, EnvironmentSwitch) {
   unsetenv("ANYR_VALIDATE_CALLS");
   EXPECT_FALSE(validateCallsFromEnv());
