@@ -108,26 +108,41 @@ PointerFacts pointerFacts(const void* p) {
   return f;
 }
 
+anyrResult_t streamQueryResult(cudaError_t e) {
+  switch (e) {
+    case cudaErrorInvalidResourceHandle:
+    case cudaErrorInvalidValue:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorStreamCaptureImplicit:
+      return anyrInvalidArgument;
+    default:
+      return anyrCudaError;
+  }
+}
+
 namespace {
-// Clears CUDA's sticky last error and names the stream as the bad argument.
-[[noreturn]] void invalidStream(cudaError_t e) {
+// Clears CUDA's last error (a sticky one stays) and says what the failure was about.
+[[noreturn]] void streamQueryFailed(cudaError_t e) {
   (void)cudaGetLastError();
-  throwError(anyrInvalidArgument,
-             std::string("argument 'stream': not a valid stream (") + cudaGetErrorString(e) + ")");
+  if (streamQueryResult(e) == anyrInvalidArgument) {
+    throwError(anyrInvalidArgument, std::string("argument 'stream': not a valid stream (") +
+                                        cudaGetErrorString(e) + ")");
+  }
+  throwError(anyrCudaError, std::string("querying the stream: ") + cudaGetErrorString(e));
 }
 }  // namespace
 
 int streamDevice(cudaStream_t stream) {
   int dev = -1;
   const cudaError_t e = cudaStreamGetDevice(stream, &dev);
-  if (e != cudaSuccess) invalidStream(e);
+  if (e != cudaSuccess) streamQueryFailed(e);
   return dev;
 }
 
 bool streamCapturing(cudaStream_t stream) {
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   const cudaError_t e = cudaStreamIsCapturing(stream, &cs);
-  if (e != cudaSuccess) invalidStream(e);
+  if (e != cudaSuccess) streamQueryFailed(e);
   return cs != cudaStreamCaptureStatusNone;
 }
 

@@ -53,12 +53,18 @@ void checkOp(int op);
 
 PointerFacts pointerFacts(const void* p);
 
-// The device of `stream`; throws "argument 'stream': not a valid stream (...)". Only outside
-// capture (CUDA does not answer for a capturing stream).
+// What a failed question about the caller's stream says: anyrInvalidArgument where CUDA refused
+// the handle itself (not a stream, one of a destroyed context, the legacy stream where a capture
+// forbids it), thrown as "argument 'stream': not a valid stream (...)"; anyrCudaError for
+// everything else (no driver, no device, a sticky error from earlier work), thrown as "querying
+// the stream: ...", since the stream may be perfectly good.
+anyrResult_t streamQueryResult(cudaError_t e);
+
+// The device of `stream`; throws as streamQueryResult says. Only outside capture (CUDA does not
+// answer for a capturing stream).
 int streamDevice(cudaStream_t stream);
 
-// True while `stream` is being captured into a CUDA graph; throws "argument 'stream': not a
-// valid stream (...)".
+// True while `stream` is being captured into a CUDA graph; throws as streamQueryResult says.
 bool streamCapturing(cudaStream_t stream);
 
 // NULL passes; otherwise checkPointerFacts(pointerFacts(p), name, device).

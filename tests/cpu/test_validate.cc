@@ -58,6 +58,35 @@ TEST(Validate, StreamMustBelongToTheCommunicatorsDevice) {
                 "argument 'stream': belongs to device 0, the communicator's device is 1");
 }
 
+// Only CUDA refusing the stream handle itself makes the stream a bad argument; a GPU or driver
+// that cannot answer is a CUDA error (the default stream is always a valid argument).
+TEST(Validate, StreamQueryFailuresNameTheStreamOnlyWhenItIsTheCause) {
+  for (cudaError_t e : {cudaErrorInvalidResourceHandle, cudaErrorInvalidValue,
+                        cudaErrorContextIsDestroyed, cudaErrorStreamCaptureImplicit}) {
+    EXPECT_EQ(streamQueryResult(e), anyrInvalidArgument) << cudaGetErrorName(e);
+  }
+  for (cudaError_t e : {cudaErrorInsufficientDriver, cudaErrorNoDevice, cudaErrorIllegalAddress,
+                        cudaErrorLaunchFailure, cudaErrorDevicesUnavailable}) {
+    EXPECT_EQ(streamQueryResult(e), anyrCudaError) << cudaGetErrorName(e);
+  }
+}
+
+// Without a usable GPU (as on the CPU test machines) a question about the default stream is a
+// CUDA error, not a bad 'stream' argument.
+TEST(Validate, DefaultStreamWithoutAGpuIsACudaError) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) {
+    GTEST_SKIP() << "a GPU is present: the default stream answers";
+  }
+  try {
+    (void)streamCapturing(nullptr);
+    ADD_FAILURE() << "the default stream answered without a GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), anyrCudaError) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("argument 'stream'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Validate, Alignment) {
   alignas(16) static char buf[64];
   EXPECT_NO_THROW(checkAligned(buf, 4, "sendbuff"));
