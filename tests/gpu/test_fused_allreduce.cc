@@ -489,11 +489,13 @@ std::vector<launch::RankResult> runFused(int n, const std::vector<size_t>& hidde
 }
 
 TEST(FusedAllReduceGpu, EveryPathDtypeHiddenTokensPatternQuant) {
+  REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   runFused(gpuCount(), {128, 6144, 7168, 16384}, {1, 3, 64, 129, 2048}, kEveryAlgo, 0, -1, 900);
 }
 
 TEST(FusedAllReduceGpu, RanksWithDifferentlyAlignedBuffersTakeTheSamePath) {
+  REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   // Rank 0's buffers one element off. 64 tokens of 6144 take several one-shot launches; 129
   // split unevenly in two-shot.
@@ -503,6 +505,7 @@ TEST(FusedAllReduceGpu, RanksWithDifferentlyAlignedBuffersTakeTheSamePath) {
 // Every other test runs with the default, programmatic dependent launch where the probe
 // works (and checks that the probe ran); this one with plain launches (ANYR_PDL=0, no probe).
 TEST(FusedAllReduceGpu, PlainLaunchesWithoutProgrammaticLaunchAreCorrectToo) {
+  REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   runFused(gpuCount(), {128, 6144}, {1, 3, 64}, kPushAndAuto, 0, 0, 600);
 }
@@ -510,6 +513,7 @@ TEST(FusedAllReduceGpu, PlainLaunchesWithoutProgrammaticLaunchAreCorrectToo) {
 // Programmatic launch without the early release (ANYR_PDL_EARLY=0: a kernel's successor is
 // scheduled only once its blocks exited), every path, against the composition on every rank.
 TEST(FusedAllReduceGpu, ProgrammaticLaunchWithoutTheEarlyReleaseIsCorrectToo) {
+  REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   runFused(gpuCount(), {128, 6144}, {1, 3, 64, 300}, kEveryAlgo, 0, -1, 600, -1, 0);
 }
@@ -519,6 +523,7 @@ TEST(FusedAllReduceGpu, ProgrammaticLaunchWithoutTheEarlyReleaseIsCorrectToo) {
 // leaves whole blocks without a vector, 8192 at size 2 runs the widest blocks (512 threads),
 // 64 tokens at size 8 loop rows over clusters.
 TEST(FusedAllReduceGpu, ClusterFormAtEveryForcedSizeMatchesTheComposition) {
+  REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   for (int size : {2, 4, 8}) {
     SCOPED_TRACE("ANYR_FUSED_CLUSTER=" + std::to_string(size));
@@ -533,6 +538,7 @@ TEST(FusedAllReduceGpu, ClusterFormAtEveryForcedSizeMatchesTheComposition) {
 // kernel for the block size, fused/launch.cuh), every dtype and quantization, against the
 // composition bit for bit on every rank.
 TEST(FusedAllReduceGpu, ClustersOfTwoBeyondOneBlockPerSmMatchTheComposition) {
+  REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   runFused(gpuCount(), {6144, 7168}, {80, 96, 128}, kEveryAlgo, 0, -1, 600);
 }
@@ -542,12 +548,14 @@ TEST(FusedAllReduceGpu, ClustersOfTwoBeyondOneBlockPerSmMatchTheComposition) {
 // thread at hidden 4096 to 8192, against the composition bit for bit on every rank (the
 // automatic path takes the fused two-shot at these sizes, 1 to 5 MB).
 TEST(FusedAllReduceGpu, DenseTwoShotFormMatchesTheComposition) {
+  REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   runFused(gpuCount(), {4096, 6144, 7168, 8192}, {133, 300}, kPushAndAuto, 0, -1, 600);
 }
 
 // Clusters off: the block-per-row kernel for every row count.
 TEST(FusedAllReduceGpu, WithoutClustersTheBlockPerRowKernelIsCorrectToo) {
+  REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   runFused(gpuCount(), {128, 6144, 7168}, {1, 3, 64}, kPushAndAuto, 0, -1, 600, 1);
 }
@@ -602,6 +610,7 @@ void expectMissingPeerNamed(const FusedForm& f) {
 }
 
 TEST(FusedAllReduceGpu, MissingPeerInEachFusedFormTimesOutNamingIt) {
+  REQUIRE_GPU();
   if (gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs";
   for (const FusedForm& f :
        {FusedForm{anyrAlgoOneShotPush, 8, 1}, FusedForm{anyrAlgoOneShotPush, 1, 1},
@@ -611,6 +620,7 @@ TEST(FusedAllReduceGpu, MissingPeerInEachFusedFormTimesOutNamingIt) {
 }
 
 TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   runFused(3, {128, 6144}, {1, 3, 129}, kPushAndAuto, 0, -1, 600);
 }
@@ -619,6 +629,7 @@ TEST(FusedAllReduceGpu, OddWorldSizeSharingGpus) {
 // buffer's rows (256), the same on every rank whether or not it passed normOut. Every
 // algorithm, the aliasing forms, two ranks (sharing a GPU where there is one).
 TEST(FusedAllReduceGpu, WideRowsInSeveralChunks) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   runFused(2, {16384}, {300}, kEveryAlgo, 0, -1, 600);
 }
@@ -626,6 +637,7 @@ TEST(FusedAllReduceGpu, WideRowsInSeveralChunks) {
 // The fused push kernels across the push launch count's wrap (see
 // AllReduceGpu.PushEpochWrapIsSeamless): two ranks start 4 launches before it.
 TEST(FusedAllReduceGpu, PushEpochWrapIsSeamless) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   setenv("ANYR_TEST_PUSH_EPOCH", "3221225468", 1);
   const auto results = runFused(2, {128, 6144}, {1, 3, 129}, kPushAndAuto, 0, -1, 600);
@@ -637,6 +649,7 @@ TEST(FusedAllReduceGpu, PushEpochWrapIsSeamless) {
 // kernels' pushes to 3 to 7 peers and the two-shot's row shares among 5 and 8 ranks (129 tokens
 // split unevenly), against the composition on every rank.
 TEST(FusedAllReduceGpu, WiderWorldSizesSharingGpus) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   for (int n : {4, 5, 8}) {
     SCOPED_TRACE("world size " + std::to_string(n));
@@ -654,12 +667,14 @@ TEST(FusedAllReduceGpu, WiderWorldSizesSharingGpus) {
 class FusedDoublingWorldSizeGpu : public testing::TestWithParam<int> {};
 
 TEST_P(FusedDoublingWorldSizeGpu, ExactWithSmallIntegers) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   const auto results = runFused(GetParam(), {128, 6144}, {1, 3, 300}, kDoublingKernel, 0, -1, 580);
   SKIP_UNLESS_EVERY_SUBJECT_RAN(results, kDoublingKernel);
 }
 
 TEST_P(FusedDoublingWorldSizeGpu, ExactWithRandomFractions) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   const auto results =
       runFused(GetParam(), {7168}, {2, 37}, kDoublingKernel, 0, -1, 580, -1, -1, data::kRandom);
@@ -674,6 +689,7 @@ INSTANTIATE_TEST_SUITE_P(SharingGpus, FusedDoublingWorldSizeGpu, testing::Range(
 // The partner orders islands give (algo/doubling_schedule.h): 0-3 | 4-7 (rank ^ 4 first) at 8
 // ranks and 0-1 | 2-3 at 4, ranks sharing GPUs.
 TEST(FusedAllReduceGpu, DoublingKernelOrdersFromIslandsSharingGpus) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   for (const auto& [n, layout] :
        {std::pair<int, const char*>{8, "0-3,4-7"}, std::pair<int, const char*>{4, "0-1,2-3"}}) {
@@ -699,6 +715,7 @@ class FusedPullWorldSizeGpu : public testing::TestWithParam<int> {};
 // tokens (300 rows: more than one block per SM takes at once on GPUs of fewer than 300 SMs, so
 // the one-shot's blocks loop over rows; the two-shot cuts them into uneven segments).
 TEST_P(FusedPullWorldSizeGpu, ExactWithSmallIntegers) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   const auto results = runFused(GetParam(), {128, 6144}, {1, 3, 300}, kPullKernels, 0, -1, 580);
   SKIP_UNLESS_EVERY_SUBJECT_RAN(results, kPullKernels);
@@ -708,6 +725,7 @@ TEST_P(FusedPullWorldSizeGpu, ExactWithSmallIntegers) {
 // and 16384 (four: wider than the registers hold, run because the algorithm is forced), 2 and
 // 37 tokens.
 TEST_P(FusedPullWorldSizeGpu, ExactWithRandomFractions) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   const auto results =
       runFused(GetParam(), {7168, 16384}, {2, 37}, kPullKernels, 0, -1, 580, -1, -1, data::kRandom);
@@ -725,6 +743,7 @@ INSTANTIATE_TEST_SUITE_P(SharingGpus, FusedPullWorldSizeGpu, testing::Range(2, 9
 // within the call. At two ranks rank 0's row buffers are one element off 16-byte alignment, so
 // it runs the general kernel where its peer runs the aligned one. Two and three ranks.
 TEST(FusedPullGpu, RowsLoopOverFewBlocksInManyLaunches) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   setenv("ANYR_MAX_BLOCKS", "8", 1);
   setenv("ANYR_CHUNK_BYTES", "262144", 1);
@@ -884,6 +903,7 @@ int fusedGraphRank(int rank, int n, const anyrUniqueId& id, const Report& report
 }
 
 TEST(FusedPullGpu, GraphReplaysMatchTheEagerComposition) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   std::vector<launch::RankResult> all;
   for (int n : {2, 3}) {
@@ -898,6 +918,7 @@ TEST(FusedPullGpu, GraphReplaysMatchTheEagerComposition) {
 // A rank that skips a fused pull call: the other rank's kernel gives up at its start round
 // after the timeout and names it (two ranks, sharing the GPU where there is one).
 TEST(FusedPullGpu, MissingPeerTimesOutNamingIt) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   for (const FusedForm& f :
        {FusedForm{anyrAlgoOneShotPull, 1, 1}, FusedForm{anyrAlgoOneShotPull, 0, 300},
@@ -936,6 +957,7 @@ const char* islandsLayoutFor(int n) {
 class FusedIslandsWorldSizeGpu : public testing::TestWithParam<int> {};
 
 TEST_P(FusedIslandsWorldSizeGpu, ExactWithSmallIntegers) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   setenv("ANYR_ISLANDS", islandsLayoutFor(GetParam()), 1);
   const auto results =
@@ -945,6 +967,7 @@ TEST_P(FusedIslandsWorldSizeGpu, ExactWithSmallIntegers) {
 }
 
 TEST_P(FusedIslandsWorldSizeGpu, ExactWithRandomFractions) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   setenv("ANYR_ISLANDS", islandsLayoutFor(GetParam()), 1);
   const auto results = runFused(GetParam(), {7168}, {2, 37}, Algos{anyrAlgoIslands}, 0, -1, 580, -1,
@@ -962,6 +985,7 @@ INSTANTIATE_TEST_SUITE_P(SharingGpus, FusedIslandsWorldSizeGpu, testing::Range(2
 // forced: four vectors a thread) at 4 ranks in two islands: the fused kernel against the
 // composition.
 TEST(FusedAllReduceGpu, IslandsKernelWideRowsAndLayoutsSharingGpus) {
+  REQUIRE_GPU();
   if (gpuCount() < 1) GTEST_SKIP() << "no GPU";
   for (const auto& [n, layout] : {std::pair<int, const char*>{8, "0-3,4-7"}, {4, "0-1,2-3"}}) {
     SCOPED_TRACE(std::string("ANYR_ISLANDS=") + layout);
