@@ -401,13 +401,15 @@ def sgl_fused(monkeypatch, stub_adapters, fresh_sglang):
 def test_sglang_fused_served_on_the_communicators_group(sgl_fused):
     modules, tp, groups, recorder = sgl_fused
     # The wrapper reached the defining module and the module that imported the name.
+    inputs = []
     for name in (fake.SGL_FUSION, fake.SGL_FUSION_CALLER):
         fn = modules[name].flashinfer_allreduce_residual_rmsnorm
-        norm, res = fn(FakeTensor("x"), "res", "w", 1e-5)
+        inputs.append(FakeTensor("x"))
+        norm, res = fn(inputs[-1], "res", "w", 1e-5)
         assert (norm.name, res.name) == ("anyreduce-normed", "anyreduce-residual")
     assert recorder.calls == []
-    assert tp.ca_comm._impl.calls[-1] == ("allreduce_residual_rmsnorm",
-                                          tp.ca_comm._impl.calls[-1][1], 1e-5)
+    # Each call reached the communicator with the caller's own input tensor and epsilon.
+    assert tp.ca_comm._impl.calls == [("allreduce_residual_rmsnorm", x, 1e-5) for x in inputs]
 
 
 def test_sglang_fused_falls_back_with_the_callers_arguments(sgl_fused):
