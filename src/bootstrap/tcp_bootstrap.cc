@@ -22,8 +22,12 @@
 // Strangers. A connection that has not completed its handshake has a deadline of its own
 // (ANYR_BOOTSTRAP_HELLO_MS from its accept, at most the timeout), after which it gets REJECT
 // and is closed; at most kMaxPendingConnections wait at once, and when another one arrives the
-// one idle the longest is closed. So connections that never authenticate can hold neither
-// rank 0's attention nor a slot a real rank needs; a rank is counted only once its proof holds.
+// one idle the longest of those without a HELLO is closed. A connection that was challenged
+// (a HELLO, answered with CHALLENGE) is never closed for a newcomer: were every waiting
+// connection challenged, the newcomer is refused instead, until their deadlines free slots. So
+// connections that never authenticate can hold neither rank 0's attention nor a slot a real
+// rank needs, nor close a rank half-way through its handshake; a rank is counted only once its
+// proof holds.
 //
 // Messages after the handshake. WELCOME, GATHER, GATHER_ALL and ABORT carry a MAC under the
 // connection's session key over their direction, their sequence number on the connection,
@@ -264,7 +268,10 @@ class TcpBootstrap final : public Bootstrap {
   PendingStep pumpPending(Pending* p);
   PendingStep onHandshakeMessage(Pending* p);
   void reject(Pending* p, anyrResult_t code, const std::string& reason, bool warn);
-  void evictIdlest(std::vector<Pending>* pending);
+  // Room for one more pending connection: closes the one idle the longest of those that have
+  // not been challenged (no HELLO yet) and returns true, or returns false when every pending
+  // connection has been challenged.
+  bool makeRoom(std::vector<Pending>* pending);
   void rendezvousRootImpl();
   void allGatherRoot(const void* in, void* out, size_t bytes);
   void pumpInbound(int r, Inbound* in, uint8_t* dst, size_t bytes);
@@ -369,15 +376,23 @@ void TcpBootstrap::reject(Pending* p, anyrResult_t code, const std::string& reas
   closeGracefully(&p->sock);
 }
 
-void TcpBootstrap::evictIdlest(std::vector<Pending>* pending) {
-  auto idlest = std::min_element(
-      pending->begin(), pending->end(),
-      [](const Pending& a, const Pending& b) { return a.lastHeard < b.lastHeard; });
+bool TcpBootstrap::makeRoom(std::vector<Pending>* pending) {
+  // A challenged connection is one round trip from its PROOF, and its own deadline bounds it:
+  // closing it for a newcomer would let a burst of silent connections close a real rank half-way
+  // through its handshake.
+  auto idlest = pending->end();
+  for (auto it = pending->begin(); it != pending->end(); ++it) {
+    if (it->challenged) continue;
+    if (idlest == pending->end() || it->lastHeard < idlest->lastHeard) idlest = it;
+  }
+  if (idlest == pending->end()) return false;
   reject(&*idlest, anyrRemoteError,
          "closed to make room: more than " + std::to_string(kMaxPendingConnections) +
-             " connections were waiting to authenticate and this one was idle the longest",
+             " connections were waiting to authenticate and this one, without a HELLO, was idle "
+             "the longest",
          false);
   pending->erase(idlest);
+  return true;
 }
 
 // Reads what a pending connection has sent; handles each complete handshake message.
@@ -609,7 +624,16 @@ void TcpBootstrap::rendezvousRootImpl() {
         SocketAddress from;
         Socket s = acceptNow(listener, &from);
         if (!s.valid()) break;
-        if (pending.size() >= kMaxPendingConnections) evictIdlest(&pending);
+        if (pending.size() >= kMaxPendingConnections && !makeRoom(&pending)) {
+          Pending refused;
+          refused.sock = std::move(s);
+          refused.from = from.toString();
+          reject(&refused, anyrRemoteError,
+                 "no room: " + std::to_string(kMaxPendingConnections) +
+                     " connections are half-way through their handshake",
+                 false);
+          continue;
+        }
         pending.emplace_back();
         Pending& p = pending.back();
         p.sock = std::move(s);

@@ -98,9 +98,14 @@ struct RawRank {
   Session session;
 };
 
-// Connects to `info.addr` and authenticates as `rank` of `nranks` with `info.secret`. Returns ""
-// on success, else what failed.
-inline std::string rawHandshake(const UniqueIdInfo& info, int rank, int nranks, RawRank* out) {
+// The handshake's first half: connect, HELLO, the CHALLENGE verified. rawProof sends the PROOF
+// (a caller may hold it back, to be half-way through the handshake for a while).
+struct RawChallenged {
+  Nonce rankNonce, rootNonce;
+  uint32_t rank = 0, nranks = 0;
+};
+inline std::string rawHello(const UniqueIdInfo& info, int rank, int nranks, RawRank* out,
+                            RawChallenged* c) {
   std::string err;
   out->sock = connectWithRetry(info.addr, Deadline(5000), &err);
   if (!out->sock.valid()) return "connect: " + err;
@@ -127,12 +132,26 @@ inline std::string rawHandshake(const UniqueIdInfo& info, int rank, int nranks, 
   if (!macMatches(challengeMac(info.secret, rankNonce, rootNonce, r, n), f.mac)) {
     return "CHALLENGE does not verify";
   }
-  const Mac proof = proofMac(info.secret, rankNonce, rootNonce, r, n);
-  if (!sendBytes(out->sock.fd(), plainMessage(MsgType::kProof, r, n, proof.data(), proof.size()))) {
+  *c = RawChallenged{rankNonce, rootNonce, r, n};
+  return "";
+}
+
+inline std::string rawProof(const UniqueIdInfo& info, const RawChallenged& c, RawRank* out) {
+  const Mac proof = proofMac(info.secret, c.rankNonce, c.rootNonce, c.rank, c.nranks);
+  if (!sendBytes(out->sock.fd(),
+                 plainMessage(MsgType::kProof, c.rank, c.nranks, proof.data(), proof.size()))) {
     return "send PROOF";
   }
-  out->session.key = deriveSessionKey(info.secret, rankNonce, rootNonce, r, n);
+  out->session.key = deriveSessionKey(info.secret, c.rankNonce, c.rootNonce, c.rank, c.nranks);
   return "";
+}
+
+// Connects to `info.addr` and authenticates as `rank` of `nranks` with `info.secret`. Returns ""
+// on success, else what failed.
+inline std::string rawHandshake(const UniqueIdInfo& info, int rank, int nranks, RawRank* out) {
+  RawChallenged c;
+  const std::string hello = rawHello(info, rank, nranks, out, &c);
+  return hello.empty() ? rawProof(info, c, out) : hello;
 }
 
 // Receives and verifies one message from rank 0 on a raw rank's connection. Returns "ok" and

@@ -479,6 +479,44 @@ TEST(BootstrapAuth, ThreeHundredIdleConnectionsNeitherDelayNorRefuseRealRanks) {
   EXPECT_EQ(closed, 300);
 }
 
+// A rank half-way through its handshake (CHALLENGE received, PROOF not yet sent) while more
+// silent connections arrive than rank 0 has slots for: the silent ones are closed to make room
+// for each other, never the rank, which then completes its handshake and gets WELCOME.
+TEST(BootstrapAuth, SilentConnectionsArrivingMidHandshakeDoNotCloseTheRank) {
+  ScopedEnv hello("ANYR_BOOTSTRAP_HELLO_MS", "5000");
+  anyrUniqueId id = loopbackId();
+  const UniqueIdInfo info = decodeUniqueId(id);
+  Processes procs;
+  procs.spawn([id]() -> std::string {
+    auto bs = createTcpBootstrap(id, 0, 2, 15000);
+    return "ok";
+  });
+  std::vector<Socket> silent;
+  auto connectSilent = [&](int count) {
+    for (int i = 0; i < count; ++i) {
+      std::string err;
+      silent.push_back(connectWithRetry(info.addr, Deadline(5000), &err));
+      ASSERT_TRUE(silent.back().valid()) << "connection " << silent.size() << ": " << err;
+    }
+  };
+  connectSilent(255);  // with the rank's, every slot taken
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  RawRank rr;
+  RawChallenged c;
+  const std::string hs = rawHello(info, 1, 2, &rr, &c);
+  ASSERT_EQ(hs, "") << "HELLO / CHALLENGE";
+  connectSilent(300);  // while the rank holds its PROOF: rank 0 takes them all in
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(rawProof(info, c, &rr), "");
+  MsgHeader h;
+  std::vector<uint8_t> payload;
+  const std::string welcome = recvFromRootRaw(&rr, &h, &payload, 10000);
+  EXPECT_EQ(welcome, "ok") << "the rank half-way through its handshake was closed";
+  EXPECT_EQ(h.type, static_cast<uint16_t>(MsgType::kWelcome)) << msgTypeName(h.type);
+  auto res = procs.waitAll(20000);
+  EXPECT_TRUE(res[0].finished && res[0].code == 0) << "rank 0: " << res[0].describe();
+}
+
 TEST(BootstrapAuth, SilentConnectionIsClosedAtItsOwnDeadline) {
   const int kHelloMs = 300;
   ScopedEnv hello("ANYR_BOOTSTRAP_HELLO_MS", std::to_string(kHelloMs).c_str());
