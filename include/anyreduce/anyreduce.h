@@ -454,7 +454,9 @@ ANYR_API anyrResult_t anyrDescribeTopology(const char* path, char* buf, size_t l
  * "reason"}] (every algorithm but auto, in enum order), "warnings": [text], "forcedError" (""
  * or why the forced algorithm is not admitted, as anyrCommSetAlgorithm would refuse it),
  * "dispatchText" (the choice per operation and size, as anyrCommExplain's; "" with a
- * forcedError)}. anyrInvalidArgument for nranks < 0 or above the file's GPU count. */
+ * forcedError)}; with one rank, as a communicator of one, no peer or host algorithm is
+ * admitted and dispatchText says that every call is local. anyrInvalidArgument for nranks < 0
+ * or above the file's GPU count, or a file without GPUs. */
 ANYR_API anyrResult_t anyrExplainTopology(const char* path, int nranks, int ncclAvailable,
                                           const char* tuningFile, const anyrConfig_t* config,
                                           char* buf, size_t len, size_t* needed);

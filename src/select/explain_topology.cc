@@ -19,6 +19,7 @@ namespace anyr {
 
 std::string explainTopologyJson(const TopologyExplainOptions& o, const anyrConfig_t* config) {
   Topology t = loadTopologyFile(o.path);
+  ANYR_REQUIRE_ARG(t.size() > 0, "path", "the topology file '" + o.path + "' lists no GPU");
   ANYR_REQUIRE_ARG(o.nranks >= 0, "nranks", "must be >= 0 (0: every GPU of the topology)");
   ANYR_REQUIRE_ARG(
       o.nranks <= t.size(), "nranks",
@@ -32,9 +33,14 @@ std::string explainTopologyJson(const TopologyExplainOptions& o, const anyrConfi
   for (const GpuInfo& g : t.gpus) f.sameHost = f.sameHost && g.hostHash == t.gpus[0].hostHash;
   f.ncclAvailable = o.ncclAvailable;
   f.ncclReason = o.ncclAvailable ? "" : "disabled (--no-nccl)";
-  f.peerMemory = true;
-  f.hostMemory = f.sameHost && f.nranks <= kMaxLocalRanks;
-  f.hostMemoryReason = f.hostMemory ? "" : "ranks on several hosts or more than 8 ranks";
+  // One rank, as a live communicator of one: no transport, every call local (core/comm.cc).
+  const bool oneRank = f.nranks < 2;
+  f.peerMemory = !oneRank;
+  f.peerMemoryReason = oneRank ? "a single rank needs no peer memory" : "";
+  f.hostMemory = !oneRank && f.sameHost && f.nranks <= kMaxLocalRanks;
+  f.hostMemoryReason = oneRank        ? "a single rank needs no transport"
+                       : f.hostMemory ? ""
+                                      : "ranks on several hosts or more than 8 ranks";
   const Config cfg = resolveConfig(config);
   // Forced islands must fit this world size, as at communicator creation.
   const std::string islands = islandsCoverError(cfg.islands, t.size());
@@ -113,7 +119,12 @@ std::string explainTopologyJson(const TopologyExplainOptions& o, const anyrConfi
   const std::string forcedError =
       cfg.algorithm != anyrAlgoAuto ? overrideError(adm, cfg.algorithm) : "";
   j["forcedError"] = forcedError;
-  j["dispatchText"] = forcedError.empty() ? explainDispatch(in) : "";
+  j["dispatchText"] =
+      !forcedError.empty() ? ""
+      : oneRank ? "one rank: anyrAllReduce is a copy of sendbuff into recvbuff (nothing in place) "
+                  "and anyrAllReduceAddRmsNorm the standalone add + RMSNorm; no algorithm is "
+                  "chosen\n"
+                : explainDispatch(in);
   return jsonText(j);
 }
 

@@ -2,7 +2,9 @@
 // every argument refused with its name and rule, and the answers that need no GPU.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -255,6 +257,34 @@ TEST(ToolApi, ExplainTopologyFile) {
   cfg.algorithm = 99;
   expectRefused(anyrExplainTopology(pair.c_str(), 0, 1, nullptr, &cfg, nullptr, 0, &needed),
                 "config.algorithm");
+
+  // One rank, as a live communicator of one: no peer or host algorithm, every call local.
+  const auto one = explain(pair, 1, 1, nullptr);
+  EXPECT_EQ(one["gpus"], 1);
+  int refusedLocal = 0;
+  for (const auto& a : one["admission"]) {
+    if (a["algo"] == "nccl") continue;
+    EXPECT_FALSE(a["admitted"].get<bool>()) << a.dump();
+    refusedLocal +=
+        a["reason"].get<std::string>().find("a single rank needs no") != std::string::npos;
+  }
+  EXPECT_GT(refusedLocal, 0) << one["admission"].dump();
+  EXPECT_EQ(one["dispatchText"].get<std::string>().rfind("one rank: anyrAllReduce is a copy", 0),
+            0u)
+      << one["dispatchText"];
+
+  // A file without GPUs describes no communicator.
+  const std::string empty = ::testing::TempDir() + "anyr_no_gpus.json";
+  {
+    std::ifstream in(pair);
+    nlohmann::json topo = nlohmann::json::parse(in);
+    topo["gpus"] = nlohmann::json::array();
+    topo["pairs"] = nlohmann::json::array();
+    std::ofstream(empty) << topo.dump();
+  }
+  expectRefused(anyrExplainTopology(empty.c_str(), 0, 1, nullptr, nullptr, nullptr, 0, &needed),
+                "argument 'path': the topology file '" + empty + "' lists no GPU");
+  std::remove(empty.c_str());
 }
 
 TEST(ToolApi, ProbeRefusesABadBufferBeforeProbing) {
