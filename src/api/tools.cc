@@ -230,9 +230,11 @@ anyrResult_t anyrCommQueryPath(const anyrComm_t comm, const char* op, size_t byt
 anyrResult_t anyrCommTuneWithOptions(anyrComm_t comm, const anyrTuneOptions_t* options,
                                      const char* savePath) {
   return anyr::guarded(comm, "anyrCommTuneWithOptions", [&] {
-    anyr::Communicator::TuneOptions o;
-    anyr::Communicator::TuneProgress progress;
-    if (options != nullptr) {
+    // The options are judged before the communicator, and on a communicator inside the
+    // collective call, so that a rank that refuses them stops its peers (Communicator::tune).
+    const auto judge = [&](anyr::Communicator::TuneProgress* progress) {
+      anyr::Communicator::TuneOptions o;
+      if (options == nullptr) return o;
       ANYR_REQUIRE_ARG(options->size == sizeof(anyrTuneOptions_t), "options",
                        "size must be sizeof(anyrTuneOptions_t)");
       ANYR_REQUIRE_ARG(options->magic == ANYR_TUNE_MAGIC, "options",
@@ -248,13 +250,18 @@ anyrResult_t anyrCommTuneWithOptions(anyrComm_t comm, const anyrTuneOptions_t* o
       if (options->progress != nullptr) {
         const anyrTuneProgress_t fn = options->progress;
         void* const arg = options->progressArg;
-        progress = [fn, arg](int done, int total, const std::string& what) {
+        *progress = [fn, arg](int done, int total, const std::string& what) {
           fn(done, total, what.c_str(), arg);
         };
       }
+      return o;
+    };
+    if (comm == nullptr) {
+      anyr::Communicator::TuneProgress unused;
+      judge(&unused);
     }
     anyr::Communicator& c = anyr::liveComm(comm);
-    anyr::TuningTable t = c.tune(o, progress);
+    anyr::TuningTable t = c.tune(judge);
     if (savePath != nullptr && c.rank() == 0) anyr::saveTuningFile(t, savePath);
   });
 }

@@ -435,12 +435,21 @@ std::string Communicator::explainJson() const {
       .explainJson();
 }
 
-TuningTable Communicator::tune(const TuneOptions& local, const TuneProgress& progress) {
+TuningTable Communicator::tune(const TuneOptions& o, const TuneProgress& progress) {
+  return tune([&](TuneProgress* p) {
+    *p = progress;
+    return o;
+  });
+}
+
+TuningTable Communicator::tune(const std::function<TuneOptions(TuneProgress* progress)>& judge) {
   // One call from start to end: its measurements, forced paths and new table are not to
   // interleave with another thread's calls, nor to outlive an anyrCommDestroy. Collective: a
   // rank that refuses it or fails in it stops the communicator on every rank (collectiveCall).
   TuningTable result;
   collectiveCall("anyrCommTune", [&](bool& settled) {
+    TuneProgress progress;
+    const TuneOptions local = judge(&progress);
     ANYR_REQUIRE_ARG(local.budgetMs >= 0, "budgetMs", "must be >= 0 (0 = no limit)");
     // Every rank refuses a single-rank communicator alike.
     settled = ctx_.nranks <= 1;

@@ -84,6 +84,9 @@ class Communicator {
   using TuneOptions = anyr::TuneOptions;
   using TuneProgress = anyr::TuneProgress;
   TuningTable tune(const TuneOptions& o, const TuneProgress& progress);
+  // The same with the caller's options judged inside the call (`judge` throws for a bad one and
+  // fills *progress), so that a rank refusing them stops its peers, as any refused call does.
+  TuningTable tune(const std::function<TuneOptions(TuneProgress* progress)>& judge);
 
   // anyrSuccess, or the failure recorded by device waits / abort; *msg receives the text.
   anyrResult_t asyncError(std::string* msg) { return failure_.asyncError(msg); }
