@@ -169,13 +169,8 @@ anyrResult_t anyrCommTune(anyrComm_t comm, int budgetMs, const char* savePath) {
 
 anyrResult_t anyrCommExplain(const anyrComm_t comm, char* buf, size_t len, size_t* needed) {
   return anyr::guarded(comm, "anyrCommExplain", [&] {
-    std::string s = anyr::liveComm(comm).explainJson();
-    if (needed != nullptr) *needed = s.size() + 1;
-    if (buf != nullptr && len > 0) {
-      size_t n = std::min(len - 1, s.size());
-      std::memcpy(buf, s.data(), n);
-      buf[n] = '\0';
-    }
+    ANYR_REQUIRE_ARG(buf != nullptr || len == 0, "buf", "must not be NULL when len > 0");
+    anyr::copyText(anyr::liveComm(comm).explainJson(), buf, len, needed);
   });
 }
 

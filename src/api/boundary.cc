@@ -1,5 +1,8 @@
 #include "api/boundary.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace anyr {
 
 namespace {
@@ -15,5 +18,15 @@ void record(anyrComm_t comm, const std::string& msg) {
 }
 
 const std::string& threadLastError() { return tlsLastError; }
+
+void copyText(const std::string& s, char* buf, size_t len, size_t* needed) {
+  ANYR_REQUIRE_ARG(buf != nullptr || len == 0, "buf", "must not be NULL when len > 0");
+  if (needed != nullptr) *needed = s.size() + 1;
+  if (buf != nullptr && len > 0) {
+    const size_t n = std::min(len - 1, s.size());
+    std::memcpy(buf, s.data(), n);
+    buf[n] = '\0';
+  }
+}
 
 }  // namespace anyr

@@ -35,6 +35,10 @@ inline Communicator& liveComm(anyrComm_t comm) {
   return *comm->impl;
 }
 
+// Hands a text out the way every query of the C API does: at most `len` bytes, NUL-terminated
+// (buf may be NULL only with len 0); *needed (when not NULL) = its size + 1.
+void copyText(const std::string& s, char* buf, size_t len, size_t* needed);
+
 template <typename F>
 anyrResult_t guarded(anyrComm_t comm, const char* fn, F&& f) {
   try {

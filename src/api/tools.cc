@@ -31,17 +31,6 @@ static_assert(ANYR_FUSED_NVFP4_HIDDEN_MULTIPLE == anyr::fusedHiddenMultiple(anyr
 namespace anyr {
 namespace {
 
-// Copies `s` out as anyrCommExplain does: at most len bytes, NUL-terminated; *needed = size + 1.
-void copyText(const std::string& s, char* buf, size_t len, size_t* needed) {
-  ANYR_REQUIRE_ARG(buf != nullptr || len == 0, "buf", "must not be NULL when len > 0");
-  if (needed != nullptr) *needed = s.size() + 1;
-  if (buf != nullptr && len > 0) {
-    size_t n = std::min(len - 1, s.size());
-    std::memcpy(buf, s.data(), n);
-    buf[n] = '\0';
-  }
-}
-
 std::string opNames() {
   std::string s;
   for (int o = 0; o < kNumOps; ++o) s += std::string(o ? ", " : "") + opName(static_cast<Op>(o));

@@ -63,6 +63,16 @@ TEST(ToolApi, QueryAndDescribePathsNameTheBadArgument) {
                 "anyrCommDescribePaths: argument 'comm': must not be NULL");
 }
 
+// anyrCommExplain hands its document out as the tool queries do: a NULL buf with len > 0 is
+// refused, named before the communicator.
+TEST(ToolApi, ExplainRefusesANullBufferWithALength) {
+  size_t needed = 0;
+  expectRefused(anyrCommExplain(nullptr, nullptr, 8, &needed),
+                "anyrCommExplain: argument 'buf': must not be NULL when len > 0");
+  expectRefused(anyrCommExplain(nullptr, nullptr, 0, &needed),
+                "anyrCommExplain: argument 'comm': must not be NULL");
+}
+
 TEST(ToolApi, TuneOptionsAreChecked) {
   anyrTuneOptions_t o = ANYR_TUNE_OPTIONS_INITIALIZER;
   o.size = 8;
