@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -188,24 +189,23 @@ int stalledCallOnOneGpu(bool external, const Report& report) {
   return failures ? 4 : 0;
 }
 
-// stalledCallOnOneGpu in one rank, its NCCL communicator aborted or (revoked) stopped.
-void expectStalledCallOnOneGpu(bool revoked) {
+// `body` in one rank (a process of its own), which must pass; its notes are printed.
+void expectOneRankPasses(const std::function<int(const Report&)>& body) {
   resetShared();
-  auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& r) {
-    return stalledCallOnOneGpu(revoked, r);
-  });
+  auto results = runRanksCatching(
+      1, 120, [&](int, int, const anyrUniqueId&, const Report& r) { return body(r); });
   expectRanksPassed(results);
   std::printf("[ info ] %s", results[0].message.c_str());
 }
 
 TEST(NcclWatchdogGpu, OneGpuAStalledCallFiresOnceAndAbortsOurNcclCommunicator) {
   REQUIRE_GPU();
-  expectStalledCallOnOneGpu(false);
+  expectOneRankPasses([](const Report& r) { return stalledCallOnOneGpu(false, r); });
 }
 
 TEST(NcclWatchdogGpu, OneGpuAStalledCallStopsTheCallersNcclCommunicator) {
   REQUIRE_GPU();
-  expectStalledCallOnOneGpu(true);
+  expectOneRankPasses([](const Report& r) { return stalledCallOnOneGpu(true, r); });
 }
 
 // One GPU, one rank: a refused call (FailureState::applyPendingStop) stops the caller's NCCL
@@ -283,23 +283,14 @@ int refusalOnOneGpu(bool external, const Report& report) {
   return failures ? 4 : 0;
 }
 
-void expectRefusalOnOneGpu(bool external) {
-  resetShared();
-  auto results = runRanksCatching(1, 120, [&](int, int, const anyrUniqueId&, const Report& r) {
-    return refusalOnOneGpu(external, r);
-  });
-  expectRanksPassed(results);
-  std::printf("[ info ] %s", results[0].message.c_str());
-}
-
 TEST(NcclWatchdogGpu, OneGpuARefusalLeavesOurNcclCommunicatorAlone) {
   REQUIRE_GPU();
-  expectRefusalOnOneGpu(false);
+  expectOneRankPasses([](const Report& r) { return refusalOnOneGpu(false, r); });
 }
 
 TEST(NcclWatchdogGpu, OneGpuARefusalStopsTheCallersNcclCommunicator) {
   REQUIRE_GPU();
-  expectRefusalOnOneGpu(true);
+  expectOneRankPasses([](const Report& r) { return refusalOnOneGpu(true, r); });
 }
 
 TEST(NcclWatchdogGpu, TwoGpusAPeerThatStopsCallingGivesTheNcclPathATimeout) {
